@@ -1,0 +1,75 @@
+//! Per-document memory building on pg-essays: segmentation, MemWalker trees with
+//! the extractive backend, and ReadAgent pagination with gists. Reports bytes/s.
+//!
+//! Run: `cargo bench -p memweave-benches` (needs ../shared/data/pg-essays).
+
+use std::path::Path;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use memweave_operators::Extractive;
+use memweave_operators::build::{BuildConfig, Document, page_rows, segment_rows, tree_rows};
+use memweave_operators::ingest::RawDocument;
+
+fn essays() -> Vec<Document> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).expect("utf-8 essay");
+            let key = p.file_name().expect("name").to_string_lossy().into_owned();
+            Document::new(
+                RawDocument {
+                    source_uri: key.clone(),
+                    title: key.clone(),
+                    key,
+                    text,
+                },
+                1,
+            )
+        })
+        .collect()
+}
+
+fn build(c: &mut Criterion) {
+    let docs = essays();
+    let bytes: u64 = docs.iter().map(|d| d.text.len() as u64).sum();
+    let config = BuildConfig::DEFAULT;
+    let mut group = c.benchmark_group("pg-essays");
+    group.throughput(Throughput::Bytes(bytes));
+    group.sample_size(10);
+    group.bench_function("segment", |b| {
+        b.iter(|| {
+            docs.iter()
+                .map(|d| segment_rows(d, &config.segments).len())
+                .sum::<usize>()
+        })
+    });
+    let segments: Vec<_> = docs
+        .iter()
+        .map(|d| segment_rows(d, &config.segments))
+        .collect();
+    group.bench_function("memwalker_tree", |b| {
+        b.iter(|| {
+            docs.iter()
+                .zip(&segments)
+                .map(|(d, s)| tree_rows(&d.doc_id, s, &Extractive, config.max_children).len())
+                .sum::<usize>()
+        })
+    });
+    group.bench_function("pages_and_gists", |b| {
+        b.iter(|| {
+            docs.iter()
+                .map(|d| page_rows(d, &config.pages, &Extractive).len())
+                .sum::<usize>()
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, build);
+criterion_main!(benches);

@@ -1,0 +1,1 @@
+//! memweave's benchmarks live in `benches/`; this library is empty.

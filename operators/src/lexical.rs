@@ -1,0 +1,216 @@
+//! Lexical statistics: terms, term-frequency vectors, cosine similarity and BM25.
+//! The extractive backend and the lexical navigators are built from these.
+
+use std::collections::HashMap;
+
+const STOPWORDS: &[&str] = &[
+    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
+    "because", "been", "before", "being", "but", "by", "can", "could", "did", "do", "does",
+    "doing", "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers", "him",
+    "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "me", "more", "most", "my",
+    "no", "not", "now", "of", "on", "one", "only", "or", "other", "our", "out", "over", "own",
+    "she", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there", "these",
+    "they", "this", "those", "through", "to", "too", "under", "up", "very", "was", "we", "were",
+    "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would",
+    "you", "your",
+];
+
+/// Content terms of `text`: lowercased words, stopwords dropped, lightly stemmed so
+/// "learned" meets "learn" and "paintings" meets "painting".
+pub fn terms(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| w.chars().count() > 1 && !STOPWORDS.contains(&w.as_str()))
+        .map(|w| stem(&w))
+        .collect()
+}
+
+fn stem(word: &str) -> String {
+    if !word.is_ascii() {
+        return word.to_string();
+    }
+    let mut word = word.to_string();
+    let n = word.len();
+    if n > 5 && word.ends_with("ies") {
+        word.replace_range(n - 3.., "y");
+    } else if n > 3 && word.ends_with('s') && !word.ends_with("ss") && !word.ends_with("us") {
+        word.pop();
+    }
+    for suffix in ["ing", "ed"] {
+        if word.len() > suffix.len() + 3 && word.ends_with(suffix) {
+            word.truncate(word.len() - suffix.len());
+            break;
+        }
+    }
+    word
+}
+
+/// A bag of terms with counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TermVector {
+    counts: HashMap<String, f64>,
+}
+
+impl TermVector {
+    pub fn of(text: &str) -> Self {
+        let mut counts = HashMap::new();
+        for term in terms(text) {
+            *counts.entry(term).or_insert(0.0) += 1.0;
+        }
+        TermVector { counts }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    pub fn cosine(&self, other: &TermVector) -> f64 {
+        let (small, large) = if self.counts.len() < other.counts.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        let dot: f64 = small
+            .counts
+            .iter()
+            .filter_map(|(t, a)| large.counts.get(t).map(|b| a * b))
+            .sum();
+        let norm = self.norm() * other.norm();
+        if norm == 0.0 { 0.0 } else { dot / norm }
+    }
+
+    fn norm(&self) -> f64 {
+        self.counts.values().map(|c| c * c).sum::<f64>().sqrt()
+    }
+}
+
+/// Okapi BM25 over a fixed set of texts.
+#[derive(Debug, Clone)]
+pub struct Bm25 {
+    docs: Vec<HashMap<String, f64>>,
+    lengths: Vec<f64>,
+    average_length: f64,
+    document_frequency: HashMap<String, f64>,
+}
+
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+impl Bm25 {
+    pub fn new<'a>(texts: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut docs = Vec::new();
+        let mut lengths = Vec::new();
+        let mut document_frequency: HashMap<String, f64> = HashMap::new();
+        for text in texts {
+            let mut counts: HashMap<String, f64> = HashMap::new();
+            let terms = terms(text);
+            lengths.push(terms.len() as f64);
+            for term in terms {
+                *counts.entry(term).or_insert(0.0) += 1.0;
+            }
+            for term in counts.keys() {
+                *document_frequency.entry(term.clone()).or_insert(0.0) += 1.0;
+            }
+            docs.push(counts);
+        }
+        let average_length = if lengths.is_empty() {
+            0.0
+        } else {
+            lengths.iter().sum::<f64>() / lengths.len() as f64
+        };
+        Bm25 {
+            docs,
+            lengths,
+            average_length,
+            document_frequency,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// BM25 score of text `index` for the query terms.
+    pub fn score(&self, query: &[String], index: usize) -> f64 {
+        self.score_counts(query, &self.docs[index], self.lengths[index])
+    }
+
+    /// BM25 score of a text outside the index, with the index's statistics.
+    pub fn score_text(&self, query: &[String], text: &str) -> f64 {
+        let terms = terms(text);
+        let length = terms.len() as f64;
+        let mut counts: HashMap<String, f64> = HashMap::new();
+        for term in terms {
+            *counts.entry(term).or_insert(0.0) += 1.0;
+        }
+        self.score_counts(query, &counts, length)
+    }
+
+    fn score_counts(&self, query: &[String], doc: &HashMap<String, f64>, length: f64) -> f64 {
+        let n = self.docs.len() as f64;
+        let length_norm = if self.average_length > 0.0 {
+            length / self.average_length
+        } else {
+            1.0
+        };
+        query
+            .iter()
+            .filter_map(|term| {
+                let tf = *doc.get(term)?;
+                let df = self.document_frequency.get(term).copied().unwrap_or(0.0);
+                let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                Some(idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length_norm)))
+            })
+            // An empty sum is -0.0; adding 0.0 keeps "no match" at plain zero.
+            .sum::<f64>()
+            + 0.0
+    }
+
+    /// Indices of the texts ordered by descending score (ties by index), with scores.
+    pub fn rank(&self, query: &[String]) -> Vec<(usize, f64)> {
+        let mut ranked: Vec<(usize, f64)> = (0..self.docs.len())
+            .map(|i| (i, self.score(query, i)))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_drop_stopwords_and_stem() {
+        assert_eq!(
+            terms("What did the author learn from Painting? He learned paintings."),
+            vec!["author", "learn", "paint", "learn", "paint"]
+        );
+    }
+
+    #[test]
+    fn bm25_prefers_the_text_that_mentions_rare_query_terms() {
+        let texts = [
+            "startups and investors and founders",
+            "painting still lifes taught me to look",
+            "founders of startups raise money",
+        ];
+        let bm25 = Bm25::new(texts);
+        let ranked = bm25.rank(&terms("what did painting teach"));
+        assert_eq!(ranked[0].0, 1);
+        assert!(ranked[0].1 > 0.0);
+        assert_eq!(ranked[1].1, 0.0);
+    }
+
+    #[test]
+    fn cosine_of_identical_and_disjoint_texts() {
+        let a = TermVector::of("red apples and green pears");
+        assert!((a.cosine(&a) - 1.0).abs() < 1e-9);
+        assert_eq!(a.cosine(&TermVector::of("blue skies")), 0.0);
+    }
+}

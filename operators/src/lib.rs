@@ -1,0 +1,17 @@
+//! Pure building blocks of memweave, free of any dataflow engine: ingestion,
+//! segmentation, pagination, tree grouping, the memory-model trait and its
+//! backends, and lexical scoring. The pipeline wires them into a dataflow; the
+//! query service uses them to navigate.
+
+pub mod build;
+pub mod ingest;
+pub mod lexical;
+pub mod model;
+pub mod paginate;
+pub mod segment;
+pub mod text;
+pub mod tokens;
+pub mod tree;
+
+pub use build::{BuildConfig, Document};
+pub use model::{Extractive, MemoryModel};

@@ -1,0 +1,207 @@
+//! MemWalker summary trees: leaves summarise segments, parents summarise at most
+//! `max_children` children, up to one root per document.
+//!
+//! Children are grouped by content-defined breaks (a draw from the child's id), so a
+//! changed leaf changes one group and its ancestors, not every group after it.
+
+use memweave_schemas::ids::content_draw;
+use memweave_schemas::{SegmentRow, TREE_MEMWALKER, TreeNodeRow, content_id};
+
+use crate::model::MemoryModel;
+use crate::tokens::count_tokens;
+
+/// MemWalker's Mt: the most children a node may have.
+pub const DEFAULT_MAX_CHILDREN: usize = 8;
+
+/// Smallest group a break may close, so trees do not degenerate into chains.
+const MIN_GROUP: usize = 2;
+/// Chance that a group closes after a child once it has `MIN_GROUP` children.
+const BREAK_PROBABILITY: f64 = 0.3;
+
+/// Splits `ids` (the children of one level, in order) into consecutive groups of at
+/// most `max_children`; returns each group's length.
+pub fn group_sizes(ids: &[String], max_children: usize) -> Vec<usize> {
+    let max_children = max_children.max(MIN_GROUP);
+    if ids.len() <= max_children {
+        return vec![ids.len()];
+    }
+    let mut sizes = Vec::new();
+    let mut current = 0;
+    for id in ids {
+        current += 1;
+        let closes = current >= max_children
+            || (current >= MIN_GROUP && content_draw(id.as_bytes()) < BREAK_PROBABILITY);
+        if closes {
+            sizes.push(current);
+            current = 0;
+        }
+    }
+    if current > 0 {
+        match sizes.last_mut() {
+            // A lone trailing child joins the group before it when there is room.
+            Some(last) if current == 1 && *last < max_children => *last += 1,
+            _ => sizes.push(current),
+        }
+    }
+    sizes
+}
+
+/// The MemWalker tree of one document over its segments (in order).
+pub fn memwalker_tree(
+    doc_id: &str,
+    segments: &[SegmentRow],
+    model: &dyn MemoryModel,
+    max_children: usize,
+) -> Vec<TreeNodeRow> {
+    let mut nodes: Vec<TreeNodeRow> = Vec::new();
+    let mut level: Vec<TreeNodeRow> = segments
+        .iter()
+        .enumerate()
+        .map(|(ordinal, segment)| {
+            let summary = model.summarize_segment(&segment.text);
+            TreeNodeRow {
+                node_id: content_id(
+                    "node",
+                    &[
+                        TREE_MEMWALKER.as_bytes(),
+                        doc_id.as_bytes(),
+                        b"leaf",
+                        segment.seg_id.as_bytes(),
+                    ],
+                ),
+                tree: TREE_MEMWALKER.to_string(),
+                doc_id: Some(doc_id.to_string()),
+                level: 0,
+                ordinal: ordinal as u32,
+                parent_id: None,
+                child_ids: Vec::new(),
+                seg_id: Some(segment.seg_id.clone()),
+                n_tokens: count_tokens(&summary) as u32,
+                summary,
+                surprise: None,
+            }
+        })
+        .collect();
+    let mut depth = 0u32;
+    while level.len() > 1 {
+        depth += 1;
+        let ids: Vec<String> = level.iter().map(|n| n.node_id.clone()).collect();
+        let mut parents = Vec::new();
+        let mut offset = 0;
+        for (ordinal, size) in group_sizes(&ids, max_children).into_iter().enumerate() {
+            let children = &mut level[offset..offset + size];
+            offset += size;
+            let summaries: Vec<&str> = children.iter().map(|c| c.summary.as_str()).collect();
+            let summary = model.summarize_children(&summaries);
+            let child_ids: Vec<String> = children.iter().map(|c| c.node_id.clone()).collect();
+            let mut parts: Vec<&[u8]> = vec![TREE_MEMWALKER.as_bytes(), doc_id.as_bytes()];
+            parts.extend(child_ids.iter().map(|id| id.as_bytes()));
+            let node_id = content_id("node", &parts);
+            for child in children.iter_mut() {
+                child.parent_id = Some(node_id.clone());
+            }
+            parents.push(TreeNodeRow {
+                node_id,
+                tree: TREE_MEMWALKER.to_string(),
+                doc_id: Some(doc_id.to_string()),
+                level: depth,
+                ordinal: ordinal as u32,
+                parent_id: None,
+                child_ids,
+                seg_id: None,
+                n_tokens: count_tokens(&summary) as u32,
+                summary,
+                surprise: None,
+            });
+        }
+        nodes.append(&mut level);
+        level = parents;
+    }
+    nodes.append(&mut level);
+    nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Extractive;
+
+    fn ids(n: usize, tag: &str) -> Vec<String> {
+        (0..n)
+            .map(|i| content_id("t", &[tag.as_bytes(), &i.to_le_bytes()]))
+            .collect()
+    }
+
+    #[test]
+    fn groups_cover_all_children_within_bounds() {
+        for n in [1, 2, 8, 9, 17, 100, 1000] {
+            let sizes = group_sizes(&ids(n, "a"), 8);
+            assert_eq!(sizes.iter().sum::<usize>(), n);
+            assert!(sizes.iter().all(|&s| (1..=8).contains(&s)), "{sizes:?}");
+            if n > 8 {
+                assert!(sizes.iter().all(|&s| s >= 2), "{sizes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn changing_one_child_changes_at_most_two_groups() {
+        let old = ids(300, "a");
+        let mut new = old.clone();
+        new[150] = "changed".to_string();
+        let groups = |ids: &[String]| {
+            let mut out = Vec::new();
+            let mut offset = 0;
+            for size in group_sizes(ids, 8) {
+                out.push(ids[offset..offset + size].to_vec());
+                offset += size;
+            }
+            out
+        };
+        let before = groups(&old);
+        let after = groups(&new);
+        let changed = after.iter().filter(|g| !before.contains(g)).count();
+        assert!(changed <= 2, "{changed} groups changed");
+    }
+
+    fn segments(n: usize) -> Vec<SegmentRow> {
+        (0..n)
+            .map(|i| SegmentRow {
+                seg_id: format!("s{i:03}"),
+                doc_id: "d".into(),
+                ordinal: i as u32,
+                start_char: i as u64 * 10,
+                end_char: i as u64 * 10 + 10,
+                text: format!(
+                    "Segment {i} is about topic {}. It has two sentences.",
+                    i % 5
+                ),
+                n_tokens: 12,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_root_and_consistent_parent_links() {
+        let nodes = memwalker_tree("d", &segments(40), &Extractive, 8);
+        let roots: Vec<_> = nodes.iter().filter(|n| n.parent_id.is_none()).collect();
+        assert_eq!(roots.len(), 1);
+        assert_eq!(nodes.iter().filter(|n| n.level == 0).count(), 40);
+        for node in &nodes {
+            if let Some(parent) = &node.parent_id {
+                let parent = nodes.iter().find(|n| &n.node_id == parent).unwrap();
+                assert!(parent.child_ids.contains(&node.node_id));
+                assert_eq!(parent.level, node.level + 1);
+            }
+            assert!(node.child_ids.len() <= 8);
+        }
+    }
+
+    #[test]
+    fn a_single_segment_is_its_own_root() {
+        let nodes = memwalker_tree("d", &segments(1), &Extractive, 8);
+        assert_eq!(nodes.len(), 1);
+        assert!(nodes[0].parent_id.is_none());
+        assert_eq!(nodes[0].seg_id.as_deref(), Some("s000"));
+    }
+}

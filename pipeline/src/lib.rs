@@ -1,0 +1,19 @@
+//! The memweave indexing pipeline: a timely + differential dataflow that builds
+//! every memory from a source, and the `memweave` command around it.
+
+pub mod dataflow;
+pub mod index;
+pub mod progress;
+
+/// A mistake in what the user asked for (a missing source, an unwritable tables
+/// root, bad sizes): the command reports it in one line and exits with code 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}

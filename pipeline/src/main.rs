@@ -1,0 +1,296 @@
+//! `memweave`: build LLM memory from an archive, and ask it questions.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use memweave_operators::Extractive;
+use memweave_operators::build::BuildConfig;
+use memweave_operators::paginate::PageConfig;
+use memweave_operators::segment::SegmentConfig;
+use memweave_operators::tree::DEFAULT_MAX_CHILDREN;
+use memweave_pipeline::UsageError;
+use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
+use memweave_query::{Answer, AskRequest, Snapshot, Strategy, parse_storage_option};
+use memweave_schemas::TableStore;
+
+#[derive(Parser)]
+#[command(
+    name = "memweave",
+    version,
+    about = "Build LLM memory (MemWalker trees, ReadAgent gists) from an archive and ask it questions",
+    after_help = "Start here:\n  memweave index docs --out ./memory\n  memweave ask \"What is memweave?\" --tables ./memory"
+)]
+struct Cli {
+    /// Log format on stderr: text for people, json for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Build the memory of every document under SOURCE into Lance tables.
+    ///
+    /// SOURCE is a file or a directory, read recursively (hidden entries skipped):
+    /// .txt, .md, .html/.htm (tags stripped) and .jsonl (one {"id", "text"} per
+    /// line). Files that cannot be read become rows of the `errors` table and the
+    /// run goes on. Re-running over the same SOURCE and tables is idempotent:
+    /// unchanged documents keep their ids and versions.
+    Index {
+        /// File or directory to index.
+        source: PathBuf,
+        /// Root of the memory tables: a path or an object-store URL (s3://…).
+        #[arg(long, env = "MEMWEAVE_TABLES")]
+        out: String,
+        /// Dataflow worker threads.
+        #[arg(short = 'w', long, default_value_t = default_workers())]
+        workers: usize,
+        /// Average segment size in tokens (cl100k BPE); segments stay between a
+        /// quarter of and three times this unless --min-tokens/--max-tokens say otherwise.
+        #[arg(long, default_value_t = SegmentConfig::DEFAULT.target_tokens)]
+        segment_tokens: usize,
+        /// Smallest segment, in tokens (default: a quarter of --segment-tokens).
+        #[arg(long)]
+        min_tokens: Option<usize>,
+        /// Largest segment, in tokens (default: three times --segment-tokens); lower it
+        /// to fit a model with a small context window.
+        #[arg(long)]
+        max_tokens: Option<usize>,
+        /// Most children of a MemWalker tree node (the paper's Mt).
+        #[arg(long, default_value_t = DEFAULT_MAX_CHILDREN)]
+        max_children: usize,
+        /// Fewest words of a ReadAgent page before a break may be chosen.
+        #[arg(long, default_value_t = PageConfig::DEFAULT.min_words)]
+        page_min_words: usize,
+        /// Most words of a ReadAgent page.
+        #[arg(long, default_value_t = PageConfig::DEFAULT.max_words)]
+        page_max_words: usize,
+        /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
+        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        storage_options: Vec<(String, String)>,
+    },
+    /// Answer a question from the memory tables, with the trace of how.
+    Ask {
+        /// The question.
+        question: String,
+        /// Root of the memory tables.
+        #[arg(long, env = "MEMWEAVE_TABLES")]
+        tables: String,
+        /// How to navigate the memory.
+        #[arg(long, default_value = "memwalker", value_parser = ["memwalker", "readagent-p"])]
+        strategy: String,
+        /// Only consider this document (id); repeatable.
+        #[arg(long = "document")]
+        documents: Vec<String>,
+        /// Print the answer and its trace as JSON (the same body the query service returns).
+        #[arg(long)]
+        json: bool,
+        /// Object-store setting KEY=VALUE; repeatable.
+        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        storage_options: Vec<(String, String)>,
+    },
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+// The binary edge: the one place an error is printed rather than logged.
+#[allow(clippy::print_stderr)]
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let interactive = matches!(cli.log_format, LogFormat::Text);
+    let result = match cli.command {
+        Command::Index {
+            source,
+            out,
+            workers,
+            segment_tokens,
+            min_tokens,
+            max_tokens,
+            max_children,
+            page_min_words,
+            page_max_words,
+            storage_options,
+        } => {
+            let segments = SegmentConfig {
+                target_tokens: segment_tokens,
+                min_tokens: min_tokens.unwrap_or(SegmentConfig::around(segment_tokens).min_tokens),
+                max_tokens: max_tokens.unwrap_or(SegmentConfig::around(segment_tokens).max_tokens),
+            };
+            let pages = PageConfig {
+                min_words: page_min_words,
+                max_words: page_max_words,
+            };
+            let options = IndexOptions {
+                source,
+                tables: out,
+                storage_options: storage_options.into_iter().collect(),
+                workers,
+                build: BuildConfig::new(segments, pages, max_children),
+                interactive,
+            };
+            run_index(&options, Arc::new(Extractive)).map(|summary| print_summary(&summary))
+        }
+        Command::Ask {
+            question,
+            tables,
+            strategy,
+            documents,
+            json,
+            storage_options,
+        } => ask(
+            question,
+            &tables,
+            &strategy,
+            documents,
+            json,
+            storage_options.into_iter().collect(),
+        ),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let usage = err.downcast_ref::<UsageError>().is_some();
+            eprintln!("memweave: error: {err:#}");
+            ExitCode::from(if usage { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| memweave_query::DEFAULT_LOG_FILTER.into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_target(false).init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[allow(clippy::print_stdout)]
+fn print_summary(s: &IndexSummary) {
+    let kinds: Vec<String> = error_kinds(&s.errors)
+        .into_iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect();
+    let secs = s.wall.as_secs_f64();
+    println!(
+        "memweave index: done in {secs:.1}s, committed epoch {}",
+        s.epoch
+    );
+    println!("  source      {} ({} files)", s.source.display(), s.files);
+    println!("  tables      {}", s.tables);
+    println!(
+        "  documents   {} ({} new or changed, {} unchanged)",
+        s.documents,
+        s.changed,
+        s.documents - s.changed
+    );
+    println!("  tokens      {}", s.tokens);
+    println!("  segments    {}", s.segments);
+    println!(
+        "  tree nodes  {} ({} roots, depth {})",
+        s.tree_nodes, s.roots, s.tree_depth
+    );
+    println!("  pages       {} (each with a gist)", s.pages);
+    if s.errors.is_empty() {
+        println!("  errors      0");
+    } else {
+        println!(
+            "  errors      {} ({}); see the errors table",
+            s.errors.len(),
+            kinds.join(", ")
+        );
+    }
+    println!(
+        "  throughput  {:.1} documents/s",
+        s.documents as f64 / secs.max(1e-3)
+    );
+}
+
+fn ask(
+    question: String,
+    tables: &str,
+    strategy: &str,
+    documents: Vec<String>,
+    json: bool,
+    storage_options: HashMap<String, String>,
+) -> anyhow::Result<()> {
+    let strategy: Strategy = strategy.parse().map_err(UsageError)?;
+    let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let snapshot = runtime
+        .block_on(Snapshot::load_latest(&store))?
+        .ok_or_else(|| {
+            UsageError(format!(
+                "no memory under {tables}: run `memweave index SOURCE --out {tables}` first"
+            ))
+        })?;
+    let request = AskRequest {
+        question,
+        strategy,
+        documents: (!documents.is_empty()).then_some(documents),
+    };
+    let answer = memweave_query::ask(&snapshot, &request);
+    if json {
+        print_json(&answer)?;
+    } else {
+        print_answer(&answer);
+    }
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn print_json(answer: &Answer) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(answer)?);
+    Ok(())
+}
+
+#[allow(clippy::print_stdout)]
+fn print_answer(answer: &Answer) {
+    println!(
+        "Answer ({}, epoch {}):",
+        answer.strategy.name(),
+        answer.epoch
+    );
+    println!("  {}", answer.answer);
+    for passage in &answer.passages {
+        println!(
+            "  — \"{}\" ({}), characters {}–{}",
+            passage.title, passage.source_uri, passage.start_char, passage.end_char
+        );
+    }
+    println!("\nTrace:");
+    for step in &answer.trace {
+        let level = step.level.map(|l| format!(" L{l}")).unwrap_or_default();
+        let target = if step.target.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", short(&step.target))
+        };
+        println!(
+            "  {:>2}. {}{}{} (score {:.2}): {}",
+            step.step, step.action, target, level, step.score, step.reasoning
+        );
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}

@@ -1,0 +1,24 @@
+//! The memweave query service: navigators over one consistent snapshot of the
+//! memory tables, served over HTTP. It holds nothing but caches of immutable
+//! table versions, so any replica answers any request the same way.
+//!
+//! This crate must not depend on the pipeline or on timely: its image stays small.
+
+pub mod http;
+pub mod navigate;
+pub mod snapshot;
+
+pub use navigate::{Answer, AskRequest, Passage, Step, Strategy, ask};
+pub use snapshot::Snapshot;
+
+/// Log filter unless RUST_LOG says otherwise: Lance logs every scan at info.
+pub const DEFAULT_LOG_FILTER: &str = "info,lance=warn,lance_core=warn,lance_io=warn,lance_file=warn,lance_encoding=warn,lance_table=warn";
+
+/// Parses `KEY=VALUE` object-store settings given on a command line.
+pub fn parse_storage_option(option: &str) -> Result<(String, String), String> {
+    option
+        .split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected KEY=VALUE, got {option:?}"))
+}

@@ -1,0 +1,561 @@
+//! Navigators: walk a memory snapshot to answer a question, recording every step.
+//!
+//! With the extractive backend a step's decision is lexical (BM25 over the
+//! summaries or gists it is shown), and the answer is the best supporting passage.
+
+use std::collections::HashSet;
+
+use memweave_operators::lexical::{Bm25, terms};
+use memweave_operators::text::{CharOffsets, sentences};
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::Snapshot;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// MemWalker: walk the summary tree from the root, reverting from leaves that
+    /// cannot answer.
+    #[default]
+    Memwalker,
+    /// ReadAgent parallel look-up: choose pages from their gists, read them, answer.
+    ReadagentP,
+}
+
+impl Strategy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Memwalker => "memwalker",
+            Strategy::ReadagentP => "readagent-p",
+        }
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "memwalker" => Ok(Strategy::Memwalker),
+            "readagent-p" => Ok(Strategy::ReadagentP),
+            other => Err(format!(
+                "unknown strategy {other:?}; expected memwalker or readagent-p"
+            )),
+        }
+    }
+}
+
+/// The body of `POST /v1/ask`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskRequest {
+    pub question: String,
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Restrict the search to these documents (ids).
+    #[serde(default)]
+    pub documents: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Answer {
+    pub question: String,
+    pub strategy: Strategy,
+    /// The checkpoint epoch the answer was read from.
+    pub epoch: u64,
+    pub answered: bool,
+    pub answer: String,
+    /// The passages the answer rests on.
+    pub passages: Vec<Passage>,
+    pub trace: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Passage {
+    pub doc_id: String,
+    pub title: String,
+    pub source_uri: String,
+    /// The segment or page the passage was read from.
+    pub from_id: String,
+    pub start_char: u64,
+    pub end_char: u64,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub step: usize,
+    /// "choose_document", "descend", "revert", "read_leaf", "lookup", "answer", "no_answer".
+    pub action: String,
+    /// The node, page, segment or document the step is about.
+    pub target: String,
+    pub level: Option<u32>,
+    pub score: f64,
+    pub reasoning: String,
+}
+
+/// Share of the question's distinct terms a passage must hold to answer.
+const ANSWER_COVERAGE: f64 = 0.5;
+/// Leaves MemWalker may read before it answers with the best passage seen.
+const MAX_LEAF_READS: usize = 6;
+/// Pages ReadAgent looks up at once.
+const LOOKUP_PAGES: usize = 2;
+
+pub fn ask(snapshot: &Snapshot, request: &AskRequest) -> Answer {
+    let mut nav = Navigation::new(snapshot, request);
+    match request.strategy {
+        Strategy::Memwalker => nav.memwalker(),
+        Strategy::ReadagentP => nav.readagent_parallel(),
+    }
+    nav.finish()
+}
+
+struct Navigation<'a> {
+    snapshot: &'a Snapshot,
+    request: &'a AskRequest,
+    query: Vec<String>,
+    distinct_terms: HashSet<String>,
+    trace: Vec<Step>,
+    best: Option<Candidate>,
+    answered: bool,
+}
+
+/// A passage with how well it covers the question.
+#[derive(Debug, Clone)]
+struct Candidate {
+    passage: Passage,
+    coverage: f64,
+    score: f64,
+}
+
+impl<'a> Navigation<'a> {
+    fn new(snapshot: &'a Snapshot, request: &'a AskRequest) -> Self {
+        let query = terms(&request.question);
+        let distinct_terms = query.iter().cloned().collect();
+        Navigation {
+            snapshot,
+            request,
+            query,
+            distinct_terms,
+            trace: Vec::new(),
+            best: None,
+            answered: false,
+        }
+    }
+
+    fn record(
+        &mut self,
+        action: &str,
+        target: &str,
+        level: Option<u32>,
+        score: f64,
+        reasoning: String,
+    ) {
+        self.trace.push(Step {
+            step: self.trace.len() + 1,
+            action: action.to_string(),
+            target: target.to_string(),
+            level,
+            score,
+            reasoning,
+        });
+    }
+
+    fn allowed(&self, doc_id: &str) -> bool {
+        self.request
+            .documents
+            .as_ref()
+            .is_none_or(|docs| docs.iter().any(|d| d == doc_id))
+    }
+
+    /// Documents ranked by the best score any of their tree nodes reaches.
+    fn rank_documents_by_tree(&self) -> Vec<(String, f64, usize)> {
+        let mut best: std::collections::HashMap<&str, (f64, usize)> = Default::default();
+        for (i, score) in self.snapshot.node_bm25.rank(&self.query) {
+            let Some(doc_id) = self.snapshot.nodes[i].doc_id.as_deref() else {
+                continue;
+            };
+            if self.allowed(doc_id) {
+                best.entry(doc_id).or_insert((score, i));
+            }
+        }
+        let mut ranked: Vec<(String, f64, usize)> = best
+            .into_iter()
+            .map(|(d, (s, i))| (d.to_string(), s, i))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked
+    }
+
+    fn memwalker(&mut self) {
+        let ranked = self.rank_documents_by_tree();
+        let Some((doc_id, score, node)) = ranked.first().cloned().filter(|d| d.1 > 0.0) else {
+            self.record(
+                "no_answer",
+                "",
+                None,
+                0.0,
+                "no document's memory mentions the question's terms".into(),
+            );
+            return;
+        };
+        let Some(root) = self.snapshot.root_of(&doc_id) else {
+            self.record(
+                "no_answer",
+                &doc_id,
+                None,
+                0.0,
+                "the document has no tree root".into(),
+            );
+            return;
+        };
+        let title = self
+            .snapshot
+            .document(&doc_id)
+            .map_or("", |d| d.title.as_str())
+            .to_string();
+        self.record(
+            "choose_document",
+            &doc_id,
+            None,
+            score,
+            format!(
+                "\"{title}\": its node {} matches the question best of {} documents",
+                self.snapshot.nodes[node].node_id,
+                ranked.len()
+            ),
+        );
+        let mut visited: HashSet<usize> = HashSet::new();
+        let mut leaf_reads = 0;
+        let mut path = vec![root];
+        self.record_descend(root, "start at the root".into());
+        while let Some(&current) = path.last() {
+            let node = &self.snapshot.nodes[current];
+            visited.insert(current);
+            if node.child_ids.is_empty() {
+                leaf_reads += 1;
+                if self.read_leaf(current) {
+                    self.answered = true;
+                    return;
+                }
+                if leaf_reads >= MAX_LEAF_READS {
+                    break;
+                }
+                path.pop();
+                if let Some(&parent) = path.last() {
+                    let id = self.snapshot.nodes[parent].node_id.clone();
+                    let level = self.snapshot.nodes[parent].level;
+                    self.record(
+                        "revert",
+                        &id,
+                        Some(level),
+                        0.0,
+                        "the leaf cannot answer; back to its parent (action -1)".into(),
+                    );
+                }
+                continue;
+            }
+            match self.triage(current, &visited) {
+                Some((child, score, reasoning)) => {
+                    path.push(child);
+                    self.record_descend_scored(child, score, reasoning);
+                }
+                None => {
+                    path.pop();
+                    if let Some(&parent) = path.last() {
+                        let id = self.snapshot.nodes[parent].node_id.clone();
+                        let level = self.snapshot.nodes[parent].level;
+                        self.record(
+                            "revert",
+                            &id,
+                            Some(level),
+                            0.0,
+                            "no child left that mentions the question".into(),
+                        );
+                    }
+                }
+            }
+        }
+        self.answer_with_best("read the leaf budget; answering with the best passage seen");
+    }
+
+    fn record_descend(&mut self, node: usize, reasoning: String) {
+        self.record_descend_scored(node, 0.0, reasoning);
+    }
+
+    fn record_descend_scored(&mut self, node: usize, score: f64, reasoning: String) {
+        let n = &self.snapshot.nodes[node];
+        let (id, level) = (n.node_id.clone(), n.level);
+        self.record("descend", &id, Some(level), score, reasoning);
+    }
+
+    /// MemWalker's triage: the unvisited child whose summary best matches the
+    /// question. The first choice below a node may score zero (the walk must go
+    /// somewhere); after a revert only children that match are tried.
+    fn triage(&self, node: usize, visited: &HashSet<usize>) -> Option<(usize, f64, String)> {
+        let children: Vec<usize> = self.snapshot.nodes[node]
+            .child_ids
+            .iter()
+            .filter_map(|id| self.snapshot.node_position(id))
+            .collect();
+        let first_visit = children.iter().all(|c| !visited.contains(c));
+        let mut scored: Vec<(usize, usize, f64)> = children
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !visited.contains(c))
+            .map(|(k, &c)| (k, c, self.snapshot.node_bm25.score(&self.query, c)))
+            .collect();
+        scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+        let &(k, child, score) = scored.first()?;
+        if score <= 0.0 && !first_visit {
+            return None;
+        }
+        let scores: Vec<String> = scored
+            .iter()
+            .map(|(k, _, s)| format!("{k}:{s:.2}"))
+            .collect();
+        Some((
+            child,
+            score,
+            format!(
+                "child {k} of {} has the summary closest to the question (scores {})",
+                children.len(),
+                scores.join(", ")
+            ),
+        ))
+    }
+
+    /// MemWalker's leaf prompt: answer (-2) if the segment holds a passage that
+    /// covers the question, else revert (-1).
+    fn read_leaf(&mut self, leaf: usize) -> bool {
+        let node = &self.snapshot.nodes[leaf];
+        let (node_id, level) = (node.node_id.clone(), node.level);
+        let Some(segment) = node
+            .seg_id
+            .as_deref()
+            .and_then(|s| self.snapshot.segment(s))
+        else {
+            self.record(
+                "read_leaf",
+                &node_id,
+                Some(level),
+                0.0,
+                "the leaf's segment is missing".into(),
+            );
+            return false;
+        };
+        let candidate = self.best_window(
+            &segment.doc_id,
+            &segment.seg_id,
+            &segment.text,
+            segment.start_char,
+        );
+        let (coverage, score) = candidate
+            .as_ref()
+            .map_or((0.0, 0.0), |c| (c.coverage, c.score));
+        let answers = coverage >= ANSWER_COVERAGE;
+        self.record(
+            "read_leaf",
+            &segment.seg_id,
+            Some(level),
+            score,
+            format!(
+                "best passage covers {:.0}% of the question's terms; {}",
+                coverage * 100.0,
+                if answers {
+                    "answer (action -2)"
+                } else {
+                    "not enough to answer"
+                }
+            ),
+        );
+        self.offer(candidate);
+        if answers {
+            self.record(
+                "answer",
+                &segment.seg_id,
+                Some(level),
+                score,
+                "answer from this segment".into(),
+            );
+        }
+        answers
+    }
+
+    fn readagent_parallel(&mut self) {
+        let docs: Vec<&str> = self
+            .snapshot
+            .documents
+            .iter()
+            .map(|d| d.doc_id.as_str())
+            .filter(|d| self.allowed(d))
+            .collect();
+        let gist_memories: Vec<String> = docs
+            .iter()
+            .map(|d| {
+                self.snapshot
+                    .pages_of(d)
+                    .iter()
+                    .map(|p| p.gist.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let doc_bm25 = Bm25::new(gist_memories.iter().map(String::as_str));
+        let ranked = doc_bm25.rank(&self.query);
+        let Some(&(doc_index, doc_score)) = ranked.first().filter(|d| d.1 > 0.0) else {
+            self.record(
+                "no_answer",
+                "",
+                None,
+                0.0,
+                "no document's gists mention the question's terms".into(),
+            );
+            return;
+        };
+        let doc_id = docs[doc_index].to_string();
+        let title = self
+            .snapshot
+            .document(&doc_id)
+            .map_or("", |d| d.title.as_str())
+            .to_string();
+        self.record(
+            "choose_document",
+            &doc_id,
+            None,
+            doc_score,
+            format!(
+                "\"{title}\": its gists match the question best of {} documents",
+                docs.len()
+            ),
+        );
+        let pages = self.snapshot.pages_of(&doc_id);
+        let page_bm25 = Bm25::new(pages.iter().map(|p| p.gist.as_str()));
+        let chosen: Vec<(usize, f64)> = page_bm25
+            .rank(&self.query)
+            .into_iter()
+            .filter(|p| p.1 > 0.0)
+            .take(LOOKUP_PAGES)
+            .collect();
+        for &(i, score) in &chosen {
+            let page = &pages[i];
+            self.record(
+                "lookup",
+                &page.page_id,
+                None,
+                score,
+                format!(
+                    "page {} of {}: its gist matches the question; expand it in place",
+                    page.ordinal,
+                    pages.len()
+                ),
+            );
+            let candidate =
+                self.best_window(&page.doc_id, &page.page_id, &page.text, page.start_char);
+            self.offer(candidate);
+        }
+        self.answered = self
+            .best
+            .as_ref()
+            .is_some_and(|b| b.coverage >= ANSWER_COVERAGE);
+        self.answer_with_best("answer from the gists and the pages looked up");
+    }
+
+    fn answer_with_best(&mut self, reasoning: &str) {
+        if let Some(best) = self.best.clone().filter(|b| b.coverage > 0.0) {
+            self.answered = true;
+            self.record(
+                "answer",
+                &best.passage.from_id,
+                None,
+                best.score,
+                reasoning.to_string(),
+            );
+        } else {
+            self.record(
+                "no_answer",
+                "",
+                None,
+                0.0,
+                "nothing read covers the question".into(),
+            );
+        }
+    }
+
+    fn offer(&mut self, candidate: Option<Candidate>) {
+        let Some(candidate) = candidate else { return };
+        let better = self
+            .best
+            .as_ref()
+            .is_none_or(|b| (candidate.coverage, candidate.score) > (b.coverage, b.score));
+        if better {
+            self.best = Some(candidate);
+        }
+    }
+
+    /// The window of up to three sentences of `text` that best matches the question.
+    fn best_window(
+        &self,
+        doc_id: &str,
+        from_id: &str,
+        text: &str,
+        start_char: u64,
+    ) -> Option<Candidate> {
+        let spans = sentences(text);
+        if spans.is_empty() || self.distinct_terms.is_empty() {
+            return None;
+        }
+        let sentence_texts: Vec<&str> = spans.iter().map(|s| s.of(text)).collect();
+        let bm25 = Bm25::new(sentence_texts.iter().copied());
+        let (center, _) = bm25.rank(&self.query).into_iter().next()?;
+        let first = center.saturating_sub(1);
+        let last = (center + 1).min(spans.len() - 1);
+        let (start, end) = (spans[first].start, spans[last].end);
+        let window = &text[start..end];
+        let window_terms: HashSet<String> = terms(window).into_iter().collect();
+        let covered = self
+            .distinct_terms
+            .iter()
+            .filter(|t| window_terms.contains(*t))
+            .count();
+        let coverage = covered as f64 / self.distinct_terms.len() as f64;
+        let window_bm25 = self.snapshot.node_bm25.score_text(&self.query, window);
+        let mut chars = CharOffsets::new(text);
+        let document = self.snapshot.document(doc_id);
+        Some(Candidate {
+            coverage,
+            score: window_bm25,
+            passage: Passage {
+                doc_id: doc_id.to_string(),
+                title: document.map_or_else(String::new, |d| d.title.clone()),
+                source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
+                from_id: from_id.to_string(),
+                start_char: start_char + chars.at(start),
+                end_char: start_char + chars.at(end),
+                text: window.split_whitespace().collect::<Vec<_>>().join(" "),
+            },
+        })
+    }
+
+    fn finish(self) -> Answer {
+        let passages: Vec<Passage> = self
+            .best
+            .iter()
+            .filter(|b| b.coverage > 0.0)
+            .map(|b| b.passage.clone())
+            .collect();
+        let answered = self.answered && !passages.is_empty();
+        Answer {
+            question: self.request.question.clone(),
+            strategy: self.request.strategy,
+            epoch: self.snapshot.epoch,
+            answered,
+            answer: if answered {
+                passages[0].text.clone()
+            } else {
+                "no answer".to_string()
+            },
+            passages,
+            trace: self.trace,
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Plain data of memweave: the Arrow schema and row type of every memory table,
+//! content-derived ids, and the [`store::TableStore`] that reads and writes the
+//! tables as Lance datasets under one root URL.
+//!
+//! This crate is a leaf: it knows nothing of dataflow, models or HTTP.
+
+pub mod ids;
+pub mod rows;
+pub mod store;
+pub mod tables;
+
+pub use ids::content_id;
+pub use rows::*;
+pub use store::{StoreError, TableStore};
+pub use tables::Table;

@@ -1,0 +1,219 @@
+//! One row type per table. Field names and order match [`crate::Table::fields`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::Table;
+
+/// A row of one memory table.
+pub trait TableRow: Serialize + for<'de> Deserialize<'de> + Clone + Send + Sync + 'static {
+    const TABLE: Table;
+
+    /// The value of the table's key column; rows are written sorted by it, which makes
+    /// a table's bytes independent of how many workers produced it.
+    fn key(&self) -> String;
+}
+
+macro_rules! table_row {
+    ($row:ty, $table:expr, $($key:tt)+) => {
+        impl TableRow for $row {
+            const TABLE: Table = $table;
+            fn key(&self) -> String {
+                self.$($key)+.to_string()
+            }
+        }
+    };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DocumentRow {
+    pub doc_id: String,
+    pub source_uri: String,
+    pub content_hash: String,
+    pub version: u64,
+    pub title: String,
+    pub n_chars: u64,
+    pub n_tokens: u64,
+    /// Microseconds since the Unix epoch, UTC.
+    pub ingested_at: i64,
+    pub deleted: bool,
+}
+table_row!(DocumentRow, Table::Documents, doc_id);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SegmentRow {
+    pub seg_id: String,
+    pub doc_id: String,
+    pub ordinal: u32,
+    /// Character (Unicode scalar value) offsets into the document's text, end exclusive.
+    pub start_char: u64,
+    pub end_char: u64,
+    pub text: String,
+    pub n_tokens: u32,
+}
+table_row!(SegmentRow, Table::Segments, seg_id);
+
+/// Name of the MemWalker summary tree in `tree_nodes.tree`.
+pub const TREE_MEMWALKER: &str = "memwalker";
+/// Name of the RAPTOR / ILM-TR cluster tree in `tree_nodes.tree`.
+pub const TREE_RAPTOR: &str = "raptor";
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TreeNodeRow {
+    pub node_id: String,
+    pub tree: String,
+    /// Null for nodes of a corpus-level tree.
+    pub doc_id: Option<String>,
+    /// 0 for leaves.
+    pub level: u32,
+    /// Position among the nodes of the same tree and level, left to right.
+    pub ordinal: u32,
+    /// Null at a root.
+    pub parent_id: Option<String>,
+    pub child_ids: Vec<String>,
+    /// The segment a leaf summarises; null above the leaves.
+    pub seg_id: Option<String>,
+    pub summary: String,
+    /// ILM-TR's "surprising facts"; null where the tree keeps none.
+    pub surprise: Option<String>,
+    pub n_tokens: u32,
+}
+table_row!(TreeNodeRow, Table::TreeNodes, node_id);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PageRow {
+    pub page_id: String,
+    pub doc_id: String,
+    pub ordinal: u32,
+    pub start_char: u64,
+    pub end_char: u64,
+    pub text: String,
+    pub gist: String,
+}
+table_row!(PageRow, Table::Pages, page_id);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EntityRow {
+    pub entity_id: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub entity_type: String,
+    pub description: String,
+    pub aliases: Vec<String>,
+    pub seg_ids: Vec<String>,
+}
+table_row!(EntityRow, Table::Entities, entity_id);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RelationRow {
+    pub relation_id: String,
+    pub source_id: String,
+    pub target_id: String,
+    pub description: String,
+    pub seg_ids: Vec<String>,
+}
+table_row!(RelationRow, Table::Relations, relation_id);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingRow {
+    pub owner_id: String,
+    pub model: String,
+    /// What the owner is: "segment", "node", "page", "entity".
+    pub owner_kind: String,
+    pub vector: Vec<f32>,
+}
+table_row!(EmbeddingRow, Table::Embeddings, owner_id);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LlmCallRow {
+    pub call_key: String,
+    pub backend: String,
+    pub model: String,
+    pub task: String,
+    pub stage: String,
+    pub doc_id: Option<String>,
+    /// The call's inputs as JSON.
+    pub inputs: String,
+    pub reply: String,
+    pub tokens_in: u32,
+    pub tokens_out: u32,
+    pub latency_ms: u32,
+}
+table_row!(LlmCallRow, Table::LlmCalls, call_key);
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ErrorRow {
+    pub error_id: String,
+    /// The pipeline stage that met the error, e.g. "ingest".
+    pub stage: String,
+    /// Where the bad input came from: a path, a URI, `path:line`, or topic/partition/offset.
+    pub source: String,
+    pub doc_id: Option<String>,
+    /// A short machine-readable class, e.g. "not_utf8", "binary", "empty", "unreadable".
+    pub kind: String,
+    pub message: String,
+}
+table_row!(ErrorRow, Table::Errors, error_id);
+
+impl ErrorRow {
+    /// An error row whose id is derived from everything it says, so a re-run that
+    /// meets the same bad input writes the same row once.
+    pub fn new(
+        stage: &str,
+        source: &str,
+        doc_id: Option<String>,
+        kind: &str,
+        message: &str,
+    ) -> Self {
+        let error_id = crate::content_id(
+            "error",
+            &[
+                stage.as_bytes(),
+                source.as_bytes(),
+                kind.as_bytes(),
+                message.as_bytes(),
+            ],
+        );
+        ErrorRow {
+            error_id,
+            stage: stage.to_string(),
+            source: source.to_string(),
+            doc_id,
+            kind: kind.to_string(),
+            message: message.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TableVersion {
+    pub table: String,
+    pub version: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointRow {
+    pub epoch: u64,
+    pub created_at: i64,
+    /// Source positions (file listing, Kafka offsets) as JSON.
+    pub source_positions: String,
+    pub table_versions: Vec<TableVersion>,
+}
+table_row!(CheckpointRow, Table::Checkpoints, epoch);
+
+impl CheckpointRow {
+    /// The version of `table` this checkpoint names.
+    pub fn version_of(&self, table: Table) -> Option<u64> {
+        self.table_versions
+            .iter()
+            .find(|tv| tv.table == table.name())
+            .map(|tv| tv.version)
+    }
+}
+
+/// Microseconds since the Unix epoch, now.
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}

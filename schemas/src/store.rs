@@ -1,0 +1,500 @@
+//! Reads and writes the memory tables as Lance datasets under one root URL.
+//!
+//! The root is a plain path or any URL Lance's object-store registry knows
+//! (`file://`, `s3://`, …); each table is the dataset `ROOT/NAME.lance`. A write
+//! makes a new table version; a commit appends a `checkpoints` row naming the
+//! version of every table, and readers only ever read the versions a checkpoint
+//! names, so they always see one consistent epoch.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::{RecordBatch, RecordBatchIterator};
+use futures::TryStreamExt;
+use lance::dataset::builder::DatasetBuilder;
+use lance::dataset::{Dataset, WriteMode, WriteParams};
+use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+
+use crate::Table;
+use crate::rows::{CheckpointRow, TableRow, TableVersion, now_micros};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("tables root {root}: {reason}")]
+    Root { root: String, reason: String },
+    #[error("table {table} at {uri}: {source}")]
+    Lance {
+        table: Table,
+        uri: String,
+        #[source]
+        source: Box<lance::Error>,
+    },
+    #[error("table {table}: rows do not match the schema: {source}")]
+    Rows {
+        table: Table,
+        #[source]
+        source: serde_arrow::Error,
+    },
+    #[error("checkpoint {epoch} does not name table {table}")]
+    MissingTable { epoch: u64, table: Table },
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The memory tables under one root.
+#[derive(Debug, Clone)]
+pub struct TableStore {
+    root: String,
+    storage_options: HashMap<String, String>,
+}
+
+impl TableStore {
+    /// A store at `root`: a path (relative paths are made absolute) or a URL.
+    /// `storage_options` are object-store settings (endpoint, region, keys, …).
+    pub fn new(root: &str, storage_options: HashMap<String, String>) -> Result<Self> {
+        let root = if is_url(root) {
+            root.trim_end_matches('/').to_string()
+        } else {
+            let path = std::path::absolute(root).map_err(|e| StoreError::Root {
+                root: root.to_string(),
+                reason: e.to_string(),
+            })?;
+            path.to_string_lossy().trim_end_matches('/').to_string()
+        };
+        Ok(TableStore {
+            root,
+            storage_options,
+        })
+    }
+
+    /// A store at a local path, with no object-store settings.
+    pub fn local(root: &Path) -> Result<Self> {
+        Self::new(&root.to_string_lossy(), HashMap::new())
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    pub fn table_uri(&self, table: Table) -> String {
+        format!("{}/{}.lance", self.root, table.name())
+    }
+
+    /// Fails early, with the reason, when a local root cannot be created or written.
+    /// Object-store roots are checked by their first write.
+    pub fn check_writable(&self) -> Result<()> {
+        if is_url(&self.root) && !self.root.starts_with("file://") {
+            return Ok(());
+        }
+        let path = Path::new(self.root.trim_start_matches("file://"));
+        let fail = |reason: String| StoreError::Root {
+            root: self.root.clone(),
+            reason,
+        };
+        std::fs::create_dir_all(path).map_err(|e| fail(format!("cannot create: {e}")))?;
+        let probe = path.join(".memweave-write-probe");
+        std::fs::write(&probe, b"probe").map_err(|e| fail(format!("cannot write: {e}")))?;
+        std::fs::remove_file(&probe).map_err(|e| fail(format!("cannot write: {e}")))?;
+        Ok(())
+    }
+
+    /// Replaces the content of `R`'s table with `rows` (sorted by key), as a new
+    /// version; returns that version.
+    pub async fn write_rows<R: TableRow>(&self, rows: &[R]) -> Result<u64> {
+        let mut sorted: Vec<&R> = rows.iter().collect();
+        sorted.sort_by_cached_key(|r| r.key());
+        let batch = to_batch(R::TABLE, &sorted)?;
+        self.write_batch(R::TABLE, batch, WriteMode::Overwrite)
+            .await
+    }
+
+    async fn write_batch(&self, table: Table, batch: RecordBatch, mode: WriteMode) -> Result<u64> {
+        let uri = self.table_uri(table);
+        let schema = batch.schema();
+        let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
+        let exists = self.open(table, None).await?.is_some();
+        let params = WriteParams {
+            mode: if exists { mode } else { WriteMode::Create },
+            store_params: Some(self.store_params()),
+            ..Default::default()
+        };
+        let dataset = Dataset::write(reader, uri.as_str(), Some(params))
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(dataset.version().version)
+    }
+
+    /// All rows of `R`'s table at `version` (the newest when `None`); no rows when
+    /// the table does not exist yet.
+    pub async fn read_rows<R: TableRow>(&self, version: Option<u64>) -> Result<Vec<R>> {
+        let Some(dataset) = self.open(R::TABLE, version).await? else {
+            return Ok(Vec::new());
+        };
+        let batches: Vec<RecordBatch> = dataset
+            .scan()
+            .try_into_stream()
+            .await
+            .map_err(|e| self.lance_error(R::TABLE, e))?
+            .try_collect()
+            .await
+            .map_err(|e| self.lance_error(R::TABLE, e))?;
+        let mut rows = Vec::new();
+        for batch in &batches {
+            let part: Vec<R> =
+                serde_arrow::from_record_batch(batch).map_err(|source| StoreError::Rows {
+                    table: R::TABLE,
+                    source,
+                })?;
+            rows.extend(part);
+        }
+        Ok(rows)
+    }
+
+    /// The rows of `R`'s table at the version `checkpoint` names.
+    pub async fn read_at<R: TableRow>(&self, checkpoint: &CheckpointRow) -> Result<Vec<R>> {
+        let version = checkpoint
+            .version_of(R::TABLE)
+            .ok_or(StoreError::MissingTable {
+                epoch: checkpoint.epoch,
+                table: R::TABLE,
+            })?;
+        self.read_rows(Some(version)).await
+    }
+
+    /// The newest checkpoint, if any commit has happened under this root.
+    pub async fn latest_checkpoint(&self) -> Result<Option<CheckpointRow>> {
+        let checkpoints: Vec<CheckpointRow> = self.read_rows(None).await?;
+        Ok(checkpoints.into_iter().max_by_key(|c| c.epoch))
+    }
+
+    /// The checkpoint of `epoch`, if there is one.
+    pub async fn checkpoint(&self, epoch: u64) -> Result<Option<CheckpointRow>> {
+        let checkpoints: Vec<CheckpointRow> = self.read_rows(None).await?;
+        Ok(checkpoints.into_iter().find(|c| c.epoch == epoch))
+    }
+
+    /// Commits an epoch: appends the checkpoint row that names `versions`. Until
+    /// this returns, readers keep seeing the previous checkpoint.
+    pub async fn commit_checkpoint(
+        &self,
+        source_positions: String,
+        mut versions: Vec<TableVersion>,
+    ) -> Result<CheckpointRow> {
+        versions.sort();
+        let epoch = self.latest_checkpoint().await?.map_or(1, |c| c.epoch + 1);
+        let row = CheckpointRow {
+            epoch,
+            created_at: now_micros(),
+            source_positions,
+            table_versions: versions,
+        };
+        let batch = to_batch(Table::Checkpoints, &[&row])?;
+        self.write_batch(Table::Checkpoints, batch, WriteMode::Append)
+            .await?;
+        Ok(row)
+    }
+
+    async fn open(&self, table: Table, version: Option<u64>) -> Result<Option<Dataset>> {
+        let uri = self.table_uri(table);
+        let mut builder =
+            DatasetBuilder::from_uri(&uri).with_storage_options(self.storage_options.clone());
+        if let Some(version) = version {
+            builder = builder.with_version(version);
+        }
+        match builder.load().await {
+            Ok(dataset) => Ok(Some(dataset)),
+            Err(lance::Error::DatasetNotFound { .. }) => Ok(None),
+            Err(e) => Err(self.lance_error(table, e)),
+        }
+    }
+
+    fn store_params(&self) -> ObjectStoreParams {
+        ObjectStoreParams {
+            storage_options_accessor: Some(Arc::new(StorageOptionsAccessor::with_static_options(
+                self.storage_options.clone(),
+            ))),
+            ..Default::default()
+        }
+    }
+
+    fn lance_error(&self, table: Table, source: lance::Error) -> StoreError {
+        StoreError::Lance {
+            table,
+            uri: self.table_uri(table),
+            source: Box::new(source),
+        }
+    }
+}
+
+fn to_batch<R: TableRow>(table: Table, rows: &[&R]) -> Result<RecordBatch> {
+    serde_arrow::to_record_batch(&table.fields(), &rows)
+        .map_err(|source| StoreError::Rows { table, source })
+}
+
+fn is_url(root: &str) -> bool {
+    root.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::*;
+
+    fn node(id: &str, parent: Option<&str>) -> TreeNodeRow {
+        TreeNodeRow {
+            node_id: id.into(),
+            tree: TREE_MEMWALKER.into(),
+            doc_id: Some("d".into()),
+            level: 0,
+            ordinal: 0,
+            parent_id: parent.map(Into::into),
+            child_ids: vec!["a".into(), "b".into()],
+            seg_id: None,
+            summary: "s".into(),
+            surprise: None,
+            n_tokens: 3,
+        }
+    }
+
+    #[tokio::test]
+    async fn rows_round_trip_through_lance_and_versions_advance() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let rows = vec![node("n2", Some("n1")), node("n1", None)];
+        let v1 = store.write_rows(&rows).await.unwrap();
+        let back: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(
+            back,
+            vec![rows[1].clone(), rows[0].clone()],
+            "sorted by key"
+        );
+
+        let v2 = store.write_rows(&rows[..1]).await.unwrap();
+        assert!(v2 > v1);
+        let old: Vec<TreeNodeRow> = store.read_rows(Some(v1)).await.unwrap();
+        assert_eq!(old.len(), 2, "time travel to the first version");
+        let new: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(new.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn checkpoints_name_versions_and_epochs_increase() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        assert!(store.latest_checkpoint().await.unwrap().is_none());
+        let errors = vec![ErrorRow::new(
+            "ingest",
+            "a.txt",
+            None,
+            "empty",
+            "file is empty",
+        )];
+        let v = store.write_rows(&errors).await.unwrap();
+        let versions = vec![TableVersion {
+            table: "errors".into(),
+            version: v,
+        }];
+        let first = store
+            .commit_checkpoint("{}".into(), versions.clone())
+            .await
+            .unwrap();
+        let second = store
+            .commit_checkpoint("{}".into(), versions)
+            .await
+            .unwrap();
+        assert_eq!((first.epoch, second.epoch), (1, 2));
+        let latest = store.latest_checkpoint().await.unwrap().unwrap();
+        assert_eq!(latest.epoch, 2);
+        assert_eq!(latest.version_of(Table::Errors), Some(v));
+        let read: Vec<ErrorRow> = store.read_at(&latest).await.unwrap();
+        assert_eq!(read, errors);
+    }
+
+    #[tokio::test]
+    async fn empty_tables_are_written_with_their_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let rows: Vec<EntityRow> = Vec::new();
+        store.write_rows(&rows).await.unwrap();
+        let back: Vec<EntityRow> = store.read_rows(None).await.unwrap();
+        assert!(back.is_empty());
+        let missing: Vec<PageRow> = store.read_rows(None).await.unwrap();
+        assert!(missing.is_empty(), "a table never written reads as empty");
+    }
+
+    async fn round_trip<R: TableRow + PartialEq + std::fmt::Debug>(
+        store: &TableStore,
+        rows: Vec<R>,
+    ) {
+        store.write_rows(&rows).await.unwrap();
+        let back: Vec<R> = store.read_rows(None).await.unwrap();
+        assert_eq!(back, rows, "{}", R::TABLE);
+    }
+
+    #[tokio::test]
+    async fn every_table_round_trips_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        round_trip(
+            &store,
+            vec![DocumentRow {
+                doc_id: "d".into(),
+                source_uri: "/a/é.txt".into(),
+                content_hash: "h".into(),
+                version: 3,
+                title: "Tïtle".into(),
+                n_chars: 10,
+                n_tokens: 4,
+                ingested_at: 1_700_000_000_000_000,
+                deleted: false,
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![SegmentRow {
+                seg_id: "s".into(),
+                doc_id: "d".into(),
+                ordinal: 0,
+                start_char: 0,
+                end_char: 10,
+                text: "ten chars!".into(),
+                n_tokens: 4,
+            }],
+        )
+        .await;
+        round_trip(&store, vec![node("a", None), node("b", Some("a"))]).await;
+        round_trip(
+            &store,
+            vec![PageRow {
+                page_id: "p".into(),
+                doc_id: "d".into(),
+                ordinal: 0,
+                start_char: 0,
+                end_char: 10,
+                text: "ten chars!".into(),
+                gist: "ten".into(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![EntityRow {
+                entity_id: "e".into(),
+                name: "Ada Lovelace".into(),
+                entity_type: "person".into(),
+                description: "mathematician".into(),
+                aliases: vec!["Ada".into(), "Countess of Lovelace".into()],
+                seg_ids: vec!["s".into()],
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![RelationRow {
+                relation_id: "r".into(),
+                source_id: "e".into(),
+                target_id: "f".into(),
+                description: "worked with".into(),
+                seg_ids: vec![],
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![EmbeddingRow {
+                owner_id: "s".into(),
+                model: "hashing".into(),
+                owner_kind: "segment".into(),
+                vector: (0..crate::tables::DEFAULT_EMBEDDING_DIM)
+                    .map(|i| i as f32 / 7.0)
+                    .collect(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![LlmCallRow {
+                call_key: "k".into(),
+                backend: "openai".into(),
+                model: "m".into(),
+                task: "summarize".into(),
+                stage: "tree".into(),
+                doc_id: None,
+                inputs: "{}".into(),
+                reply: "ok".into(),
+                tokens_in: 10,
+                tokens_out: 2,
+                latency_ms: 30,
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![ErrorRow::new(
+                "ingest",
+                "x.bin",
+                None,
+                "binary",
+                "NUL bytes",
+            )],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![CheckpointRow {
+                epoch: 1,
+                created_at: 5,
+                source_positions: "{}".into(),
+                table_versions: vec![TableVersion {
+                    table: "documents".into(),
+                    version: 2,
+                }],
+            }],
+        )
+        .await;
+        let written: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for table in Table::ALL {
+            assert!(
+                written.contains(&format!("{}.lance", table.name())),
+                "{table}"
+            );
+        }
+    }
+
+    #[test]
+    fn row_fields_match_the_declared_schemas() {
+        // serde_arrow checks names and types when it builds a batch; an empty batch
+        // still carries the full schema.
+        let batch = to_batch::<TreeNodeRow>(Table::TreeNodes, &[]).unwrap();
+        assert_eq!(batch.schema(), Table::TreeNodes.schema());
+        assert_eq!(Table::from_name("tree_nodes"), Some(Table::TreeNodes));
+    }
+
+    #[test]
+    fn an_unwritable_root_is_reported_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plain-file");
+        std::fs::write(&file, b"x").unwrap();
+        let store = TableStore::local(&file.join("tables")).unwrap();
+        let err = store.check_writable().unwrap_err().to_string();
+        assert!(err.contains("plain-file"), "{err}");
+    }
+
+    #[test]
+    fn urls_and_paths_are_told_apart() {
+        assert!(is_url("s3://bucket/x"));
+        assert!(is_url("file:///tmp/x"));
+        assert!(!is_url("./memory"));
+        assert!(!is_url("/tmp/a://b"));
+    }
+}

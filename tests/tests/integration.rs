@@ -1,0 +1,13 @@
+//! memweave's end-to-end tests: one binary, real components, real text.
+
+// Test helpers fail loudly by design.
+#![allow(clippy::unwrap_used)]
+
+mod integration {
+    pub mod bad_input;
+    pub mod external_readers;
+    pub mod indexing;
+    pub mod query;
+    pub mod segmentation;
+    pub mod shared;
+}

@@ -1,0 +1,58 @@
+//! Another program reads the tables: pylance sees the rows memweave wrote.
+
+use std::process::Command;
+
+use memweave_schemas::Table;
+use memweave_tests::python;
+
+use super::shared::pg_essays;
+
+const COUNT_ROWS: &str = r#"
+import json, sys, lance
+root, tables = sys.argv[1], sys.argv[2].split(",")
+counts = {}
+for name in tables:
+    ds = lance.dataset(f"{root}/{name}.lance")
+    counts[name] = ds.count_rows()
+docs = lance.dataset(f"{root}/documents.lance").to_table(columns=["doc_id", "n_chars"]).to_pylist()
+print(json.dumps({"counts": counts, "chars": sum(d["n_chars"] for d in docs)}))
+"#;
+
+#[test]
+fn pylance_reads_the_same_row_counts() {
+    let built = pg_essays();
+    let names: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
+    let output = Command::new(python())
+        .args([
+            "-c",
+            COUNT_ROWS,
+            built.tables.to_str().unwrap(),
+            &names.join(","),
+        ])
+        .output()
+        .expect("python runs (the test command installs pylance in a virtual environment)");
+    assert!(
+        output.status.success(),
+        "pylance could not read the tables: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let t = &built.read;
+    let expected = [
+        ("documents", t.documents.len()),
+        ("segments", t.segments.len()),
+        ("tree_nodes", t.tree_nodes.len()),
+        ("pages", t.pages.len()),
+        ("errors", t.errors.len()),
+        ("entities", 0),
+        ("relations", 0),
+        ("embeddings", 0),
+        ("llm_calls", 0),
+        ("checkpoints", 1),
+    ];
+    for (table, count) in expected {
+        assert_eq!(seen["counts"][table], count, "{table}");
+    }
+    let chars: u64 = t.documents.iter().map(|d| d.n_chars).sum();
+    assert_eq!(seen["chars"], chars);
+}

@@ -1,0 +1,61 @@
+//! One index of pg-essays, built once and shared by the tests that only read it.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use memweave_tests::{Tables, index, read_tables, shared_data};
+
+pub struct Built {
+    _dir: tempfile::TempDir,
+    pub tables: std::path::PathBuf,
+    pub summary: String,
+    pub read: Tables,
+}
+
+/// pg-essays indexed with the default sizes but 400-token segments, so every
+/// essay's tree has more than one level.
+pub fn pg_essays() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let tables = dir.path().join("memory");
+        let output = index(
+            &shared_data("pg-essays"),
+            &tables,
+            &["--segment-tokens", "400"],
+        );
+        let read = read_tables(&tables);
+        Built {
+            summary: String::from_utf8_lossy(&output.stdout).into_owned(),
+            tables,
+            read,
+            _dir: dir,
+        }
+    })
+}
+
+pub fn essay(name: &str) -> String {
+    std::fs::read_to_string(shared_data("pg-essays").join(name)).expect("the essay reads")
+}
+
+pub fn essays() -> Vec<(String, String)> {
+    let dir = shared_data("pg-essays");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("pg-essays lists")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.ends_with(".txt"))
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(Path::new(&dir).join(&n)).expect("reads");
+            (n, text)
+        })
+        .collect()
+}
