@@ -34,6 +34,7 @@ impl Progress {
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
+            bar.set_message("0 docs");
             bar.enable_steady_tick(Duration::from_millis(200));
             bar
         });

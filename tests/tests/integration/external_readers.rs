@@ -1,4 +1,4 @@
-//! Another program reads the tables: pylance sees the rows memweave wrote.
+//! Other programs read the tables: pylance and DuckDB see the rows memweave wrote.
 
 use std::process::Command;
 
@@ -8,18 +8,25 @@ use memweave_tests::python;
 use super::shared::pg_essays;
 
 const COUNT_ROWS: &str = r#"
-import json, sys, lance
+import json, sys, lance, duckdb
 root, tables = sys.argv[1], sys.argv[2].split(",")
 counts = {}
 for name in tables:
     ds = lance.dataset(f"{root}/{name}.lance")
     counts[name] = ds.count_rows()
 docs = lance.dataset(f"{root}/documents.lance").to_table(columns=["doc_id", "n_chars"]).to_pylist()
-print(json.dumps({"counts": counts, "chars": sum(d["n_chars"] for d in docs)}))
+segments = lance.dataset(f"{root}/segments.lance").to_table(columns=["doc_id", "n_tokens"])
+per_doc = duckdb.sql("SELECT count(DISTINCT doc_id), sum(n_tokens) FROM segments").fetchone()
+print(json.dumps({
+    "counts": counts,
+    "chars": sum(d["n_chars"] for d in docs),
+    "duckdb_docs_with_segments": per_doc[0],
+    "duckdb_segment_tokens": int(per_doc[1]),
+}))
 "#;
 
 #[test]
-fn pylance_reads_the_same_row_counts() {
+fn pylance_and_duckdb_read_the_same_counts() {
     let built = pg_essays();
     let names: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
     let output = Command::new(python())
@@ -55,4 +62,7 @@ fn pylance_reads_the_same_row_counts() {
     }
     let chars: u64 = t.documents.iter().map(|d| d.n_chars).sum();
     assert_eq!(seen["chars"], chars);
+    assert_eq!(seen["duckdb_docs_with_segments"], t.documents.len());
+    let tokens: u64 = t.segments.iter().map(|s| u64::from(s.n_tokens)).sum();
+    assert_eq!(seen["duckdb_segment_tokens"], tokens);
 }
