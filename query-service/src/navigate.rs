@@ -208,11 +208,7 @@ impl<'a> Navigation<'a> {
             );
             return;
         };
-        let title = self
-            .snapshot
-            .document(&doc_id)
-            .map_or("", |d| d.title.as_str())
-            .to_string();
+        let title = self.snapshot.title_of(&doc_id);
         self.record(
             "choose_document",
             &doc_id,
@@ -229,29 +225,23 @@ impl<'a> Navigation<'a> {
         let mut path = vec![root];
         self.record_descend(root, "start at the root".into());
         while let Some(&current) = path.last() {
-            let node = &self.snapshot.nodes[current];
             visited.insert(current);
-            if node.child_ids.is_empty() {
+            if self.snapshot.nodes[current].child_ids.is_empty() {
                 leaf_reads += 1;
                 if self.read_leaf(current) {
                     self.answered = true;
                     return;
                 }
                 if leaf_reads >= MAX_LEAF_READS {
-                    break;
-                }
-                path.pop();
-                if let Some(&parent) = path.last() {
-                    let id = self.snapshot.nodes[parent].node_id.clone();
-                    let level = self.snapshot.nodes[parent].level;
-                    self.record(
-                        "revert",
-                        &id,
-                        Some(level),
-                        0.0,
-                        "the leaf cannot answer; back to its parent (action -1)".into(),
+                    self.answer_with_best(
+                        "read the leaf budget; answering with the best passage seen",
                     );
+                    return;
                 }
+                self.revert(
+                    &mut path,
+                    "the leaf cannot answer; back to its parent (action -1)",
+                );
                 continue;
             }
             match self.triage(current, &visited) {
@@ -259,23 +249,20 @@ impl<'a> Navigation<'a> {
                     path.push(child);
                     self.record_descend_scored(child, score, reasoning);
                 }
-                None => {
-                    path.pop();
-                    if let Some(&parent) = path.last() {
-                        let id = self.snapshot.nodes[parent].node_id.clone();
-                        let level = self.snapshot.nodes[parent].level;
-                        self.record(
-                            "revert",
-                            &id,
-                            Some(level),
-                            0.0,
-                            "no child left that mentions the question".into(),
-                        );
-                    }
-                }
+                None => self.revert(&mut path, "no child left that mentions the question"),
             }
         }
-        self.answer_with_best("read the leaf budget; answering with the best passage seen");
+        self.answer_with_best("every branch that mentions the question was read; answering with the best passage seen");
+    }
+
+    /// MemWalker's revert: leave the current node for its parent.
+    fn revert(&mut self, path: &mut Vec<usize>, reasoning: &str) {
+        path.pop();
+        if let Some(&parent) = path.last() {
+            let node = &self.snapshot.nodes[parent];
+            let (id, level) = (node.node_id.clone(), node.level);
+            self.record("revert", &id, Some(level), 0.0, reasoning.to_string());
+        }
     }
 
     fn record_descend(&mut self, node: usize, reasoning: String) {
@@ -413,11 +400,7 @@ impl<'a> Navigation<'a> {
             return;
         };
         let doc_id = docs[doc_index].to_string();
-        let title = self
-            .snapshot
-            .document(&doc_id)
-            .map_or("", |d| d.title.as_str())
-            .to_string();
+        let title = self.snapshot.title_of(&doc_id);
         self.record(
             "choose_document",
             &doc_id,

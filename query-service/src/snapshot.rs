@@ -105,6 +105,12 @@ impl Snapshot {
         self.doc_index.get(doc_id).map(|&i| &self.documents[i])
     }
 
+    /// The title of a document, empty when it is unknown.
+    pub fn title_of(&self, doc_id: &str) -> String {
+        self.document(doc_id)
+            .map_or_else(String::new, |d| d.title.clone())
+    }
+
     pub fn node_position(&self, node_id: &str) -> Option<usize> {
         self.node_index.get(node_id).copied()
     }

@@ -16,7 +16,7 @@ for name in tables:
     counts[name] = ds.count_rows()
 docs = lance.dataset(f"{root}/documents.lance").to_table(columns=["doc_id", "n_chars"]).to_pylist()
 segments = lance.dataset(f"{root}/segments.lance").to_table(columns=["doc_id", "n_tokens"])
-per_doc = duckdb.sql("SELECT count(DISTINCT doc_id), sum(n_tokens) FROM segments").fetchone()
+per_doc = duckdb.sql("SELECT count(DISTINCT doc_id), sum(n_tokens) FROM segments").fetchall()[0]
 print(json.dumps({
     "counts": counts,
     "chars": sum(d["n_chars"] for d in docs),
