@@ -148,3 +148,124 @@ fn duplicate_error(loser: &Document, winner: &Document) -> ErrorRow {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use memweave_operators::Extractive;
+    use memweave_operators::build::segment_rows;
+    use memweave_operators::ingest::RawDocument;
+    use memweave_operators::paginate::PageConfig;
+    use memweave_operators::segment::SegmentConfig;
+
+    use super::*;
+
+    fn config() -> BuildConfig {
+        BuildConfig::new(
+            SegmentConfig::around(40),
+            PageConfig {
+                min_words: 20,
+                max_words: 60,
+            },
+            4,
+        )
+    }
+
+    fn document(key: &str, source: &str, text: &str, version: u64) -> Document {
+        Document::new(
+            RawDocument {
+                key: key.into(),
+                source_uri: source.into(),
+                title: key.into(),
+                text: text.into(),
+            },
+            version,
+        )
+    }
+
+    fn prose(topic: &str) -> String {
+        (0..40)
+            .map(|i| format!("Sentence {i} says something about {topic} and its many sides."))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Runs `rounds` of input changes through the dataflow on one worker and
+    /// returns the accumulated output after the last round.
+    fn run(rounds: Vec<Vec<((Document, i64), isize)>>) -> WorkerOutput {
+        let guards = timely::execute(timely::Config::thread(), move |worker| {
+            let model: Arc<dyn MemoryModel> = Arc::new(Extractive);
+            let (mut input, probe, output) = build(worker, &model, config());
+            for (round, changes) in rounds.iter().enumerate() {
+                for (record, diff) in changes {
+                    input.update(record.clone(), *diff);
+                }
+                input.advance_to(round as u64 + 1);
+                input.flush();
+                worker.step_while(|| probe.less_than(input.time()));
+            }
+            std::mem::take(&mut *output.borrow_mut())
+        })
+        .expect("the dataflow starts");
+        guards
+            .join()
+            .pop()
+            .expect("one worker")
+            .expect("the worker succeeds")
+    }
+
+    #[test]
+    fn an_update_leaves_exactly_the_rows_of_the_new_version() {
+        let old = document("a.txt", "a.txt", &prose("harbours"), 1);
+        let new = document("a.txt", "a.txt", &prose("lighthouses"), 2);
+        let output = run(vec![
+            vec![((old.clone(), 0), 1)],
+            vec![((old, 0), -1), ((new.clone(), 5), 1)],
+        ]);
+        let expected: HashSet<SegmentRow> =
+            segment_rows(&new, &config().segments).into_iter().collect();
+        let got: HashSet<SegmentRow> = output.segments.keys().cloned().collect();
+        assert_eq!(got, expected);
+        assert!(output.segments.values().all(|&m| m == 1));
+        assert_eq!(output.documents.len(), 1);
+        let row = output.documents.keys().next().expect("one document");
+        assert_eq!((row.version, row.ingested_at), (2, 5));
+        assert!(
+            output
+                .tree_nodes
+                .keys()
+                .all(|n| n.summary.contains("lighthouses"))
+        );
+        assert!(output.pages.keys().all(|p| p.text.contains("lighthouses")));
+    }
+
+    #[test]
+    fn a_delete_retracts_everything_the_document_produced() {
+        let doc = document("a.txt", "a.txt", &prose("harbours"), 1);
+        let output = run(vec![vec![((doc.clone(), 0), 1)], vec![((doc, 0), -1)]]);
+        assert!(output.documents.is_empty());
+        assert!(output.segments.is_empty());
+        assert!(output.tree_nodes.is_empty());
+        assert!(output.pages.is_empty());
+    }
+
+    #[test]
+    fn two_sources_claiming_one_id_keep_the_first_and_report_the_other() {
+        let first = document("same", "a.jsonl:1", &prose("tides"), 1);
+        let second = document("same", "b.jsonl:1", &prose("ships"), 1);
+        let output = run(vec![vec![((second, 0), 1), ((first, 0), 1)]]);
+        assert_eq!(output.documents.len(), 1);
+        assert_eq!(
+            output.documents.keys().next().expect("a row").source_uri,
+            "a.jsonl:1"
+        );
+        let errors: Vec<&ErrorRow> = output.errors.keys().collect();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(
+            (errors[0].kind.as_str(), errors[0].source.as_str()),
+            ("duplicate_id", "b.jsonl:1")
+        );
+        assert!(output.segments.keys().all(|s| s.text.contains("tides")));
+    }
+}
