@@ -61,10 +61,6 @@ impl TermVector {
         TermVector { counts }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
-    }
-
     pub fn cosine(&self, other: &TermVector) -> f64 {
         let (small, large) = if self.counts.len() < other.counts.len() {
             (self, other)
@@ -125,14 +121,6 @@ impl Bm25 {
             average_length,
             document_frequency,
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.docs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.docs.is_empty()
     }
 
     /// BM25 score of text `index` for the query terms.

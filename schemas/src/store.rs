@@ -168,12 +168,6 @@ impl TableStore {
         Ok(checkpoints.into_iter().max_by_key(|c| c.epoch))
     }
 
-    /// The checkpoint of `epoch`, if there is one.
-    pub async fn checkpoint(&self, epoch: u64) -> Result<Option<CheckpointRow>> {
-        let checkpoints: Vec<CheckpointRow> = self.read_rows(None).await?;
-        Ok(checkpoints.into_iter().find(|c| c.epoch == epoch))
-    }
-
     /// Commits an epoch: appends the checkpoint row that names `versions`. Until
     /// this returns, readers keep seeing the previous checkpoint.
     pub async fn commit_checkpoint(

@@ -62,22 +62,6 @@ impl Table {
         Self::ALL.into_iter().find(|t| t.name() == name)
     }
 
-    /// The column that identifies a row.
-    pub fn key(self) -> &'static str {
-        match self {
-            Table::Documents => "doc_id",
-            Table::Segments => "seg_id",
-            Table::TreeNodes => "node_id",
-            Table::Pages => "page_id",
-            Table::Entities => "entity_id",
-            Table::Relations => "relation_id",
-            Table::Embeddings => "owner_id",
-            Table::LlmCalls => "call_key",
-            Table::Errors => "error_id",
-            Table::Checkpoints => "epoch",
-        }
-    }
-
     pub fn schema(self) -> SchemaRef {
         Arc::new(Schema::new(self.fields()))
     }
