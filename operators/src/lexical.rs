@@ -139,8 +139,14 @@ impl Bm25 {
         self.score_counts(query, &counts, length)
     }
 
-    fn score_counts(&self, query: &[String], doc: &HashMap<String, f64>, length: f64) -> f64 {
+    /// Inverse document frequency of `term` in the indexed texts.
+    pub fn idf(&self, term: &str) -> f64 {
         let n = self.docs.len() as f64;
+        let df = self.document_frequency.get(term).copied().unwrap_or(0.0);
+        ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+    }
+
+    fn score_counts(&self, query: &[String], doc: &HashMap<String, f64>, length: f64) -> f64 {
         let length_norm = if self.average_length > 0.0 {
             length / self.average_length
         } else {
@@ -150,8 +156,7 @@ impl Bm25 {
             .iter()
             .filter_map(|term| {
                 let tf = *doc.get(term)?;
-                let df = self.document_frequency.get(term).copied().unwrap_or(0.0);
-                let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                let idf = self.idf(term);
                 Some(idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length_norm)))
             })
             // An empty sum is -0.0; adding 0.0 keeps "no match" at plain zero.

@@ -96,7 +96,9 @@ pub struct Step {
 /// Share of the question's distinct terms a passage must hold to answer.
 const ANSWER_COVERAGE: f64 = 0.5;
 /// Leaves MemWalker may read before it answers with the best passage seen.
-const MAX_LEAF_READS: usize = 6;
+const MAX_LEAF_READS: usize = 8;
+/// Documents MemWalker may walk, best match first, before it gives up on a corpus.
+const MAX_DOCUMENTS: usize = 3;
 /// Pages ReadAgent looks up at once.
 const LOOKUP_PAGES: usize = 2;
 
@@ -186,9 +188,16 @@ impl<'a> Navigation<'a> {
         ranked
     }
 
+    /// MemWalker over a corpus: walk the best-matching document's tree; when the walk
+    /// finds no leaf that answers, go back up to the corpus and try the next document.
     fn memwalker(&mut self) {
-        let ranked = self.rank_documents_by_tree();
-        let Some((doc_id, score, node)) = ranked.first().cloned().filter(|d| d.1 > 0.0) else {
+        let ranked: Vec<(String, f64, usize)> = self
+            .rank_documents_by_tree()
+            .into_iter()
+            .filter(|d| d.1 > 0.0)
+            .take(MAX_DOCUMENTS)
+            .collect();
+        if ranked.is_empty() {
             self.record(
                 "no_answer",
                 "",
@@ -197,46 +206,56 @@ impl<'a> Navigation<'a> {
                 "no document's memory mentions the question's terms".into(),
             );
             return;
-        };
-        let Some(root) = self.snapshot.root_of(&doc_id) else {
-            self.record(
-                "no_answer",
-                &doc_id,
-                None,
-                0.0,
-                "the document has no tree root".into(),
-            );
-            return;
-        };
-        let title = self.snapshot.title_of(&doc_id);
-        self.record(
-            "choose_document",
-            &doc_id,
-            None,
-            score,
-            format!(
-                "\"{title}\": its node {} matches the question best of {} documents",
-                self.snapshot.nodes[node].node_id,
-                ranked.len()
-            ),
-        );
-        let mut visited: HashSet<usize> = HashSet::new();
+        }
         let mut leaf_reads = 0;
+        for (rank, (doc_id, score, node)) in ranked.iter().enumerate() {
+            let Some(root) = self.snapshot.root_of(doc_id) else {
+                continue;
+            };
+            let title = self.snapshot.title_of(doc_id);
+            let why = if rank == 0 {
+                "matches the question best".to_string()
+            } else {
+                format!("is the next best match ({} of {})", rank + 1, ranked.len())
+            };
+            self.record(
+                "choose_document",
+                doc_id,
+                None,
+                *score,
+                format!(
+                    "\"{title}\": its node {} {why}",
+                    self.snapshot.nodes[*node].node_id
+                ),
+            );
+            if self.walk(root, &mut leaf_reads) {
+                self.answered = true;
+                return;
+            }
+            if leaf_reads >= MAX_LEAF_READS {
+                self.answer_with_best("read the leaf budget; answering with the best passage seen");
+                return;
+            }
+        }
+        self.answer_with_best(
+            "every branch that mentions the question was read; answering with the best passage seen",
+        );
+    }
+
+    /// Walks one tree from its root; true when a leaf answered.
+    fn walk(&mut self, root: usize, leaf_reads: &mut usize) -> bool {
+        let mut visited: HashSet<usize> = HashSet::new();
         let mut path = vec![root];
         self.record_descend(root, "start at the root".into());
         while let Some(&current) = path.last() {
             visited.insert(current);
             if self.snapshot.nodes[current].child_ids.is_empty() {
-                leaf_reads += 1;
+                *leaf_reads += 1;
                 if self.read_leaf(current) {
-                    self.answered = true;
-                    return;
+                    return true;
                 }
-                if leaf_reads >= MAX_LEAF_READS {
-                    self.answer_with_best(
-                        "read the leaf budget; answering with the best passage seen",
-                    );
-                    return;
+                if *leaf_reads >= MAX_LEAF_READS {
+                    return false;
                 }
                 self.revert(
                     &mut path,
@@ -252,7 +271,7 @@ impl<'a> Navigation<'a> {
                 None => self.revert(&mut path, "no child left that mentions the question"),
             }
         }
-        self.answer_with_best("every branch that mentions the question was read; answering with the best passage seen");
+        false
     }
 
     /// MemWalker's revert: leave the current node for its parent.
@@ -487,26 +506,30 @@ impl<'a> Navigation<'a> {
         if spans.is_empty() || self.distinct_terms.is_empty() {
             return None;
         }
-        let sentence_texts: Vec<&str> = spans.iter().map(|s| s.of(text)).collect();
-        let bm25 = Bm25::new(sentence_texts.iter().copied());
-        let (center, _) = bm25.rank(&self.query).into_iter().next()?;
-        let first = center.saturating_sub(1);
-        let last = (center + 1).min(spans.len() - 1);
-        let (start, end) = (spans[first].start, spans[last].end);
+        // Every window of three sentences; the one covering most of the question's
+        // terms wins, BM25 (with the corpus statistics) breaking ties.
+        let (start, end, coverage, score) = (0..spans.len())
+            .map(|center| {
+                let start = spans[center.saturating_sub(1)].start;
+                let end = spans[(center + 1).min(spans.len() - 1)].end;
+                let window = &text[start..end];
+                let window_terms: HashSet<String> = terms(window).into_iter().collect();
+                let coverage = self.coverage(&window_terms);
+                let score = self.snapshot.node_bm25.score_text(&self.query, window);
+                (start, end, coverage, score)
+            })
+            .max_by(|a, b| {
+                (a.2, a.3)
+                    .partial_cmp(&(b.2, b.3))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(b.0.cmp(&a.0))
+            })?;
         let window = &text[start..end];
-        let window_terms: HashSet<String> = terms(window).into_iter().collect();
-        let covered = self
-            .distinct_terms
-            .iter()
-            .filter(|t| window_terms.contains(*t))
-            .count();
-        let coverage = covered as f64 / self.distinct_terms.len() as f64;
-        let window_bm25 = self.snapshot.node_bm25.score_text(&self.query, window);
         let mut chars = CharOffsets::new(text);
         let document = self.snapshot.document(doc_id);
         Some(Candidate {
             coverage,
-            score: window_bm25,
+            score,
             passage: Passage {
                 doc_id: doc_id.to_string(),
                 title: document.map_or_else(String::new, |d| d.title.clone()),
@@ -517,6 +540,20 @@ impl<'a> Navigation<'a> {
                 text: window.split_whitespace().collect::<Vec<_>>().join(" "),
             },
         })
+    }
+
+    /// Share of the question's terms a passage holds, each term weighted by its
+    /// rarity across the memory, so "paint" counts for more than "author".
+    fn coverage(&self, passage_terms: &HashSet<String>) -> f64 {
+        let bm25 = &self.snapshot.node_bm25;
+        let total: f64 = self.distinct_terms.iter().map(|t| bm25.idf(t)).sum();
+        let covered: f64 = self
+            .distinct_terms
+            .iter()
+            .filter(|t| passage_terms.contains(*t))
+            .map(|t| bm25.idf(t))
+            .sum();
+        if total > 0.0 { covered / total } else { 0.0 }
     }
 
     fn finish(self) -> Answer {
