@@ -1,13 +1,14 @@
-//! Per-document memory building on pg-essays: segmentation, MemWalker trees with
-//! the extractive backend, and ReadAgent pagination with gists. Reports bytes/s.
+//! Per-document memory building on pg-essays: segmentation, and whole memories
+//! (MemWalker trees, ReadAgent pages and gists) with the extractive backend
+//! through prompts, parsers and an in-memory call cache. Reports bytes/s.
 //!
 //! Run: `cargo bench -p memweave-benches` (needs ../shared/data/pg-essays).
 
 use std::path::Path;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use memweave_operators::Extractive;
-use memweave_operators::build::{BuildConfig, Document, page_rows, segment_rows, tree_rows};
+use memweave_llm::TaskModel;
+use memweave_operators::build::{BuildConfig, Document, build_document, segment_rows};
 use memweave_operators::ingest::RawDocument;
 
 fn essays() -> Vec<Document> {
@@ -49,22 +50,12 @@ fn build(c: &mut Criterion) {
                 .sum::<usize>()
         })
     });
-    let segments: Vec<_> = docs
-        .iter()
-        .map(|d| segment_rows(d, &config.segments))
-        .collect();
-    group.bench_function("memwalker_tree", |b| {
+    group.bench_function("memories_extractive", |b| {
         b.iter(|| {
+            // A fresh model each time: a warm cache would measure look-ups, not building.
+            let model = TaskModel::extractive();
             docs.iter()
-                .zip(&segments)
-                .map(|(d, s)| tree_rows(&d.doc_id, s, &Extractive, config.max_children).len())
-                .sum::<usize>()
-        })
-    });
-    group.bench_function("pages_and_gists", |b| {
-        b.iter(|| {
-            docs.iter()
-                .map(|d| page_rows(d, &config.pages, &Extractive).len())
+                .map(|d| futures::executor::block_on(build_document(d, &config, &model)).len())
                 .sum::<usize>()
         })
     });

@@ -4,15 +4,15 @@
 use std::collections::HashMap;
 
 use memweave_schemas::ids::content_hash;
-use memweave_schemas::{PageRow, SegmentRow, TreeNodeRow, content_id};
+use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
 use crate::ingest::RawDocument;
-use crate::model::MemoryModel;
+use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
 use crate::paginate::{PageConfig, paginate};
 use crate::segment::{SegmentConfig, segment};
 use crate::text::CharOffsets;
-use crate::tree::{DEFAULT_MAX_CHILDREN, memwalker_tree};
+use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, memwalker_tree};
 
 /// One version of one document: the record the dataflow's input collection holds.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -50,6 +50,8 @@ pub struct BuildConfig {
     pub segments: SegmentConfig,
     pub pages: PageConfig,
     pub max_children: usize,
+    /// Longest concatenation of child summaries kept as a parent's summary, in tokens.
+    pub parent_max_tokens: usize,
 }
 
 impl BuildConfig {
@@ -58,6 +60,7 @@ impl BuildConfig {
             segments,
             pages,
             max_children,
+            parent_max_tokens: DEFAULT_PARENT_MAX_TOKENS,
         }
     }
 
@@ -79,6 +82,7 @@ impl BuildConfig {
         segments: SegmentConfig::DEFAULT,
         pages: PageConfig::DEFAULT,
         max_children: DEFAULT_MAX_CHILDREN,
+        parent_max_tokens: DEFAULT_PARENT_MAX_TOKENS,
     };
 }
 
@@ -120,13 +124,26 @@ pub fn segment_rows(doc: &Document, config: &SegmentConfig) -> Vec<SegmentRow> {
         .collect()
 }
 
-pub fn page_rows(doc: &Document, config: &PageConfig, model: &dyn MemoryModel) -> Vec<PageRow> {
+pub async fn page_rows(
+    doc: &Document,
+    config: &PageConfig,
+    model: &dyn MemoryModel,
+) -> StepResult<Vec<PageRow>> {
+    let cx = CallContext::build("readagent", &doc.doc_id);
+    let spans = paginate(&doc.text, config, model, &cx).await?;
+    let gists = all_in_order(
+        spans
+            .iter()
+            .map(|span| model.gist_page(&cx, span.of(&doc.text))),
+    )
+    .await?;
     let mut chars = CharOffsets::new(&doc.text);
     let mut ids = RepeatCounter::default();
-    paginate(&doc.text, config, model)
+    Ok(spans
         .into_iter()
+        .zip(gists)
         .enumerate()
-        .map(|(ordinal, span)| {
+        .map(|(ordinal, (span, gist))| {
             let text = span.of(&doc.text);
             PageRow {
                 page_id: ids.id("page", &doc.doc_id, text),
@@ -134,23 +151,59 @@ pub fn page_rows(doc: &Document, config: &PageConfig, model: &dyn MemoryModel) -
                 ordinal: ordinal as u32,
                 start_char: chars.at(span.start),
                 end_char: chars.at(span.end),
-                gist: model.gist_page(text),
+                gist,
                 text: text.to_string(),
             }
         })
-        .collect()
+        .collect())
 }
 
-/// The MemWalker tree over a document's segments, given in any order.
-pub fn tree_rows(
-    doc_id: &str,
-    segments: &[SegmentRow],
+/// Everything built from one document, or the step that failed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MemoryRow {
+    Segment(SegmentRow),
+    TreeNode(TreeNodeRow),
+    Page(PageRow),
+    Error(ErrorRow),
+}
+
+/// The memory of one document: segments, its MemWalker tree, its ReadAgent pages
+/// and gists, the trees and pages concurrently. When a model step fails the
+/// document gets one `errors` row instead of a partial memory, so a later run
+/// (with the pool back, or the cache filled) builds it whole.
+pub async fn build_document(
+    doc: &Document,
+    config: &BuildConfig,
     model: &dyn MemoryModel,
-    max_children: usize,
-) -> Vec<TreeNodeRow> {
-    let mut ordered = segments.to_vec();
-    ordered.sort_by_key(|s| s.ordinal);
-    memwalker_tree(doc_id, &ordered, model, max_children)
+) -> Vec<MemoryRow> {
+    let segments = segment_rows(doc, &config.segments);
+    let (tree, pages) = futures::future::join(
+        memwalker_tree(
+            &doc.doc_id,
+            &segments,
+            model,
+            config.max_children,
+            config.parent_max_tokens,
+        ),
+        page_rows(doc, &config.pages, model),
+    )
+    .await;
+    let built = tree.and_then(|nodes| Ok((nodes, pages?)));
+    match built {
+        Ok((nodes, pages)) => segments
+            .into_iter()
+            .map(MemoryRow::Segment)
+            .chain(nodes.into_iter().map(MemoryRow::TreeNode))
+            .chain(pages.into_iter().map(MemoryRow::Page))
+            .collect(),
+        Err(error) => vec![MemoryRow::Error(ErrorRow::new(
+            "build",
+            &doc.source_uri,
+            Some(doc.doc_id.clone()),
+            error.kind(),
+            &format!("{error}; the document's memory was not built"),
+        ))],
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Lexical statistics: terms, term-frequency vectors, cosine similarity and BM25.
 //! The extractive backend and the lexical navigators are built from these.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 const STOPWORDS: &[&str] = &[
     "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
@@ -47,14 +47,16 @@ fn stem(word: &str) -> String {
 }
 
 /// A bag of terms with counts.
+/// Ordered, so sums run in one order and similarities are the same bit for bit in
+/// every process (ties between them decide breaks and summaries).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TermVector {
-    counts: HashMap<String, f64>,
+    counts: BTreeMap<String, f64>,
 }
 
 impl TermVector {
     pub fn of(text: &str) -> Self {
-        let mut counts = HashMap::new();
+        let mut counts = BTreeMap::new();
         for term in terms(text) {
             *counts.entry(term).or_insert(0.0) += 1.0;
         }
@@ -172,6 +174,25 @@ impl Bm25 {
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked
     }
+}
+
+/// A feature-hashed bag of terms: each term adds ±1 at a position drawn from its
+/// hash, then the vector is scaled to unit length. No weights, no model; similar
+/// texts get similar vectors.
+pub fn hashing_embedding(text: &str, dim: usize) -> Vec<f32> {
+    let mut vector = vec![0f32; dim.max(1)];
+    for term in terms(text) {
+        let hash = blake3::hash(term.as_bytes());
+        let bytes = hash.as_bytes();
+        let position =
+            u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize % vector.len();
+        vector[position] += if bytes[8] & 1 == 0 { 1.0 } else { -1.0 };
+    }
+    let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        vector.iter_mut().for_each(|v| *v /= norm);
+    }
+    vector
 }
 
 #[cfg(test)]

@@ -4,14 +4,17 @@
 //! query service uses them to navigate.
 
 pub mod build;
+pub mod extract;
 pub mod ingest;
 pub mod lexical;
 pub mod model;
 pub mod paginate;
 pub mod segment;
+#[cfg(test)]
+mod testing;
 pub mod text;
 pub mod tokens;
 pub mod tree;
 
 pub use build::{BuildConfig, Document};
-pub use model::{Extractive, MemoryModel};
+pub use model::{CallContext, MemoryModel, Priority, StepError, StepResult};

@@ -1,171 +1,261 @@
-//! The memory model: one method per step of memory building, behind one trait, so
-//! the dataflow never knows which backend answers.
+//! The memory model: one method per step of the four methods (MemWalker, ReadAgent,
+//! QRMeM, ILM-TR), behind one trait, so builders and navigators never know which
+//! backend answers. Backends live in `memweave-llm`.
 
-use crate::lexical::TermVector;
-use crate::text::{sentences, word_count};
+use std::fmt;
 
-/// The steps of memory building that need a model.
-pub trait MemoryModel: Send + Sync + std::fmt::Debug {
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// Who is asking: query traffic goes ahead of build traffic in the model pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Priority {
+    Build,
+    Query,
+}
+
+/// Where a call comes from, for the cost ledger (`llm_calls.stage`, `llm_calls.doc_id`)
+/// and for scheduling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallContext {
+    /// The memory or navigator the call serves: "memwalker", "readagent", "qrmem", "ilmtr".
+    pub stage: &'static str,
+    pub doc_id: Option<String>,
+    pub priority: Priority,
+}
+
+impl CallContext {
+    pub fn build(stage: &'static str, doc_id: &str) -> Self {
+        CallContext {
+            stage,
+            doc_id: Some(doc_id.to_string()),
+            priority: Priority::Build,
+        }
+    }
+
+    pub fn query(stage: &'static str) -> Self {
+        CallContext {
+            stage,
+            doc_id: None,
+            priority: Priority::Query,
+        }
+    }
+}
+
+/// Why a step produced no result. Every kind maps to an `errors` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepError {
+    /// Three replies in a row did not follow the format the step asks for.
+    Unparsable { task: String, last_reply: String },
+    /// The pool did not answer (every retry failed, or the request was refused).
+    Unavailable { task: String, message: String },
+    /// Replay mode (`--cache-only`) and the call is not in the cache.
+    CacheMiss { task: String },
+}
+
+impl StepError {
+    /// The `errors.kind` of this failure.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StepError::Unparsable { .. } => "llm_unparsable",
+            StepError::Unavailable { .. } => "llm_unavailable",
+            StepError::CacheMiss { .. } => "llm_cache_miss",
+        }
+    }
+}
+
+impl fmt::Display for StepError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepError::Unparsable { task, last_reply } => {
+                let shown: String = last_reply.chars().take(160).collect();
+                write!(
+                    f,
+                    "{task}: three replies could not be parsed; last: {shown:?}"
+                )
+            }
+            StepError::Unavailable { task, message } => {
+                write!(f, "{task}: the model pool did not answer: {message}")
+            }
+            StepError::CacheMiss { task } => {
+                write!(
+                    f,
+                    "{task}: not in the call cache and --cache-only forbids calling the pool"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for StepError {}
+
+pub type StepResult<T> = Result<T, StepError>;
+
+/// Runs every step to the end and returns their results in order, or the error of
+/// the first (in order, not in time) that failed: which error a build reports must
+/// not depend on which reply came back first.
+pub async fn all_in_order<T>(
+    steps: impl IntoIterator<Item = impl Future<Output = StepResult<T>>>,
+) -> StepResult<Vec<T>> {
+    futures::future::join_all(steps).await.into_iter().collect()
+}
+
+/// MemWalker triage: which child to descend into, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Triage {
+    pub reasoning: String,
+    pub choice: usize,
+}
+
+/// MemWalker at a leaf (action -2 answers, -1 reverts to the parent); also QRMeM's
+/// "can the question be answered from these segments, and if not why".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Judgement {
+    pub reasoning: String,
+    /// `Some` when the model answered (action -2).
+    pub answer: Option<String>,
+}
+
+/// A QRMeM open relation between two entities of one segment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Relation {
+    pub source: String,
+    pub target: String,
+    pub description: String,
+}
+
+/// One side of a QRMeM relation merge: a segment and the relation it gave.
+#[derive(Debug, Clone, Copy)]
+pub struct RelationEvidence<'a> {
+    pub segment: &'a str,
+    pub relation: &'a str,
+}
+
+/// ILM-TR's summary of a chunk with the facts that stand out from the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FactSummary {
+    pub summary: String,
+    pub surprise: String,
+}
+
+/// A ReadAgent page as the look-up prompts show it: its number and either its gist
+/// or, once looked up, its full text.
+#[derive(Debug, Clone, Copy)]
+pub struct PageView<'a> {
+    pub number: u32,
+    pub text: &'a str,
+    pub expanded: bool,
+}
+
+/// The steps of the four methods that need a model. Every method is one prompt of
+/// its paper; a reply that does not follow the format is asked again (temperature 0,
+/// then 0.7) and after three failures the step returns `StepError::Unparsable`.
+#[async_trait]
+pub trait MemoryModel: Send + Sync + fmt::Debug {
     /// Backend name, as recorded in `llm_calls.backend`.
     fn backend(&self) -> &str;
 
-    /// A MemWalker leaf summary of one segment.
-    fn summarize_segment(&self, segment: &str) -> String;
+    /// True when calls cost wall time (a remote pool): builders then speculate to
+    /// keep the pool busy; a local backend is better served by doing no extra work.
+    fn is_remote(&self) -> bool;
 
-    /// A MemWalker parent summary of its children's summaries, in order.
-    fn summarize_children(&self, summaries: &[&str]) -> String;
+    // MemWalker construction.
+    /// A leaf summary of one segment.
+    async fn summarize_segment(&self, cx: &CallContext, segment: &str) -> StepResult<String>;
+    /// A parent summary when its children's summaries, concatenated, are too long.
+    async fn compress_summaries(&self, cx: &CallContext, summaries: &[&str]) -> StepResult<String>;
 
-    /// ReadAgent pagination: given consecutive units (paragraphs) and the indices
-    /// after which a page may end, the index to end the page after.
-    fn choose_break(&self, units: &[&str], candidates: &[usize]) -> usize;
+    // MemWalker navigation.
+    /// Which child summary most likely leads to the answer.
+    async fn triage(
+        &self,
+        cx: &CallContext,
+        question: &str,
+        summaries: &[&str],
+    ) -> StepResult<Triage>;
+    /// At a leaf: answer from the segment (with the working memory of the path), or revert.
+    async fn read_leaf(
+        &self,
+        cx: &CallContext,
+        question: &str,
+        memory: &str,
+        segment: &str,
+    ) -> StepResult<Judgement>;
 
-    /// A ReadAgent gist: the page shortened, keeping what matters.
-    fn gist_page(&self, page: &str) -> String;
-}
+    // ReadAgent.
+    /// Pagination: `units` are consecutive paragraphs numbered from `first_label`;
+    /// a page may end after any unit in `candidates` (indices into `units`).
+    /// Returns the chosen index into `units`.
+    async fn choose_break(
+        &self,
+        cx: &CallContext,
+        units: &[&str],
+        candidates: &[usize],
+        first_label: usize,
+    ) -> StepResult<usize>;
+    /// A gist: the page shortened.
+    async fn gist_page(&self, cx: &CallContext, page: &str) -> StepResult<String>;
+    /// ReadAgent-P: the pages (1 to `max_pages`) to read again before answering.
+    async fn lookup_pages(
+        &self,
+        cx: &CallContext,
+        question: &str,
+        memory: &[PageView<'_>],
+        max_pages: usize,
+    ) -> StepResult<Vec<u32>>;
+    /// ReadAgent-S: the next single page to read again, or `None` for STOP.
+    async fn lookup_next_page(
+        &self,
+        cx: &CallContext,
+        question: &str,
+        memory: &[PageView<'_>],
+        already_read: &[u32],
+    ) -> StepResult<Option<u32>>;
 
-/// Offline, deterministic backend: sentence-centrality summaries and gists,
-/// lexical-shift pagination. Needs no model and no network.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Extractive;
+    // QRMeM.
+    /// Key entities of a segment, with the document's summary as background.
+    async fn extract_entities(
+        &self,
+        cx: &CallContext,
+        background: &str,
+        segment: &str,
+    ) -> StepResult<Vec<String>>;
+    /// Open relations between the given entities of a segment.
+    async fn extract_relations(
+        &self,
+        cx: &CallContext,
+        segment: &str,
+        entities: &[&str],
+    ) -> StepResult<Vec<Relation>>;
+    /// One description for a relation seen in two segments.
+    async fn merge_relations(
+        &self,
+        cx: &CallContext,
+        summary: &str,
+        first: RelationEvidence<'_>,
+        second: RelationEvidence<'_>,
+    ) -> StepResult<String>;
+    /// Reflection: can the question be answered from `context`; if not, why not.
+    async fn judge_answerable(
+        &self,
+        cx: &CallContext,
+        question: &str,
+        context: &str,
+    ) -> StepResult<Judgement>;
 
-/// Longest leaf summary, in words (MemWalker summaries are a few sentences).
-const LEAF_SUMMARY_WORDS: usize = 120;
-/// Longest parent summary, in words.
-const PARENT_SUMMARY_WORDS: usize = 180;
-/// ReadAgent's gists compress pages three to five times.
-const GIST_RATIO: usize = 4;
+    // ILM-TR.
+    /// A chunk's summary plus its surprising facts.
+    async fn summarize_with_facts(&self, cx: &CallContext, chunk: &str) -> StepResult<FactSummary>;
+    /// The inner loop: the next short-term memory from retrieved text and the last memory.
+    async fn update_memory(
+        &self,
+        cx: &CallContext,
+        question: &str,
+        retrieved: &str,
+        memory: &str,
+    ) -> StepResult<String>;
 
-impl MemoryModel for Extractive {
-    fn backend(&self) -> &str {
-        "extractive"
-    }
-
-    fn summarize_segment(&self, segment: &str) -> String {
-        let words = word_count(segment);
-        central_sentences(segment, (words / 4).clamp(25, LEAF_SUMMARY_WORDS))
-    }
-
-    fn summarize_children(&self, summaries: &[&str]) -> String {
-        let joined = summaries.join("\n\n");
-        let words = word_count(&joined);
-        central_sentences(&joined, (words / 3).clamp(40, PARENT_SUMMARY_WORDS))
-    }
-
-    fn choose_break(&self, units: &[&str], candidates: &[usize]) -> usize {
-        // The break where the vocabulary shifts most: lowest similarity between the
-        // unit before and the unit after. Ties go to the earliest candidate.
-        let vectors: Vec<TermVector> = units.iter().map(|u| TermVector::of(u)).collect();
-        candidates
-            .iter()
-            .copied()
-            .filter(|&c| c + 1 < units.len())
-            .map(|c| (c, vectors[c].cosine(&vectors[c + 1])))
-            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
-            .map_or_else(|| candidates.last().copied().unwrap_or(0), |(c, _)| c)
-    }
-
-    fn gist_page(&self, page: &str) -> String {
-        let words = word_count(page);
-        let gist = central_sentences(page, (words / GIST_RATIO).max(12));
-        if word_count(&gist) < words || words <= 1 {
-            return gist;
-        }
-        // One long sentence: keep its head so the gist is still shorter than the page.
-        let keep = words.div_ceil(2);
-        let head: Vec<&str> = page.split_whitespace().take(keep).collect();
-        format!("{} …", head.join(" "))
-    }
-}
-
-/// The most central sentences of `text` (summed cosine similarity to the others),
-/// at least one, up to `budget_words`, in their original order, whitespace collapsed.
-pub fn central_sentences(text: &str, budget_words: usize) -> String {
-    let spans = sentences(text);
-    let sentences: Vec<&str> = spans
-        .iter()
-        .map(|s| s.of(text).trim())
-        .filter(|s| !s.is_empty())
-        .collect();
-    if sentences.is_empty() {
-        return String::new();
-    }
-    let vectors: Vec<TermVector> = sentences.iter().map(|s| TermVector::of(s)).collect();
-    let centrality: Vec<f64> = (0..vectors.len())
-        .map(|i| {
-            (0..vectors.len())
-                .filter(|&j| j != i)
-                .map(|j| vectors[i].cosine(&vectors[j]))
-                .sum()
-        })
-        .collect();
-    let mut order: Vec<usize> = (0..sentences.len()).collect();
-    order.sort_by(|&a, &b| centrality[b].total_cmp(&centrality[a]).then(a.cmp(&b)));
-    let mut chosen = Vec::new();
-    let mut words = 0;
-    for i in order {
-        let w = word_count(sentences[i]);
-        if !chosen.is_empty() && words + w > budget_words {
-            continue;
-        }
-        chosen.push(i);
-        words += w;
-        if words >= budget_words {
-            break;
-        }
-    }
-    chosen.sort_unstable();
-    chosen
-        .iter()
-        .map(|&i| collapse_whitespace(sentences[i]))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn collapse_whitespace(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const TEXT: &str = "Painting taught me to look. I painted still lifes every day. \
-        Looking at paint on canvas taught me patience. The weather was cold. \
-        Still lifes are paintings of objects that do not move.";
-
-    #[test]
-    fn central_sentences_keep_order_and_budget() {
-        let summary = central_sentences(TEXT, 12);
-        assert!(word_count(&summary) <= 14, "{summary}");
-        assert!(
-            !summary.contains("weather"),
-            "the off-topic sentence is least central"
-        );
-        let all = central_sentences(TEXT, 1000);
-        assert!(all.starts_with("Painting taught me"));
-    }
-
-    #[test]
-    fn gists_are_shorter_than_their_pages() {
-        let model = Extractive;
-        for page in [
-            TEXT,
-            "A single rather long sentence without any break at all in it.",
-        ] {
-            let gist = model.gist_page(page);
-            assert!(word_count(&gist) < word_count(page), "{gist}");
-            assert!(!gist.is_empty());
-        }
-    }
-
-    #[test]
-    fn breaks_fall_where_the_vocabulary_shifts() {
-        let units = [
-            "cats purr and cats sleep",
-            "cats chase mice",
-            "stocks fell on monday",
-            "stocks rose on tuesday",
-        ];
-        assert_eq!(Extractive.choose_break(&units, &[0, 1, 2]), 1);
-    }
+    // All navigators.
+    /// The final, short answer from the gathered context.
+    async fn answer(&self, cx: &CallContext, question: &str, context: &str) -> StepResult<String>;
 }

@@ -1,7 +1,10 @@
 //! ReadAgent pagination: pages of whole paragraphs, each ending at a break the
 //! model chooses among the paragraph ends past `min_words` and within `max_words`.
 
-use crate::model::MemoryModel;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::model::{CallContext, MemoryModel, StepResult};
 use crate::text::{Span, paragraphs, sentences, word_count};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -35,17 +38,116 @@ impl Default for PageConfig {
 }
 
 /// Pages of `text`, as byte spans that tile it.
-pub fn paginate(text: &str, config: &PageConfig, model: &dyn MemoryModel) -> Vec<Span> {
+///
+/// ReadAgent paginates sequentially: each page starts where the last one ended. On
+/// a remote model that is a chain of calls as long as the document, so the walk is
+/// also started speculatively from anchors every `SPECULATION_SPACING` pages' worth
+/// of words; once a walk reaches a page start another walk already found, the rest
+/// is that walk's (same start, same prompts, same cached replies). The pages are
+/// exactly those of the sequential walk; the speculation only costs the few pages
+/// each anchor walks before it falls into step.
+pub async fn paginate(
+    text: &str,
+    config: &PageConfig,
+    model: &dyn MemoryModel,
+    cx: &CallContext,
+) -> StepResult<Vec<Span>> {
     let units = units(text, config);
+    if units.is_empty() {
+        return Ok(Vec::new());
+    }
+    let walker = Walker {
+        text,
+        units: &units,
+        config,
+        model,
+        cx,
+        found: Mutex::new(HashMap::new()),
+    };
+    if model.is_remote() {
+        let anchors = walker.anchors();
+        futures::future::join_all(
+            anchors
+                .iter()
+                .enumerate()
+                .map(|(walk, &anchor)| walker.speculate(anchor, anchors.get(walk + 1).copied())),
+        )
+        .await;
+    }
+    // The sequential walk, over what the speculative walks already found: its calls
+    // are the true ones, so so is the first error it meets.
     let mut pages = Vec::new();
     let mut start = 0;
     while start < units.len() {
+        let known = walker.lock().get(&start).copied();
+        let end = match known {
+            Some(end) => end,
+            None => walker.page_end(start).await?,
+        };
+        pages.push(Span {
+            start: units[start].start,
+            end: units[end].end,
+        });
+        start = end + 1;
+    }
+    Ok(pages)
+}
+
+/// Pages' worth of words between speculative anchors.
+const SPECULATION_SPACING: usize = 8;
+
+struct Walker<'a> {
+    text: &'a str,
+    units: &'a [Span],
+    config: &'a PageConfig,
+    model: &'a dyn MemoryModel,
+    cx: &'a CallContext,
+    /// Pages found so far by any walk: first unit → last unit.
+    found: Mutex<HashMap<usize, usize>>,
+}
+
+impl Walker<'_> {
+    /// Unit indices where speculative walks start: the first unit, then one every
+    /// `SPECULATION_SPACING * max_words` words.
+    fn anchors(&self) -> Vec<usize> {
+        let spacing = SPECULATION_SPACING * self.config.max_words;
+        let mut anchors = vec![0];
+        let mut words = 0;
+        for (i, unit) in self.units.iter().enumerate() {
+            if words >= spacing * anchors.len() {
+                anchors.push(i);
+            }
+            words += word_count(unit.of(self.text));
+        }
+        anchors
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
+        self.found.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Walks from `anchor` until the end of the text, a failed step, or a page
+    /// start past `next_anchor` that another walk has already found (from there on
+    /// the walks agree).
+    async fn speculate(&self, anchor: usize, next_anchor: Option<usize>) {
+        let mut start = anchor;
+        while start < self.units.len() {
+            if next_anchor.is_some_and(|next| start >= next) && self.lock().contains_key(&start) {
+                return;
+            }
+            let Ok(end) = self.page_end(start).await else {
+                return;
+            };
+            self.lock().insert(start, end);
+            start = end + 1;
+        }
+    }
+
+    /// The last unit of the page that starts at unit `start`.
+    async fn page_end(&self, start: usize) -> StepResult<usize> {
+        let (text, units, config) = (self.text, self.units, self.config);
         if word_count(&text[units[start].start..]) <= config.max_words {
-            pages.push(Span {
-                start: units[start].start,
-                end: units[units.len() - 1].end,
-            });
-            break;
+            return Ok(units.len() - 1);
         }
         // Candidate breaks: after each unit once the page holds min_words, while it
         // stays within max_words; at least one, so every page makes progress. Words
@@ -68,20 +170,20 @@ pub fn paginate(text: &str, config: &PageConfig, model: &dyn MemoryModel) -> Vec
             .iter()
             .map(|u| u.of(text))
             .collect();
-        let chosen = model.choose_break(&window, &candidates);
-        let end_unit = start
+        if candidates.len() == 1 {
+            return Ok(start + candidates[0]);
+        }
+        let chosen = self
+            .model
+            .choose_break(self.cx, &window, &candidates, start)
+            .await?;
+        Ok(start
             + if candidates.contains(&chosen) {
                 chosen
             } else {
                 candidates[0]
-            };
-        pages.push(Span {
-            start: units[start].start,
-            end: units[end_unit].end,
-        });
-        start = end_unit + 1;
+            })
     }
-    pages
 }
 
 /// Paragraphs, with any paragraph longer than `max_words - min_words` split into
@@ -107,7 +209,13 @@ fn units(text: &str, config: &PageConfig) -> Vec<Span> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Extractive;
+    use crate::testing::FirstSentence;
+
+    fn pages(text: &str, config: &PageConfig, remote: bool) -> Vec<Span> {
+        let model = FirstSentence::remote(remote);
+        let cx = CallContext::build("readagent", "d");
+        futures::executor::block_on(paginate(text, config, &model, &cx)).expect("the stub answers")
+    }
 
     #[test]
     fn pages_tile_the_text_and_keep_to_the_bounds() {
@@ -118,7 +226,7 @@ mod tests {
             min_words: 60,
             max_words: 120,
         };
-        let pages = paginate(&text, &config, &Extractive);
+        let pages = pages(&text, &config, false);
         assert_eq!(pages[0].start, 0);
         assert_eq!(pages.last().unwrap().end, text.len());
         for pair in pages.windows(2) {
@@ -133,7 +241,7 @@ mod tests {
     #[test]
     fn a_short_text_is_one_page() {
         let text = "Just a few words.";
-        let pages = paginate(text, &PageConfig::DEFAULT, &Extractive);
+        let pages = pages(text, &PageConfig::DEFAULT, false);
         assert_eq!(
             pages,
             vec![Span {
@@ -141,5 +249,23 @@ mod tests {
                 end: text.len()
             }]
         );
+    }
+
+    #[test]
+    fn speculative_walks_give_exactly_the_sequential_pages() {
+        let text: String = (0..900)
+            .map(|i| {
+                let words = 12 + (i * 7) % 23;
+                let body = vec!["word"; words].join(" ");
+                format!("Paragraph {i} {body}.\n\n")
+            })
+            .collect();
+        let config = PageConfig {
+            min_words: 60,
+            max_words: 150,
+        };
+        let sequential = pages(&text, &config, false);
+        assert!(sequential.len() > 60, "{} pages", sequential.len());
+        assert_eq!(pages(&text, &config, true), sequential);
     }
 }

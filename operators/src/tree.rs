@@ -7,7 +7,7 @@
 use memweave_schemas::ids::content_draw;
 use memweave_schemas::{SegmentRow, TREE_MEMWALKER, TreeNodeRow, content_id};
 
-use crate::model::MemoryModel;
+use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
 use crate::tokens::count_tokens;
 
 /// MemWalker's Mt: the most children a node may have.
@@ -46,53 +46,75 @@ pub fn group_sizes(ids: &[String], max_children: usize) -> Vec<usize> {
     sizes
 }
 
-/// The MemWalker tree of one document over its segments (in order).
-pub fn memwalker_tree(
+/// Longest parent summary, in tokens, kept as the plain concatenation of its
+/// children's summaries; a longer concatenation is compressed by the model
+/// (MemWalker's "predetermined length").
+pub const DEFAULT_PARENT_MAX_TOKENS: usize = 600;
+
+/// The MemWalker tree of one document over its segments (in order). Leaves are
+/// summarised concurrently, then each level's parents concurrently.
+pub async fn memwalker_tree(
     doc_id: &str,
     segments: &[SegmentRow],
     model: &dyn MemoryModel,
     max_children: usize,
-) -> Vec<TreeNodeRow> {
+    parent_max_tokens: usize,
+) -> StepResult<Vec<TreeNodeRow>> {
+    let cx = CallContext::build(TREE_MEMWALKER, doc_id);
+    let summaries = all_in_order(
+        segments
+            .iter()
+            .map(|s| model.summarize_segment(&cx, &s.text)),
+    )
+    .await?;
     let mut nodes: Vec<TreeNodeRow> = Vec::new();
     let mut level: Vec<TreeNodeRow> = segments
         .iter()
+        .zip(summaries)
         .enumerate()
-        .map(|(ordinal, segment)| {
-            let summary = model.summarize_segment(&segment.text);
-            TreeNodeRow {
-                node_id: content_id(
-                    "node",
-                    &[
-                        TREE_MEMWALKER.as_bytes(),
-                        doc_id.as_bytes(),
-                        b"leaf",
-                        segment.seg_id.as_bytes(),
-                    ],
-                ),
-                tree: TREE_MEMWALKER.to_string(),
-                doc_id: Some(doc_id.to_string()),
-                level: 0,
-                ordinal: ordinal as u32,
-                parent_id: None,
-                child_ids: Vec::new(),
-                seg_id: Some(segment.seg_id.clone()),
-                n_tokens: count_tokens(&summary) as u32,
-                summary,
-                surprise: None,
-            }
+        .map(|(ordinal, (segment, summary))| TreeNodeRow {
+            node_id: content_id(
+                "node",
+                &[
+                    TREE_MEMWALKER.as_bytes(),
+                    doc_id.as_bytes(),
+                    b"leaf",
+                    segment.seg_id.as_bytes(),
+                ],
+            ),
+            tree: TREE_MEMWALKER.to_string(),
+            doc_id: Some(doc_id.to_string()),
+            level: 0,
+            ordinal: ordinal as u32,
+            parent_id: None,
+            child_ids: Vec::new(),
+            seg_id: Some(segment.seg_id.clone()),
+            n_tokens: count_tokens(&summary) as u32,
+            summary,
+            surprise: None,
         })
         .collect();
     let mut depth = 0u32;
     while level.len() > 1 {
         depth += 1;
         let ids: Vec<String> = level.iter().map(|n| n.node_id.clone()).collect();
-        let mut parents = Vec::new();
+        let mut groups = Vec::new();
         let mut offset = 0;
-        for (ordinal, size) in group_sizes(&ids, max_children).into_iter().enumerate() {
-            let children = &mut level[offset..offset + size];
+        for size in group_sizes(&ids, max_children) {
+            groups.push(offset..offset + size);
             offset += size;
-            let summaries: Vec<&str> = children.iter().map(|c| c.summary.as_str()).collect();
-            let summary = model.summarize_children(&summaries);
+        }
+        let summaries = all_in_order(groups.iter().map(|range| {
+            let children: Vec<&str> = level[range.clone()]
+                .iter()
+                .map(|c| c.summary.as_str())
+                .collect();
+            parent_summary(model, &cx, children, parent_max_tokens)
+        }))
+        .await?;
+        let mut parents = Vec::new();
+        for (ordinal, (range, summary)) in groups.into_iter().zip(summaries).enumerate() {
+            let children = &mut level[range];
             let child_ids: Vec<String> = children.iter().map(|c| c.node_id.clone()).collect();
             let mut parts: Vec<&[u8]> = vec![TREE_MEMWALKER.as_bytes(), doc_id.as_bytes()];
             parts.extend(child_ids.iter().map(|id| id.as_bytes()));
@@ -118,13 +140,28 @@ pub fn memwalker_tree(
         level = parents;
     }
     nodes.append(&mut level);
-    nodes
+    Ok(nodes)
+}
+
+/// MemWalker's parent: the children's summaries concatenated, compressed by the
+/// model only when the concatenation is over `max_tokens`.
+async fn parent_summary(
+    model: &dyn MemoryModel,
+    cx: &CallContext,
+    children: Vec<&str>,
+    max_tokens: usize,
+) -> StepResult<String> {
+    let joined = children.join("\n\n");
+    if count_tokens(&joined) <= max_tokens {
+        return Ok(joined);
+    }
+    model.compress_summaries(cx, &children).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Extractive;
+    use crate::testing::FirstSentence;
 
     fn ids(n: usize, tag: &str) -> Vec<String> {
         (0..n)
@@ -181,9 +218,20 @@ mod tests {
             .collect()
     }
 
+    fn tree(n: usize, parent_max_tokens: usize) -> Vec<TreeNodeRow> {
+        futures::executor::block_on(memwalker_tree(
+            "d",
+            &segments(n),
+            &FirstSentence::default(),
+            8,
+            parent_max_tokens,
+        ))
+        .expect("the stub model always answers")
+    }
+
     #[test]
     fn one_root_and_consistent_parent_links() {
-        let nodes = memwalker_tree("d", &segments(40), &Extractive, 8);
+        let nodes = tree(40, DEFAULT_PARENT_MAX_TOKENS);
         let roots: Vec<_> = nodes.iter().filter(|n| n.parent_id.is_none()).collect();
         assert_eq!(roots.len(), 1);
         assert_eq!(nodes.iter().filter(|n| n.level == 0).count(), 40);
@@ -199,9 +247,30 @@ mod tests {
 
     #[test]
     fn a_single_segment_is_its_own_root() {
-        let nodes = memwalker_tree("d", &segments(1), &Extractive, 8);
+        let nodes = tree(1, DEFAULT_PARENT_MAX_TOKENS);
         assert_eq!(nodes.len(), 1);
         assert!(nodes[0].parent_id.is_none());
         assert_eq!(nodes[0].seg_id.as_deref(), Some("s000"));
+    }
+
+    #[test]
+    fn parents_concatenate_until_too_long_then_compress() {
+        let short = tree(3, 10_000);
+        let root = short
+            .iter()
+            .find(|n| n.parent_id.is_none())
+            .expect("a root");
+        let leaves: Vec<&str> = short
+            .iter()
+            .filter(|n| n.level == 0)
+            .map(|n| n.summary.as_str())
+            .collect();
+        assert_eq!(root.summary, leaves.join("\n\n"));
+        let compressed = tree(3, 5);
+        let root = compressed
+            .iter()
+            .find(|n| n.parent_id.is_none())
+            .expect("a root");
+        assert!(root.summary.starts_with("compressed:"), "{}", root.summary);
     }
 }

@@ -13,11 +13,13 @@ use std::sync::Arc;
 
 use differential_dataflow::VecCollection;
 use differential_dataflow::input::{Input, InputSession};
-use memweave_operators::build::{BuildConfig, Document, page_rows, segment_rows, tree_rows};
+use memweave_operators::build::{BuildConfig, Document, MemoryRow, build_document};
 use memweave_operators::model::MemoryModel;
 use memweave_operators::tokens::count_tokens;
 use memweave_schemas::{DocumentRow, ErrorRow, PageRow, SegmentRow, TreeNodeRow};
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
+
+use crate::async_map::map_async;
 use timely::worker::Worker;
 
 /// The rows one worker's share of the dataflow produced, with their multiplicities.
@@ -39,6 +41,7 @@ pub fn build(
     worker: &mut Worker,
     model: &Arc<dyn MemoryModel>,
     config: BuildConfig,
+    runtime: &tokio::runtime::Handle,
 ) -> (DocumentInput, ProbeHandle<u64>, Rc<RefCell<WorkerOutput>>) {
     let output = Rc::new(RefCell::new(WorkerOutput::default()));
     let mut probe = ProbeHandle::new();
@@ -66,34 +69,45 @@ pub fn build(
             .map(|(doc, seen)| document_row(&doc, seen));
         let docs = documents.map(|(doc, _)| doc);
 
-        let segment_config = config.segments;
-        let segments = docs
-            .clone()
-            .flat_map(move |doc| segment_rows(&doc, &segment_config));
-
-        let tree_model = Arc::clone(model);
-        let max_children = config.max_children;
-        let tree_nodes = segments
-            .clone()
-            .map(|s| (s.doc_id.clone(), s))
-            .reduce_named("MemWalkerTree", move |doc_id, segments, out| {
-                let segments: Vec<SegmentRow> =
-                    segments.iter().map(|(s, _)| (*s).clone()).collect();
-                for node in tree_rows(doc_id, &segments, tree_model.as_ref(), max_children) {
-                    out.push((node, 1));
-                }
-            })
-            .map(|(_, node)| node);
-
-        let page_model = Arc::clone(model);
-        let page_config = config.pages;
-        let pages = docs.flat_map(move |doc| page_rows(&doc, &page_config, page_model.as_ref()));
+        // The memory of each document, built asynchronously: the document's model
+        // calls run concurrently on the runtime, and many documents are in flight.
+        let model = Arc::clone(model);
+        let memory = map_async(
+            docs,
+            runtime.clone(),
+            "BuildMemory",
+            move |doc: Document| {
+                let model = Arc::clone(&model);
+                async move { build_document(&doc, &config, model.as_ref()).await }
+            },
+        );
+        let segments = memory.clone().flat_map(|row| match row {
+            MemoryRow::Segment(s) => Some(s),
+            _ => None,
+        });
+        let tree_nodes = memory.clone().flat_map(|row| match row {
+            MemoryRow::TreeNode(n) => Some(n),
+            _ => None,
+        });
+        let pages = memory.clone().flat_map(|row| match row {
+            MemoryRow::Page(p) => Some(p),
+            _ => None,
+        });
+        let build_errors = memory.flat_map(|row| match row {
+            MemoryRow::Error(e) => Some(e),
+            _ => None,
+        });
 
         collect(document_rows, &output, |o| &mut o.documents, &mut probe);
         collect(segments, &output, |o| &mut o.segments, &mut probe);
         collect(tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
         collect(pages, &output, |o| &mut o.pages, &mut probe);
-        collect(duplicates, &output, |o| &mut o.errors, &mut probe);
+        collect(
+            duplicates.concat(build_errors),
+            &output,
+            |o| &mut o.errors,
+            &mut probe,
+        );
         input
     });
     (input, probe, output)
@@ -153,7 +167,7 @@ fn duplicate_error(loser: &Document, winner: &Document) -> ErrorRow {
 mod tests {
     use std::collections::HashSet;
 
-    use memweave_operators::Extractive;
+    use memweave_llm::TaskModel;
     use memweave_operators::build::segment_rows;
     use memweave_operators::ingest::RawDocument;
     use memweave_operators::paginate::PageConfig;
@@ -194,16 +208,20 @@ mod tests {
     /// Runs `rounds` of input changes through the dataflow on one worker and
     /// returns the accumulated output after the last round.
     fn run(rounds: Vec<Vec<((Document, i64), isize)>>) -> WorkerOutput {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let handle = runtime.handle().clone();
         let guards = timely::execute(timely::Config::thread(), move |worker| {
-            let model: Arc<dyn MemoryModel> = Arc::new(Extractive);
-            let (mut input, probe, output) = build(worker, &model, config());
+            let model: Arc<dyn MemoryModel> = Arc::new(TaskModel::extractive());
+            let (mut input, probe, output) = build(worker, &model, config(), &handle);
             for (round, changes) in rounds.iter().enumerate() {
                 for (record, diff) in changes {
                     input.update(record.clone(), *diff);
                 }
                 input.advance_to(round as u64 + 1);
                 input.flush();
-                worker.step_while(|| probe.less_than(input.time()));
+                while probe.less_than(input.time()) {
+                    worker.step_or_park(Some(std::time::Duration::from_millis(5)));
+                }
             }
             std::mem::take(&mut *output.borrow_mut())
         })

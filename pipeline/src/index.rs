@@ -1,17 +1,20 @@
 //! `memweave index`: discover the source, run the dataflow, write the tables, commit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use memweave_llm::LlmArgs;
+use memweave_llm::cache::{CacheReport, CallCache};
+use memweave_llm::pool::PoolReport;
 use memweave_operators::build::{BuildConfig, Document};
 use memweave_operators::ingest::{self, IngestError, SourceFile};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{
-    DocumentRow, EmbeddingRow, EntityRow, ErrorRow, LlmCallRow, RelationRow, TableRow, TableStore,
-    TableVersion, now_micros,
+    DocumentRow, EmbeddingRow, EntityRow, ErrorRow, LlmCallRow, RelationRow, Table, TableRow,
+    TableStore, TableVersion, now_micros,
 };
 
 use crate::UsageError;
@@ -21,6 +24,11 @@ use crate::progress::Progress;
 /// Files each worker reads per input epoch: small enough that progress is smooth
 /// and memory stays bounded, large enough that epochs are cheap.
 const FILES_PER_EPOCH: usize = 8;
+/// Epochs a worker may have in flight (read, memory not yet built): enough
+/// documents to keep a model pool busy, few enough to bound memory.
+const EPOCHS_IN_FLIGHT: usize = 8;
+/// Longest a worker sleeps waiting for model replies before checking again.
+const PARK: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone)]
 pub struct IndexOptions {
@@ -29,6 +37,8 @@ pub struct IndexOptions {
     pub storage_options: HashMap<String, String>,
     pub workers: usize,
     pub build: BuildConfig,
+    /// The model backend and how to reach it.
+    pub llm: LlmArgs,
     /// Draw a progress bar when stderr is a terminal.
     pub interactive: bool,
 }
@@ -51,12 +61,13 @@ pub struct IndexSummary {
     pub pages: usize,
     pub errors: Vec<ErrorRow>,
     pub wall: Duration,
+    pub backend: String,
+    pub cache: CacheReport,
+    /// The pool's counters, with the openai backend.
+    pub pool: Option<PoolReport>,
 }
 
-pub fn run_index(
-    options: &IndexOptions,
-    model: Arc<dyn MemoryModel>,
-) -> anyhow::Result<IndexSummary> {
+pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
     let started = Instant::now();
     options.build.validate().map_err(UsageError)?;
     // Canonical, so source URIs in the tables do not depend on how the path was typed.
@@ -73,10 +84,20 @@ pub fn run_index(
     store
         .check_writable()
         .map_err(|e| UsageError(e.to_string()))?;
+    // Model calls (and, for the extractive backend, the work itself) run here.
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(options.workers.max(2))
         .enable_all()
         .build()?;
+    let cache = {
+        let _context = runtime.enter();
+        CallCache::persistent(store.clone(), options.llm.cache_only)
+    };
+    let task_model = options.llm.model(Arc::clone(&cache)).map_err(UsageError)?;
+    let pool = task_model.pool().cloned();
+    let backend = task_model.backend().to_string();
+    let model: Arc<dyn MemoryModel> = Arc::new(task_model);
+    runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache)));
     let previous = runtime
         .block_on(previous_documents(&store))
         .with_context(|| format!("reading the previous checkpoint under {}", store.root()))?;
@@ -86,7 +107,14 @@ pub fn run_index(
     let files = Arc::new(discovery.files);
     tracing::info!(source = %source.display(), files = files.len(), workers = options.workers, "indexing");
     let progress = Progress::new(files.len() as u64, options.interactive);
-    let outputs = run_dataflow(options, model, &files, &previous, &progress)?;
+    let outputs = run_dataflow(
+        options,
+        model,
+        runtime.handle(),
+        &files,
+        &previous,
+        &progress,
+    )?;
     progress.finish();
 
     let mut errors: Vec<ErrorRow> = discovery.rejected.iter().map(error_row).collect();
@@ -132,7 +160,13 @@ pub fn run_index(
                 write_table::<EntityRow>(&store, &[]).await?,
                 write_table::<RelationRow>(&store, &[]).await?,
                 write_table::<EmbeddingRow>(&store, &[]).await?,
-                write_table::<LlmCallRow>(&store, &[]).await?,
+                match cache.finish().await? {
+                    Some(version) => TableVersion {
+                        table: Table::LlmCalls.name().to_string(),
+                        version,
+                    },
+                    None => write_table::<LlmCallRow>(&store, &[]).await?,
+                },
                 write_table(&store, &errors).await?,
             ];
             let checkpoint = store.commit_checkpoint(source_positions, versions).await?;
@@ -155,7 +189,41 @@ pub fn run_index(
         pages: pages.len(),
         errors,
         wall: started.elapsed(),
+        backend,
+        cache: cache.report(),
+        pool: pool.map(|p| p.report()),
     })
+}
+
+/// On Ctrl-C or SIGTERM: append the model calls made so far to `llm_calls`, so a
+/// restarted build pays for none of them again, then exit with 130.
+async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
+    let interrupted = async {
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("a SIGTERM handler can be installed");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    };
+    interrupted.await;
+    tracing::warn!("interrupted: saving the model calls made so far, then stopping");
+    match cache.flush().await {
+        Ok(_) => tracing::warn!(
+            saved = cache.report().flushed,
+            "model calls saved; re-run to resume"
+        ),
+        Err(e) => tracing::error!("could not save the model calls: {e:#}"),
+    }
+    std::process::exit(130);
 }
 
 async fn write_table<R: TableRow>(store: &TableStore, rows: &[R]) -> anyhow::Result<TableVersion> {
@@ -183,6 +251,7 @@ type WorkerResult = (WorkerOutput, Vec<IngestError>);
 fn run_dataflow(
     options: &IndexOptions,
     model: Arc<dyn MemoryModel>,
+    runtime: &tokio::runtime::Handle,
     files: &Arc<Vec<SourceFile>>,
     previous: &HashMap<String, DocumentRow>,
     progress: &Arc<Progress>,
@@ -192,13 +261,25 @@ fn run_dataflow(
     let progress = Arc::clone(progress);
     let config = options.build;
     let now = now_micros();
+    let runtime = runtime.clone();
     let guards = timely::execute(
         timely::Config::process(options.workers.max(1)),
         move |worker| {
-            let (mut input, probe, output) = dataflow::build(worker, &model, config);
+            let (mut input, probe, output) = dataflow::build(worker, &model, config, &runtime);
             let (index, peers) = (worker.index(), worker.peers());
             let mine: Vec<&SourceFile> = files.iter().skip(index).step_by(peers).collect();
             let mut failures = Vec::new();
+            // Epochs fed but not yet built: (epoch, files, documents).
+            let mut in_flight: VecDeque<(u64, usize, usize)> = VecDeque::new();
+            let report_built = |in_flight: &mut VecDeque<(u64, usize, usize)>| {
+                while let Some(&(epoch, files, documents)) = in_flight.front() {
+                    if probe.less_than(&epoch) {
+                        break;
+                    }
+                    progress.advance(files as u64, documents as u64);
+                    in_flight.pop_front();
+                }
+            };
             for (epoch, batch) in mine.chunks(FILES_PER_EPOCH).enumerate() {
                 let mut documents = 0;
                 for file in batch {
@@ -212,13 +293,22 @@ fn run_dataflow(
                         }
                     }
                 }
-                input.advance_to(epoch as u64 + 1);
+                let next = epoch as u64 + 1;
+                input.advance_to(next);
                 input.flush();
-                worker.step_while(|| probe.less_than(input.time()));
-                progress.advance(batch.len() as u64, documents);
+                in_flight.push_back((next, batch.len(), documents));
+                worker.step();
+                report_built(&mut in_flight);
+                while in_flight.len() >= EPOCHS_IN_FLIGHT {
+                    worker.step_or_park(Some(PARK));
+                    report_built(&mut in_flight);
+                }
             }
             input.close();
-            while worker.step() {}
+            while worker.step_or_park(Some(PARK)) {
+                report_built(&mut in_flight);
+            }
+            report_built(&mut in_flight);
             let output = std::mem::take(&mut *output.borrow_mut());
             (output, failures)
         },

@@ -3,14 +3,13 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use memweave_operators::Extractive;
+use memweave_llm::LlmArgs;
 use memweave_operators::build::BuildConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::segment::SegmentConfig;
-use memweave_operators::tree::DEFAULT_MAX_CHILDREN;
+use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::UsageError;
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
 use memweave_query::{Answer, AskRequest, Snapshot, Strategy, parse_storage_option};
@@ -75,9 +74,21 @@ enum Command {
         /// Most words of a ReadAgent page.
         #[arg(long, default_value_t = PageConfig::DEFAULT.max_words)]
         page_max_words: usize,
+        /// Longest concatenation of child summaries kept as a MemWalker parent's
+        /// summary, in tokens; longer ones are compressed by the model.
+        #[arg(long, default_value_t = DEFAULT_PARENT_MAX_TOKENS)]
+        parent_max_tokens: usize,
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
+        #[command(flatten)]
+        llm: LlmArgs,
+    },
+    /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
+    /// and pass back with --prompts DIR.
+    Prompts {
+        /// Directory to write TASK.txt files into (created if missing).
+        dir: PathBuf,
     },
     /// Answer a question from the memory tables, with the trace of how.
     Ask {
@@ -122,7 +133,9 @@ fn main() -> ExitCode {
             max_children,
             page_min_words,
             page_max_words,
+            parent_max_tokens,
             storage_options,
+            llm,
         } => {
             let segments = SegmentConfig {
                 target_tokens: segment_tokens,
@@ -138,11 +151,18 @@ fn main() -> ExitCode {
                 tables: out,
                 storage_options: storage_options.into_iter().collect(),
                 workers,
-                build: BuildConfig::new(segments, pages, max_children),
+                build: BuildConfig {
+                    parent_max_tokens,
+                    ..BuildConfig::new(segments, pages, max_children)
+                },
+                llm,
                 interactive,
             };
-            run_index(&options, Arc::new(Extractive)).map(|summary| print_summary(&summary))
+            run_index(&options).map(|summary| print_summary(&summary))
         }
+        Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
+            .map_err(|e| anyhow::Error::new(UsageError(format!("{}: {e}", dir.display()))))
+            .map(|()| tracing::info!(dir = %dir.display(), "wrote the built-in prompt templates")),
         Command::Ask {
             question,
             tables,
@@ -214,6 +234,24 @@ fn print_summary(s: &IndexSummary) {
             "  errors      {} ({}); see the errors table",
             s.errors.len(),
             kinds.join(", ")
+        );
+    }
+    println!(
+        "  model       {}: {} calls, {} answered from the cache",
+        s.backend, s.cache.calls, s.cache.hits
+    );
+    if let Some(pool) = &s.pool {
+        println!(
+            "  pool        {} requests ({} retried: {} rate-limited, {} server errors, {} timeouts, {} malformed), {} tokens in, {} out, peak {} in flight",
+            pool.requests,
+            pool.requests.saturating_sub(pool.succeeded),
+            pool.rate_limited,
+            pool.server_errors,
+            pool.timeouts,
+            pool.malformed,
+            pool.tokens_in,
+            pool.tokens_out,
+            pool.peak_in_flight
         );
     }
     println!(

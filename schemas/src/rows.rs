@@ -131,12 +131,14 @@ pub struct LlmCallRow {
     pub task: String,
     pub stage: String,
     pub doc_id: Option<String>,
-    /// The call's inputs as JSON.
+    /// The prompt as sent (system message, then the user message).
     pub inputs: String,
     pub reply: String,
     pub tokens_in: u32,
     pub tokens_out: u32,
     pub latency_ms: u32,
+    /// When the reply arrived, microseconds since the Unix epoch.
+    pub created_at: i64,
 }
 table_row!(LlmCallRow, Table::LlmCalls, call_key);
 

@@ -10,11 +10,15 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use arrow_array::{RecordBatch, RecordBatchIterator};
+use arrow_array::{Array, RecordBatch, RecordBatchIterator, StringArray};
 use futures::TryStreamExt;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::{Dataset, WriteMode, WriteParams};
+use lance::index::DatasetIndexExt;
 use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+use lance_index::IndexType;
+use lance_index::optimize::OptimizeOptions;
+use lance_index::scalar::ScalarIndexParams;
 
 use crate::Table;
 use crate::rows::{CheckpointRow, TableRow, TableVersion, now_micros};
@@ -123,6 +127,111 @@ impl TableStore {
             .await
             .map_err(|e| self.lance_error(table, e))?;
         Ok(dataset.version().version)
+    }
+
+    /// Appends `rows` to `R`'s table (creating it), as a new version; returns it.
+    pub async fn append_rows<R: TableRow>(&self, rows: &[R]) -> Result<u64> {
+        let refs: Vec<&R> = rows.iter().collect();
+        let batch = to_batch(R::TABLE, &refs)?;
+        self.write_batch(R::TABLE, batch, WriteMode::Append).await
+    }
+
+    /// The newest version of `table`, if it exists.
+    pub async fn table_version(&self, table: Table) -> Result<Option<u64>> {
+        Ok(self
+            .open(table, None)
+            .await?
+            .map(|dataset| dataset.version().version))
+    }
+
+    /// The `value` column of the newest rows of `table` whose `key` column is one
+    /// of `keys`, by key. Reads only those two columns, and uses a scalar index on
+    /// `key` where one exists (see [`TableStore::index_key`]).
+    pub async fn lookup(
+        &self,
+        table: Table,
+        key: &str,
+        value: &str,
+        keys: &[String],
+    ) -> Result<HashMap<String, String>> {
+        let mut found = HashMap::new();
+        if keys.is_empty() {
+            return Ok(found);
+        }
+        let Some(dataset) = self.open(table, None).await? else {
+            return Ok(found);
+        };
+        // Keys are content ids (hex); anything else cannot be in the table.
+        let quoted: Vec<String> = keys
+            .iter()
+            .filter(|k| {
+                k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            })
+            .map(|k| format!("'{k}'"))
+            .collect();
+        if quoted.is_empty() {
+            return Ok(found);
+        }
+        let mut scan = dataset.scan();
+        scan.project(&[key, value])
+            .and_then(|s| s.filter(&format!("{key} IN ({})", quoted.join(","))))
+            .map_err(|e| self.lance_error(table, e))?;
+        let batches: Vec<RecordBatch> = scan
+            .try_into_stream()
+            .await
+            .map_err(|e| self.lance_error(table, e))?
+            .try_collect()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        for batch in &batches {
+            let strings = |name: &str| {
+                batch
+                    .column_by_name(name)
+                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                    .cloned()
+            };
+            let (Some(keys), Some(values)) = (strings(key), strings(value)) else {
+                continue;
+            };
+            for (k, v) in keys.iter().zip(values.iter()) {
+                if let (Some(k), Some(v)) = (k, v) {
+                    found.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Creates the B-tree index on `column` of `table`, or folds the fragments
+    /// appended since into it, so key lookups stay index-backed as the table grows.
+    pub async fn index_key(&self, table: Table, column: &str) -> Result<()> {
+        let Some(mut dataset) = self.open(table, None).await? else {
+            return Ok(());
+        };
+        let name = format!("{column}_btree");
+        let indices = dataset
+            .load_indices()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if indices.iter().any(|i| i.name == name) {
+            dataset
+                .optimize_indices(&OptimizeOptions::append())
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+        } else {
+            dataset
+                .create_index(
+                    &[column],
+                    IndexType::BTree,
+                    Some(name),
+                    &ScalarIndexParams::default(),
+                    true,
+                )
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+        }
+        Ok(())
     }
 
     /// All rows of `R`'s table at `version` (the newest when `None`); no rows when
@@ -426,6 +535,7 @@ mod tests {
                 tokens_in: 10,
                 tokens_out: 2,
                 latency_ms: 30,
+                created_at: 1_700_000_000_000_000,
             }],
         )
         .await;

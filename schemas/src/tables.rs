@@ -138,6 +138,7 @@ impl Table {
                 Field::new("tokens_in", DataType::UInt32, false),
                 Field::new("tokens_out", DataType::UInt32, false),
                 Field::new("latency_ms", DataType::UInt32, false),
+                timestamp("created_at"),
             ],
             Table::Errors => vec![
                 utf8("error_id"),

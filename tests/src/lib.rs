@@ -131,3 +131,74 @@ pub fn stdout(output: &Output) -> String {
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// Every row of `llm_calls` (the call cache and cost ledger) under `root`.
+pub fn read_calls(root: &Path) -> Vec<memweave_schemas::LlmCallRow> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        TableStore::local(root)
+            .expect("a store")
+            .read_rows(None)
+            .await
+            .expect("llm_calls reads")
+    })
+}
+
+/// The model-server simulator, served over real HTTP on a loopback port from a
+/// runtime of its own, for as long as this value lives.
+#[derive(Debug)]
+pub struct SimServer {
+    pub sim: std::sync::Arc<memweave_llm::sim::Sim>,
+    pub url: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl SimServer {
+    pub fn start(config: memweave_llm::sim::SimConfig) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let sim = memweave_llm::sim::Sim::new(config);
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("a loopback port");
+        let address = listener.local_addr().expect("an address");
+        runtime.spawn(memweave_llm::sim::serve(
+            listener,
+            std::sync::Arc::clone(&sim),
+        ));
+        SimServer {
+            sim,
+            url: format!("http://{address}/v1"),
+            runtime,
+        }
+    }
+
+    pub fn stats(&self) -> memweave_llm::sim::SimStats {
+        self.sim.stats()
+    }
+
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
+    }
+}
+
+/// The flags that point `memweave index` at a simulator.
+pub fn openai_flags(url: &str) -> Vec<String> {
+    [
+        "--backend",
+        "openai",
+        "--llm-url",
+        url,
+        "--llm-model",
+        "memweave-sim",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}

@@ -3,7 +3,7 @@
 use std::process::Command;
 
 use memweave_schemas::Table;
-use memweave_tests::python;
+use memweave_tests::{python, read_calls};
 
 use super::shared::pg_essays;
 
@@ -54,7 +54,7 @@ fn pylance_and_duckdb_read_the_same_counts() {
         ("entities", 0),
         ("relations", 0),
         ("embeddings", 0),
-        ("llm_calls", 0),
+        ("llm_calls", read_calls(&built.tables).len()),
         ("checkpoints", 1),
     ];
     for (table, count) in expected {

@@ -2,9 +2,10 @@
 
 use std::collections::HashSet;
 
-use memweave_operators::Extractive;
+use memweave_llm::TaskModel;
 use memweave_operators::build::{Document, segment_rows};
 use memweave_operators::ingest::RawDocument;
+use memweave_operators::model::CallContext;
 use memweave_operators::paginate::{PageConfig, paginate};
 use memweave_operators::segment::{SegmentConfig, segment};
 use memweave_operators::text::sentences;
@@ -118,8 +119,11 @@ fn segment_ids_survive_an_edit_elsewhere() {
 #[test]
 fn pages_of_real_essays_follow_the_readagent_bounds() {
     let config = PageConfig::DEFAULT;
+    let model = TaskModel::extractive();
+    let cx = CallContext::build("readagent", "essay");
     for (name, text) in essays() {
-        let pages = paginate(&text, &config, &Extractive);
+        let pages = futures::executor::block_on(paginate(&text, &config, &model, &cx))
+            .expect("the extractive backend always answers");
         assert_eq!(pages[0].start, 0);
         assert_eq!(pages.last().unwrap().end, text.len());
         for pair in pages.windows(2) {

@@ -1,0 +1,119 @@
+//! The model flags every memweave command shares.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::CallCache;
+use crate::model::{Backend, DEFAULT_MAX_TOKENS, TaskModel};
+use crate::pool::{PoolClient, PoolConfig};
+use crate::prompts::Prompts;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// Offline and deterministic: sentences chosen from the text, no model needed.
+    Extractive,
+    /// Any OpenAI-compatible server: vLLM, SGLang, TGI, llama.cpp server, Ollama, hosted APIs.
+    Openai,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LlmArgs {
+    /// Where model replies come from.
+    #[arg(long, value_enum, default_value_t = BackendKind::Extractive, env = "MEMWEAVE_BACKEND")]
+    pub backend: BackendKind,
+    /// Base URL of an OpenAI-compatible API, ending in /v1 (e.g. http://gpu-0:8000/v1);
+    /// repeat or comma-separate for a pool: requests go to the least-loaded endpoint.
+    #[arg(long = "llm-url", env = "MEMWEAVE_LLM_URL", value_delimiter = ',')]
+    pub llm_urls: Vec<String>,
+    /// Model name as the server knows it (vLLM: --served-model-name; Ollama: the tag).
+    #[arg(long, env = "MEMWEAVE_LLM_MODEL")]
+    pub llm_model: Option<String>,
+    /// Environment variable holding the API key, sent as a bearer token and never
+    /// logged; OPENAI_API_KEY is used when this one is unset.
+    #[arg(long, default_value = "MEMWEAVE_LLM_API_KEY")]
+    pub llm_api_key_env: String,
+    /// Seconds to wait for one reply before retrying elsewhere.
+    #[arg(long, default_value_t = 120.0)]
+    pub llm_timeout_s: f64,
+    /// Tries per request (429s, 5xx, timeouts and broken replies are retried with
+    /// jittered exponential backoff, honouring Retry-After).
+    #[arg(long, default_value_t = 10)]
+    pub llm_max_attempts: u32,
+    /// Requests in flight per endpoint at the start; the limit then adapts (grows
+    /// while replies come back, halves on 429, 503 and timeouts).
+    #[arg(long, default_value_t = 16)]
+    pub llm_concurrency: usize,
+    /// Most requests in flight per endpoint.
+    #[arg(long, default_value_t = 256)]
+    pub llm_max_concurrency: usize,
+    /// Requests per minute over the whole pool (for hosted APIs with quotas).
+    #[arg(long)]
+    pub llm_rpm: Option<u32>,
+    /// Prompt + completion tokens per minute over the whole pool.
+    #[arg(long)]
+    pub llm_tpm: Option<u32>,
+    /// Output budget of one reply, in tokens (a reply cut off by it is asked again
+    /// with twice the budget).
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
+    pub llm_max_tokens: u32,
+    /// Directory of prompt templates (TASK.txt) that replace the built-in ones;
+    /// `memweave prompts export DIR` writes the built-in ones out to edit.
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+    /// Replay: answer every step from the llm_calls cache only; the pool is never
+    /// called, and a step not in the cache becomes an errors row.
+    #[arg(long)]
+    pub cache_only: bool,
+}
+
+impl LlmArgs {
+    /// The model these flags describe, answering through `cache`.
+    pub fn model(&self, cache: Arc<CallCache>) -> Result<TaskModel, String> {
+        let prompts = match &self.prompts {
+            Some(dir) => Prompts::load(dir)?,
+            None => Prompts::default(),
+        };
+        let backend = match self.backend {
+            BackendKind::Extractive => Backend::Extractive,
+            BackendKind::Openai => {
+                let model = self.llm_model.clone().ok_or(
+                    "--backend openai needs --llm-model NAME (the model as the server knows it)",
+                )?;
+                if self.llm_urls.is_empty() && !self.cache_only {
+                    return Err(
+                        "--backend openai needs --llm-url URL (e.g. http://localhost:8000/v1)"
+                            .into(),
+                    );
+                }
+                if !self.llm_timeout_s.is_finite() || self.llm_timeout_s <= 0.0 {
+                    return Err(format!(
+                        "--llm-timeout-s must be positive, not {}",
+                        self.llm_timeout_s
+                    ));
+                }
+                let api_key = std::env::var(&self.llm_api_key_env)
+                    .or_else(|_| std::env::var("OPENAI_API_KEY"))
+                    .ok()
+                    .filter(|k| !k.is_empty());
+                let config = PoolConfig {
+                    api_key,
+                    timeout: Duration::from_secs_f64(self.llm_timeout_s),
+                    max_attempts: self.llm_max_attempts,
+                    initial_concurrency: self.llm_concurrency,
+                    max_concurrency: self.llm_max_concurrency,
+                    rpm: self.llm_rpm,
+                    tpm: self.llm_tpm,
+                    ..PoolConfig::new(self.llm_urls.clone(), &model)
+                };
+                Backend::OpenAi(Arc::new(PoolClient::new(config)?))
+            }
+        };
+        Ok(TaskModel::new(
+            backend,
+            Arc::new(prompts),
+            cache,
+            self.llm_max_tokens,
+        ))
+    }
+}

@@ -1,0 +1,342 @@
+//! The offline backend: every step answered extractively (sentences chosen, never
+//! written), in the reply format its paper's prompt asks for, so the same parsers
+//! read it as read a model. The simulator answers with these replies too.
+
+use memweave_operators::extract::{
+    best_sentences, capitalised_names, central_sentences, coverage, head_words,
+    sentences_mentioning, surprising_sentences,
+};
+use memweave_operators::lexical::{Bm25, TermVector, terms};
+use memweave_operators::text::word_count;
+
+use crate::step::{PageText, Step};
+
+/// Bumped whenever an extractive reply would change, so cached replies of an older
+/// version are not reused (the version is part of every call key).
+pub const EXTRACTIVE_MODEL: &str = "extractive-v1";
+
+/// Longest leaf summary, in words (MemWalker summaries are a few sentences).
+const LEAF_SUMMARY_WORDS: usize = 120;
+/// Longest compressed parent summary, in words.
+const PARENT_SUMMARY_WORDS: usize = 180;
+/// ReadAgent's gists compress pages three to five times.
+const GIST_RATIO: usize = 4;
+/// Share of the question's terms a passage must hold to count as an answer.
+const ANSWER_COVERAGE: f64 = 0.5;
+/// Most entities taken from one segment.
+const MAX_ENTITIES: usize = 20;
+
+/// The reply to `step`.
+pub fn reply(step: &Step) -> String {
+    match step {
+        Step::SummarizeSegment { segment } => {
+            let words = word_count(segment);
+            central_sentences(segment, (words / 4).clamp(25, LEAF_SUMMARY_WORDS))
+        }
+        Step::CompressSummaries { summaries } => {
+            let joined = summaries.join("\n\n");
+            let words = word_count(&joined);
+            central_sentences(&joined, (words / 3).clamp(40, PARENT_SUMMARY_WORDS))
+        }
+        Step::Triage {
+            question,
+            summaries,
+        } => {
+            let index = Bm25::new(summaries.iter().map(String::as_str));
+            let query = terms(question);
+            let (choice, score) = index.rank(&query).into_iter().next().unwrap_or((0, 0.0));
+            format!(
+                "Reasoning: Summary {choice} shares the most of the question's rarer words (BM25 {score:.2}).\nAction: {choice}"
+            )
+        }
+        Step::ReadLeaf {
+            question, segment, ..
+        }
+        | Step::JudgeAnswerable {
+            question,
+            context: segment,
+        } => judge(question, segment),
+        Step::ChooseBreak {
+            units,
+            candidates,
+            first_label,
+        } => {
+            // The break where the vocabulary shifts most: lowest similarity between the
+            // paragraph before and the one after. Ties go to the earliest candidate.
+            let vectors: Vec<TermVector> = units.iter().map(|u| TermVector::of(u)).collect();
+            let chosen = candidates
+                .iter()
+                .copied()
+                .filter(|&c| c + 1 < units.len())
+                .map(|c| (c, vectors[c].cosine(&vectors[c + 1])))
+                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+                .map_or_else(|| candidates.last().copied().unwrap_or(0), |(c, _)| c);
+            format!(
+                "Break point: <{}>\nBecause the vocabulary shifts most there.",
+                first_label + chosen
+            )
+        }
+        Step::GistPage { page } => gist(page),
+        Step::LookupPages {
+            question,
+            pages,
+            max_pages,
+        } => {
+            let ranked = rank_pages(question, pages, &[]);
+            let chosen: Vec<String> = ranked
+                .iter()
+                .take((*max_pages).max(1))
+                .map(u32::to_string)
+                .collect();
+            if chosen.is_empty() {
+                "I don't need to look up any pages.".to_string()
+            } else {
+                format!(
+                    "I want to look up Page [{}] to find the passages that share the question's words.",
+                    chosen.join(", ")
+                )
+            }
+        }
+        Step::LookupNextPage {
+            question,
+            pages,
+            already_read,
+        } => match rank_pages(question, pages, already_read).first() {
+            Some(page) => format!("Page {page}"),
+            None => "STOP".to_string(),
+        },
+        Step::ExtractEntities { segment, .. } => {
+            let names = capitalised_names(segment, MAX_ENTITIES);
+            if names.is_empty() {
+                "Entities:\nNone".to_string()
+            } else {
+                format!("Entities:\n{}", names.join("\n"))
+            }
+        }
+        Step::ExtractRelations { segment, entities } => {
+            let mut lines = Vec::new();
+            for (i, a) in entities.iter().enumerate() {
+                for b in &entities[i + 1..] {
+                    if let Some(sentence) = sentences_mentioning(segment, a, b).first() {
+                        lines.push(format!("({a}; {b}): {}", head_words(sentence, 40)));
+                    }
+                }
+            }
+            if lines.is_empty() {
+                "None".to_string()
+            } else {
+                lines.join("\n")
+            }
+        }
+        Step::MergeRelations { relations, .. } => {
+            let [a, b] = relations;
+            let merged = if a.contains(b.as_str()) {
+                a.clone()
+            } else if b.contains(a.as_str()) {
+                b.clone()
+            } else {
+                format!("{a} {b}")
+            };
+            format!("Merged relation: {merged}")
+        }
+        Step::SummarizeWithFacts { chunk } => {
+            let words = word_count(chunk);
+            let summary = central_sentences(chunk, (words / 4).clamp(25, LEAF_SUMMARY_WORDS));
+            let surprise = surprising_sentences(chunk, 2);
+            let surprise = if surprise.is_empty() {
+                "None".to_string()
+            } else {
+                surprise
+            };
+            format!("(Summary): {summary}\n(Surprise): {surprise}")
+        }
+        Step::UpdateMemory {
+            question,
+            retrieved,
+            memory,
+        } => {
+            let (found, _) = best_sentences(&format!("{question} {memory}"), retrieved, 2);
+            match (found.is_empty(), memory.trim().is_empty()) {
+                (true, true) => "Nothing retrieved so far answers the question.".to_string(),
+                (true, false) => memory.trim().to_string(),
+                _ => found,
+            }
+        }
+        Step::Answer { question, context } => {
+            let (found, _) = best_sentences(question, context, 2);
+            if found.is_empty() {
+                "The text does not say.".to_string()
+            } else {
+                found
+            }
+        }
+    }
+}
+
+fn gist(page: &str) -> String {
+    let words = word_count(page);
+    let gist = central_sentences(page, (words / GIST_RATIO).max(12));
+    if word_count(&gist) < words || words <= 1 {
+        return gist;
+    }
+    // One long sentence: keep its head so the gist is still shorter than the page.
+    head_words(page, words.div_ceil(2))
+}
+
+/// MemWalker's leaf prompt and QRMeM's reflection: answer (-2) with the sentences
+/// that cover the question when they cover enough of it, else revert (-1) naming
+/// what is missing.
+fn judge(question: &str, text: &str) -> String {
+    let (best, covered) = best_sentences(question, text, 2);
+    if covered >= ANSWER_COVERAGE && !best.is_empty() {
+        return format!(
+            "Reasoning: the text covers {:.0}% of the question's words.\nAction: -2\nAnswer: {best}",
+            covered * 100.0
+        );
+    }
+    let missing: Vec<String> = terms(question)
+        .into_iter()
+        .filter(|t| coverage(t, text) == 0.0)
+        .collect();
+    format!(
+        "Reasoning: the text does not mention {}.\nAction: -1",
+        if missing.is_empty() {
+            "enough of the question".to_string()
+        } else {
+            missing.join(", ")
+        }
+    )
+}
+
+/// Pages by BM25 against the question, best first, only those that share a word
+/// with it, none of `skip`.
+fn rank_pages(question: &str, pages: &[PageText], skip: &[u32]) -> Vec<u32> {
+    let index = Bm25::new(pages.iter().map(|p| p.text.as_str()));
+    index
+        .rank(&terms(question))
+        .into_iter()
+        .filter(|&(_, score)| score > 0.0)
+        .map(|(i, _)| pages[i].number)
+        .filter(|n| !skip.contains(n))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse;
+
+    const TEXT: &str = "Painting taught me to look. I painted still lifes every day. \
+        Looking at paint on canvas taught me patience. The weather was cold. \
+        Still lifes are paintings of objects that do not move.";
+
+    #[test]
+    fn replies_follow_the_formats_the_parsers_read() {
+        let s = |t: &str| t.to_string();
+        let triage = reply(&Step::Triage {
+            question: s("What about the weather?"),
+            summaries: vec![s("Paint."), s("The weather was cold.")],
+        });
+        assert_eq!(
+            parse::triage(&triage, 2).map(|t| t.choice),
+            Some(1),
+            "{triage}"
+        );
+
+        let leaf = reply(&Step::ReadLeaf {
+            question: s("What taught patience?"),
+            memory: String::new(),
+            segment: s(TEXT),
+        });
+        let judged = parse::judgement(&leaf).expect("parses");
+        assert!(
+            judged.answer.is_some_and(|a| a.contains("patience")),
+            "{leaf}"
+        );
+        let revert = reply(&Step::ReadLeaf {
+            question: s("Who won the election?"),
+            memory: String::new(),
+            segment: s(TEXT),
+        });
+        assert_eq!(
+            parse::judgement(&revert).map(|j| j.answer),
+            Some(None),
+            "{revert}"
+        );
+
+        let facts = reply(&Step::SummarizeWithFacts { chunk: s(TEXT) });
+        let facts = parse::fact_summary(&facts).expect("parses");
+        assert_eq!(facts.surprise, "The weather was cold.");
+
+        let units = vec![
+            s("cats purr and cats sleep"),
+            s("cats chase mice"),
+            s("stocks fell on monday"),
+            s("stocks rose"),
+        ];
+        let brk = reply(&Step::ChooseBreak {
+            units,
+            candidates: vec![0, 1, 2],
+            first_label: 30,
+        });
+        assert_eq!(parse::break_point(&brk, 30, &[0, 1, 2]), Some(1), "{brk}");
+
+        let pages = vec![
+            PageText {
+                number: 0,
+                text: s("gardens and roses"),
+            },
+            PageText {
+                number: 1,
+                text: s("the weather was cold in winter"),
+            },
+        ];
+        let lookup = reply(&Step::LookupPages {
+            question: s("How cold was the winter?"),
+            pages: pages.clone(),
+            max_pages: 2,
+        });
+        assert_eq!(parse::pages(&lookup, &[0, 1], 2), Some(vec![1]), "{lookup}");
+        let next = reply(&Step::LookupNextPage {
+            question: s("winter weather"),
+            pages,
+            already_read: vec![1],
+        });
+        assert_eq!(parse::next_page(&next, &[0, 1], &[1]), Some(None), "{next}");
+
+        let segment = s("Paul Graham started Viaweb with Robert Morris. Yahoo bought Viaweb.");
+        let entities = reply(&Step::ExtractEntities {
+            background: String::new(),
+            segment: segment.clone(),
+        });
+        let entities = parse::entities(&entities).expect("parses");
+        assert_eq!(
+            entities,
+            ["Paul Graham", "Viaweb", "Robert Morris", "Yahoo"]
+        );
+        let names: Vec<&str> = entities.iter().map(String::as_str).collect();
+        let relations = reply(&Step::ExtractRelations {
+            segment,
+            entities: entities.clone(),
+        });
+        let relations = parse::relations(&relations, &names).expect("parses");
+        assert!(
+            relations
+                .iter()
+                .any(|r| r.source == "Viaweb" && r.target == "Yahoo"),
+            "{relations:?}"
+        );
+    }
+
+    #[test]
+    fn gists_are_shorter_than_their_pages() {
+        for page in [
+            TEXT,
+            "A single rather long sentence without any break at all in it.",
+        ] {
+            let gist =
+                parse::free_text(&reply(&Step::GistPage { page: page.into() })).expect("a gist");
+            assert!(word_count(&gist) < word_count(page), "{gist}");
+        }
+    }
+}

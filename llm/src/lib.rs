@@ -1,0 +1,21 @@
+//! The memweave model layer. Every step of the four methods is one prompt of its
+//! paper (`prompts/`, overridable), answered by a backend (`extractive`, offline;
+//! or an OpenAI-compatible pool through [`pool::PoolClient`]), through a
+//! content-addressed [`cache::CallCache`] persisted in `llm_calls`, and read by a
+//! tolerant parser ([`parse`]). [`sim`] is a simulated pool for tests and benches.
+
+pub mod args;
+pub mod cache;
+pub mod extractive;
+pub mod model;
+pub mod parse;
+pub mod pool;
+pub mod prompts;
+pub mod sim;
+pub mod step;
+
+pub use args::{BackendKind, LlmArgs};
+pub use cache::CallCache;
+pub use model::{Backend, TaskModel};
+pub use pool::{PoolClient, PoolConfig};
+pub use prompts::Prompts;

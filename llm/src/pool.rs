@@ -1,0 +1,737 @@
+//! The client of a pool of OpenAI-compatible endpoints (vLLM, SGLang, TGI,
+//! llama.cpp server, Ollama, hosted APIs): least-loaded routing, a concurrency
+//! limit per endpoint that adapts (slow start, then additive increase;
+//! multiplicative decrease on 429, 503 and timeouts), shared request and token rate
+//! limits, retries with jittered exponential backoff that honour Retry-After,
+//! per-request timeouts, and query traffic served before build traffic.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use memweave_operators::model::Priority;
+use memweave_operators::tokens::count_tokens;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use crate::prompts::Prompt;
+
+/// How to reach the pool and how hard to push it.
+#[derive(Clone)]
+pub struct PoolConfig {
+    /// Base URLs, each ending in `/v1` (e.g. `http://gpu-0:8000/v1`).
+    pub endpoints: Vec<String>,
+    pub model: String,
+    /// Sent as `Authorization: Bearer …`; never logged.
+    pub api_key: Option<String>,
+    /// Longest wait for one response.
+    pub timeout: Duration,
+    /// Tries per request, counting the first.
+    pub max_attempts: u32,
+    /// Requests in flight per endpoint at the start.
+    pub initial_concurrency: usize,
+    /// Most requests in flight per endpoint, however well it answers.
+    pub max_concurrency: usize,
+    /// Requests per minute, over all endpoints.
+    pub rpm: Option<u32>,
+    /// Prompt + completion tokens per minute, over all endpoints.
+    pub tpm: Option<u32>,
+}
+
+impl fmt::Debug for PoolConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolConfig")
+            .field("endpoints", &self.endpoints)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("max_attempts", &self.max_attempts)
+            .field("initial_concurrency", &self.initial_concurrency)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("rpm", &self.rpm)
+            .field("tpm", &self.tpm)
+            .finish()
+    }
+}
+
+impl PoolConfig {
+    pub fn new(endpoints: Vec<String>, model: &str) -> Self {
+        PoolConfig {
+            endpoints,
+            model: model.to_string(),
+            api_key: None,
+            timeout: Duration::from_secs(120),
+            max_attempts: 10,
+            initial_concurrency: 16,
+            max_concurrency: 256,
+            rpm: None,
+            tpm: None,
+        }
+    }
+}
+
+/// Why a request failed for good.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error("{endpoint} refused the request: HTTP {status}: {body}")]
+    Refused {
+        endpoint: String,
+        status: u16,
+        body: String,
+    },
+    #[error("no answer after {attempts} attempts; last: {last}")]
+    Exhausted { attempts: u32, last: String },
+}
+
+/// One completion.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub content: String,
+    pub tokens_in: u32,
+    pub tokens_out: u32,
+    pub latency: Duration,
+}
+
+/// Counters, for logs, metrics and tests.
+#[derive(Debug, Default)]
+pub struct PoolStats {
+    pub requests: AtomicU64,
+    pub succeeded: AtomicU64,
+    pub rate_limited: AtomicU64,
+    pub server_errors: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub connect_errors: AtomicU64,
+    pub malformed: AtomicU64,
+    pub truncated: AtomicU64,
+    pub tokens_in: AtomicU64,
+    pub tokens_out: AtomicU64,
+    pub peak_in_flight: AtomicU64,
+}
+
+/// A snapshot of [`PoolStats`] plus the endpoints' current limits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolReport {
+    pub requests: u64,
+    pub succeeded: u64,
+    pub rate_limited: u64,
+    pub server_errors: u64,
+    pub timeouts: u64,
+    pub connect_errors: u64,
+    pub malformed: u64,
+    pub truncated: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub peak_in_flight: u64,
+    pub limits: Vec<f64>,
+}
+
+#[derive(Debug)]
+struct Endpoint {
+    in_flight: usize,
+    limit: f64,
+    /// Slow start doubles the limit each round trip until it reaches this.
+    threshold: f64,
+    /// Congestion seen by a request sent before this instant was already answered.
+    decreased_at: Instant,
+}
+
+#[derive(Debug)]
+struct Scheduler {
+    endpoints: Vec<Endpoint>,
+    /// Waiting requests, query traffic first.
+    waiting: [VecDeque<oneshot::Sender<usize>>; 2],
+    max_concurrency: f64,
+}
+
+fn class(priority: Priority) -> usize {
+    match priority {
+        Priority::Query => 0,
+        Priority::Build => 1,
+    }
+}
+
+impl Scheduler {
+    /// The endpoint with room and the lowest load relative to its limit.
+    fn pick(&self) -> Option<usize> {
+        self.endpoints
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| (e.in_flight as f64) < e.limit.floor().max(1.0))
+            .min_by(|(_, a), (_, b)| {
+                (a.in_flight as f64 / a.limit).total_cmp(&(b.in_flight as f64 / b.limit))
+            })
+            .map(|(i, _)| i)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.endpoints.iter().map(|e| e.in_flight).sum()
+    }
+
+    /// Hands free slots to waiting requests, query traffic first.
+    fn dispatch(&mut self) {
+        while let Some(endpoint) = self.pick() {
+            let Some(waiter) = self.waiting[0]
+                .pop_front()
+                .or_else(|| self.waiting[1].pop_front())
+            else {
+                return;
+            };
+            self.endpoints[endpoint].in_flight += 1;
+            if waiter.send(endpoint).is_err() {
+                // The request gave up while waiting.
+                self.endpoints[endpoint].in_flight -= 1;
+            }
+        }
+    }
+}
+
+/// What became of one attempt, for the concurrency limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Success,
+    /// 429, 503, a timeout: the endpoint is past its capacity.
+    Congestion,
+    /// Anything else that failed: says nothing about capacity.
+    Failure,
+}
+
+#[derive(Debug)]
+struct Buckets {
+    requests: f64,
+    tokens: f64,
+    refilled: Instant,
+}
+
+/// The pool client. One per process, shared by every worker, so the rate limits
+/// hold for the process as a whole.
+#[derive(Debug)]
+pub struct PoolClient {
+    http: reqwest::Client,
+    config: PoolConfig,
+    scheduler: Mutex<Scheduler>,
+    buckets: Mutex<Buckets>,
+    stats: PoolStats,
+}
+
+/// Base of the exponential backoff.
+const BACKOFF_BASE: Duration = Duration::from_millis(100);
+/// Longest wait between attempts, whatever the server asks.
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// Largest output budget a truncated reply may be retried with.
+const MAX_OUTPUT_TOKENS: u32 = 8192;
+
+impl PoolClient {
+    pub fn new(config: PoolConfig) -> Result<Self, String> {
+        for url in &config.endpoints {
+            reqwest::Url::parse(url).map_err(|e| format!("--llm-url {url}: {e}"))?;
+        }
+        let initial = config
+            .initial_concurrency
+            .clamp(1, config.max_concurrency.max(1)) as f64;
+        let now = Instant::now();
+        let endpoints = config
+            .endpoints
+            .iter()
+            .map(|_| Endpoint {
+                in_flight: 0,
+                limit: initial,
+                threshold: config.max_concurrency as f64,
+                decreased_at: now,
+            })
+            .collect();
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(config.max_concurrency)
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(PoolClient {
+            http,
+            buckets: Mutex::new(Buckets {
+                requests: f64::from(config.rpm.unwrap_or(0)),
+                tokens: f64::from(config.tpm.unwrap_or(0)),
+                refilled: now,
+            }),
+            scheduler: Mutex::new(Scheduler {
+                endpoints,
+                waiting: [VecDeque::new(), VecDeque::new()],
+                max_concurrency: config.max_concurrency.max(1) as f64,
+            }),
+            config,
+            stats: PoolStats::default(),
+        })
+    }
+
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    pub fn report(&self) -> PoolReport {
+        let s = &self.stats;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        PoolReport {
+            requests: get(&s.requests),
+            succeeded: get(&s.succeeded),
+            rate_limited: get(&s.rate_limited),
+            server_errors: get(&s.server_errors),
+            timeouts: get(&s.timeouts),
+            connect_errors: get(&s.connect_errors),
+            malformed: get(&s.malformed),
+            truncated: get(&s.truncated),
+            tokens_in: get(&s.tokens_in),
+            tokens_out: get(&s.tokens_out),
+            peak_in_flight: get(&s.peak_in_flight),
+            limits: self.lock().endpoints.iter().map(|e| e.limit).collect(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Scheduler> {
+        self.scheduler.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A chat completion of `prompt`. A reply cut off by the output budget
+    /// (`finish_reason: length`) is asked again with twice the budget.
+    pub async fn chat(
+        &self,
+        prompt: &Prompt,
+        temperature: f32,
+        max_tokens: u32,
+        priority: Priority,
+    ) -> Result<Completion, PoolError> {
+        let mut messages = Vec::new();
+        if let Some(system) = &prompt.system {
+            messages.push(json!({"role": "system", "content": system}));
+        }
+        messages.push(json!({"role": "user", "content": prompt.user}));
+        let prompt_tokens = count_tokens(&prompt.text()) as u32;
+        let mut budget = max_tokens;
+        let started = Instant::now();
+        loop {
+            let body = json!({
+                "model": self.config.model,
+                "messages": messages,
+                // As written (0.7, not 0.699999988 from f32).
+                "temperature": (f64::from(temperature) * 100.0).round() / 100.0,
+                "max_tokens": budget,
+            });
+            let value = self
+                .request("chat/completions", &body, prompt_tokens + budget, priority)
+                .await?;
+            let reply: ChatReply =
+                serde_json::from_value(value).map_err(|e| PoolError::Exhausted {
+                    attempts: 1,
+                    last: format!("a reply without choices: {e}"),
+                })?;
+            let choice = reply.choices.into_iter().next();
+            let finish = choice.as_ref().and_then(|c| c.finish_reason.clone());
+            let content = choice.and_then(|c| c.message.content).unwrap_or_default();
+            let (tokens_in, tokens_out) = match reply.usage {
+                Some(u) => (u.prompt_tokens, u.completion_tokens),
+                None => (prompt_tokens, count_tokens(&content) as u32),
+            };
+            self.stats
+                .tokens_in
+                .fetch_add(u64::from(tokens_in), Ordering::Relaxed);
+            self.stats
+                .tokens_out
+                .fetch_add(u64::from(tokens_out), Ordering::Relaxed);
+            if finish.as_deref() == Some("length") && budget < MAX_OUTPUT_TOKENS {
+                self.stats.truncated.fetch_add(1, Ordering::Relaxed);
+                budget = (budget * 2).min(MAX_OUTPUT_TOKENS);
+                continue;
+            }
+            return Ok(Completion {
+                content,
+                tokens_in,
+                tokens_out,
+                latency: started.elapsed(),
+            });
+        }
+    }
+
+    /// Embeddings of `inputs`, in order.
+    pub async fn embed(
+        &self,
+        inputs: &[String],
+        priority: Priority,
+    ) -> Result<Vec<Vec<f32>>, PoolError> {
+        let tokens: usize = inputs.iter().map(|i| count_tokens(i)).sum();
+        let body = json!({"model": self.config.model, "input": inputs});
+        let value = self
+            .request("embeddings", &body, tokens as u32, priority)
+            .await?;
+        let reply: EmbeddingReply =
+            serde_json::from_value(value).map_err(|e| PoolError::Exhausted {
+                attempts: 1,
+                last: format!("an embeddings reply without data: {e}"),
+            })?;
+        let mut data = reply.data;
+        data.sort_by_key(|d| d.index);
+        Ok(data.into_iter().map(|d| d.embedding).collect())
+    }
+
+    /// POSTs `body` to `path` on the least-loaded endpoint, retrying what can be
+    /// retried; returns the JSON reply.
+    async fn request(
+        &self,
+        path: &str,
+        body: &Value,
+        tokens: u32,
+        priority: Priority,
+    ) -> Result<Value, PoolError> {
+        let attempts = self.config.max_attempts.max(1);
+        if self.config.endpoints.is_empty() {
+            return Err(PoolError::Exhausted {
+                attempts: 0,
+                last: "no endpoint to call (--llm-url)".to_string(),
+            });
+        }
+        let mut last = String::new();
+        for attempt in 0..attempts {
+            self.take_rate(tokens).await;
+            let mut slot = self.acquire(priority).await;
+            let url = format!(
+                "{}/{path}",
+                self.config.endpoints[slot.endpoint].trim_end_matches('/')
+            );
+            self.stats.requests.fetch_add(1, Ordering::Relaxed);
+            let (outcome, result) = self.send(&url, body).await;
+            slot.finish(outcome);
+            let retry_after = match result {
+                Attempt::Done(value) => {
+                    self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Attempt::Fatal(error) => return Err(error),
+                Attempt::Retry {
+                    reason,
+                    retry_after,
+                } => {
+                    tracing::debug!(url, attempt, reason, "retrying a model request");
+                    last = reason;
+                    retry_after
+                }
+            };
+            if attempt + 1 < attempts {
+                tokio::time::sleep(
+                    retry_after
+                        .unwrap_or_else(|| backoff(attempt))
+                        .min(BACKOFF_CAP),
+                )
+                .await;
+            }
+        }
+        Err(PoolError::Exhausted { attempts, last })
+    }
+
+    async fn send(&self, url: &str, body: &Value) -> (Outcome, Attempt) {
+        let mut request = self.http.post(url).timeout(self.config.timeout).json(body);
+        if let Some(key) = &self.config.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(e) => return self.transport_error(&e),
+        };
+        let status = response.status();
+        let retry_after = retry_after(response.headers());
+        let text = match response.text().await {
+            Ok(text) => text,
+            Err(e) => return self.transport_error(&e),
+        };
+        if status.is_success() {
+            return match serde_json::from_str::<Value>(&text) {
+                Ok(value) => (Outcome::Success, Attempt::Done(value)),
+                Err(e) => {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    (
+                        Outcome::Failure,
+                        Attempt::retry(format!("malformed JSON from {url}: {e}"), None),
+                    )
+                }
+            };
+        }
+        let snippet: String = text.chars().take(300).collect();
+        match status.as_u16() {
+            429 | 503 => {
+                let counter = if status.as_u16() == 429 {
+                    &self.stats.rate_limited
+                } else {
+                    &self.stats.server_errors
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                (
+                    Outcome::Congestion,
+                    Attempt::retry(format!("HTTP {status} from {url}"), retry_after),
+                )
+            }
+            502 | 504 => {
+                self.stats.server_errors.fetch_add(1, Ordering::Relaxed);
+                (
+                    Outcome::Congestion,
+                    Attempt::retry(format!("HTTP {status} from {url}"), retry_after),
+                )
+            }
+            408 | 409 | 500..=599 => {
+                self.stats.server_errors.fetch_add(1, Ordering::Relaxed);
+                (
+                    Outcome::Failure,
+                    Attempt::retry(format!("HTTP {status} from {url}: {snippet}"), retry_after),
+                )
+            }
+            code => (
+                Outcome::Failure,
+                Attempt::Fatal(PoolError::Refused {
+                    endpoint: url.to_string(),
+                    status: code,
+                    body: snippet,
+                }),
+            ),
+        }
+    }
+
+    fn transport_error(&self, error: &reqwest::Error) -> (Outcome, Attempt) {
+        if error.is_timeout() {
+            self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            return (
+                Outcome::Congestion,
+                Attempt::retry(format!("timed out after {:?}", self.config.timeout), None),
+            );
+        }
+        if error.is_connect() {
+            self.stats.connect_errors.fetch_add(1, Ordering::Relaxed);
+            // An endpoint that is down sheds its share to the others.
+            return (
+                Outcome::Congestion,
+                Attempt::retry(format!("cannot connect: {error}"), None),
+            );
+        }
+        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+        (
+            Outcome::Failure,
+            Attempt::retry(format!("broken response: {error}"), None),
+        )
+    }
+
+    /// Waits for a slot on some endpoint.
+    async fn acquire(&self, priority: Priority) -> Slot<'_> {
+        let receiver = {
+            let mut scheduler = self.lock();
+            let ahead = match priority {
+                Priority::Query => scheduler.waiting[0].len(),
+                Priority::Build => scheduler.waiting[0].len() + scheduler.waiting[1].len(),
+            };
+            if ahead == 0
+                && let Some(endpoint) = scheduler.pick()
+            {
+                scheduler.endpoints[endpoint].in_flight += 1;
+                self.note_in_flight(scheduler.in_flight());
+                return Slot::new(self, endpoint);
+            }
+            let (sender, receiver) = oneshot::channel();
+            scheduler.waiting[class(priority)].push_back(sender);
+            receiver
+        };
+        let mut waiting = Waiting {
+            client: self,
+            receiver: Some(receiver),
+        };
+        let receiver = waiting.receiver.as_mut().expect("set above");
+        let endpoint = receiver
+            .await
+            .expect("the scheduler answers every waiter it keeps");
+        waiting.receiver = None;
+        self.note_in_flight(self.lock().in_flight());
+        Slot::new(self, endpoint)
+    }
+
+    fn note_in_flight(&self, in_flight: usize) {
+        self.stats
+            .peak_in_flight
+            .fetch_max(in_flight as u64, Ordering::Relaxed);
+    }
+
+    /// Frees the slot and adapts the endpoint's limit to how the attempt went.
+    fn release(&self, endpoint: usize, outcome: Outcome, sent: Instant) {
+        let mut scheduler = self.lock();
+        let max = scheduler.max_concurrency;
+        let e = &mut scheduler.endpoints[endpoint];
+        e.in_flight -= 1;
+        match outcome {
+            Outcome::Success if e.limit < e.threshold => e.limit = (e.limit + 1.0).min(max),
+            Outcome::Success => e.limit = (e.limit + 1.0 / e.limit).min(max),
+            // One decrease per round trip: requests sent before the last decrease
+            // report the congestion that decrease already answered.
+            Outcome::Congestion if sent >= e.decreased_at => {
+                e.threshold = (e.limit / 2.0).max(1.0);
+                e.limit = e.threshold;
+                e.decreased_at = Instant::now();
+            }
+            Outcome::Congestion | Outcome::Failure => {}
+        }
+        scheduler.dispatch();
+    }
+
+    /// Waits until the request and token budgets allow one more request.
+    async fn take_rate(&self, tokens: u32) {
+        let (rpm, tpm) = (self.config.rpm, self.config.tpm);
+        if rpm.is_none() && tpm.is_none() {
+            return;
+        }
+        loop {
+            let wait = {
+                let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+                let elapsed = b.refilled.elapsed().as_secs_f64();
+                b.refilled = Instant::now();
+                if let Some(rpm) = rpm {
+                    b.requests = (b.requests + elapsed * f64::from(rpm) / 60.0).min(f64::from(rpm));
+                }
+                if let Some(tpm) = tpm {
+                    b.tokens = (b.tokens + elapsed * f64::from(tpm) / 60.0).min(f64::from(tpm));
+                }
+                // A request larger than the whole token budget waits for a full bucket.
+                let need_tokens = tpm.map(|t| f64::from(tokens.min(t)));
+                let short_requests = rpm.map_or(0.0, |_| (1.0 - b.requests).max(0.0));
+                let short_tokens = need_tokens.map_or(0.0, |n| (n - b.tokens).max(0.0));
+                if short_requests == 0.0 && short_tokens == 0.0 {
+                    if rpm.is_some() {
+                        b.requests -= 1.0;
+                    }
+                    if let Some(n) = need_tokens {
+                        b.tokens -= n;
+                    }
+                    return;
+                }
+                let by_requests = rpm.map_or(0.0, |r| short_requests * 60.0 / f64::from(r));
+                let by_tokens = tpm.map_or(0.0, |t| short_tokens * 60.0 / f64::from(t));
+                Duration::from_secs_f64(by_requests.max(by_tokens))
+            };
+            tokio::time::sleep(wait.max(Duration::from_millis(1))).await;
+        }
+    }
+}
+
+/// A slot taken on an endpoint. A request dropped mid-way (its caller gave up)
+/// gives its slot back too.
+struct Slot<'a> {
+    client: &'a PoolClient,
+    endpoint: usize,
+    sent: Instant,
+    finished: bool,
+}
+
+impl<'a> Slot<'a> {
+    fn new(client: &'a PoolClient, endpoint: usize) -> Self {
+        Slot {
+            client,
+            endpoint,
+            sent: Instant::now(),
+            finished: false,
+        }
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        self.finished = true;
+        self.client.release(self.endpoint, outcome, self.sent);
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.client
+                .release(self.endpoint, Outcome::Failure, self.sent);
+        }
+    }
+}
+
+/// A request waiting for a slot; if it is dropped after the scheduler handed it
+/// one, the slot goes back.
+struct Waiting<'a> {
+    client: &'a PoolClient,
+    receiver: Option<oneshot::Receiver<usize>>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(mut receiver) = self.receiver.take() {
+            receiver.close();
+            if let Ok(endpoint) = receiver.try_recv() {
+                self.client
+                    .release(endpoint, Outcome::Failure, Instant::now());
+            }
+        }
+    }
+}
+
+enum Attempt {
+    Done(Value),
+    Retry {
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    Fatal(PoolError),
+}
+
+impl Attempt {
+    fn retry(reason: String, retry_after: Option<Duration>) -> Self {
+        Attempt::Retry {
+            reason,
+            retry_after,
+        }
+    }
+}
+
+/// Full-jitter exponential backoff: uniform in [0, base · 2^attempt].
+fn backoff(attempt: u32) -> Duration {
+    let ceiling = BACKOFF_BASE
+        .saturating_mul(1 << attempt.min(16))
+        .min(BACKOFF_CAP);
+    ceiling.mul_f64(fastrand::f64())
+}
+
+/// The server's requested wait: `retry-after-ms` (OpenAI) or `Retry-After` seconds.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(ms) = header("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    header("retry-after")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatReply {
+    choices: Vec<ChatChoice>,
+    usage: Option<Usage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatChoice {
+    message: ChatMessage,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatMessage {
+    content: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Usage {
+    prompt_tokens: u32,
+    completion_tokens: u32,
+}
+
+#[derive(Debug, Deserialize)]
+struct EmbeddingReply {
+    data: Vec<EmbeddingData>,
+}
+
+#[derive(Debug, Deserialize)]
+struct EmbeddingData {
+    index: usize,
+    embedding: Vec<f32>,
+}

@@ -1,0 +1,372 @@
+//! Prompt templates: the papers' prompts, built in, each overridable by a file
+//! `TASK.txt` in a prompts directory. `{{name}}` marks a placeholder; a line
+//! `=== user ===` splits a system message (above) from the user message (below).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use regex::Regex;
+
+use crate::step::{Step, Task};
+
+const USER_MARKER: &str = "\n=== user ===\n";
+
+fn builtin(task: Task) -> &'static str {
+    match task {
+        Task::SummarizeSegment => include_str!("../prompts/summarize_segment.txt"),
+        Task::CompressSummaries => include_str!("../prompts/compress_summaries.txt"),
+        Task::Triage => include_str!("../prompts/triage.txt"),
+        Task::ReadLeaf => include_str!("../prompts/read_leaf.txt"),
+        Task::ChooseBreak => include_str!("../prompts/choose_break.txt"),
+        Task::GistPage => include_str!("../prompts/gist_page.txt"),
+        Task::LookupPages => include_str!("../prompts/lookup_pages.txt"),
+        Task::LookupNextPage => include_str!("../prompts/lookup_next_page.txt"),
+        Task::ExtractEntities => include_str!("../prompts/extract_entities.txt"),
+        Task::ExtractRelations => include_str!("../prompts/extract_relations.txt"),
+        Task::MergeRelations => include_str!("../prompts/merge_relations.txt"),
+        Task::JudgeAnswerable => include_str!("../prompts/judge_answerable.txt"),
+        Task::SummarizeWithFacts => include_str!("../prompts/summarize_with_facts.txt"),
+        Task::UpdateMemory => include_str!("../prompts/update_memory.txt"),
+        Task::Answer => include_str!("../prompts/answer.txt"),
+    }
+}
+
+/// A rendered prompt: the chat messages sent to the model.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Prompt {
+    pub system: Option<String>,
+    pub user: String,
+}
+
+impl Prompt {
+    /// The prompt as one text (how the cache key and the ledger see it).
+    pub fn text(&self) -> String {
+        match &self.system {
+            Some(system) => format!("{system}{USER_MARKER}{}", self.user),
+            None => self.user.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Template {
+    text: String,
+    /// Anchored pattern that reads placeholder values back out of a rendered prompt.
+    pattern: Regex,
+    names: Vec<String>,
+}
+
+impl Template {
+    fn new(task: Task, text: &str, origin: &str) -> Result<Self, String> {
+        let text = text.trim_end_matches('\n').to_string();
+        let placeholder = Regex::new(r"\{\{([a-z_0-9]+)\}\}").expect("a valid pattern");
+        let mut pattern = String::from("(?s)^");
+        let mut names = Vec::new();
+        let mut last = 0;
+        for c in placeholder.captures_iter(&text) {
+            let whole = c.get(0).expect("group 0");
+            pattern.push_str(&regex::escape(&text[last..whole.start()]));
+            pattern.push_str("(.*?)");
+            names.push(c[1].to_string());
+            last = whole.end();
+        }
+        pattern.push_str(&regex::escape(&text[last..]));
+        pattern.push('$');
+        for wanted in task.placeholders() {
+            if !names.iter().any(|n| n == wanted) {
+                return Err(format!(
+                    "{origin}: the {task} template lacks the placeholder {{{{{wanted}}}}} (it needs {})",
+                    placeholder_list(task)
+                ));
+            }
+        }
+        if let Some(unknown) = names
+            .iter()
+            .find(|n| !task.placeholders().contains(&n.as_str()))
+        {
+            return Err(format!(
+                "{origin}: the {task} template has an unknown placeholder {{{{{unknown}}}}} (it takes {})",
+                placeholder_list(task)
+            ));
+        }
+        let pattern = Regex::new(&pattern).map_err(|e| format!("{origin}: {e}"))?;
+        Ok(Template {
+            text,
+            pattern,
+            names,
+        })
+    }
+}
+
+fn placeholder_list(task: Task) -> String {
+    task.placeholders()
+        .iter()
+        .map(|p| format!("{{{{{p}}}}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The templates of every task.
+#[derive(Debug, Clone)]
+pub struct Prompts {
+    templates: HashMap<Task, Template>,
+}
+
+impl Default for Prompts {
+    fn default() -> Self {
+        let templates = Task::ALL
+            .into_iter()
+            .map(|task| {
+                let template = Template::new(task, builtin(task), "built-in")
+                    .expect("built-in templates are valid");
+                (task, template)
+            })
+            .collect();
+        Prompts { templates }
+    }
+}
+
+impl Prompts {
+    /// The built-in templates, with those `dir` holds (as `TASK.txt`) instead.
+    /// A file naming no task, or a template missing a placeholder, is an error that
+    /// names the file.
+    pub fn load(dir: &Path) -> Result<Self, String> {
+        let mut prompts = Prompts::default();
+        let entries = std::fs::read_dir(dir)
+            .map_err(|e| format!("prompts directory {}: {e}", dir.display()))?;
+        for entry in entries {
+            let path = entry
+                .map_err(|e| format!("prompts directory {}: {e}", dir.display()))?
+                .path();
+            if path.extension().is_none_or(|e| e != "txt") {
+                continue;
+            }
+            let stem = path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or_default();
+            let task = Task::ALL
+                .into_iter()
+                .find(|t| t.name() == stem)
+                .ok_or_else(|| {
+                    format!(
+                        "{}: no task is called {stem:?}; templates are named after their task: {}",
+                        path.display(),
+                        Task::ALL.map(|t| t.name()).join(", ")
+                    )
+                })?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let template = Template::new(task, &text, &path.display().to_string())?;
+            prompts.templates.insert(task, template);
+        }
+        Ok(prompts)
+    }
+
+    /// Writes every built-in template into `dir`, to be edited.
+    pub fn export(dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for task in Task::ALL {
+            std::fs::write(dir.join(format!("{}.txt", task.name())), builtin(task))?;
+        }
+        Ok(())
+    }
+
+    pub fn render(&self, step: &Step) -> Prompt {
+        let template = &self.templates[&step.task()];
+        let vars = step.vars();
+        let placeholder = Regex::new(r"\{\{([a-z_0-9]+)\}\}").expect("a valid pattern");
+        // One pass, so a value that itself contains `{{…}}` is left alone.
+        let text = placeholder.replace_all(&template.text, |c: &regex::Captures<'_>| {
+            vars.iter()
+                .find(|(name, _)| *name == &c[1])
+                .map_or_else(String::new, |(_, value)| value.clone())
+        });
+        match text.split_once(USER_MARKER) {
+            Some((system, user)) => Prompt {
+                system: Some(system.to_string()),
+                user: user.to_string(),
+            },
+            None => Prompt {
+                system: None,
+                user: text.into_owned(),
+            },
+        }
+    }
+
+    /// The step a prompt was rendered from: the inverse of `render`, used by the
+    /// simulator to answer real prompts.
+    pub fn identify(&self, prompt: &Prompt) -> Option<Step> {
+        let text = prompt.text();
+        Task::ALL.into_iter().find_map(|task| {
+            let template = &self.templates[&task];
+            let captures = template.pattern.captures(&text)?;
+            let vars: HashMap<String, String> = template
+                .names
+                .iter()
+                .enumerate()
+                .map(|(i, name)| (name.clone(), captures[i + 1].to_string()))
+                .collect();
+            Step::from_vars(task, &vars)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::PageText;
+
+    fn steps() -> Vec<Step> {
+        let s = |t: &str| t.to_string();
+        vec![
+            Step::SummarizeSegment {
+                segment: s("It rained.\n\nThen it stopped."),
+            },
+            Step::CompressSummaries {
+                summaries: vec![s("One."), s("Two.\n\nThree.")],
+            },
+            Step::Triage {
+                question: s("Why?"),
+                summaries: vec![s("A."), s("B.")],
+            },
+            Step::ReadLeaf {
+                question: s("Who?"),
+                memory: s("m"),
+                segment: s("Text."),
+            },
+            Step::ChooseBreak {
+                units: vec![s("P one."), s("P two."), s("P three.")],
+                candidates: vec![0, 1],
+                first_label: 40,
+            },
+            Step::GistPage { page: s("A page.") },
+            Step::LookupPages {
+                question: s("Q?"),
+                pages: vec![
+                    PageText {
+                        number: 0,
+                        text: s("gist zero"),
+                    },
+                    PageText {
+                        number: 1,
+                        text: s("gist one"),
+                    },
+                ],
+                max_pages: 3,
+            },
+            Step::LookupNextPage {
+                question: s("Q?"),
+                pages: vec![PageText {
+                    number: 4,
+                    text: s("g"),
+                }],
+                already_read: vec![1, 4],
+            },
+            Step::ExtractEntities {
+                background: s("bg"),
+                segment: s("Paul met Ann."),
+            },
+            Step::ExtractRelations {
+                segment: s("Paul met Ann."),
+                entities: vec![s("Paul"), s("Ann")],
+            },
+            Step::MergeRelations {
+                summary: s("doc"),
+                segments: [s("s1"), s("s2")],
+                relations: [s("r1"), s("r2")],
+            },
+            Step::JudgeAnswerable {
+                question: s("Q?"),
+                context: s("C."),
+            },
+            Step::SummarizeWithFacts { chunk: s("Chunk.") },
+            Step::UpdateMemory {
+                question: s("Q?"),
+                retrieved: s("R."),
+                memory: s("M."),
+            },
+            Step::Answer {
+                question: s("Q?"),
+                context: s("C."),
+            },
+        ]
+    }
+
+    #[test]
+    fn every_rendered_prompt_reads_back_as_its_step() {
+        let prompts = Prompts::default();
+        let all = steps();
+        assert_eq!(all.len(), Task::ALL.len());
+        for step in all {
+            let prompt = prompts.render(&step);
+            let back = prompts.identify(&prompt).expect("identified");
+            assert_eq!(back.task(), step.task(), "{}", prompt.text());
+            // Reading back normalises list items to one line each, as the model saw them.
+            assert_eq!(
+                back.vars(),
+                Step::from_vars(
+                    step.task(),
+                    &step
+                        .vars()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_string(), v))
+                        .collect()
+                )
+                .expect("round trip")
+                .vars()
+            );
+        }
+    }
+
+    #[test]
+    fn the_papers_wording_is_kept() {
+        let prompts = Prompts::default();
+        let triage = prompts.render(&Step::Triage {
+            question: "Who won?".into(),
+            summaries: vec!["First.".into(), "Second.".into()],
+        });
+        assert!(
+            triage
+                .user
+                .contains("MOST LIKELY to contain information about the answer")
+        );
+        assert!(triage.user.contains("Summary 1: Second."));
+        let facts = prompts.render(&Step::SummarizeWithFacts { chunk: "x".into() });
+        assert!(
+            facts
+                .system
+                .as_deref()
+                .is_some_and(|s| s.contains("(Surprise): Surprising Information"))
+        );
+        assert_eq!(facts.user, "x");
+    }
+
+    #[test]
+    fn overrides_replace_templates_and_bad_ones_are_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("gist_page.txt"), "Shorten: {{page}}\n").expect("write");
+        let prompts = Prompts::load(dir.path()).expect("loads");
+        let gist = prompts.render(&Step::GistPage { page: "p".into() });
+        assert_eq!(gist.user, "Shorten: p");
+        assert_eq!(
+            prompts.identify(&gist),
+            Some(Step::GistPage { page: "p".into() })
+        );
+
+        std::fs::write(dir.path().join("triage.txt"), "Pick one: {{summaries}}").expect("write");
+        let error = Prompts::load(dir.path()).expect_err("question is missing");
+        assert!(
+            error.contains("triage.txt") && error.contains("{{question}}"),
+            "{error}"
+        );
+
+        std::fs::remove_file(dir.path().join("triage.txt")).expect("remove");
+        std::fs::write(dir.path().join("sumarize.txt"), "{{segment}}").expect("write");
+        let error = Prompts::load(dir.path()).expect_err("unknown task");
+        assert!(
+            error.contains("sumarize.txt") && error.contains("summarize_segment"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! An asynchronous map for differential collections: each update's future runs on
+//! a tokio runtime, and its outputs are emitted at the update's time once it
+//! resolves. The operator holds a capability for every time with work in flight,
+//! so the frontier (and everything downstream) waits for the model calls, while
+//! the worker thread stays free to feed more input and the pool stays busy.
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::mpsc;
+
+use differential_dataflow::{AsCollection, Data, VecCollection};
+use futures::FutureExt;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::Capability;
+use timely::dataflow::operators::generic::operator::Operator;
+
+/// A finished future: its update's time and multiplicity, and its outputs (or the
+/// panic message of a future that panicked).
+type Finished<O> = (u64, isize, Result<Vec<O>, String>);
+
+/// Maps every update `(d, t, r)` of `collection` to `(o, t, r)` for each `o` in
+/// `logic(d).await`. `logic` must be a function of `d` alone (retractions call it
+/// again and must get the same outputs; the call cache makes model calls so).
+pub fn map_async<'scope, D, O, F, Fut>(
+    collection: VecCollection<'scope, u64, D, isize>,
+    runtime: tokio::runtime::Handle,
+    name: &str,
+    logic: F,
+) -> VecCollection<'scope, u64, O, isize>
+where
+    D: Data,
+    O: Data + Send,
+    F: Fn(D) -> Fut + 'static,
+    Fut: Future<Output = Vec<O>> + Send + 'static,
+{
+    let worker = collection.inner.scope().worker();
+    collection
+        .inner
+        .unary_frontier::<timely::container::CapacityContainerBuilder<Vec<(O, u64, isize)>>, _, _, _>(
+            Pipeline,
+            name,
+            move |_initial, info| {
+                let activator = worker.sync_activator_for(info.address.to_vec());
+                let (done_tx, done_rx) = mpsc::channel::<Finished<O>>();
+                // Per time: the capability to emit at it and the futures still running.
+                let mut pending: BTreeMap<u64, (Capability<u64>, usize)> = BTreeMap::new();
+                move |(input, _frontier), output| {
+                    input.for_each(|capability, updates| {
+                        for (data, time, diff) in updates.drain(..) {
+                            pending
+                                .entry(time)
+                                .or_insert_with(|| (capability.delayed(&time, output.output_index()), 0))
+                                .1 += 1;
+                            let future = AssertUnwindSafe(logic(data)).catch_unwind();
+                            let done = done_tx.clone();
+                            let activator = activator.clone();
+                            runtime.spawn(async move {
+                                let outputs = future.await.map_err(|payload| panic_message(payload.as_ref()));
+                                // The operator is gone only when the dataflow is.
+                                let _ = done.send((time, diff, outputs));
+                                let _ = activator.activate();
+                            });
+                        }
+                    });
+                    while let Ok((time, diff, outputs)) = done_rx.try_recv() {
+                        let outputs = outputs.unwrap_or_else(|message| {
+                            panic!("a future of the asynchronous map panicked: {message}")
+                        });
+                        let entry = pending
+                            .get_mut(&time)
+                            .expect("every finished future was registered at its time");
+                        output
+                            .session(&entry.0)
+                            .give_iterator(outputs.into_iter().map(|o| (o, time, diff)));
+                        entry.1 -= 1;
+                        if entry.1 == 0 {
+                            pending.remove(&time);
+                        }
+                    }
+                }
+            },
+        )
+        .as_collection()
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
+}
