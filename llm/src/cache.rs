@@ -3,8 +3,10 @@
 //! reply; a key is called at most once per process (concurrent askers share the
 //! call) and, once flushed, never again by any run over the same tables.
 //!
-//! Lookups read only the `call_key` and `reply` columns of the keys asked for,
-//! batched, through a B-tree index on `call_key`; the table is never loaded whole.
+//! A Bloom filter of the table's keys (read once, from the `call_key` column
+//! alone) answers most misses without touching the table; the rest are looked up
+//! in batches, reading only the `call_key` and `reply` columns of the keys asked
+//! for, through a B-tree index on `call_key`. The table is never loaded whole.
 //! New rows are appended every [`FLUSH_INTERVAL`], so a run that is killed loses at
 //! most that much finished work.
 
@@ -78,6 +80,8 @@ pub struct CallCache {
     cells: Mutex<HashMap<String, Arc<OnceCell<String>>>>,
     pending: Mutex<Vec<LlmCallRow>>,
     lookups: Option<mpsc::UnboundedSender<Lookup>>,
+    /// Keys that may be in the table: a miss here needs no look-up.
+    stored: Mutex<BloomFilter>,
     /// Serialises flushes, so rows are appended once and in order.
     flushing: tokio::sync::Mutex<()>,
     hits: AtomicU64,
@@ -88,17 +92,19 @@ pub struct CallCache {
 impl CallCache {
     /// A cache that lives only in memory (tests, `memweave ask`).
     pub fn in_memory() -> Arc<Self> {
-        Arc::new(Self::with(None, false, None))
+        Arc::new(Self::with(None, false, None, BloomFilter::new(0)))
     }
 
     fn with(
         store: Option<TableStore>,
         cache_only: bool,
         lookups: Option<mpsc::UnboundedSender<Lookup>>,
+        stored: BloomFilter,
     ) -> Self {
         CallCache {
             store,
             cache_only,
+            stored: Mutex::new(stored),
             cells: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
             lookups,
@@ -109,12 +115,26 @@ impl CallCache {
         }
     }
 
-    /// The cache persisted under `store`; spawns its lookup and flush tasks on the
-    /// current tokio runtime. With `cache_only`, a call not in the cache fails with
-    /// `StepError::CacheMiss` instead of reaching a backend.
-    pub fn persistent(store: TableStore, cache_only: bool) -> Arc<Self> {
+    /// The cache persisted under `store`; reads the keys it holds into a Bloom
+    /// filter and spawns its lookup and flush tasks on the current tokio runtime.
+    /// With `cache_only`, a call not in the cache fails with `StepError::CacheMiss`
+    /// instead of reaching a backend.
+    pub async fn persistent(store: TableStore, cache_only: bool) -> anyhow::Result<Arc<Self>> {
+        let mut keys = Vec::new();
+        store
+            .for_each_value(Table::LlmCalls, "call_key", |k| {
+                keys.push(BloomFilter::hash(k))
+            })
+            .await?;
+        let mut stored = BloomFilter::new(keys.len());
+        keys.iter().for_each(|&h| stored.insert(h));
         let (sender, receiver) = mpsc::unbounded_channel();
-        let cache = Arc::new(Self::with(Some(store.clone()), cache_only, Some(sender)));
+        let cache = Arc::new(Self::with(
+            Some(store.clone()),
+            cache_only,
+            Some(sender),
+            stored,
+        ));
         tokio::spawn(serve_lookups(store, receiver));
         let weak = Arc::downgrade(&cache);
         tokio::spawn(async move {
@@ -128,7 +148,7 @@ impl CallCache {
                 }
             }
         });
-        cache
+        Ok(cache)
     }
 
     pub fn report(&self) -> CacheReport {
@@ -186,6 +206,9 @@ impl CallCache {
 
     async fn lookup(&self, key: &str) -> Option<String> {
         let lookups = self.lookups.as_ref()?;
+        if !self.lock_stored().may_contain(BloomFilter::hash(key)) {
+            return None;
+        }
         let (sender, receiver) = oneshot::channel();
         lookups.send((key.to_string(), sender)).ok()?;
         receiver.await.ok().flatten()
@@ -206,6 +229,11 @@ impl CallCache {
             Ok(version) => {
                 self.flushed.fetch_add(rows.len() as u64, Ordering::Relaxed);
                 // Flushed replies are found in the table from now on.
+                let mut stored = self.lock_stored();
+                for row in &rows {
+                    stored.insert(BloomFilter::hash(&row.call_key));
+                }
+                drop(stored);
                 let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
                 for row in &rows {
                     cells.remove(&row.call_key);
@@ -234,6 +262,63 @@ impl CallCache {
     }
 }
 
+impl CallCache {
+    fn lock_stored(&self) -> std::sync::MutexGuard<'_, BloomFilter> {
+        self.stored.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A Bloom filter over call keys: about 1% false positives at its capacity, ten
+/// bits a key. Past its capacity false positives grow, which costs look-ups,
+/// never correctness.
+#[derive(Debug)]
+struct BloomFilter {
+    bits: Vec<u64>,
+}
+
+/// Bit positions set per key.
+const BLOOM_HASHES: u64 = 7;
+
+impl BloomFilter {
+    fn new(keys: usize) -> Self {
+        // Room for the keys there are and as many again from this run.
+        let bits = (keys.max(50_000) * 2 * 10).next_power_of_two();
+        BloomFilter {
+            bits: vec![0; bits / 64],
+        }
+    }
+
+    /// Keys are blake3 hex digests: their leading 128 bits are already uniform.
+    fn hash(key: &str) -> u128 {
+        let hex = key.get(..32).unwrap_or(key);
+        u128::from_str_radix(hex, 16).unwrap_or_else(|_| {
+            u128::from_le_bytes(
+                blake3::hash(key.as_bytes()).as_bytes()[..16]
+                    .try_into()
+                    .unwrap_or([0; 16]),
+            )
+        })
+    }
+
+    fn positions(&self, hash: u128) -> impl Iterator<Item = usize> + '_ {
+        let (a, b) = ((hash >> 64) as u64, hash as u64 | 1);
+        let mask = (self.bits.len() * 64 - 1) as u64;
+        (0..BLOOM_HASHES).map(move |i| (a.wrapping_add(i.wrapping_mul(b)) & mask) as usize)
+    }
+
+    fn insert(&mut self, hash: u128) {
+        let positions: Vec<usize> = self.positions(hash).collect();
+        for p in positions {
+            self.bits[p / 64] |= 1 << (p % 64);
+        }
+    }
+
+    fn may_contain(&self, hash: u128) -> bool {
+        self.positions(hash)
+            .all(|p| self.bits[p / 64] & (1 << (p % 64)) != 0)
+    }
+}
+
 /// Answers lookups in batches: whatever has queued up while the last scan ran.
 async fn serve_lookups(store: TableStore, mut receiver: mpsc::UnboundedReceiver<Lookup>) {
     while let Some(first) = receiver.recv().await {
@@ -258,5 +343,24 @@ async fn serve_lookups(store: TableStore, mut receiver: mpsc::UnboundedReceiver<
         for (key, answer) in batch {
             let _ = answer.send(found.get(&key).cloned());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_keeps_every_key_and_few_strangers() {
+        let mut filter = BloomFilter::new(10_000);
+        let key = |i: u32| content_id("call", &[&i.to_le_bytes()]);
+        for i in 0..10_000 {
+            filter.insert(BloomFilter::hash(&key(i)));
+        }
+        assert!((0..10_000).all(|i| filter.may_contain(BloomFilter::hash(&key(i)))));
+        let strangers = (10_000..20_000)
+            .filter(|&i| filter.may_contain(BloomFilter::hash(&key(i))))
+            .count();
+        assert!(strangers < 200, "{strangers} false positives in 10,000");
     }
 }

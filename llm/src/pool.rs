@@ -134,8 +134,12 @@ struct Endpoint {
     limit: f64,
     /// Slow start doubles the limit each round trip until it reaches this.
     threshold: f64,
-    /// Congestion seen by a request sent before this instant was already answered.
-    decreased_at: Instant,
+    /// Replies in the current window (about one round trip's worth), and how many
+    /// of them said the endpoint is overloaded.
+    window_replies: u32,
+    window_congested: u32,
+    /// The fastest reply seen: the endpoint's latency with no queue.
+    fastest: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -220,6 +224,12 @@ pub struct PoolClient {
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Longest wait between attempts, whatever the server asks.
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// A reply this many times slower than the fastest counts as queued.
+const QUEUED_FACTOR: f64 = 1.5;
+/// Share of a window's replies that must signal overload before the limit halves.
+const CONGESTED_SHARE: f64 = 0.2;
+/// Fewest replies a window judges by.
+const MIN_WINDOW: f64 = 8.0;
 /// Largest output budget a truncated reply may be retried with.
 const MAX_OUTPUT_TOKENS: u32 = 8192;
 
@@ -239,7 +249,9 @@ impl PoolClient {
                 in_flight: 0,
                 limit: initial,
                 threshold: config.max_concurrency as f64,
-                decreased_at: now,
+                window_replies: 0,
+                window_congested: 0,
+                fastest: None,
             })
             .collect();
         let http = reqwest::Client::builder()
@@ -552,23 +564,44 @@ impl PoolClient {
             .fetch_max(in_flight as u64, Ordering::Relaxed);
     }
 
-    /// Frees the slot and adapts the endpoint's limit to how the attempt went.
-    fn release(&self, endpoint: usize, outcome: Outcome, sent: Instant) {
+    /// Frees the slot and adapts the endpoint's limit to how the attempt went:
+    /// each success raises it (by one while in slow start, so it doubles per round
+    /// trip; by 1/limit after, one per round trip); when more than
+    /// `CONGESTED_SHARE` of a round trip's replies are 429s, 503s or timeouts it
+    /// halves. Isolated ones (a flaky replica, a hung connection) are only retried:
+    /// halving on every one would collapse a busy pool under random faults.
+    fn release(&self, endpoint: usize, outcome: Outcome, latency: Duration) {
         let mut scheduler = self.lock();
         let max = scheduler.max_concurrency;
         let e = &mut scheduler.endpoints[endpoint];
         e.in_flight -= 1;
+        // A reply much slower than the fastest one waited in the server's queue:
+        // more requests would only wait longer (and delay the chains of dependent
+        // calls behind them), so stop growing and ease off by one per round trip.
+        let queued = outcome == Outcome::Success
+            && e.fastest
+                .is_some_and(|f| latency.as_secs_f64() > QUEUED_FACTOR * f.as_secs_f64());
+        if outcome == Outcome::Success {
+            e.fastest = Some(e.fastest.map_or(latency, |f| f.min(latency)));
+        }
         match outcome {
+            Outcome::Success if queued => {
+                e.threshold = e.threshold.min(e.limit);
+                e.limit = (e.limit - 1.0 / e.limit).max(1.0);
+            }
             Outcome::Success if e.limit < e.threshold => e.limit = (e.limit + 1.0).min(max),
             Outcome::Success => e.limit = (e.limit + 1.0 / e.limit).min(max),
-            // One decrease per round trip: requests sent before the last decrease
-            // report the congestion that decrease already answered.
-            Outcome::Congestion if sent >= e.decreased_at => {
+            Outcome::Congestion => e.window_congested += 1,
+            Outcome::Failure => {}
+        }
+        e.window_replies += 1;
+        if f64::from(e.window_replies) >= e.limit.max(MIN_WINDOW) {
+            if f64::from(e.window_congested) > CONGESTED_SHARE * f64::from(e.window_replies) {
                 e.threshold = (e.limit / 2.0).max(1.0);
                 e.limit = e.threshold;
-                e.decreased_at = Instant::now();
             }
-            Outcome::Congestion | Outcome::Failure => {}
+            e.window_replies = 0;
+            e.window_congested = 0;
         }
         scheduler.dispatch();
     }
@@ -633,7 +666,8 @@ impl<'a> Slot<'a> {
 
     fn finish(&mut self, outcome: Outcome) {
         self.finished = true;
-        self.client.release(self.endpoint, outcome, self.sent);
+        self.client
+            .release(self.endpoint, outcome, self.sent.elapsed());
     }
 }
 
@@ -641,7 +675,7 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.finished {
             self.client
-                .release(self.endpoint, Outcome::Failure, self.sent);
+                .release(self.endpoint, Outcome::Failure, self.sent.elapsed());
         }
     }
 }
@@ -659,7 +693,7 @@ impl Drop for Waiting<'_> {
             receiver.close();
             if let Ok(endpoint) = receiver.try_recv() {
                 self.client
-                    .release(endpoint, Outcome::Failure, Instant::now());
+                    .release(endpoint, Outcome::Failure, Duration::ZERO);
             }
         }
     }

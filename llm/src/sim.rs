@@ -312,6 +312,29 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         }
         _ => {}
     }
+    // The reply is worked out before taking a slot: only the modelled latency
+    // occupies one, not the simulator's own bookkeeping.
+    let step = sim.prompts.identify(&prompt);
+    let mut content = match &step {
+        Some(step) => {
+            let reply = extractive::reply(step);
+            if drift_draw < config.drift {
+                drift(step.task(), &reply, drift_seed)
+            } else {
+                reply
+            }
+        }
+        // A prompt of no known template still gets a plausible reply.
+        None => central_sentences(&prompt.user, 60),
+    };
+    let prompt_tokens = count_tokens(&prompt.text());
+    let mut finish = "stop";
+    let mut completion_tokens = count_tokens(&content);
+    if completion_tokens > max_tokens {
+        content = cut_to_tokens(&content, max_tokens);
+        completion_tokens = max_tokens;
+        finish = "length";
+    }
     {
         let mut counters = sim.counters();
         if counters.stats.queue_depth as usize >= config.max_queue {
@@ -333,27 +356,6 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
             .stats
             .peak_busy_slots
             .max(counters.stats.busy_slots);
-    }
-    let step = sim.prompts.identify(&prompt);
-    let mut content = match &step {
-        Some(step) => {
-            let reply = extractive::reply(step);
-            if drift_draw < config.drift {
-                drift(step.task(), &reply, drift_seed)
-            } else {
-                reply
-            }
-        }
-        // A prompt of no known template still gets a plausible reply.
-        None => central_sentences(&prompt.user, 60),
-    };
-    let prompt_tokens = count_tokens(&prompt.text());
-    let mut finish = "stop";
-    let mut completion_tokens = count_tokens(&content);
-    if completion_tokens > max_tokens {
-        content = cut_to_tokens(&content, max_tokens);
-        completion_tokens = max_tokens;
-        finish = "length";
     }
     let rate = |tokens: usize, per_s: f64| {
         if per_s > 0.0 {

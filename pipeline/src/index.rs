@@ -89,10 +89,9 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         .worker_threads(options.workers.max(2))
         .enable_all()
         .build()?;
-    let cache = {
-        let _context = runtime.enter();
-        CallCache::persistent(store.clone(), options.llm.cache_only)
-    };
+    let cache = runtime
+        .block_on(CallCache::persistent(store.clone(), options.llm.cache_only))
+        .with_context(|| format!("reading the call cache under {}", store.root()))?;
     let task_model = options.llm.model(Arc::clone(&cache)).map_err(UsageError)?;
     let pool = task_model.pool().cloned();
     let backend = task_model.backend().to_string();

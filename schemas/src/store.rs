@@ -203,6 +203,39 @@ impl TableStore {
         Ok(found)
     }
 
+    /// Calls `each` with every value of the string `column` of the newest version
+    /// of `table`, reading that column only.
+    pub async fn for_each_value(
+        &self,
+        table: Table,
+        column: &str,
+        mut each: impl FnMut(&str),
+    ) -> Result<()> {
+        let Some(dataset) = self.open(table, None).await? else {
+            return Ok(());
+        };
+        let mut scan = dataset.scan();
+        scan.project(&[column])
+            .map_err(|e| self.lance_error(table, e))?;
+        let mut stream = scan
+            .try_into_stream()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| self.lance_error(table, e))?
+        {
+            if let Some(values) = batch
+                .column_by_name(column)
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            {
+                values.iter().flatten().for_each(&mut each);
+            }
+        }
+        Ok(())
+    }
+
     /// Creates the B-tree index on `column` of `table`, or folds the fragments
     /// appended since into it, so key lookups stay index-backed as the table grows.
     pub async fn index_key(&self, table: Table, column: &str) -> Result<()> {

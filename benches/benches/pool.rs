@@ -1,0 +1,101 @@
+//! Pool utilisation: build pg-essays against the simulator (64 slots, ~200 ms a
+//! call) and report how full the build kept the pool, without and with 20% faults.
+//!
+//! utilisation = busy slot-seconds / (slots × seconds from the first request to
+//! the last reply); wall / floor = build wall time / (busy slot-seconds / slots).
+//!
+//! Run: `cargo bench --workspace --bench pool` (or with `--profile dev` to reuse a
+//! debug build). Needs ../shared/data/pg-essays.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Instant;
+
+use memweave_llm::sim::{Sim, SimConfig};
+use memweave_llm::{BackendKind, LlmArgs};
+use memweave_operators::build::BuildConfig;
+use memweave_pipeline::index::{IndexOptions, run_index};
+
+const SLOTS: usize = 64;
+const LATENCY_MS: f64 = 200.0;
+
+fn llm(url: &str) -> LlmArgs {
+    LlmArgs {
+        backend: BackendKind::Openai,
+        llm_urls: vec![url.to_string()],
+        llm_model: Some("memweave-sim".into()),
+        llm_api_key_env: "MEMWEAVE_LLM_API_KEY".into(),
+        llm_timeout_s: 2.0,
+        llm_max_attempts: 10,
+        llm_concurrency: 16,
+        llm_max_concurrency: 256,
+        llm_rpm: None,
+        llm_tpm: None,
+        llm_max_tokens: 512,
+        prompts: None,
+        cache_only: false,
+    }
+}
+
+fn run(label: &str, fault_rate: f64) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let sim = Sim::new(SimConfig {
+        fault_rate,
+        seed: 42,
+        ..SimConfig::new(SLOTS, LATENCY_MS)
+    });
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    runtime.spawn(memweave_llm::sim::serve(
+        listener,
+        std::sync::Arc::clone(&sim),
+    ));
+
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    let out = tempfile::tempdir().unwrap();
+    let options = IndexOptions {
+        source,
+        tables: out.path().join("memory").display().to_string(),
+        storage_options: Default::default(),
+        workers: 2,
+        build: BuildConfig::DEFAULT,
+        llm: llm(&url),
+        interactive: false,
+    };
+    let started = Instant::now();
+    let summary = run_index(&options).unwrap();
+    let wall = started.elapsed().as_secs_f64();
+    let stats = sim.stats();
+    let utilisation = stats.busy_slot_seconds / (SLOTS as f64 * stats.active_seconds);
+    let floor = stats.busy_slot_seconds / SLOTS as f64;
+    println!(
+        "{label}: {} documents, {} calls ({} requests, {} faults), utilisation {:.1}% over {:.2}s of pool activity, build wall {:.2}s = {:.2}× the floor of {:.2}s",
+        summary.documents,
+        stats.completed,
+        stats.requests,
+        stats.faults.values().sum::<u64>(),
+        utilisation * 100.0,
+        stats.active_seconds,
+        wall,
+        wall / floor,
+        floor,
+    );
+    println!(
+        "  peak busy slots {}, peak requests at the server {}, client peak in flight {}",
+        stats.peak_busy_slots,
+        stats.peak_in_flight,
+        summary.pool.as_ref().map_or(0, |p| p.peak_in_flight)
+    );
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+}
+
+fn main() {
+    // `cargo bench` passes --bench; the figures are the point, not a harness.
+    run("fault-free", 0.0);
+    if std::env::var_os("POOL_BENCH_FAULT_FREE_ONLY").is_none() {
+        run("20% faults", 0.2);
+    }
+}
