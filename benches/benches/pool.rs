@@ -28,7 +28,7 @@ fn llm(url: &str) -> LlmArgs {
         llm_api_key_env: "MEMWEAVE_LLM_API_KEY".into(),
         llm_timeout_s: 2.0,
         llm_max_attempts: 10,
-        llm_concurrency: 16,
+        llm_concurrency: SLOTS,
         llm_max_concurrency: 256,
         llm_rpm: None,
         llm_tpm: None,

@@ -87,6 +87,9 @@ pub struct CallCache {
     hits: AtomicU64,
     calls: AtomicU64,
     flushed: AtomicU64,
+    /// Set when the process is stopping: no new calls start.
+    closing: std::sync::atomic::AtomicBool,
+    in_flight: AtomicU64,
 }
 
 impl CallCache {
@@ -112,6 +115,8 @@ impl CallCache {
             hits: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            in_flight: AtomicU64::new(0),
         }
     }
 
@@ -248,6 +253,18 @@ impl CallCache {
                 Err(e.into())
             }
         }
+    }
+
+    /// For a stopping process: starts no new calls, waits (up to `patience`) for
+    /// the calls in flight, and saves everything answered, so a restart pays for
+    /// nothing twice.
+    pub async fn close(&self, patience: Duration) -> anyhow::Result<()> {
+        self.closing.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + patience;
+        while self.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.flush().await.map(|_| ())
     }
 
     /// Flushes, then brings the `call_key` index up to date; returns the version of

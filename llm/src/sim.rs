@@ -242,6 +242,16 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Frees the busy-slot gauge however the request ends.
+struct Busy<'a>(&'a Sim);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let mut counters = self.0.counters();
+        counters.stats.busy_slots = counters.stats.busy_slots.saturating_sub(1);
+    }
+}
+
 struct Queued<'a>(&'a Sim);
 
 impl Drop for Queued<'_> {
@@ -349,6 +359,7 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         return error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
     };
     drop(queued);
+    let busy_slot = Busy(&sim);
     {
         let mut counters = sim.counters();
         counters.stats.busy_slots += 1;
@@ -400,8 +411,8 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         ],
     );
     {
+        drop(busy_slot);
         let mut counters = sim.counters();
-        counters.stats.busy_slots -= 1;
         counters.stats.busy_slot_seconds += busy;
         counters.last_reply = Some(Instant::now());
         counters.stats.completed += 1;

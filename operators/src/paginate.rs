@@ -94,7 +94,7 @@ pub async fn paginate(
 }
 
 /// Pages' worth of words between speculative anchors.
-const SPECULATION_SPACING: usize = 3;
+const SPECULATION_SPACING: usize = 2;
 
 struct Walker<'a> {
     text: &'a str,

@@ -194,8 +194,9 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
     })
 }
 
-/// On Ctrl-C or SIGTERM: append the model calls made so far to `llm_calls`, so a
-/// restarted build pays for none of them again, then exit with 130.
+/// On Ctrl-C or SIGTERM: start no new model calls, let those in flight finish (up
+/// to 30 s), append them all to `llm_calls` so a restarted build pays for none of
+/// them again, then exit with 130.
 async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
     let interrupted = async {
         #[cfg(unix)]
@@ -214,9 +215,9 @@ async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
         }
     };
     interrupted.await;
-    tracing::warn!("interrupted: saving the model calls made so far, then stopping");
-    match cache.flush().await {
-        Ok(_) => tracing::warn!(
+    tracing::warn!("interrupted: finishing the model calls in flight, saving them, then stopping");
+    match cache.close(Duration::from_secs(30)).await {
+        Ok(()) => tracing::warn!(
             saved = cache.report().flushed,
             "model calls saved; re-run to resume"
         ),

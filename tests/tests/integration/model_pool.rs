@@ -253,16 +253,21 @@ fn an_interrupted_build_resumes_without_paying_twice() {
     assert_eq!(status.code(), Some(130));
     let saved = read_calls(&tables).len();
     let before = server.stats();
+    // The replies of calls in flight when the process stopped (at most the
+    // concurrency cap, 8) may be lost; everything answered before was saved.
     assert!(
-        saved as u64 >= before.completed.saturating_sub(8),
+        saved as u64 + 8 >= before.completed,
         "saved {saved} of {}",
         before.completed
     );
 
     build(&source, &tables, &openai_flags(&server.url));
     let after = server.stats();
-    // Only replies in flight when the signal came can have been paid for twice.
-    assert!(after.repeated <= 8, "{} replies repeated", after.repeated);
+    assert!(
+        after.repeated <= 8,
+        "{} replies paid for twice",
+        after.repeated
+    );
     let clean = dir.path().join("clean");
     build(&source, &clean, &[]);
     assert_same_memory(&read_tables(&tables), &read_tables(&clean));
