@@ -65,6 +65,22 @@ fn run(label: &str, fault_rate: f64) {
         llm: llm(&url),
         interactive: false,
     };
+    // Busy slots every 100 ms, to show where the pool idles (ramp-up, tail).
+    let sampler = std::sync::Arc::clone(&sim);
+    let samples = runtime.spawn(async move {
+        let mut busy = Vec::new();
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            busy.push(sampler.stats().busy_slots);
+            if busy.len() > 600
+                || (busy.len() > 5
+                    && busy.iter().rev().take(5).all(|&b| b == 0)
+                    && sampler.stats().completed > 0)
+            {
+                return busy;
+            }
+        }
+    });
     let started = Instant::now();
     let summary = run_index(&options).unwrap();
     let wall = started.elapsed().as_secs_f64();
@@ -88,6 +104,14 @@ fn run(label: &str, fault_rate: f64) {
         stats.peak_busy_slots,
         stats.peak_in_flight,
         summary.pool.as_ref().map_or(0, |p| p.peak_in_flight)
+    );
+    let busy = runtime.block_on(samples).unwrap();
+    println!(
+        "  busy slots per 100 ms: {}",
+        busy.iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
 }
