@@ -89,16 +89,6 @@ pub fn best_sentences(question: &str, text: &str, n: usize) -> (String, f64) {
     (join_chosen(&sentences, order), coverage)
 }
 
-/// The share of the question's content terms that `text` contains.
-pub fn coverage(question: &str, text: &str) -> f64 {
-    let wanted: HashSet<String> = terms(question).into_iter().collect();
-    if wanted.is_empty() {
-        return 0.0;
-    }
-    let have: HashSet<String> = terms(text).into_iter().collect();
-    wanted.iter().filter(|t| have.contains(*t)).count() as f64 / wanted.len() as f64
-}
-
 /// Words that start a sentence in capitals without naming anything.
 const NOT_NAMES: &[&str] = &[
     "A", "An", "And", "As", "At", "But", "By", "For", "From", "He", "Her", "His", "How", "I", "If",
