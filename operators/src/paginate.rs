@@ -42,10 +42,11 @@ impl Default for PageConfig {
 /// ReadAgent paginates sequentially: each page starts where the last one ended. On
 /// a remote model that is a chain of calls as long as the document, so the walk is
 /// also started speculatively from anchors every `SPECULATION_SPACING` pages' worth
-/// of words; once a walk reaches a page start another walk already found, the rest
-/// is that walk's (same start, same prompts, same cached replies). The pages are
-/// exactly those of the sequential walk; the speculation only costs the few pages
-/// each anchor walks before it falls into step.
+/// of words. A walk claims each page start before asking for its break; once it
+/// reaches a start another walk has claimed, it stops (same start, same prompt,
+/// same reply: the rest is that walk's). The pages are exactly those of the
+/// sequential walk; the speculation only costs the few pages each anchor walks
+/// before it falls into step.
 pub async fn paginate(
     text: &str,
     config: &PageConfig,
@@ -66,20 +67,14 @@ pub async fn paginate(
     };
     if model.is_remote() {
         let anchors = walker.anchors();
-        futures::future::join_all(
-            anchors
-                .iter()
-                .enumerate()
-                .map(|(walk, &anchor)| walker.speculate(anchor, anchors.get(walk + 1).copied())),
-        )
-        .await;
+        futures::future::join_all(anchors.iter().map(|&anchor| walker.speculate(anchor))).await;
     }
     // The sequential walk, over what the speculative walks already found: its calls
     // are the true ones, so so is the first error it meets.
     let mut pages = Vec::new();
     let mut start = 0;
     while start < units.len() {
-        let known = walker.lock().get(&start).copied();
+        let known = walker.lock().get(&start).copied().flatten();
         let end = match known {
             Some(end) => end,
             None => walker.page_end(start).await?,
@@ -102,8 +97,8 @@ struct Walker<'a> {
     config: &'a PageConfig,
     model: &'a dyn MemoryModel,
     cx: &'a CallContext,
-    /// Pages found so far by any walk: first unit → last unit.
-    found: Mutex<HashMap<usize, usize>>,
+    /// Page starts claimed by some walk (first unit → last unit once known).
+    found: Mutex<HashMap<usize, Option<usize>>>,
 }
 
 impl Walker<'_> {
@@ -122,23 +117,23 @@ impl Walker<'_> {
         anchors
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, usize>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Option<usize>>> {
         self.found.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Walks from `anchor` until the end of the text, a failed step, or a page
-    /// start past `next_anchor` that another walk has already found (from there on
-    /// the walks agree).
-    async fn speculate(&self, anchor: usize, next_anchor: Option<usize>) {
+    /// start another walk has claimed (from there on the walks would agree; two
+    /// walks that met in step would otherwise go on side by side to the end).
+    async fn speculate(&self, anchor: usize) {
         let mut start = anchor;
         while start < self.units.len() {
-            if next_anchor.is_some_and(|next| start >= next) && self.lock().contains_key(&start) {
+            if self.lock().insert(start, None).is_some() {
                 return;
             }
             let Ok(end) = self.page_end(start).await else {
                 return;
             };
-            self.lock().insert(start, end);
+            self.lock().insert(start, Some(end));
             start = end + 1;
         }
     }
