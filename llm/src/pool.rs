@@ -145,15 +145,16 @@ struct Endpoint {
 #[derive(Debug)]
 struct Scheduler {
     endpoints: Vec<Endpoint>,
-    /// Waiting requests, query traffic first.
-    waiting: [VecDeque<oneshot::Sender<usize>>; 2],
+    /// Waiting requests by class: queries, chain calls, other build calls.
+    waiting: [VecDeque<oneshot::Sender<usize>>; 3],
     max_concurrency: f64,
 }
 
 fn class(priority: Priority) -> usize {
     match priority {
         Priority::Query => 0,
-        Priority::Build => 1,
+        Priority::BuildChain => 1,
+        Priority::Build => 2,
     }
 }
 
@@ -177,10 +178,7 @@ impl Scheduler {
     /// Hands free slots to waiting requests, query traffic first.
     fn dispatch(&mut self) {
         while let Some(endpoint) = self.pick() {
-            let Some(waiter) = self.waiting[0]
-                .pop_front()
-                .or_else(|| self.waiting[1].pop_front())
-            else {
+            let Some(waiter) = self.waiting.iter_mut().find_map(VecDeque::pop_front) else {
                 return;
             };
             self.endpoints[endpoint].in_flight += 1;
@@ -225,7 +223,7 @@ const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Longest wait between attempts, whatever the server asks.
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
 /// A reply this many times slower than the fastest counts as queued.
-const QUEUED_FACTOR: f64 = 1.5;
+const QUEUED_FACTOR: f64 = 1.2;
 /// Share of a window's replies that must signal overload before the limit halves.
 const CONGESTED_SHARE: f64 = 0.2;
 /// Fewest replies a window judges by.
@@ -267,7 +265,7 @@ impl PoolClient {
             }),
             scheduler: Mutex::new(Scheduler {
                 endpoints,
-                waiting: [VecDeque::new(), VecDeque::new()],
+                waiting: [VecDeque::new(), VecDeque::new(), VecDeque::new()],
                 max_concurrency: config.max_concurrency.max(1) as f64,
             }),
             config,
@@ -532,7 +530,8 @@ impl PoolClient {
             let mut scheduler = self.lock();
             let ahead = match priority {
                 Priority::Query => scheduler.waiting[0].len(),
-                Priority::Build => scheduler.waiting[0].len() + scheduler.waiting[1].len(),
+                Priority::BuildChain => scheduler.waiting[0].len() + scheduler.waiting[1].len(),
+                Priority::Build => scheduler.waiting.iter().map(VecDeque::len).sum(),
             };
             if ahead == 0
                 && let Some(endpoint) = scheduler.pick()

@@ -7,10 +7,13 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-/// Who is asking: query traffic goes ahead of build traffic in the model pool.
+/// Who is asking, in the order the model pool serves them: questions first, then
+/// build calls that later calls of the same document wait on (a page break, a
+/// parent summary), then the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Priority {
     Build,
+    BuildChain,
     Query,
 }
 
@@ -30,6 +33,14 @@ impl CallContext {
             stage,
             doc_id: Some(doc_id.to_string()),
             priority: Priority::Build,
+        }
+    }
+
+    /// The same caller, for a call that later calls of the same document wait on.
+    pub fn chained(&self) -> Self {
+        CallContext {
+            priority: self.priority.max(Priority::BuildChain),
+            ..self.clone()
         }
     }
 

@@ -170,7 +170,7 @@ impl Walker<'_> {
         }
         let chosen = self
             .model
-            .choose_break(self.cx, &window, &candidates, start)
+            .choose_break(&self.cx.chained(), &window, &candidates, start)
             .await?;
         Ok(start
             + if candidates.contains(&chosen) {
