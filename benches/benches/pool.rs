@@ -29,7 +29,8 @@ fn llm(url: &str) -> LlmArgs {
         llm_timeout_s: 2.0,
         llm_max_attempts: 10,
         llm_concurrency: SLOTS,
-        llm_max_concurrency: 256,
+        // A little over the slots: requests in transit or hung still hold a client slot.
+        llm_max_concurrency: SLOTS + SLOTS / 4,
         llm_rpm: None,
         llm_tpm: None,
         llm_max_tokens: 512,

@@ -188,14 +188,30 @@ impl CallCache {
                         task: task.to_string(),
                     });
                 }
-                let row = call().await?;
-                self.calls.fetch_add(1, Ordering::Relaxed);
-                let reply = row.reply.clone();
-                self.pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(row);
-                Ok(reply)
+                // Counted before the check, so `close` never misses a call that
+                // passed it; uncounted only once its row is pending.
+                self.in_flight.fetch_add(1, Ordering::SeqCst);
+                if self.closing.load(Ordering::SeqCst) {
+                    self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    return Err(StepError::Unavailable {
+                        task: task.to_string(),
+                        message: "the build is stopping".to_string(),
+                    });
+                }
+                let row = call().await;
+                let reply = row
+                    .as_ref()
+                    .map(|row| row.reply.clone())
+                    .map_err(Clone::clone);
+                if let Ok(row) = row {
+                    self.calls.fetch_add(1, Ordering::Relaxed);
+                    self.pending
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(row);
+                }
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                reply
             })
             .await?
             .clone();
@@ -253,6 +269,11 @@ impl CallCache {
                 Err(e.into())
             }
         }
+    }
+
+    /// True once `close` has been called: the run is stopping.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
     }
 
     /// For a stopping process: starts no new calls, waits (up to `patience`) for

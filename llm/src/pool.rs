@@ -138,8 +138,6 @@ struct Endpoint {
     /// of them said the endpoint is overloaded.
     window_replies: u32,
     window_congested: u32,
-    /// The fastest reply seen: the endpoint's latency with no queue.
-    fastest: Option<Duration>,
 }
 
 #[derive(Debug)]
@@ -222,8 +220,6 @@ pub struct PoolClient {
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Longest wait between attempts, whatever the server asks.
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
-/// A reply this many times slower than the fastest counts as queued.
-const QUEUED_FACTOR: f64 = 1.2;
 /// Share of a window's replies that must signal overload before the limit halves.
 const CONGESTED_SHARE: f64 = 0.2;
 /// Fewest replies a window judges by.
@@ -249,7 +245,6 @@ impl PoolClient {
                 threshold: config.max_concurrency as f64,
                 window_replies: 0,
                 window_congested: 0,
-                fastest: None,
             })
             .collect();
         let http = reqwest::Client::builder()
@@ -569,25 +564,12 @@ impl PoolClient {
     /// `CONGESTED_SHARE` of a round trip's replies are 429s, 503s or timeouts it
     /// halves. Isolated ones (a flaky replica, a hung connection) are only retried:
     /// halving on every one would collapse a busy pool under random faults.
-    fn release(&self, endpoint: usize, outcome: Outcome, latency: Duration) {
+    fn release(&self, endpoint: usize, outcome: Outcome) {
         let mut scheduler = self.lock();
         let max = scheduler.max_concurrency;
         let e = &mut scheduler.endpoints[endpoint];
         e.in_flight -= 1;
-        // A reply much slower than the fastest one waited in the server's queue:
-        // more requests would only wait longer (and delay the chains of dependent
-        // calls behind them), so stop growing and ease off by one per round trip.
-        let queued = outcome == Outcome::Success
-            && e.fastest
-                .is_some_and(|f| latency.as_secs_f64() > QUEUED_FACTOR * f.as_secs_f64());
-        if outcome == Outcome::Success {
-            e.fastest = Some(e.fastest.map_or(latency, |f| f.min(latency)));
-        }
         match outcome {
-            Outcome::Success if queued => {
-                e.threshold = e.threshold.min(e.limit);
-                e.limit = (e.limit - 1.0 / e.limit).max(1.0);
-            }
             Outcome::Success if e.limit < e.threshold => e.limit = (e.limit + 1.0).min(max),
             Outcome::Success => e.limit = (e.limit + 1.0 / e.limit).min(max),
             Outcome::Congestion => e.window_congested += 1,
@@ -649,7 +631,6 @@ impl PoolClient {
 struct Slot<'a> {
     client: &'a PoolClient,
     endpoint: usize,
-    sent: Instant,
     finished: bool,
 }
 
@@ -658,23 +639,20 @@ impl<'a> Slot<'a> {
         Slot {
             client,
             endpoint,
-            sent: Instant::now(),
             finished: false,
         }
     }
 
     fn finish(&mut self, outcome: Outcome) {
         self.finished = true;
-        self.client
-            .release(self.endpoint, outcome, self.sent.elapsed());
+        self.client.release(self.endpoint, outcome);
     }
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         if !self.finished {
-            self.client
-                .release(self.endpoint, Outcome::Failure, self.sent.elapsed());
+            self.client.release(self.endpoint, Outcome::Failure);
         }
     }
 }
@@ -691,8 +669,7 @@ impl Drop for Waiting<'_> {
         if let Some(mut receiver) = self.receiver.take() {
             receiver.close();
             if let Ok(endpoint) = receiver.try_recv() {
-                self.client
-                    .release(endpoint, Outcome::Failure, Duration::ZERO);
+                self.client.release(endpoint, Outcome::Failure);
             }
         }
     }

@@ -17,9 +17,9 @@ use memweave_schemas::{
     TableStore, TableVersion, now_micros,
 };
 
-use crate::UsageError;
 use crate::dataflow::{self, WorkerOutput};
 use crate::progress::Progress;
+use crate::{Interrupted, UsageError};
 
 /// Files each worker reads per input epoch: small enough that progress is smooth
 /// and memory stays bounded, large enough that epochs are cheap.
@@ -27,6 +27,8 @@ const FILES_PER_EPOCH: usize = 8;
 /// Epochs a worker may have in flight (read, memory not yet built): enough
 /// documents to keep a model pool busy, few enough to bound memory.
 const EPOCHS_IN_FLIGHT: usize = 8;
+/// Longest an interrupted build waits for the model calls in flight.
+const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
 /// Longest a worker sleeps waiting for model replies before checking again.
 const PARK: Duration = Duration::from_millis(20);
 
@@ -115,6 +117,12 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         &progress,
     )?;
     progress.finish();
+    if cache.is_closing() {
+        // Interrupted: documents whose calls were refused are not built, so this
+        // state must not be committed. Save the calls and stop.
+        runtime.block_on(cache.close(INTERRUPT_PATIENCE))?;
+        return Err(Interrupted.into());
+    }
 
     let mut errors: Vec<ErrorRow> = discovery.rejected.iter().map(error_row).collect();
     let mut merged = WorkerOutput::default();
@@ -216,7 +224,7 @@ async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
     };
     interrupted.await;
     tracing::warn!("interrupted: finishing the model calls in flight, saving them, then stopping");
-    match cache.close(Duration::from_secs(30)).await {
+    match cache.close(INTERRUPT_PATIENCE).await {
         Ok(()) => tracing::warn!(
             saved = cache.report().flushed,
             "model calls saved; re-run to resume"

@@ -18,3 +18,16 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// The run was stopped by a signal after saving its model calls; nothing was
+/// committed. The command exits with 130, as shells do for Ctrl-C.
+#[derive(Debug)]
+pub struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted: the model calls made so far are saved; re-run to resume")
+    }
+}
+
+impl std::error::Error for Interrupted {}

@@ -10,8 +10,8 @@ use memweave_operators::build::BuildConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
-use memweave_pipeline::UsageError;
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
+use memweave_pipeline::{Interrupted, UsageError};
 use memweave_query::{Answer, AskRequest, Snapshot, Strategy, parse_storage_option};
 use memweave_schemas::TableStore;
 
@@ -182,9 +182,14 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            let usage = err.downcast_ref::<UsageError>().is_some();
             eprintln!("memweave: error: {err:#}");
-            ExitCode::from(if usage { 2 } else { 1 })
+            if err.downcast_ref::<Interrupted>().is_some() {
+                ExitCode::from(130)
+            } else if err.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }
