@@ -4,12 +4,17 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::LazyLock;
 
 use regex::Regex;
 
 use crate::step::{Step, Task};
 
 const USER_MARKER: &str = "\n=== user ===\n";
+
+/// `{{name}}` in a template.
+static PLACEHOLDER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\{\{([a-z_0-9]+)\}\}").expect("a valid pattern"));
 
 fn builtin(task: Task) -> &'static str {
     match task {
@@ -59,11 +64,10 @@ struct Template {
 impl Template {
     fn new(task: Task, text: &str, origin: &str) -> Result<Self, String> {
         let text = text.trim_end_matches('\n').to_string();
-        let placeholder = Regex::new(r"\{\{([a-z_0-9]+)\}\}").expect("a valid pattern");
         let mut pattern = String::from("(?s)^");
         let mut names = Vec::new();
         let mut last = 0;
-        for c in placeholder.captures_iter(&text) {
+        for c in PLACEHOLDER.captures_iter(&text) {
             let whole = c.get(0).expect("group 0");
             pattern.push_str(&regex::escape(&text[last..whole.start()]));
             pattern.push_str("(.*?)");
@@ -175,9 +179,8 @@ impl Prompts {
     pub fn render(&self, step: &Step) -> Prompt {
         let template = &self.templates[&step.task()];
         let vars = step.vars();
-        let placeholder = Regex::new(r"\{\{([a-z_0-9]+)\}\}").expect("a valid pattern");
         // One pass, so a value that itself contains `{{…}}` is left alone.
-        let text = placeholder.replace_all(&template.text, |c: &regex::Captures<'_>| {
+        let text = PLACEHOLDER.replace_all(&template.text, |c: &regex::Captures<'_>| {
             vars.iter()
                 .find(|(name, _)| *name == &c[1])
                 .map_or_else(String::new, |(_, value)| value.clone())

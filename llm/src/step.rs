@@ -4,7 +4,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use std::sync::LazyLock;
+
 use regex::Regex;
+
+/// A break label on its own line of a pagination passage: `<12>`.
+static LABEL: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^<(\d+)>$").expect("a valid pattern"));
 
 /// The steps of the four methods, one prompt template each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -407,11 +413,10 @@ fn labelled_passage(units: &[String], candidates: &[usize], first_label: usize) 
 }
 
 fn parse_labelled_passage(text: &str) -> Option<(Vec<String>, Vec<usize>, usize)> {
-    let label = Regex::new(r"^<(\d+)>$").expect("a valid pattern");
     let mut units = Vec::new();
     let mut labels = Vec::new();
     for part in text.split("\n\n") {
-        match label.captures(part) {
+        match LABEL.captures(part) {
             Some(c) => labels.push((units.len().checked_sub(1)?, c[1].parse::<usize>().ok()?)),
             None => units.push(part.to_string()),
         }
