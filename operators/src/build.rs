@@ -8,8 +8,8 @@ use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
 use crate::ingest::RawDocument;
-use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
-use crate::paginate::{PageConfig, paginate};
+use crate::model::{CallContext, MemoryModel, StepResult};
+use crate::paginate::{PageConfig, paginate_then};
 use crate::segment::{SegmentConfig, segment};
 use crate::text::CharOffsets;
 use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, memwalker_tree};
@@ -130,18 +130,14 @@ pub async fn page_rows(
     model: &dyn MemoryModel,
 ) -> StepResult<Vec<PageRow>> {
     let cx = CallContext::build("readagent", &doc.doc_id);
-    let spans = paginate(&doc.text, config, model, &cx).await?;
-    let gists = all_in_order(
-        spans
-            .iter()
-            .map(|span| model.gist_page(&cx, span.of(&doc.text))),
-    )
+    let pages = paginate_then(&doc.text, config, model, &cx, |span| {
+        model.gist_page(&cx, span.of(&doc.text))
+    })
     .await?;
     let mut chars = CharOffsets::new(&doc.text);
     let mut ids = RepeatCounter::default();
-    Ok(spans
+    Ok(pages
         .into_iter()
-        .zip(gists)
         .enumerate()
         .map(|(ordinal, (span, gist))| {
             let text = span.of(&doc.text);

@@ -4,6 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use futures::StreamExt;
+use futures::future::join_all;
+
 use crate::model::{CallContext, MemoryModel, StepResult};
 use crate::text::{Span, paragraphs, sentences, word_count};
 
@@ -38,21 +41,40 @@ impl Default for PageConfig {
 }
 
 /// Pages of `text`, as byte spans that tile it.
-///
-/// ReadAgent paginates sequentially: each page starts where the last one ended. On
-/// a remote model that is a chain of calls as long as the document, so the walk is
-/// also started speculatively from anchors every `SPECULATION_SPACING` pages' worth
-/// of words. A walk claims each page start before asking for its break; once it
-/// reaches a start another walk has claimed, it stops (same start, same prompt,
-/// same reply: the rest is that walk's). The pages are exactly those of the
-/// sequential walk; the speculation only costs the few pages each anchor walks
-/// before it falls into step.
 pub async fn paginate(
     text: &str,
     config: &PageConfig,
     model: &dyn MemoryModel,
     cx: &CallContext,
 ) -> StepResult<Vec<Span>> {
+    let pages = paginate_then(text, config, model, cx, |_| async { Ok(()) }).await?;
+    Ok(pages.into_iter().map(|(span, ())| span).collect())
+}
+
+/// Pages of `text`, each with what `then` makes of it; `then` starts on a page as
+/// soon as the page is certain, while later pages are still being found.
+///
+/// ReadAgent paginates sequentially: each page starts where the last one ended. On
+/// a remote model that is a chain of calls as long as the document, so besides the
+/// sequential walk, walks start speculatively from anchors every
+/// `SPECULATION_SPACING` pages' worth of words. Every walk claims a page start
+/// before asking for its break; a speculative walk stops at a start another walk
+/// has claimed (same start, same prompt, same reply: the rest is that walk's),
+/// and the sequential walk finds the replies of starts others claimed already
+/// asked (the call cache shares them). The pages are exactly those of the
+/// sequential walk, and so is the first error; speculation only costs the few
+/// pages each anchor walks before it falls into step.
+pub async fn paginate_then<T, F, Fut>(
+    text: &str,
+    config: &PageConfig,
+    model: &dyn MemoryModel,
+    cx: &CallContext,
+    then: F,
+) -> StepResult<Vec<(Span, T)>>
+where
+    F: Fn(Span) -> Fut,
+    Fut: Future<Output = StepResult<T>>,
+{
     let units = units(text, config);
     if units.is_empty() {
         return Ok(Vec::new());
@@ -65,27 +87,44 @@ pub async fn paginate(
         cx,
         found: Mutex::new(HashMap::new()),
     };
-    if model.is_remote() {
-        let anchors = walker.anchors();
-        futures::future::join_all(anchors.iter().map(|&anchor| walker.speculate(anchor))).await;
-    }
-    // The sequential walk, over what the speculative walks already found: its calls
-    // are the true ones, so so is the first error it meets.
-    let mut pages = Vec::new();
-    let mut start = 0;
-    while start < units.len() {
-        let known = walker.lock().get(&start).copied().flatten();
-        let end = match known {
-            Some(end) => end,
-            None => walker.page_end(start).await?,
-        };
-        pages.push(Span {
-            start: units[start].start,
-            end: units[end].end,
-        });
-        start = end + 1;
-    }
-    Ok(pages)
+    let (confirmed, pages) = futures::channel::mpsc::unbounded::<Span>();
+    let sequential = async {
+        let mut start = 0;
+        while start < units.len() {
+            let known = *walker.lock().entry(start).or_insert(None);
+            let end = match known {
+                Some(end) => end,
+                None => walker.page_end(start).await?,
+            };
+            walker.lock().insert(start, Some(end));
+            // The receiver lives until every page is followed.
+            let _ = confirmed.unbounded_send(Span {
+                start: units[start].start,
+                end: units[end].end,
+            });
+            start = end + 1;
+        }
+        drop(confirmed);
+        Ok(())
+    };
+    let speculative = async {
+        if model.is_remote() {
+            let anchors = walker.anchors();
+            join_all(anchors[1..].iter().map(|&anchor| walker.speculate(anchor))).await;
+        }
+    };
+    let then = &then;
+    let followed = pages
+        .map(|span| async move { (span, then(span).await) })
+        .buffered(usize::MAX)
+        .collect::<Vec<_>>();
+    let (walked, (), followed): (StepResult<()>, (), Vec<_>) =
+        futures::future::join3(sequential, speculative, followed).await;
+    walked?;
+    followed
+        .into_iter()
+        .map(|(span, result)| result.map(|t| (span, t)))
+        .collect()
 }
 
 /// Pages' worth of words between speculative anchors.
