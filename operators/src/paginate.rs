@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use futures::StreamExt;
 use futures::future::join_all;
 
+use crate::lexical::TermVector;
 use crate::model::{CallContext, MemoryModel, StepResult};
 use crate::text::{Span, paragraphs, sentences, word_count};
 
@@ -145,14 +146,38 @@ impl Walker<'_> {
     /// `SPECULATION_SPACING * max_words` words.
     fn anchors(&self) -> Vec<usize> {
         let spacing = SPECULATION_SPACING * self.config.max_words;
+        let vectors: Vec<TermVector> = self
+            .units
+            .iter()
+            .map(|u| TermVector::of(u.of(self.text)))
+            .collect();
+        // In each stretch of `spacing` words, start after the paragraph where the
+        // vocabulary shifts most: where a reader, and so the true walk, most likely
+        // breaks, so the speculative walk starts in step more often.
         let mut anchors = vec![0];
+        let mut stretch: Vec<usize> = Vec::new();
         let mut words = 0;
         for (i, unit) in self.units.iter().enumerate() {
-            if words >= spacing * anchors.len() {
-                anchors.push(i);
-            }
             words += word_count(unit.of(self.text));
+            if i + 1 < self.units.len() {
+                stretch.push(i);
+            }
+            if words >= spacing * anchors.len() && !stretch.is_empty() {
+                let best = stretch
+                    .iter()
+                    .copied()
+                    .min_by(|&a, &b| {
+                        vectors[a]
+                            .cosine(&vectors[a + 1])
+                            .total_cmp(&vectors[b].cosine(&vectors[b + 1]))
+                            .then(a.cmp(&b))
+                    })
+                    .expect("a non-empty stretch");
+                anchors.push(best + 1);
+                stretch.clear();
+            }
         }
+        anchors.dedup();
         anchors
     }
 
