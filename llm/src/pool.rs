@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use futures::future::Either;
 use memweave_operators::model::Priority;
 use memweave_operators::tokens::count_tokens;
 use serde::{Deserialize, Serialize};
@@ -109,6 +110,10 @@ pub struct PoolStats {
     pub tokens_in: AtomicU64,
     pub tokens_out: AtomicU64,
     pub peak_in_flight: AtomicU64,
+    /// Requests sent a second time because the first was slow to answer.
+    pub hedged: AtomicU64,
+    /// Smoothed reply time of successful requests, in microseconds.
+    pub typical_latency_us: AtomicU64,
 }
 
 /// A snapshot of [`PoolStats`] plus the endpoints' current limits.
@@ -125,6 +130,7 @@ pub struct PoolReport {
     pub tokens_in: u64,
     pub tokens_out: u64,
     pub peak_in_flight: u64,
+    pub hedged: u64,
     pub limits: Vec<f64>,
 }
 
@@ -287,6 +293,7 @@ impl PoolClient {
             tokens_in: get(&s.tokens_in),
             tokens_out: get(&s.tokens_out),
             peak_in_flight: get(&s.peak_in_flight),
+            hedged: get(&s.hedged),
             limits: self.lock().endpoints.iter().map(|e| e.limit).collect(),
         }
     }
@@ -394,15 +401,7 @@ impl PoolClient {
         }
         let mut last = String::new();
         for attempt in 0..attempts {
-            self.take_rate(tokens).await;
-            let mut slot = self.acquire(priority).await;
-            let url = format!(
-                "{}/{path}",
-                self.config.endpoints[slot.endpoint].trim_end_matches('/')
-            );
-            self.stats.requests.fetch_add(1, Ordering::Relaxed);
-            let (outcome, result) = self.send(&url, body).await;
-            slot.finish(outcome);
+            let result = self.hedged(path, body, tokens, priority).await;
             let retry_after = match result {
                 Attempt::Done(value) => {
                     self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
@@ -413,7 +412,7 @@ impl PoolClient {
                     reason,
                     retry_after,
                 } => {
-                    tracing::debug!(url, attempt, reason, "retrying a model request");
+                    tracing::debug!(attempt, reason, "retrying a model request");
                     last = reason;
                     retry_after
                 }
@@ -428,6 +427,70 @@ impl PoolClient {
             }
         }
         Err(PoolError::Exhausted { attempts, last })
+    }
+
+    /// One attempt; if it has not answered after a few typical reply times (a hung
+    /// connection, a stuck replica), a second copy goes out and the first answer
+    /// wins, instead of waiting out the whole timeout.
+    async fn hedged(&self, path: &str, body: &Value, tokens: u32, priority: Priority) -> Attempt {
+        let primary = Box::pin(self.attempt(path, body, tokens, priority));
+        let Some(delay) = self.hedge_delay() else {
+            return primary.await;
+        };
+        let timer = Box::pin(tokio::time::sleep(delay));
+        let primary = match futures::future::select(primary, timer).await {
+            Either::Left((result, _)) => return result,
+            Either::Right(((), primary)) => primary,
+        };
+        self.stats.hedged.fetch_add(1, Ordering::Relaxed);
+        let backup = Box::pin(self.attempt(path, body, tokens, priority));
+        // The first to finish decides; if it failed, the retry loop takes over
+        // rather than waiting on a copy that is probably hung.
+        match futures::future::select(primary, backup).await {
+            Either::Left((result, _)) | Either::Right((result, _)) => result,
+        }
+    }
+
+    /// How long a request may take before it is hedged: four times the smoothed
+    /// reply time, but never before an eighth of the timeout (a server that is
+    /// merely queueing must not be sent more copies); no hedging before the
+    /// first reply says what typical is.
+    fn hedge_delay(&self) -> Option<Duration> {
+        let typical = self.stats.typical_latency_us.load(Ordering::Relaxed);
+        (typical > 0).then(|| {
+            Duration::from_micros(typical.saturating_mul(4))
+                .max(self.config.timeout / 8)
+                .min(self.config.timeout)
+        })
+    }
+
+    async fn attempt(&self, path: &str, body: &Value, tokens: u32, priority: Priority) -> Attempt {
+        self.take_rate(tokens).await;
+        let mut slot = self.acquire(priority).await;
+        let url = format!(
+            "{}/{path}",
+            self.config.endpoints[slot.endpoint].trim_end_matches('/')
+        );
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let sent = Instant::now();
+        let (outcome, result) = self.send(&url, body).await;
+        slot.finish(outcome);
+        if outcome == Outcome::Success {
+            // Exponentially smoothed, one eighth per reply.
+            let micros = sent.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
+            let _ = self.stats.typical_latency_us.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |old| {
+                    Some(if old == 0 {
+                        micros
+                    } else {
+                        old - old / 8 + micros / 8
+                    })
+                },
+            );
+        }
+        result
     }
 
     async fn send(&self, url: &str, body: &Value) -> (Outcome, Attempt) {
