@@ -5,7 +5,8 @@
 //! limits, retries with jittered exponential backoff that honour Retry-After,
 //! per-request timeouts, and query traffic served before build traffic.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -149,16 +150,43 @@ struct Endpoint {
 #[derive(Debug)]
 struct Scheduler {
     endpoints: Vec<Endpoint>,
-    /// Waiting requests by class: queries, chain calls, other build calls.
-    waiting: [VecDeque<oneshot::Sender<usize>>; 3],
+    /// Requests waiting for a slot, highest priority first, then first come.
+    waiting: BinaryHeap<Waiter>,
+    /// Arrival counter, for first come first served within a priority.
+    arrivals: u64,
     max_concurrency: f64,
 }
 
-fn class(priority: Priority) -> usize {
-    match priority {
-        Priority::Query => 0,
-        Priority::BuildChain => 1,
-        Priority::Build => 2,
+#[derive(Debug)]
+struct Waiter {
+    priority: Priority,
+    arrival: u64,
+    slot: oneshot::Sender<usize>,
+}
+
+impl Waiter {
+    fn rank(&self) -> (Priority, Reverse<u64>) {
+        (self.priority, Reverse(self.arrival))
+    }
+}
+
+impl PartialEq for Waiter {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank() == other.rank()
+    }
+}
+
+impl Eq for Waiter {}
+
+impl PartialOrd for Waiter {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Waiter {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
     }
 }
 
@@ -179,14 +207,14 @@ impl Scheduler {
         self.endpoints.iter().map(|e| e.in_flight).sum()
     }
 
-    /// Hands free slots to waiting requests, query traffic first.
+    /// Hands free slots to waiting requests, highest priority first.
     fn dispatch(&mut self) {
         while let Some(endpoint) = self.pick() {
-            let Some(waiter) = self.waiting.iter_mut().find_map(VecDeque::pop_front) else {
+            let Some(waiter) = self.waiting.pop() else {
                 return;
             };
             self.endpoints[endpoint].in_flight += 1;
-            if waiter.send(endpoint).is_err() {
+            if waiter.slot.send(endpoint).is_err() {
                 // The request gave up while waiting.
                 self.endpoints[endpoint].in_flight -= 1;
             }
@@ -266,7 +294,8 @@ impl PoolClient {
             }),
             scheduler: Mutex::new(Scheduler {
                 endpoints,
-                waiting: [VecDeque::new(), VecDeque::new(), VecDeque::new()],
+                waiting: BinaryHeap::new(),
+                arrivals: 0,
                 max_concurrency: config.max_concurrency.max(1) as f64,
             }),
             config,
@@ -586,20 +615,23 @@ impl PoolClient {
     async fn acquire(&self, priority: Priority) -> Slot<'_> {
         let receiver = {
             let mut scheduler = self.lock();
-            let ahead = match priority {
-                Priority::Query => scheduler.waiting[0].len(),
-                Priority::BuildChain => scheduler.waiting[0].len() + scheduler.waiting[1].len(),
-                Priority::Build => scheduler.waiting.iter().map(VecDeque::len).sum(),
-            };
-            if ahead == 0
-                && let Some(endpoint) = scheduler.pick()
-            {
+            let queued_ahead = scheduler
+                .waiting
+                .peek()
+                .is_some_and(|w| w.priority >= priority);
+            if !queued_ahead && let Some(endpoint) = scheduler.pick() {
                 scheduler.endpoints[endpoint].in_flight += 1;
                 self.note_in_flight(scheduler.in_flight());
                 return Slot::new(self, endpoint);
             }
             let (sender, receiver) = oneshot::channel();
-            scheduler.waiting[class(priority)].push_back(sender);
+            scheduler.arrivals += 1;
+            let arrival = scheduler.arrivals;
+            scheduler.waiting.push(Waiter {
+                priority,
+                arrival,
+                slot: sender,
+            });
             receiver
         };
         let mut waiting = Waiting {

@@ -9,11 +9,13 @@ use serde::{Deserialize, Serialize};
 
 /// Who is asking, in the order the model pool serves them: questions first, then
 /// build calls that later calls of the same document wait on (a page break, a
-/// parent summary), then the rest.
+/// parent summary; the more work still waits behind one, the sooner it goes),
+/// then the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Priority {
     Build,
-    BuildChain,
+    /// With how much work waits behind the call (e.g. kilobytes of text left).
+    BuildChain(u32),
     Query,
 }
 
@@ -36,10 +38,11 @@ impl CallContext {
         }
     }
 
-    /// The same caller, for a call that later calls of the same document wait on.
-    pub fn chained(&self) -> Self {
+    /// The same caller, for a call that later calls of the same document wait
+    /// on, with `waiting` work behind it.
+    pub fn chained(&self, waiting: u32) -> Self {
         CallContext {
-            priority: self.priority.max(Priority::BuildChain),
+            priority: self.priority.max(Priority::BuildChain(waiting)),
             ..self.clone()
         }
     }

@@ -224,6 +224,8 @@ impl Walker<'_> {
                 break;
             }
         }
+        // The longer the text still to paginate, the sooner this break should go.
+        let remaining_kb = ((text.len() - units[start].start) / 1024) as u32;
         let last = start + candidates[candidates.len() - 1];
         let window: Vec<&str> = units[start..=(last + 1).min(units.len() - 1)]
             .iter()
@@ -234,7 +236,7 @@ impl Walker<'_> {
         }
         let chosen = self
             .model
-            .choose_break(&self.cx.chained(), &window, &candidates, start)
+            .choose_break(&self.cx.chained(remaining_kb), &window, &candidates, start)
             .await?;
         Ok(start
             + if candidates.contains(&chosen) {

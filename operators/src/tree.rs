@@ -155,7 +155,7 @@ async fn parent_summary(
     if count_tokens(&joined) <= max_tokens {
         return Ok(joined);
     }
-    model.compress_summaries(&cx.chained(), &children).await
+    model.compress_summaries(&cx.chained(0), &children).await
 }
 
 #[cfg(test)]
