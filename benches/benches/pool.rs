@@ -100,11 +100,14 @@ fn run(label: &str, fault_rate: f64) {
         wall / floor,
         floor,
     );
+    let pool = summary.pool.clone().unwrap();
     println!(
-        "  peak busy slots {}, peak requests at the server {}, client peak in flight {}",
+        "  peak busy slots {}, peak requests at the server {}, client peak in flight {}, hedged copies {}, final limit {:.0}",
         stats.peak_busy_slots,
         stats.peak_in_flight,
-        summary.pool.as_ref().map_or(0, |p| p.peak_in_flight)
+        pool.peak_in_flight,
+        pool.hedged,
+        pool.limits[0]
     );
     let busy = runtime.block_on(samples).unwrap();
     println!(

@@ -462,7 +462,10 @@ impl PoolClient {
     /// connection, a stuck replica), a second copy goes out and the first answer
     /// wins, instead of waiting out the whole timeout.
     async fn hedged(&self, path: &str, body: &Value, tokens: u32, priority: Priority) -> Attempt {
-        let primary = Box::pin(self.attempt(path, body, tokens, priority));
+        // The clock starts when the request goes out, not while it waits its turn.
+        self.take_rate(tokens).await;
+        let slot = self.acquire(priority).await;
+        let primary = Box::pin(self.send_on(slot, path, body));
         let Some(delay) = self.hedge_delay() else {
             return primary.await;
         };
@@ -495,7 +498,12 @@ impl PoolClient {
 
     async fn attempt(&self, path: &str, body: &Value, tokens: u32, priority: Priority) -> Attempt {
         self.take_rate(tokens).await;
-        let mut slot = self.acquire(priority).await;
+        let slot = self.acquire(priority).await;
+        self.send_on(slot, path, body).await
+    }
+
+    /// Sends on a slot already taken; learns the typical reply time from successes.
+    async fn send_on(&self, mut slot: Slot<'_>, path: &str, body: &Value) -> Attempt {
         let url = format!(
             "{}/{path}",
             self.config.endpoints[slot.endpoint].trim_end_matches('/')
