@@ -31,10 +31,7 @@ const MAX_ENTITIES: usize = 20;
 /// The reply to `step`.
 pub fn reply(step: &Step) -> String {
     match step {
-        Step::SummarizeSegment { segment } => {
-            let words = word_count(segment);
-            central_sentences(segment, (words / 4).clamp(25, LEAF_SUMMARY_WORDS))
-        }
+        Step::SummarizeSegment { segment } => leaf_summary(segment),
         Step::CompressSummaries { summaries } => {
             let joined = summaries.join("\n\n");
             let words = word_count(&joined);
@@ -142,8 +139,7 @@ pub fn reply(step: &Step) -> String {
             format!("Merged relation: {merged}")
         }
         Step::SummarizeWithFacts { chunk } => {
-            let words = word_count(chunk);
-            let summary = central_sentences(chunk, (words / 4).clamp(25, LEAF_SUMMARY_WORDS));
+            let summary = leaf_summary(chunk);
             let surprise = surprising_sentences(chunk, 2);
             let surprise = if surprise.is_empty() {
                 "None".to_string()
@@ -173,6 +169,12 @@ pub fn reply(step: &Step) -> String {
             }
         }
     }
+}
+
+/// A segment's (or chunk's) summary: its most central quarter, 25 to 120 words.
+fn leaf_summary(text: &str) -> String {
+    let words = word_count(text);
+    central_sentences(text, (words / 4).clamp(25, LEAF_SUMMARY_WORDS))
 }
 
 fn gist(page: &str) -> String {

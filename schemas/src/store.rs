@@ -185,13 +185,7 @@ impl TableStore {
             .await
             .map_err(|e| self.lance_error(table, e))?;
         for batch in &batches {
-            let strings = |name: &str| {
-                batch
-                    .column_by_name(name)
-                    .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-                    .cloned()
-            };
-            let (Some(keys), Some(values)) = (strings(key), strings(value)) else {
+            let (Some(keys), Some(values)) = (strings(batch, key), strings(batch, value)) else {
                 continue;
             };
             for (k, v) in keys.iter().zip(values.iter()) {
@@ -226,10 +220,7 @@ impl TableStore {
             .await
             .map_err(|e| self.lance_error(table, e))?
         {
-            if let Some(values) = batch
-                .column_by_name(column)
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-            {
+            if let Some(values) = strings(&batch, column) {
                 values.iter().flatten().for_each(&mut each);
             }
         }
@@ -361,6 +352,13 @@ impl TableStore {
             source: Box::new(source),
         }
     }
+}
+
+/// The string column `name` of `batch`, if it has one.
+fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
 }
 
 fn to_batch<R: TableRow>(table: Table, rows: &[&R]) -> Result<RecordBatch> {
