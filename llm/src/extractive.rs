@@ -8,7 +8,7 @@ use memweave_operators::extract::{
     best_sentences, capitalised_names, central_sentences, head_words, sentences_mentioning,
     surprising_sentences,
 };
-use memweave_operators::lexical::{Bm25, TermVector, terms};
+use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, terms};
 use memweave_operators::text::word_count;
 
 use crate::step::{PageText, Step};
@@ -60,16 +60,9 @@ pub fn reply(step: &Step) -> String {
             candidates,
             first_label,
         } => {
-            // The break where the vocabulary shifts most: lowest similarity between the
-            // paragraph before and the one after. Ties go to the earliest candidate.
             let vectors: Vec<TermVector> = units.iter().map(|u| TermVector::of(u)).collect();
-            let chosen = candidates
-                .iter()
-                .copied()
-                .filter(|&c| c + 1 < units.len())
-                .map(|c| (c, vectors[c].cosine(&vectors[c + 1])))
-                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
-                .map_or_else(|| candidates.last().copied().unwrap_or(0), |(c, _)| c);
+            let chosen = sharpest_shift(&vectors, candidates)
+                .unwrap_or_else(|| candidates.last().copied().unwrap_or(0));
             format!(
                 "Break point: <{}>\nBecause the vocabulary shifts most there.",
                 first_label + chosen

@@ -83,6 +83,19 @@ impl TermVector {
     }
 }
 
+/// Among `candidates` (a break after unit `c`), the one where the vocabulary shifts
+/// most: the lowest similarity between unit `c` and unit `c + 1`; ties go to the
+/// earliest. `None` when no candidate has a unit after it to compare with.
+pub fn sharpest_shift(vectors: &[TermVector], candidates: &[usize]) -> Option<usize> {
+    candidates
+        .iter()
+        .copied()
+        .filter(|&c| c + 1 < vectors.len())
+        .map(|c| (c, vectors[c].cosine(&vectors[c + 1])))
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(c, _)| c)
+}
+
 /// Okapi BM25 over a fixed set of texts.
 #[derive(Debug, Clone)]
 pub struct Bm25 {

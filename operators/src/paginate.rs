@@ -5,9 +5,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use futures::StreamExt;
-use futures::future::join_all;
 
-use crate::lexical::TermVector;
+use crate::lexical::{TermVector, sharpest_shift};
 use crate::model::{CallContext, MemoryModel, StepResult};
 use crate::text::{Span, paragraphs, sentences, word_count};
 
@@ -56,15 +55,16 @@ pub async fn paginate(
 /// soon as the page is certain, while later pages are still being found.
 ///
 /// ReadAgent paginates sequentially: each page starts where the last one ended. On
-/// a remote model that is a chain of calls as long as the document, so besides the
-/// sequential walk, walks start speculatively from anchors every
-/// `SPECULATION_SPACING` pages' worth of words. Every walk claims a page start
-/// before asking for its break; a speculative walk stops at a start another walk
-/// has claimed (same start, same prompt, same reply: the rest is that walk's),
-/// and the sequential walk finds the replies of starts others claimed already
-/// asked (the call cache shares them). The pages are exactly those of the
-/// sequential walk, and so is the first error; speculation only costs the few
-/// pages each anchor walks before it falls into step.
+/// a remote model that is a chain of calls as long as the document, so it runs the
+/// way speculative decoding runs a large model: a cheap draft (the break where the
+/// vocabulary shifts most, `sharpest_shift`) predicts the page starts, and the
+/// page at every predicted start is asked for at once. The sequential walk from the
+/// first unit finds those replies (the call cache shares a call still in flight):
+/// where the model agrees with the draft it races ahead; where it parts from it,
+/// the draft starts again from the true page start, `REDRAFT_PAGES` ahead or until
+/// it falls back in step with a start already asked. The pages are exactly those
+/// of the sequential walk, and so is the first error; speculation costs only the
+/// pages asked at starts off the model's path (measured by the `pagination` bench).
 pub async fn paginate_then<T, F, Fut>(
     text: &str,
     config: &PageConfig,
@@ -80,6 +80,7 @@ where
     if units.is_empty() {
         return Ok(Vec::new());
     }
+    let (spawn, mut spawned) = futures::channel::mpsc::unbounded::<usize>();
     let walker = Walker {
         text,
         units: &units,
@@ -87,7 +88,12 @@ where
         model,
         cx,
         found: Mutex::new(HashMap::new()),
+        draft: model.is_remote().then(|| Draft {
+            vectors: units.iter().map(|u| TermVector::of(u.of(text))).collect(),
+            spawn,
+        }),
     };
+    walker.redraft(0, usize::MAX);
     let (confirmed, pages) = futures::channel::mpsc::unbounded::<Span>();
     let sequential = async {
         let mut start = 0;
@@ -95,7 +101,10 @@ where
             let known = *walker.lock().entry(start).or_insert(None);
             let end = match known {
                 Some(end) => end,
-                None => walker.page_end(start).await?,
+                None => {
+                    walker.redraft(start, REDRAFT_PAGES);
+                    walker.page_end(start).await?
+                }
             };
             walker.lock().insert(start, Some(end));
             // The receiver lives until every page is followed.
@@ -108,19 +117,31 @@ where
         drop(confirmed);
         Ok(())
     };
-    let speculative = async {
-        if model.is_remote() {
-            let anchors = walker.anchors();
-            join_all(anchors[1..].iter().map(|&anchor| walker.speculate(anchor))).await;
-        }
-    };
     let then = &then;
     let followed = pages
         .map(|span| async move { (span, then(span).await) })
         .buffered(usize::MAX)
         .collect::<Vec<_>>();
-    let (walked, (), followed): (StepResult<()>, (), Vec<_>) =
-        futures::future::join3(sequential, speculative, followed).await;
+    // Drafted pages are asked for until the sequential walk is done (what they would
+    // still ask then is not needed), or at once not at all on a local model.
+    let speculation = async {
+        let mut asking = futures::stream::FuturesUnordered::new();
+        loop {
+            // New asks first, so the drafted pages all go out together.
+            futures::select_biased! {
+                start = spawned.select_next_some() => asking.push(walker.speculate(start)),
+                () = asking.select_next_some() => {}
+                complete => break,
+            }
+        }
+    };
+    let walked_and_followed = futures::future::join(sequential, followed);
+    futures::pin_mut!(walked_and_followed, speculation);
+    let (walked, followed): (StepResult<()>, Vec<_>) =
+        match futures::future::select(walked_and_followed, speculation).await {
+            futures::future::Either::Left((done, _)) => done,
+            futures::future::Either::Right(((), rest)) => rest.await,
+        };
     walked?;
     followed
         .into_iter()
@@ -128,8 +149,9 @@ where
         .collect()
 }
 
-/// Pages' worth of words between speculative anchors.
-const SPECULATION_SPACING: usize = 2;
+/// Pages drafted ahead of the sequential walk each time it leaves the draft: more
+/// shortens the chain when the model mostly agrees, and costs more when it does not.
+const REDRAFT_PAGES: usize = 8;
 
 struct Walker<'a> {
     text: &'a str,
@@ -137,80 +159,79 @@ struct Walker<'a> {
     config: &'a PageConfig,
     model: &'a dyn MemoryModel,
     cx: &'a CallContext,
-    /// Page starts claimed by some walk (first unit → last unit once known).
+    /// Page starts claimed by the sequential walk or the draft (first unit → last
+    /// unit once known).
     found: Mutex<HashMap<usize, Option<usize>>>,
+    /// Only for a remote model: a local one is better served by no extra work.
+    draft: Option<Draft>,
+}
+
+struct Draft {
+    /// Each unit's terms, for `sharpest_shift`.
+    vectors: Vec<TermVector>,
+    /// Drafted page starts to ask for.
+    spawn: futures::channel::mpsc::UnboundedSender<usize>,
+}
+
+/// Where the page that starts at a unit may end.
+enum Break {
+    /// The rest of the text fits on the page, or only one break is allowed.
+    Forced(usize),
+    /// Candidate last units, as offsets from the page's first unit (at least two),
+    /// and the last unit the model is shown (one past the last candidate, for context).
+    Choice {
+        candidates: Vec<usize>,
+        shown: usize,
+    },
 }
 
 impl Walker<'_> {
-    /// Unit indices where speculative walks start: the first unit, then one every
-    /// `SPECULATION_SPACING * max_words` words.
-    fn anchors(&self) -> Vec<usize> {
-        let spacing = SPECULATION_SPACING * self.config.max_words;
-        let vectors: Vec<TermVector> = self
-            .units
-            .iter()
-            .map(|u| TermVector::of(u.of(self.text)))
-            .collect();
-        // In each stretch of `spacing` words, start after the paragraph where the
-        // vocabulary shifts most: where a reader, and so the true walk, most likely
-        // breaks, so the speculative walk starts in step more often.
-        let mut anchors = vec![0];
-        let mut stretch: Vec<usize> = Vec::new();
-        let mut words = 0;
-        for (i, unit) in self.units.iter().enumerate() {
-            words += word_count(unit.of(self.text));
-            if i + 1 < self.units.len() {
-                stretch.push(i);
+    /// Claims the next `pages` drafted page starts after `start` and asks for their
+    /// pages, until one is already claimed (the draft is back in step with what was
+    /// asked) or the text ends.
+    fn redraft(&self, mut start: usize, pages: usize) {
+        let Some(draft) = &self.draft else {
+            return;
+        };
+        for _ in 0..pages {
+            start = 1 + match self.break_at(start) {
+                Break::Forced(end) => end,
+                Break::Choice { candidates, shown } => {
+                    start
+                        + sharpest_shift(&draft.vectors[start..=shown], &candidates)
+                            .unwrap_or(candidates[candidates.len() - 1])
+                }
+            };
+            if start >= self.units.len() || self.lock().insert(start, None).is_some() {
+                return;
             }
-            if words >= spacing * anchors.len() && !stretch.is_empty() {
-                let best = stretch
-                    .iter()
-                    .copied()
-                    .min_by(|&a, &b| {
-                        vectors[a]
-                            .cosine(&vectors[a + 1])
-                            .total_cmp(&vectors[b].cosine(&vectors[b + 1]))
-                            .then(a.cmp(&b))
-                    })
-                    .expect("a non-empty stretch");
-                anchors.push(best + 1);
-                stretch.clear();
-            }
+            // The receiver lives as long as the speculation it feeds.
+            let _ = draft.spawn.unbounded_send(start);
         }
-        anchors.dedup();
-        anchors
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<usize, Option<usize>>> {
         self.found.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Walks from `anchor` until the end of the text, a failed step, or a page
-    /// start another walk has claimed (from there on the walks would agree; two
-    /// walks that met in step would otherwise go on side by side to the end).
-    async fn speculate(&self, anchor: usize) {
-        let mut start = anchor;
-        while start < self.units.len() {
-            if self.lock().insert(start, None).is_some() {
-                return;
-            }
-            let Ok(end) = self.page_end(start).await else {
-                return;
-            };
+    /// Asks for the page that starts at `start`, claimed for it by the draft. Only
+    /// that one page: if the model parts from the draft there, the sequential walk
+    /// drafts again from the true start once it gets there.
+    async fn speculate(&self, start: usize) {
+        if let Ok(end) = self.page_end(start).await {
             self.lock().insert(start, Some(end));
-            start = end + 1;
         }
     }
 
-    /// The last unit of the page that starts at unit `start`.
-    async fn page_end(&self, start: usize) -> StepResult<usize> {
+    /// Where the page that starts at unit `start` may end. Candidate breaks: after
+    /// each unit once the page holds min_words, while it stays within max_words; at
+    /// least one, so every page makes progress. Words are counted on the page's
+    /// text, as a reader would count them.
+    fn break_at(&self, start: usize) -> Break {
         let (text, units, config) = (self.text, self.units, self.config);
         if word_count(&text[units[start].start..]) <= config.max_words {
-            return Ok(units.len() - 1);
+            return Break::Forced(units.len() - 1);
         }
-        // Candidate breaks: after each unit once the page holds min_words, while it
-        // stays within max_words; at least one, so every page makes progress. Words
-        // are counted on the page's text, as a reader would count them.
         let mut candidates = Vec::new();
         for i in start..units.len() {
             let total = word_count(&text[units[start].start..units[i].end]);
@@ -224,16 +245,25 @@ impl Walker<'_> {
                 break;
             }
         }
-        // The longer the text still to paginate, the sooner this break should go.
-        let remaining_kb = ((text.len() - units[start].start) / 1024) as u32;
-        let last = start + candidates[candidates.len() - 1];
-        let window: Vec<&str> = units[start..=(last + 1).min(units.len() - 1)]
-            .iter()
-            .map(|u| u.of(text))
-            .collect();
         if candidates.len() == 1 {
-            return Ok(start + candidates[0]);
+            return Break::Forced(start + candidates[0]);
         }
+        let shown = (start + candidates[candidates.len() - 1] + 1).min(units.len() - 1);
+        Break::Choice { candidates, shown }
+    }
+
+    /// The last unit of the page that starts at unit `start`.
+    async fn page_end(&self, start: usize) -> StepResult<usize> {
+        let (candidates, shown) = match self.break_at(start) {
+            Break::Forced(end) => return Ok(end),
+            Break::Choice { candidates, shown } => (candidates, shown),
+        };
+        let window: Vec<&str> = self.units[start..=shown]
+            .iter()
+            .map(|u| u.of(self.text))
+            .collect();
+        // The longer the text still to paginate, the sooner this break should go.
+        let remaining_kb = ((self.text.len() - self.units[start].start) / 1024) as u32;
         let chosen = self
             .model
             .choose_break(&self.cx.chained(remaining_kb), &window, &candidates, start)
@@ -312,21 +342,65 @@ mod tests {
         );
     }
 
-    #[test]
-    fn speculative_walks_give_exactly_the_sequential_pages() {
-        let text: String = (0..900)
+    fn numbered_paragraphs() -> String {
+        (0..900)
             .map(|i| {
                 let words = 12 + (i * 7) % 23;
                 let body = vec!["word"; words].join(" ");
-                format!("Paragraph {i} {body}.\n\n")
+                format!("Paragraph {i} {body} topic{}.\n\n", i / 3)
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn a_model_that_agrees_with_the_draft_is_asked_only_for_pages_it_needs() {
+        let text = numbered_paragraphs();
+        let config = PageConfig {
+            min_words: 60,
+            max_words: 150,
+        };
+        let cx = CallContext::build("readagent", "d");
+        let run = |remote: bool| {
+            let model = FirstSentence::agreeing_with_draft(remote);
+            let pages = futures::executor::block_on(paginate(&text, &config, &model, &cx))
+                .expect("the stub answers");
+            (pages, model.breaks_asked(), model.peak_breaks_in_flight())
+        };
+        let (sequential, needed, _) = run(false);
+        let (drafted, mut asked, peak) = run(true);
+        // All the drafted pages were asked for at once, not one after the other.
+        assert!(peak > needed.len() / 2, "{peak} of {}", needed.len());
+        assert!(sequential.len() > 60, "{} pages", sequential.len());
+        assert_eq!(drafted, sequential);
+        // The sequential walk may ask again for a page still in flight: the call
+        // cache sends such a call once.
+        asked.sort_unstable();
+        asked.dedup();
+        assert_eq!(
+            asked, needed,
+            "speculation asked for pages the walk did not need"
+        );
+    }
+
+    #[test]
+    fn speculation_gives_exactly_the_sequential_pages_when_the_model_disagrees() {
+        let text = numbered_paragraphs();
         let config = PageConfig {
             min_words: 60,
             max_words: 150,
         };
         let sequential = pages(&text, &config, false);
         assert!(sequential.len() > 60, "{} pages", sequential.len());
-        assert_eq!(pages(&text, &config, true), sequential);
+        let model = FirstSentence::remote(true);
+        let cx = CallContext::build("readagent", "d");
+        let speculated = futures::executor::block_on(paginate(&text, &config, &model, &cx))
+            .expect("the stub answers");
+        assert_eq!(speculated, sequential);
+        // It did speculate, and some guesses were wrong: more pages asked than needed.
+        assert!(
+            model.breaks_asked().len() > sequential.len(),
+            "{}",
+            model.breaks_asked().len()
+        );
     }
 }

@@ -2,20 +2,69 @@
 //! every step from the text's first sentence, so structure can be tested without a
 //! backend (the real ones live in `memweave-llm`).
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use async_trait::async_trait;
 
 use crate::extract::sentence_list;
+use crate::lexical::{TermVector, sharpest_shift};
 use crate::model::*;
 
 #[derive(Debug, Default)]
 pub struct FirstSentence {
     remote: bool,
+    /// Breaks where the vocabulary shifts most, as pagination's draft predicts;
+    /// otherwise after the longest candidate unit, which the draft does not foresee.
+    agrees_with_draft: bool,
+    /// The first label of every window `choose_break` was shown, in order.
+    breaks_asked: Mutex<Vec<usize>>,
+    breaks_in_flight: AtomicUsize,
+    peak_breaks_in_flight: AtomicUsize,
 }
 
 impl FirstSentence {
     pub fn remote(remote: bool) -> Self {
-        FirstSentence { remote }
+        FirstSentence {
+            remote,
+            ..Self::default()
+        }
     }
+
+    pub fn agreeing_with_draft(remote: bool) -> Self {
+        FirstSentence {
+            remote,
+            agrees_with_draft: true,
+            ..Self::default()
+        }
+    }
+
+    /// The most `choose_break` calls that were waiting for their reply at once.
+    pub fn peak_breaks_in_flight(&self) -> usize {
+        self.peak_breaks_in_flight.load(Ordering::SeqCst)
+    }
+
+    pub fn breaks_asked(&self) -> Vec<usize> {
+        self.breaks_asked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Pending once, so that every other ready future runs before this one goes on.
+async fn yield_once() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
 }
 
 fn first(text: &str) -> String {
@@ -50,14 +99,32 @@ impl MemoryModel for FirstSentence {
             answer: None,
         })
     }
-    /// The candidate after the longest unit: depends on the window, like a model would.
+    /// Depends on the window, like a model's choice would.
     async fn choose_break(
         &self,
         _: &CallContext,
         units: &[&str],
         candidates: &[usize],
-        _: usize,
+        first_label: usize,
     ) -> StepResult<usize> {
+        self.breaks_asked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(first_label);
+        if self.remote {
+            // A remote reply takes a while: let the other walks ask in the meantime.
+            let in_flight = self.breaks_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak_breaks_in_flight
+                .fetch_max(in_flight, Ordering::SeqCst);
+            yield_once().await;
+            self.breaks_in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        if self.agrees_with_draft {
+            let vectors: Vec<TermVector> = units.iter().map(|u| TermVector::of(u)).collect();
+            return Ok(
+                sharpest_shift(&vectors, candidates).unwrap_or(candidates[candidates.len() - 1])
+            );
+        }
         Ok(*candidates
             .iter()
             .max_by_key(|&&c| (units[c].len(), std::cmp::Reverse(c)))

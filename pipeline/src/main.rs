@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use memweave_llm::LlmArgs;
+use memweave_llm::{CallCache, LlmArgs};
 use memweave_operators::build::BuildConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::segment::SegmentConfig;
@@ -109,6 +109,9 @@ enum Command {
         /// Object-store setting KEY=VALUE; repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
+        /// The model that navigates (the extractive backend by default).
+        #[command(flatten)]
+        llm: LlmArgs,
     },
 }
 
@@ -170,6 +173,7 @@ fn main() -> ExitCode {
             documents,
             json,
             storage_options,
+            llm,
         } => ask(
             question,
             &tables,
@@ -177,6 +181,7 @@ fn main() -> ExitCode {
             documents,
             json,
             storage_options.into_iter().collect(),
+            &llm,
         ),
     };
     match result {
@@ -272,8 +277,11 @@ fn ask(
     documents: Vec<String>,
     json: bool,
     storage_options: HashMap<String, String>,
+    llm: &LlmArgs,
 ) -> anyhow::Result<()> {
     let strategy: Strategy = strategy.parse().map_err(UsageError)?;
+    // Calls are cached for this question only: asking writes nothing to the tables.
+    let model = llm.model(CallCache::in_memory()).map_err(UsageError)?;
     let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -290,7 +298,7 @@ fn ask(
         strategy,
         documents: (!documents.is_empty()).then_some(documents),
     };
-    let answer = memweave_query::ask(&snapshot, &request);
+    let answer = runtime.block_on(memweave_query::ask(&snapshot, &request, &model));
     if json {
         print_json(&answer)?;
     } else {

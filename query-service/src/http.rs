@@ -8,24 +8,28 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use memweave_operators::model::MemoryModel;
 use memweave_schemas::TableStore;
 use tokio::sync::RwLock;
 
 use crate::navigate::{AskRequest, ask};
 use crate::snapshot::Snapshot;
 
-/// What every request handler shares: where the tables are and the newest snapshot.
+/// What every request handler shares: where the tables are, the newest snapshot,
+/// and the model navigators ask.
 #[derive(Debug)]
 pub struct ServiceState {
     store: TableStore,
     snapshot: RwLock<Option<Arc<Snapshot>>>,
+    model: Arc<dyn MemoryModel>,
 }
 
 impl ServiceState {
-    pub fn new(store: TableStore) -> Arc<Self> {
+    pub fn new(store: TableStore, model: Arc<dyn MemoryModel>) -> Arc<Self> {
         Arc::new(ServiceState {
             store,
             snapshot: RwLock::new(None),
+            model,
         })
     }
 
@@ -78,13 +82,7 @@ async fn ask_handler(
     if request.question.trim().is_empty() {
         return error(StatusCode::BAD_REQUEST, "question is empty");
     }
-    match tokio::task::spawn_blocking(move || ask(&snapshot, &request)).await {
-        Ok(answer) => Json(answer).into_response(),
-        Err(err) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("navigation failed: {err}"),
-        ),
-    }
+    Json(ask(&snapshot, &request, &*state.model).await).into_response()
 }
 
 async fn ready_handler(State(state): State<Arc<ServiceState>>) -> Response {

@@ -2,10 +2,12 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use memweave_llm::{CallCache, LlmArgs};
 use memweave_query::http::{ServiceState, router};
 use memweave_query::parse_storage_option;
 use memweave_schemas::TableStore;
@@ -40,6 +42,9 @@ enum Command {
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
+        /// The model navigators ask (the extractive backend by default).
+        #[command(flatten)]
+        llm: LlmArgs,
     },
 }
 
@@ -57,12 +62,17 @@ async fn main() -> anyhow::Result<()> {
         listen,
         refresh_secs,
         storage_options,
+        llm,
     } = Cli::parse().command;
+    // Answers are cached in memory only: the service writes nothing.
+    let model = llm
+        .model(CallCache::in_memory())
+        .map_err(|message| anyhow::anyhow!(message))?;
     let store = TableStore::new(
         &tables,
         storage_options.into_iter().collect::<HashMap<_, _>>(),
     )?;
-    let state = ServiceState::new(store);
+    let state = ServiceState::new(store, Arc::new(model));
     match state.refresh().await {
         Ok(Some(epoch)) => tracing::info!(epoch, "loaded tables"),
         Ok(None) => {

@@ -1,11 +1,13 @@
 //! Navigators: walk a memory snapshot to answer a question, recording every step.
 //!
-//! With the extractive backend a step's decision is lexical (BM25 over the
-//! summaries or gists it is shown), and the answer is the best supporting passage.
+//! MemWalker's decisions (which child to descend into, answer or revert at a leaf)
+//! are the model's, through `MemoryModel`; ReadAgent's look-up is still lexical
+//! (BM25 over the gists). Every answer cites the passage it rests on.
 
 use std::collections::HashSet;
 
 use memweave_operators::lexical::{Bm25, terms};
+use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_operators::text::{CharOffsets, sentences};
 use serde::{Deserialize, Serialize};
 
@@ -101,11 +103,18 @@ const MAX_LEAF_READS: usize = 8;
 const MAX_DOCUMENTS: usize = 3;
 /// Pages ReadAgent looks up at once.
 const LOOKUP_PAGES: usize = 2;
+/// MemWalker's working memory: the summaries on the path, the nearest the leaf
+/// kept when they are longer than this (characters, about 1000 tokens).
+const WORKING_MEMORY_CHARS: usize = 4000;
 
-pub fn ask(snapshot: &Snapshot, request: &AskRequest) -> Answer {
-    let mut nav = Navigation::new(snapshot, request);
+pub async fn ask(snapshot: &Snapshot, request: &AskRequest, model: &dyn MemoryModel) -> Answer {
+    let mut nav = Navigation::new(snapshot, request, model);
     match request.strategy {
-        Strategy::Memwalker => nav.memwalker(),
+        Strategy::Memwalker => {
+            if let Err(failure) = nav.memwalker().await {
+                nav.give_up(&failure);
+            }
+        }
         Strategy::ReadagentP => nav.readagent_parallel(),
     }
     nav.finish()
@@ -114,11 +123,17 @@ pub fn ask(snapshot: &Snapshot, request: &AskRequest) -> Answer {
 struct Navigation<'a> {
     snapshot: &'a Snapshot,
     request: &'a AskRequest,
+    model: &'a dyn MemoryModel,
+    cx: CallContext,
     query: Vec<String>,
     distinct_terms: HashSet<String>,
     trace: Vec<Step>,
     best: Option<Candidate>,
+    /// The model's own answer, when a leaf answered.
+    model_answer: Option<String>,
     answered: bool,
+    /// A step the model could not take: MemWalker's rule is then "no answer".
+    failed: bool,
 }
 
 /// A passage with how well it covers the question.
@@ -130,18 +145,35 @@ struct Candidate {
 }
 
 impl<'a> Navigation<'a> {
-    fn new(snapshot: &'a Snapshot, request: &'a AskRequest) -> Self {
+    fn new(snapshot: &'a Snapshot, request: &'a AskRequest, model: &'a dyn MemoryModel) -> Self {
         let query = terms(&request.question);
         let distinct_terms = query.iter().cloned().collect();
         Navigation {
             snapshot,
             request,
+            model,
+            cx: CallContext::query(request.strategy.name()),
             query,
             distinct_terms,
             trace: Vec::new(),
             best: None,
+            model_answer: None,
             answered: false,
+            failed: false,
         }
+    }
+
+    /// A step failed (three unparsable replies, the pool down, a replay miss): the
+    /// navigation ends with no answer, and the trace says which step and why.
+    fn give_up(&mut self, failure: &StepError) {
+        self.failed = true;
+        self.record(
+            "no_answer",
+            failure.kind(),
+            None,
+            0.0,
+            format!("the model could not take a step: {failure}"),
+        );
     }
 
     fn record(
@@ -190,7 +222,7 @@ impl<'a> Navigation<'a> {
 
     /// MemWalker over a corpus: walk the best-matching document's tree; when the walk
     /// finds no leaf that answers, go back up to the corpus and try the next document.
-    fn memwalker(&mut self) {
+    async fn memwalker(&mut self) -> Result<(), StepError> {
         let ranked: Vec<(String, f64, usize)> = self
             .rank_documents_by_tree()
             .into_iter()
@@ -205,7 +237,7 @@ impl<'a> Navigation<'a> {
                 0.0,
                 "no document's memory mentions the question's terms".into(),
             );
-            return;
+            return Ok(());
         }
         let mut leaf_reads = 0;
         for (rank, (doc_id, score, node)) in ranked.iter().enumerate() {
@@ -228,22 +260,23 @@ impl<'a> Navigation<'a> {
                     self.snapshot.nodes[*node].node_id
                 ),
             );
-            if self.walk(root, &mut leaf_reads) {
+            if self.walk(root, &mut leaf_reads).await? {
                 self.answered = true;
-                return;
+                return Ok(());
             }
             if leaf_reads >= MAX_LEAF_READS {
                 self.answer_with_best("read the leaf budget; answering with the best passage seen");
-                return;
+                return Ok(());
             }
         }
         self.answer_with_best(
-            "every branch that mentions the question was read; answering with the best passage seen",
+            "every branch was read or reverted from; answering with the best passage seen",
         );
+        Ok(())
     }
 
     /// Walks one tree from its root; true when a leaf answered.
-    fn walk(&mut self, root: usize, leaf_reads: &mut usize) -> bool {
+    async fn walk(&mut self, root: usize, leaf_reads: &mut usize) -> Result<bool, StepError> {
         let mut visited: HashSet<usize> = HashSet::new();
         let mut path = vec![root];
         self.record_descend(root, "start at the root".into());
@@ -251,11 +284,11 @@ impl<'a> Navigation<'a> {
             visited.insert(current);
             if self.snapshot.nodes[current].child_ids.is_empty() {
                 *leaf_reads += 1;
-                if self.read_leaf(current) {
-                    return true;
+                if self.read_leaf(current, &path).await? {
+                    return Ok(true);
                 }
                 if *leaf_reads >= MAX_LEAF_READS {
-                    return false;
+                    return Ok(false);
                 }
                 self.revert(
                     &mut path,
@@ -263,15 +296,15 @@ impl<'a> Navigation<'a> {
                 );
                 continue;
             }
-            match self.triage(current, &visited) {
-                Some((child, score, reasoning)) => {
+            match self.triage(current, &visited).await? {
+                Some((child, reasoning)) => {
                     path.push(child);
-                    self.record_descend_scored(child, score, reasoning);
+                    self.record_descend(child, reasoning);
                 }
-                None => self.revert(&mut path, "no child left that mentions the question"),
+                None => self.revert(&mut path, "every child has been read"),
             }
         }
-        false
+        Ok(false)
     }
 
     /// MemWalker's revert: leave the current node for its parent.
@@ -285,54 +318,68 @@ impl<'a> Navigation<'a> {
     }
 
     fn record_descend(&mut self, node: usize, reasoning: String) {
-        self.record_descend_scored(node, 0.0, reasoning);
-    }
-
-    fn record_descend_scored(&mut self, node: usize, score: f64, reasoning: String) {
         let n = &self.snapshot.nodes[node];
         let (id, level) = (n.node_id.clone(), n.level);
-        self.record("descend", &id, Some(level), score, reasoning);
+        self.record("descend", &id, Some(level), 0.0, reasoning);
     }
 
-    /// MemWalker's triage: the unvisited child whose summary best matches the
-    /// question. The first choice below a node may score zero (the walk must go
-    /// somewhere); after a revert only children that match are tried.
-    fn triage(&self, node: usize, visited: &HashSet<usize>) -> Option<(usize, f64, String)> {
+    /// MemWalker's triage prompt over the summaries of the children not read yet
+    /// (after a revert the model chooses among the others); `None` when every
+    /// child has been read.
+    async fn triage(
+        &self,
+        node: usize,
+        visited: &HashSet<usize>,
+    ) -> Result<Option<(usize, String)>, StepError> {
         let children: Vec<usize> = self.snapshot.nodes[node]
             .child_ids
             .iter()
             .filter_map(|id| self.snapshot.node_position(id))
+            .filter(|c| !visited.contains(c))
             .collect();
-        let first_visit = children.iter().all(|c| !visited.contains(c));
-        let mut scored: Vec<(usize, usize, f64)> = children
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| !visited.contains(c))
-            .map(|(k, &c)| (k, c, self.snapshot.node_bm25.score(&self.query, c)))
-            .collect();
-        scored.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
-        let &(k, child, score) = scored.first()?;
-        if score <= 0.0 && !first_visit {
-            return None;
+        if children.is_empty() {
+            return Ok(None);
         }
-        let scores: Vec<String> = scored
+        let summaries: Vec<&str> = children
             .iter()
-            .map(|(k, _, s)| format!("{k}:{s:.2}"))
+            .map(|&c| self.snapshot.nodes[c].summary.as_str())
             .collect();
-        Some((
-            child,
-            score,
+        let triage = self
+            .model
+            .triage(&self.cx, &self.request.question, &summaries)
+            .await?;
+        Ok(Some((
+            children[triage.choice],
             format!(
-                "child {k} of {} has the summary closest to the question (scores {})",
+                "summary {} of {}: {}",
+                triage.choice,
                 children.len(),
-                scores.join(", ")
+                triage.reasoning
             ),
-        ))
+        )))
     }
 
-    /// MemWalker's leaf prompt: answer (-2) if the segment holds a passage that
-    /// covers the question, else revert (-1).
-    fn read_leaf(&mut self, leaf: usize) -> bool {
+    /// The summaries on the path to a leaf, root first, as MemWalker's working
+    /// memory; the nearest the leaf are kept when they do not all fit.
+    fn working_memory(&self, path: &[usize]) -> String {
+        let mut kept: Vec<&str> = Vec::new();
+        let mut length = 0;
+        for &node in path[..path.len().saturating_sub(1)].iter().rev() {
+            let summary = self.snapshot.nodes[node].summary.as_str();
+            if length + summary.len() > WORKING_MEMORY_CHARS {
+                break;
+            }
+            length += summary.len();
+            kept.push(summary);
+        }
+        kept.reverse();
+        kept.join("\n\n")
+    }
+
+    /// MemWalker's leaf prompt: the model answers from the segment and the working
+    /// memory (action -2) or reverts (-1). The best matching window of the
+    /// segment is kept as the passage an answer cites.
+    async fn read_leaf(&mut self, leaf: usize, path: &[usize]) -> Result<bool, StepError> {
         let node = &self.snapshot.nodes[leaf];
         let (node_id, level) = (node.node_id.clone(), node.level);
         let Some(segment) = node
@@ -347,35 +394,40 @@ impl<'a> Navigation<'a> {
                 0.0,
                 "the leaf's segment is missing".into(),
             );
-            return false;
+            return Ok(false);
         };
+        let memory = self.working_memory(path);
+        let judgement = self
+            .model
+            .read_leaf(&self.cx, &self.request.question, &memory, &segment.text)
+            .await?;
         let candidate = self.best_window(
             &segment.doc_id,
             &segment.seg_id,
             &segment.text,
             segment.start_char,
         );
-        let (coverage, score) = candidate
-            .as_ref()
-            .map_or((0.0, 0.0), |c| (c.coverage, c.score));
-        let answers = coverage >= ANSWER_COVERAGE;
+        let score = candidate.as_ref().map_or(0.0, |c| c.score);
+        let answers = judgement.answer.is_some();
         self.record(
             "read_leaf",
             &segment.seg_id,
             Some(level),
             score,
             format!(
-                "best passage covers {:.0}% of the question's terms; {}",
-                coverage * 100.0,
+                "{} ({})",
+                judgement.reasoning,
                 if answers {
-                    "answer (action -2)"
+                    "answer, action -2"
                 } else {
-                    "not enough to answer"
+                    "revert, action -1"
                 }
             ),
         );
-        self.offer(candidate);
         if answers {
+            // The passage this answer cites is this segment's, whatever was seen before.
+            self.best = candidate.filter(|c| c.coverage > 0.0);
+            self.model_answer = judgement.answer;
             self.record(
                 "answer",
                 &segment.seg_id,
@@ -383,8 +435,10 @@ impl<'a> Navigation<'a> {
                 score,
                 "answer from this segment".into(),
             );
+        } else {
+            self.offer(candidate);
         }
-        answers
+        Ok(answers)
     }
 
     fn readagent_parallel(&mut self) {
@@ -560,7 +614,7 @@ impl<'a> Navigation<'a> {
         let passages: Vec<Passage> = self
             .best
             .iter()
-            .filter(|b| b.coverage > 0.0)
+            .filter(|b| b.coverage > 0.0 && !self.failed)
             .map(|b| b.passage.clone())
             .collect();
         let answered = self.answered && !passages.is_empty();
@@ -570,7 +624,8 @@ impl<'a> Navigation<'a> {
             epoch: self.snapshot.epoch,
             answered,
             answer: if answered {
-                passages[0].text.clone()
+                self.model_answer
+                    .unwrap_or_else(|| passages[0].text.clone())
             } else {
                 "no answer".to_string()
             },

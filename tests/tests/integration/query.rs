@@ -5,16 +5,21 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use memweave_llm::sim::{Fault, SimConfig};
 use memweave_query::Answer;
-use memweave_tests::{binary, memweave_ok};
+use memweave_tests::{SimServer, binary, memweave_ok, openai_flags};
 
 use super::shared::pg_essays;
 
 const QUESTION: &str = "What did the author learn from painting?";
 
 fn ask_cli(strategy: &str) -> Answer {
+    ask_cli_with(strategy, &[])
+}
+
+fn ask_cli_with(strategy: &str, extra: &[String]) -> Answer {
     let tables = pg_essays().tables.to_str().unwrap().to_string();
-    let output = memweave_ok([
+    let args = [
         "ask",
         QUESTION,
         "--tables",
@@ -22,8 +27,57 @@ fn ask_cli(strategy: &str) -> Answer {
         "--strategy",
         strategy,
         "--json",
-    ]);
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain(extra.iter().cloned());
+    let output = memweave_ok(args);
     serde_json::from_slice(&output.stdout).expect("ask --json prints an answer")
+}
+
+/// MemWalker asks the model at every step; through the simulator (the extractive
+/// replies over HTTP, parsed back) the walk and the answer are the same.
+#[test]
+fn memwalker_asks_the_model_the_same_over_http() {
+    let server = SimServer::start(SimConfig::new(8, 1.0));
+    let over_http = ask_cli_with("memwalker", &openai_flags(&server.url));
+    assert_eq!(over_http, ask_cli("memwalker"));
+    let stats = server.stats();
+    let steps = over_http
+        .trace
+        .iter()
+        .filter(|s| {
+            s.action == "read_leaf" || (s.action == "descend" && s.reasoning.starts_with("summary"))
+        })
+        .count();
+    assert_eq!(
+        stats.completed as usize, steps,
+        "one call per triage and leaf"
+    );
+}
+
+/// Three unparsable replies to a step (temperature 0, 0.7, 0.7) end the walk with
+/// "no answer", MemWalker's rule; the trace names the failure.
+#[test]
+fn three_unparsable_replies_end_the_walk_with_no_answer() {
+    let server = SimServer::start(SimConfig {
+        fault_rate: 1.0,
+        faults: vec![Fault::Unparsable],
+        ..SimConfig::new(8, 1.0)
+    });
+    let answer = ask_cli_with("memwalker", &openai_flags(&server.url));
+    assert!(!answer.answered, "{answer:#?}");
+    assert_eq!(answer.answer, "no answer");
+    assert!(answer.passages.is_empty());
+    let last = answer.trace.last().unwrap();
+    assert_eq!(
+        (last.action.as_str(), last.target.as_str()),
+        ("no_answer", "llm_unparsable")
+    );
+    let stats = server.stats();
+    assert_eq!(stats.requests, 3, "the first step, asked three times");
+    let at = |t: &str| stats.temperatures.get(t).copied().unwrap_or(0);
+    assert_eq!((at("0"), at("0.7")), (1, 2), "{:?}", stats.temperatures);
 }
 
 #[test]
