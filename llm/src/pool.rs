@@ -250,6 +250,11 @@ pub struct PoolClient {
     stats: PoolStats,
 }
 
+/// Typical reply times after which a request is hedged while others wait for a
+/// slot (a copy would take one from them), and while none does.
+const BUSY_HEDGE_AFTER: u32 = 4;
+const IDLE_HEDGE_AFTER: u32 = 2;
+
 /// Base of the exponential backoff.
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 /// Longest wait between attempts, whatever the server asks.
@@ -460,20 +465,31 @@ impl PoolClient {
 
     /// One attempt; if it has not answered after a few typical reply times (a hung
     /// connection, a stuck replica), a second copy goes out and the first answer
-    /// wins, instead of waiting out the whole timeout.
+    /// wins, instead of waiting out the whole timeout. The copy goes out sooner when
+    /// no request waits for a slot (at the end of a build): it then costs only
+    /// capacity that would idle.
     async fn hedged(&self, path: &str, body: &Value, tokens: u32, priority: Priority) -> Attempt {
         // The clock starts when the request goes out, not while it waits its turn.
         self.take_rate(tokens).await;
         let slot = self.acquire(priority).await;
-        let primary = Box::pin(self.send_on(slot, path, body));
-        let Some(delay) = self.hedge_delay() else {
+        let mut primary = Box::pin(self.send_on(slot, path, body));
+        let Some(typical) = self.typical_latency() else {
             return primary.await;
         };
-        let timer = Box::pin(tokio::time::sleep(delay));
-        let primary = match futures::future::select(primary, timer).await {
-            Either::Left((result, _)) => return result,
-            Either::Right(((), primary)) => primary,
-        };
+        let sent = Instant::now();
+        let mut delay = self.hedge_delay(typical, IDLE_HEDGE_AFTER);
+        loop {
+            let timer = Box::pin(tokio::time::sleep_until((sent + delay).into()));
+            primary = match futures::future::select(primary, timer).await {
+                Either::Left((result, _)) => return result,
+                Either::Right(((), primary)) => primary,
+            };
+            let busy_delay = self.hedge_delay(typical, BUSY_HEDGE_AFTER);
+            if delay >= busy_delay || self.lock().waiting.is_empty() {
+                break;
+            }
+            delay = busy_delay;
+        }
         self.stats.hedged.fetch_add(1, Ordering::Relaxed);
         let backup = Box::pin(self.attempt(path, body, tokens, priority));
         // The first to finish decides; if it failed, the retry loop takes over
@@ -483,17 +499,19 @@ impl PoolClient {
         }
     }
 
-    /// How long a request may take before it is hedged: four times the smoothed
-    /// reply time, but never before an eighth of the timeout (a server that is
-    /// merely queueing must not be sent more copies); no hedging before the
-    /// first reply says what typical is.
-    fn hedge_delay(&self) -> Option<Duration> {
+    /// The smoothed reply time; `None` before the first reply says what typical is.
+    fn typical_latency(&self) -> Option<Duration> {
         let typical = self.stats.typical_latency_us.load(Ordering::Relaxed);
-        (typical > 0).then(|| {
-            Duration::from_micros(typical.saturating_mul(4))
-                .max(self.config.timeout / 8)
-                .min(self.config.timeout)
-        })
+        (typical > 0).then(|| Duration::from_micros(typical))
+    }
+
+    /// How long a request may take before it is hedged: `times` the typical reply
+    /// time, but never before an eighth of the timeout (a server that is merely
+    /// queueing must not be sent more copies).
+    fn hedge_delay(&self, typical: Duration, times: u32) -> Duration {
+        (typical * times)
+            .max(self.config.timeout / 8)
+            .min(self.config.timeout)
     }
 
     async fn attempt(&self, path: &str, body: &Value, tokens: u32, priority: Priority) -> Attempt {
