@@ -7,8 +7,10 @@ pub mod build;
 pub mod extract;
 pub mod ingest;
 pub mod lexical;
+pub mod mixture;
 pub mod model;
 pub mod paginate;
+pub mod reduce;
 pub mod segment;
 #[cfg(test)]
 mod testing;

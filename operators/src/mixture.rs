@@ -1,0 +1,698 @@
+//! Gaussian mixtures with full covariances, fitted by expectation-maximisation,
+//! with the number of components chosen by BIC and soft membership: how RAPTOR
+//! (and ILM-TR after it) clusters reduced embeddings.
+//!
+//! Written here rather than taken from a crate: linfa-clustering's mixture needs
+//! ndarray-linalg (a LAPACK build) and fits one k at a time on one core; RAPTOR
+//! sweeps k = 1..50 per level. Points are one flat row-major `f64` buffer; the E
+//! and M steps run over fixed-size chunks in parallel and their partial sums are
+//! added in chunk order, so a fit is the same bit for bit on any number of threads.
+
+use rayon::prelude::*;
+
+/// Points per parallel chunk. Fixed, so sums never depend on the thread count.
+const CHUNK: usize = 512;
+/// Added to every covariance diagonal, as scikit-learn's `reg_covar`: keeps a
+/// component on a few identical points invertible.
+const REG_COVAR: f64 = 1e-6;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MixtureConfig {
+    /// Largest number of components BIC may choose (RAPTOR: 50).
+    pub max_components: usize,
+    /// A point belongs to every component whose posterior exceeds this (RAPTOR: 0.1).
+    pub threshold: f64,
+    pub max_iterations: usize,
+    /// EM stops when the mean log-likelihood per point gains less than this.
+    pub tolerance: f64,
+    /// Above this many points, k is chosen on an evenly spaced sample of this size
+    /// and only the chosen k is fitted on all points.
+    pub selection_sample: usize,
+    pub seed: u64,
+}
+
+impl Default for MixtureConfig {
+    fn default() -> Self {
+        MixtureConfig {
+            max_components: 50,
+            threshold: 0.1,
+            max_iterations: 100,
+            tolerance: 1e-3,
+            selection_sample: 10_000,
+            seed: 224,
+        }
+    }
+}
+
+/// Row-major points: `n` rows of `dim` values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Points {
+    values: Vec<f64>,
+    dim: usize,
+}
+
+impl Points {
+    pub fn new(values: Vec<f64>, dim: usize) -> Self {
+        assert!(
+            dim > 0 && values.len().is_multiple_of(dim),
+            "{} values do not make rows of {dim}",
+            values.len()
+        );
+        Points { values, dim }
+    }
+
+    pub fn from_rows<R: AsRef<[f32]>>(rows: &[R]) -> Self {
+        let dim = rows.first().map_or(1, |r| r.as_ref().len().max(1));
+        let values = rows
+            .iter()
+            .flat_map(|r| r.as_ref().iter().map(|&v| f64::from(v)))
+            .collect();
+        Points::new(values, dim)
+    }
+
+    pub fn len(&self) -> usize {
+        self.values.len() / self.dim
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub fn row(&self, i: usize) -> &[f64] {
+        &self.values[i * self.dim..(i + 1) * self.dim]
+    }
+
+    /// `size` distinct rows drawn at random (seeded), in their original order: an
+    /// evenly spaced pick would alias with any period in the input's order.
+    fn sample(&self, size: usize, seed: u64) -> Points {
+        let mut random = SplitMix64(seed);
+        let mut rows: Vec<usize> = (0..self.len()).collect();
+        for i in 0..size {
+            let j = i + random.below(rows.len() - i);
+            rows.swap(i, j);
+        }
+        let mut chosen = rows[..size].to_vec();
+        chosen.sort_unstable();
+        let values = chosen
+            .into_iter()
+            .flat_map(|i| self.row(i).iter().copied())
+            .collect();
+        Points::new(values, self.dim)
+    }
+
+    fn chunks(&self) -> impl IndexedParallelIterator<Item = &[f64]> {
+        self.values.par_chunks(CHUNK * self.dim)
+    }
+}
+
+/// One fitted component: weight, mean, and its covariance as the upper-triangular
+/// P with covariance⁻¹ = P Pᵀ (scikit-learn's "precision Cholesky"): the
+/// Mahalanobis distance of x is then |xᵀP − μᵀP|², a product whose inner loop
+/// runs over contiguous memory and vectorises, unlike a triangular solve.
+#[derive(Debug, Clone, PartialEq)]
+struct Component {
+    weight: f64,
+    mean: Vec<f64>,
+    /// Row-major d × d, zero below the diagonal.
+    precision: Vec<f64>,
+    /// μᵀP.
+    shift: Vec<f64>,
+    /// ln weight + ln det P − d/2 ln 2π: the constant of the weighted log density.
+    log_constant: f64,
+}
+
+impl Component {
+    /// ln(weight · density) of each of the `m` points of a transposed block
+    /// (`xt[i * m + p]` is coordinate i of point p), into `out`.
+    fn log_weighted_densities(&self, xt: &[f64], m: usize, z: &mut [f64], out: &mut [f64]) {
+        let d = self.mean.len();
+        out.fill(0.0);
+        for j in 0..d {
+            z.fill(-self.shift[j]);
+            for i in 0..=j {
+                let p = self.precision[i * d + j];
+                for (zp, x) in z.iter_mut().zip(&xt[i * m..(i + 1) * m]) {
+                    *zp += p * x;
+                }
+            }
+            for (o, zp) in out.iter_mut().zip(z.iter()) {
+                *o += zp * zp;
+            }
+        }
+        for o in out.iter_mut() {
+            *o = self.log_constant - 0.5 * *o;
+        }
+    }
+}
+
+/// A chunk of points transposed, so the inner loops run over points.
+struct Block {
+    xt: Vec<f64>,
+    m: usize,
+}
+
+impl Block {
+    fn of(chunk: &[f64], d: usize) -> Block {
+        let m = chunk.len() / d;
+        let mut xt = vec![0.0; chunk.len()];
+        for (p, x) in chunk.chunks_exact(d).enumerate() {
+            for (i, v) in x.iter().enumerate() {
+                xt[i * m + p] = *v;
+            }
+        }
+        Block { xt, m }
+    }
+
+    fn coordinate(&self, i: usize) -> &[f64] {
+        &self.xt[i * self.m..(i + 1) * self.m]
+    }
+
+    /// Adds responsibilities `r` (component-major, k × m) to the M step's sums.
+    fn accumulate(&self, r: &[f64], sums: &mut Sums) {
+        let (m, d) = (self.m, self.xt.len() / self.m.max(1));
+        let mut weighted = vec![0.0; m];
+        for (c, rc) in r.chunks_exact(m).enumerate() {
+            let weight: f64 = rc.iter().sum();
+            if weight < 1e-12 {
+                continue;
+            }
+            sums.weight[c] += weight;
+            for i in 0..d {
+                let xi = self.coordinate(i);
+                for ((w, r), x) in weighted.iter_mut().zip(rc).zip(xi) {
+                    *w = r * x;
+                }
+                sums.first[c * d + i] += weighted.iter().sum::<f64>();
+                for j in 0..=i {
+                    let dot: f64 = weighted
+                        .iter()
+                        .zip(self.coordinate(j))
+                        .map(|(w, x)| w * x)
+                        .sum();
+                    sums.second[c * d * d + i * d + j] += dot;
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GaussianMixture {
+    components: Vec<Component>,
+    dim: usize,
+}
+
+/// Per-chunk sums for the M step.
+struct Sums {
+    /// Σ r_ik per component.
+    weight: Vec<f64>,
+    /// Σ r_ik x_i, k × d.
+    first: Vec<f64>,
+    /// Σ r_ik x_i x_iᵀ (lower triangle used), k × d × d.
+    second: Vec<f64>,
+    log_likelihood: f64,
+}
+
+impl Sums {
+    fn zero(k: usize, d: usize) -> Self {
+        Sums {
+            weight: vec![0.0; k],
+            first: vec![0.0; k * d],
+            second: vec![0.0; k * d * d],
+            log_likelihood: 0.0,
+        }
+    }
+
+    fn add(mut self, other: &Sums) -> Self {
+        for (a, b) in self.weight.iter_mut().zip(&other.weight) {
+            *a += b;
+        }
+        for (a, b) in self.first.iter_mut().zip(&other.first) {
+            *a += b;
+        }
+        for (a, b) in self.second.iter_mut().zip(&other.second) {
+            *a += b;
+        }
+        self.log_likelihood += other.log_likelihood;
+        self
+    }
+}
+
+impl GaussianMixture {
+    /// Fits `k` components by EM from a k-means++ start.
+    pub fn fit(points: &Points, k: usize, config: &MixtureConfig) -> GaussianMixture {
+        assert!(
+            k >= 1 && k <= points.len(),
+            "{k} components for {} points",
+            points.len()
+        );
+        let d = points.dim();
+        let seeds = kmeans_plus_plus(points, k, config.seed);
+        // Start from hard assignments to the nearest seed.
+        let sums = points
+            .chunks()
+            .map(|chunk| {
+                let block = Block::of(chunk, d);
+                let mut r = vec![0.0; k * block.m];
+                for (p, x) in chunk.chunks_exact(d).enumerate() {
+                    let nearest = (0..k)
+                        .min_by(|&a, &b| {
+                            squared_distance(x, &seeds[a])
+                                .total_cmp(&squared_distance(x, &seeds[b]))
+                        })
+                        .expect("k ≥ 1");
+                    r[nearest * block.m + p] = 1.0;
+                }
+                let mut sums = Sums::zero(k, d);
+                block.accumulate(&r, &mut sums);
+                sums
+            })
+            .collect::<Vec<_>>();
+        let mut mixture = GaussianMixture::from_sums(&total(&sums, k, d), points.len(), d);
+        let mut previous = f64::NEG_INFINITY;
+        for _ in 0..config.max_iterations {
+            let sums = mixture.expectation(points);
+            let mean_log_likelihood = sums.log_likelihood / points.len() as f64;
+            mixture = GaussianMixture::from_sums(&sums, points.len(), d);
+            if (mean_log_likelihood - previous).abs() < config.tolerance {
+                break;
+            }
+            previous = mean_log_likelihood;
+        }
+        mixture
+    }
+
+    pub fn components(&self) -> usize {
+        self.components.len()
+    }
+
+    /// The E step's sums under the current parameters (and the log-likelihood).
+    fn expectation(&self, points: &Points) -> Sums {
+        let (k, d) = (self.components.len(), self.dim);
+        let partial = points
+            .chunks()
+            .map(|chunk| {
+                let block = Block::of(chunk, d);
+                let (posteriors, log_totals) = self.posteriors(&block);
+                let mut sums = Sums::zero(k, d);
+                block.accumulate(&posteriors, &mut sums);
+                sums.log_likelihood = log_totals.iter().sum();
+                sums
+            })
+            .collect::<Vec<_>>();
+        total(&partial, k, d)
+    }
+
+    /// Posteriors of every component for every point of a block (component-major,
+    /// k × m), and each point's log-likelihood. One `exp` per pair: it is most of
+    /// the E step's time.
+    fn posteriors(&self, block: &Block) -> (Vec<f64>, Vec<f64>) {
+        let m = block.m;
+        let mut log_p = vec![0.0; self.components.len() * m];
+        let mut z = vec![0.0; m];
+        for (component, out) in self.components.iter().zip(log_p.chunks_exact_mut(m)) {
+            component.log_weighted_densities(&block.xt, m, &mut z, out);
+        }
+        let mut log_totals = vec![f64::NEG_INFINITY; m];
+        for lp in log_p.chunks_exact(m) {
+            for (max, v) in log_totals.iter_mut().zip(lp) {
+                *max = max.max(*v);
+            }
+        }
+        let mut sum_exp = vec![0.0; m];
+        for lp in log_p.chunks_exact_mut(m) {
+            for ((v, s), max) in lp.iter_mut().zip(&mut sum_exp).zip(&log_totals) {
+                *v = (*v - max).exp();
+                *s += *v;
+            }
+        }
+        for lp in log_p.chunks_exact_mut(m) {
+            for (v, s) in lp.iter_mut().zip(&sum_exp) {
+                *v /= s;
+            }
+        }
+        for (total, s) in log_totals.iter_mut().zip(&sum_exp) {
+            *total += s.ln();
+        }
+        (log_p, log_totals)
+    }
+
+    /// The M step: parameters from the responsibilities' sums.
+    fn from_sums(sums: &Sums, n: usize, d: usize) -> GaussianMixture {
+        let components = (0..sums.weight.len())
+            .map(|c| {
+                let nk = sums.weight[c] + 10.0 * f64::EPSILON;
+                let mean: Vec<f64> = sums.first[c * d..(c + 1) * d]
+                    .iter()
+                    .map(|s| s / nk)
+                    .collect();
+                let mut covariance = vec![0.0; d * d];
+                for i in 0..d {
+                    for j in 0..=i {
+                        let v = sums.second[c * d * d + i * d + j] / nk - mean[i] * mean[j];
+                        covariance[i * d + j] = v;
+                        covariance[j * d + i] = v;
+                    }
+                    covariance[i * d + i] += REG_COVAR;
+                }
+                let precision = precision_cholesky(&cholesky(&covariance, d), d);
+                let log_det_precision: f64 = (0..d).map(|i| precision[i * d + i].ln()).sum();
+                let shift = (0..d)
+                    .map(|j| (0..=j).map(|i| mean[i] * precision[i * d + j]).sum())
+                    .collect();
+                let weight = nk / n as f64;
+                Component {
+                    weight,
+                    log_constant: weight.ln() + log_det_precision
+                        - 0.5 * d as f64 * (2.0 * std::f64::consts::PI).ln(),
+                    mean,
+                    precision,
+                    shift,
+                }
+            })
+            .collect();
+        GaussianMixture { components, dim: d }
+    }
+
+    /// Total log-likelihood of `points`.
+    pub fn log_likelihood(&self, points: &Points) -> f64 {
+        points
+            .chunks()
+            .map(|chunk| self.posteriors(&Block::of(chunk, self.dim)).1.iter().sum())
+            .collect::<Vec<f64>>()
+            .into_iter()
+            .sum()
+    }
+
+    /// Free parameters: weights, means and full covariances.
+    fn parameters(&self) -> usize {
+        let (k, d) = (self.components.len(), self.dim);
+        (k - 1) + k * d + k * d * (d + 1) / 2
+    }
+
+    /// Bayesian information criterion (lower is better), as scikit-learn computes it.
+    pub fn bic(&self, points: &Points) -> f64 {
+        -2.0 * self.log_likelihood(points) + self.parameters() as f64 * (points.len() as f64).ln()
+    }
+
+    /// For each point, the components whose posterior exceeds `threshold`, most
+    /// likely first; a point no component passes goes to its most likely one.
+    pub fn memberships(&self, points: &Points, threshold: f64) -> Vec<Vec<usize>> {
+        points
+            .chunks()
+            .flat_map_iter(|chunk| {
+                let block = Block::of(chunk, self.dim);
+                let (posteriors, _) = self.posteriors(&block);
+                (0..block.m)
+                    .map(|p| {
+                        let mut ranked: Vec<(usize, f64)> = posteriors
+                            .chunks_exact(block.m)
+                            .map(|r| r[p])
+                            .enumerate()
+                            .collect();
+                        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                        let passing: Vec<usize> = ranked
+                            .iter()
+                            .take_while(|(_, r)| *r > threshold)
+                            .map(|(c, _)| *c)
+                            .collect();
+                        if passing.is_empty() {
+                            vec![ranked[0].0]
+                        } else {
+                            passing
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+/// The clusters of a set of points.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clustering {
+    pub components: usize,
+    /// Per point, the clusters it belongs to.
+    pub memberships: Vec<Vec<usize>>,
+    /// BIC of every k tried, in order from k = 1.
+    pub bic: Vec<f64>,
+}
+
+/// RAPTOR's clustering: a mixture for every k from 1 to the maximum (no more
+/// than points, the fits in parallel), the k of lowest BIC, and soft memberships
+/// above the threshold.
+pub fn cluster(points: &Points, config: &MixtureConfig) -> Clustering {
+    if points.len() <= 1 {
+        return Clustering {
+            components: points.len(),
+            memberships: vec![vec![0]; points.len()],
+            bic: Vec::new(),
+        };
+    }
+    let sample;
+    let selecting = if points.len() > config.selection_sample {
+        sample = points.sample(config.selection_sample, config.seed);
+        &sample
+    } else {
+        points
+    };
+    let ks = 1..=config.max_components.min(selecting.len());
+    let fits: Vec<(usize, f64, GaussianMixture)> = ks
+        .into_par_iter()
+        .map(|k| {
+            let mixture = GaussianMixture::fit(selecting, k, config);
+            (k, mixture.bic(selecting), mixture)
+        })
+        .collect();
+    let bic: Vec<f64> = fits.iter().map(|f| f.1).collect();
+    let (k, _, mixture) = fits
+        .into_iter()
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+        .expect("at least one k");
+    let mixture = if std::ptr::eq(selecting, points) {
+        mixture
+    } else {
+        GaussianMixture::fit(points, k, config)
+    };
+    Clustering {
+        components: k,
+        memberships: mixture.memberships(points, config.threshold),
+        bic,
+    }
+}
+
+/// Adds per-chunk sums in chunk order.
+fn total(partial: &[Sums], k: usize, d: usize) -> Sums {
+    partial
+        .iter()
+        .fold(Sums::zero(k, d), |acc, sums| acc.add(sums))
+}
+
+fn squared_distance(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+}
+
+/// Cholesky factor of a symmetric positive-definite matrix; a pivot that is not
+/// positive (a degenerate component) is replaced by a tiny one.
+fn cholesky(matrix: &[f64], d: usize) -> Vec<f64> {
+    let mut l = vec![0.0; d * d];
+    for i in 0..d {
+        for j in 0..=i {
+            let dot: f64 = (0..j).map(|m| l[i * d + m] * l[j * d + m]).sum();
+            if i == j {
+                l[i * d + i] = (matrix[i * d + i] - dot).max(REG_COVAR).sqrt();
+            } else {
+                l[i * d + j] = (matrix[i * d + j] - dot) / l[j * d + j];
+            }
+        }
+    }
+    l
+}
+
+/// P = (L⁻¹)ᵀ for the lower-triangular Cholesky factor L of a covariance, so that
+/// covariance⁻¹ = P Pᵀ; P is upper-triangular.
+fn precision_cholesky(l: &[f64], d: usize) -> Vec<f64> {
+    // Forward substitution for each column of L⁻¹ (lower-triangular).
+    let mut inverse = vec![0.0; d * d];
+    for col in 0..d {
+        for i in col..d {
+            let identity = if i == col { 1.0 } else { 0.0 };
+            let dot: f64 = (col..i).map(|m| l[i * d + m] * inverse[m * d + col]).sum();
+            inverse[i * d + col] = (identity - dot) / l[i * d + i];
+        }
+    }
+    let mut p = vec![0.0; d * d];
+    for i in 0..d {
+        for j in 0..=i {
+            p[j * d + i] = inverse[i * d + j];
+        }
+    }
+    p
+}
+
+/// k-means++ seeds: the first point at random, each next one drawn with
+/// probability proportional to its squared distance from the nearest seed so far.
+fn kmeans_plus_plus(points: &Points, k: usize, seed: u64) -> Vec<Vec<f64>> {
+    let mut random = SplitMix64(seed);
+    let n = points.len();
+    let mut seeds = vec![points.row(random.below(n)).to_vec()];
+    let mut nearest: Vec<f64> = (0..n)
+        .map(|i| squared_distance(points.row(i), &seeds[0]))
+        .collect();
+    while seeds.len() < k {
+        let total: f64 = nearest.iter().sum();
+        let next = if total > 0.0 {
+            let mut target = random.unit() * total;
+            nearest
+                .iter()
+                .position(|&w| {
+                    target -= w;
+                    target < 0.0
+                })
+                .unwrap_or(n - 1)
+        } else {
+            random.below(n)
+        };
+        let chosen = points.row(next).to_vec();
+        for (i, w) in nearest.iter_mut().enumerate() {
+            *w = w.min(squared_distance(points.row(i), &chosen));
+        }
+        seeds.push(chosen);
+    }
+    seeds
+}
+
+/// A small seeded generator, so fits are reproducible without a dependency.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        ((self.unit() * n as f64) as usize).min(n - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `per` points around each centre, spread deterministically.
+    fn blobs(centres: &[[f64; 2]], per: usize, spread: f64) -> Points {
+        let mut random = SplitMix64(7);
+        let mut values = Vec::new();
+        for centre in centres {
+            for _ in 0..per {
+                // Sum of uniforms: roughly normal.
+                let mut normal = || (0..6).map(|_| random.unit()).sum::<f64>() - 3.0;
+                values.push(centre[0] + spread * normal());
+                values.push(centre[1] + spread * normal());
+            }
+        }
+        Points::new(values, 2)
+    }
+
+    #[test]
+    fn bic_finds_the_number_of_separated_blobs() {
+        let points = blobs(
+            &[[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0]],
+            60,
+            1.0,
+        );
+        let config = MixtureConfig {
+            max_components: 8,
+            ..MixtureConfig::default()
+        };
+        let clustering = cluster(&points, &config);
+        assert_eq!(clustering.components, 4, "BIC per k: {:?}", clustering.bic);
+        // Each blob lands in one cluster of its own.
+        for blob in 0..4 {
+            let first = &clustering.memberships[blob * 60];
+            assert_eq!(first.len(), 1);
+            assert!(
+                clustering.memberships[blob * 60..(blob + 1) * 60]
+                    .iter()
+                    .all(|m| m == first)
+            );
+        }
+    }
+
+    #[test]
+    fn em_recovers_means_and_weights() {
+        let points = blobs(&[[-5.0, 1.0], [5.0, -1.0]], 200, 0.5);
+        let mixture = GaussianMixture::fit(&points, 2, &MixtureConfig::default());
+        let mut means: Vec<(f64, f64, f64)> = mixture
+            .components
+            .iter()
+            .map(|c| (c.mean[0], c.mean[1], c.weight))
+            .collect();
+        means.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for ((x, y, w), (ex, ey)) in means.iter().zip([(-5.0, 1.0), (5.0, -1.0)]) {
+            assert!((x - ex).abs() < 0.2 && (y - ey).abs() < 0.2, "{means:?}");
+            assert!((w - 0.5).abs() < 1e-6, "{means:?}");
+        }
+        // EM never lowers the likelihood of a fit below that of its one-component fit.
+        let one = GaussianMixture::fit(&points, 1, &MixtureConfig::default());
+        assert!(mixture.log_likelihood(&points) > one.log_likelihood(&points));
+    }
+
+    #[test]
+    fn a_point_between_two_blobs_belongs_to_both() {
+        let mut points = blobs(&[[-2.5, 0.0], [2.5, 0.0]], 100, 1.5);
+        points.values.extend([0.0, 0.0]);
+        let mixture = GaussianMixture::fit(&points, 2, &MixtureConfig::default());
+        let memberships = mixture.memberships(&points, 0.1);
+        let mut middle = memberships[200].clone();
+        middle.sort_unstable();
+        assert_eq!(middle, vec![0, 1]);
+        // Points deep in one blob belong to it alone.
+        let alone = |i: usize| memberships[i].len() == 1;
+        assert!(
+            (0..200)
+                .filter(|&i| points.row(i)[0].abs() > 2.5)
+                .all(alone)
+        );
+    }
+
+    #[test]
+    fn fits_do_not_depend_on_the_thread_count() {
+        let points = blobs(&[[0.0, 0.0], [4.0, 4.0], [8.0, 0.0]], 3000, 1.5);
+        let fit = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a pool")
+                .install(|| GaussianMixture::fit(&points, 3, &MixtureConfig::default()))
+        };
+        assert_eq!(fit(1), fit(3));
+    }
+
+    #[test]
+    fn selection_on_a_sample_keeps_every_point() {
+        let points = blobs(&[[0.0, 0.0], [20.0, 0.0]], 400, 1.0);
+        let config = MixtureConfig {
+            max_components: 5,
+            selection_sample: 100,
+            ..MixtureConfig::default()
+        };
+        let clustering = cluster(&points, &config);
+        assert_eq!(clustering.components, 2, "{:?}", clustering.bic);
+        assert_eq!(clustering.memberships.len(), 800);
+        assert_eq!(clustering.bic.len(), 5);
+    }
+}
