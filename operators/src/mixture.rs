@@ -12,6 +12,9 @@ use rayon::prelude::*;
 
 /// Points per parallel chunk. Fixed, so sums never depend on the thread count.
 const CHUNK: usize = 512;
+/// Responsibilities at or below this are left out of the M step's sums: next to
+/// a component's weight of at least a few points they change nothing.
+const NEGLIGIBLE: f64 = 1e-10;
 /// Added to every covariance diagonal, as scikit-learn's `reg_covar`: keeps a
 /// component on a few identical points invertible.
 const REG_COVAR: f64 = 1e-6;
@@ -172,23 +175,44 @@ impl Block {
     }
 
     /// Adds responsibilities `r` (component-major, k × m) to the M step's sums.
+    /// Most points of a chunk have next to no responsibility for a given
+    /// component once clusters separate: those under `NEGLIGIBLE` are left out,
+    /// and when most are, the rest are gathered first so the sums run over them
+    /// alone.
     fn accumulate(&self, r: &[f64], sums: &mut Sums) {
         let (m, d) = (self.m, self.xt.len() / self.m.max(1));
-        let mut weighted = vec![0.0; m];
+        let mut weighted = Vec::with_capacity(m);
+        let mut gathered: Vec<f64> = Vec::with_capacity(d * m);
         for (c, rc) in r.chunks_exact(m).enumerate() {
-            let weight = sum(rc);
-            if weight < 1e-12 {
+            let active: Vec<usize> = (0..m).filter(|&p| rc[p] > NEGLIGIBLE).collect();
+            if active.is_empty() {
                 continue;
             }
-            sums.weight[c] += weight;
+            let (responsibilities, coordinates, n): (Vec<f64>, &[f64], usize) =
+                if active.len() * 2 < m {
+                    gathered.clear();
+                    for i in 0..d {
+                        let xi = self.coordinate(i);
+                        gathered.extend(active.iter().map(|&p| xi[p]));
+                    }
+                    (
+                        active.iter().map(|&p| rc[p]).collect(),
+                        &gathered,
+                        active.len(),
+                    )
+                } else {
+                    let kept = rc.iter().map(|&v| if v > NEGLIGIBLE { v } else { 0.0 });
+                    (kept.collect(), &self.xt, m)
+                };
+            sums.weight[c] += sum(&responsibilities);
             for i in 0..d {
-                let xi = self.coordinate(i);
-                for ((w, r), x) in weighted.iter_mut().zip(rc).zip(xi) {
-                    *w = r * x;
-                }
+                let xi = &coordinates[i * n..(i + 1) * n];
+                weighted.clear();
+                weighted.extend(responsibilities.iter().zip(xi).map(|(r, x)| r * x));
                 sums.first[c * d + i] += sum(&weighted);
                 for j in 0..=i {
-                    sums.second[c * d * d + i * d + j] += dot(&weighted, self.coordinate(j));
+                    let xj = &coordinates[j * n..(j + 1) * n];
+                    sums.second[c * d * d + i * d + j] += dot(&weighted, xj);
                 }
             }
         }
