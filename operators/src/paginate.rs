@@ -342,6 +342,12 @@ mod tests {
         );
     }
 
+    /// Pages of 60 to 150 words, so a few hundred paragraphs make dozens of pages.
+    const SMALL_PAGES: PageConfig = PageConfig {
+        min_words: 60,
+        max_words: 150,
+    };
+
     fn numbered_paragraphs() -> String {
         (0..900)
             .map(|i| {
@@ -355,10 +361,7 @@ mod tests {
     #[test]
     fn a_model_that_agrees_with_the_draft_is_asked_only_for_pages_it_needs() {
         let text = numbered_paragraphs();
-        let config = PageConfig {
-            min_words: 60,
-            max_words: 150,
-        };
+        let config = SMALL_PAGES;
         let cx = CallContext::build("readagent", "d");
         let run = |remote: bool| {
             let model = FirstSentence::agreeing_with_draft(remote);
@@ -385,10 +388,7 @@ mod tests {
     #[test]
     fn speculation_gives_exactly_the_sequential_pages_when_the_model_disagrees() {
         let text = numbered_paragraphs();
-        let config = PageConfig {
-            min_words: 60,
-            max_words: 150,
-        };
+        let config = SMALL_PAGES;
         let sequential = pages(&text, &config, false);
         assert!(sequential.len() > 60, "{} pages", sequential.len());
         let model = FirstSentence::remote(true);
