@@ -280,6 +280,12 @@ fn ask(
     llm: &LlmArgs,
 ) -> anyhow::Result<()> {
     let strategy: Strategy = strategy.parse().map_err(UsageError)?;
+    if llm.cache_only {
+        return Err(UsageError(
+            "--cache-only replays a build's model calls; questions are not kept in the tables, so there is nothing to replay them from".into(),
+        )
+        .into());
+    }
     // Calls are cached for this question only: asking writes nothing to the tables.
     let model = llm.model(CallCache::in_memory()).map_err(UsageError)?;
     let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;

@@ -64,6 +64,10 @@ async fn main() -> anyhow::Result<()> {
         storage_options,
         llm,
     } = Cli::parse().command;
+    anyhow::ensure!(
+        !llm.cache_only,
+        "--cache-only replays a build's model calls; the query service keeps no calls to replay"
+    );
     // Answers are cached in memory only: the service writes nothing.
     let model = llm
         .model(CallCache::in_memory())

@@ -9,7 +9,12 @@ use memweave_schemas::{
 };
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    // Cargo sets the variable when it runs the tests too; prefer that over the
+    // value compiled in, which is stale when a build from another checkout of the
+    // repository (sharing the target directory) is reused.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest_dir
         .parent()
         .expect("the tests crate sits in the workspace")
         .to_path_buf()

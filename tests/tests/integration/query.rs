@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use memweave_llm::sim::{Fault, SimConfig};
 use memweave_query::Answer;
-use memweave_tests::{SimServer, binary, memweave_ok, openai_flags};
+use memweave_tests::{SimServer, binary, memweave, memweave_ok, openai_flags, stderr};
 
 use super::shared::pg_essays;
 
@@ -53,6 +53,20 @@ fn memwalker_asks_the_model_the_same_over_http() {
     assert_eq!(
         stats.completed as usize, steps,
         "one call per triage and leaf"
+    );
+}
+
+/// Questions are not kept in the tables, so replay mode has nothing to answer from:
+/// a usage error, not a navigation that fails at every step.
+#[test]
+fn asking_in_replay_mode_is_a_usage_error() {
+    let tables = pg_essays().tables.to_str().unwrap().to_string();
+    let output = memweave(["ask", QUESTION, "--tables", &tables, "--cache-only"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("--cache-only"),
+        "{}",
+        stderr(&output)
     );
 }
 
