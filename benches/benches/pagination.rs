@@ -91,6 +91,14 @@ impl MemoryModel for Remote {
     async fn gist_page(&self, cx: &CallContext, p: &str) -> StepResult<String> {
         self.inner.gist_page(cx, p).await
     }
+    async fn starts_new_section(
+        &self,
+        cx: &CallContext,
+        previous: &str,
+        current: &str,
+    ) -> StepResult<Option<bool>> {
+        self.inner.starts_new_section(cx, previous, current).await
+    }
     async fn lookup_pages(
         &self,
         cx: &CallContext,

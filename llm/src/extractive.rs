@@ -27,6 +27,9 @@ const GIST_RATIO: usize = 4;
 const ANSWER_COVERAGE: f64 = 0.5;
 /// Most entities taken from one segment.
 const MAX_ENTITIES: usize = 20;
+/// Page merging: below this cosine between two pages' terms the second starts a
+/// new section; below twice it the extractive backend is not sure.
+const NEW_SECTION_SIMILARITY: f64 = 0.1;
 
 /// The reply to `step`.
 pub fn reply(step: &Step) -> String {
@@ -69,6 +72,18 @@ pub fn reply(step: &Step) -> String {
             )
         }
         Step::GistPage { page } => gist(page),
+        Step::StartsNewSection { previous, current } => {
+            // Where the two pages share little vocabulary, a new section has begun.
+            let similarity = TermVector::of(previous).cosine(&TermVector::of(current));
+            let answer = if similarity < NEW_SECTION_SIMILARITY {
+                "Yes"
+            } else if similarity < NEW_SECTION_SIMILARITY * 2.0 {
+                "Not sure"
+            } else {
+                "No"
+            };
+            format!("{answer}. The pages' vocabularies are {similarity:.2} alike.")
+        }
         Step::LookupPages {
             question,
             pages,

@@ -275,6 +275,19 @@ impl MemoryModel for TaskModel {
         self.run(cx, step, parse::free_text).await
     }
 
+    async fn starts_new_section(
+        &self,
+        cx: &CallContext,
+        previous: &str,
+        current: &str,
+    ) -> StepResult<Option<bool>> {
+        let step = Step::StartsNewSection {
+            previous: previous.to_string(),
+            current: current.to_string(),
+        };
+        self.run(cx, step, parse::section_start).await
+    }
+
     async fn lookup_pages(
         &self,
         cx: &CallContext,

@@ -25,6 +25,7 @@ static REASONING: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)reasoning[\s*_]*:[
 static ANSWER: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)(final\s+)?answer[\s*_]*:[\s*_]*"));
 static BREAK: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)break\s*point[\s*_]*[:#]?[\s*_]*[<(\[]?\s*(\d+)"));
+static YES_NO: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)\b(not\s+sure|yes|no)\b"));
 static ANGLE: LazyLock<Regex> = LazyLock::new(|| re(r"<\s*(\d+)\s*>"));
 static PAGE_BRACKETS: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)pages?\s*\[([^\]]*)\]"));
 static PAGE_WORDS: LazyLock<Regex> = LazyLock::new(|| {
@@ -60,6 +61,19 @@ fn body(reply: &str) -> String {
 
 fn unmark(text: &str) -> String {
     text.replace("**", "").replace("__", "").trim().to_string()
+}
+
+/// ReadAgent's page-merging answer: `Some(true)` for yes (Page 2 starts a new
+/// section), `Some(false)` for no, `None` for not sure; the first of the three
+/// the reply says counts.
+pub fn section_start(reply: &str) -> Option<Option<bool>> {
+    let text = unmark(&body(reply));
+    let answer = YES_NO.captures(&text)?[1].to_lowercase();
+    Some(match answer.as_str() {
+        "yes" => Some(true),
+        "no" => Some(false),
+        _ => None,
+    })
 }
 
 /// Free text (summaries, gists, merged relations, memory, answers): the reply
@@ -427,6 +441,24 @@ mod tests {
         ];
         for (reply, expected) in cases {
             assert_eq!(pages(reply, &known, 2), expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn section_starts_are_yes_no_or_not_sure() {
+        let cases = [
+            ("Yes.", Some(Some(true))),
+            ("**YES** - a new chapter begins.", Some(Some(true))),
+            ("No, Page 2 continues the same argument.", Some(Some(false))),
+            ("Answer: no", Some(Some(false))),
+            ("Not sure; the pages could go either way.", Some(None)),
+            ("not  sure", Some(None)),
+            ("Nothing tells.", None),
+            ("It continues the story.", None),
+            ("", None),
+        ];
+        for (reply, expected) in cases {
+            assert_eq!(section_start(reply), expected, "{reply:?}");
         }
     }
 

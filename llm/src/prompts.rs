@@ -24,6 +24,7 @@ fn builtin(task: Task) -> &'static str {
         Task::ReadLeaf => include_str!("../prompts/read_leaf.txt"),
         Task::ChooseBreak => include_str!("../prompts/choose_break.txt"),
         Task::GistPage => include_str!("../prompts/gist_page.txt"),
+        Task::StartsNewSection => include_str!("../prompts/starts_new_section.txt"),
         Task::LookupPages => include_str!("../prompts/lookup_pages.txt"),
         Task::LookupNextPage => include_str!("../prompts/lookup_next_page.txt"),
         Task::ExtractEntities => include_str!("../prompts/extract_entities.txt"),
@@ -244,6 +245,10 @@ mod tests {
                 first_label: 40,
             },
             Step::GistPage { page: s("A page.") },
+            Step::StartsNewSection {
+                previous: s("The end of one page."),
+                current: s("Chapter 2. A new start."),
+            },
             Step::LookupPages {
                 question: s("Q?"),
                 pages: vec![

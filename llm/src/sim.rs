@@ -393,6 +393,7 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
                     Task::SummarizeSegment
                     | Task::CompressSummaries
                     | Task::GistPage
+                    | Task::StartsNewSection
                     | Task::MergeRelations
                     | Task::UpdateMemory
                     | Task::Answer,
@@ -544,6 +545,11 @@ pub fn drift(task: Task, reply: &str, seed: u64) -> String {
                     .collect::<Vec<_>>()
                     .join("\n")
             ),
+            _ => reply.to_string(),
+        },
+        Task::StartsNewSection => match rng.usize(..3) {
+            0 => reply.to_uppercase(),
+            1 => format!("**{reply}**"),
             _ => reply.to_string(),
         },
         Task::SummarizeWithFacts => match rng.usize(..2) {

@@ -21,6 +21,7 @@ pub enum Task {
     ReadLeaf,
     ChooseBreak,
     GistPage,
+    StartsNewSection,
     LookupPages,
     LookupNextPage,
     ExtractEntities,
@@ -33,13 +34,14 @@ pub enum Task {
 }
 
 impl Task {
-    pub const ALL: [Task; 15] = [
+    pub const ALL: [Task; 16] = [
         Task::SummarizeSegment,
         Task::CompressSummaries,
         Task::Triage,
         Task::ReadLeaf,
         Task::ChooseBreak,
         Task::GistPage,
+        Task::StartsNewSection,
         Task::LookupPages,
         Task::LookupNextPage,
         Task::ExtractEntities,
@@ -60,6 +62,7 @@ impl Task {
             Task::ReadLeaf => "read_leaf",
             Task::ChooseBreak => "choose_break",
             Task::GistPage => "gist_page",
+            Task::StartsNewSection => "starts_new_section",
             Task::LookupPages => "lookup_pages",
             Task::LookupNextPage => "lookup_next_page",
             Task::ExtractEntities => "extract_entities",
@@ -81,6 +84,7 @@ impl Task {
             Task::ReadLeaf => &["memory", "segment", "question"],
             Task::ChooseBreak => &["passage"],
             Task::GistPage => &["page"],
+            Task::StartsNewSection => &["previous_page", "current_page"],
             Task::LookupPages => &["max_pages", "memory", "question"],
             Task::LookupNextPage => &["memory", "already_read", "question"],
             Task::ExtractEntities => &["background", "segment"],
@@ -139,6 +143,10 @@ pub enum Step {
     GistPage {
         page: String,
     },
+    StartsNewSection {
+        previous: String,
+        current: String,
+    },
     LookupPages {
         question: String,
         pages: Vec<PageText>,
@@ -189,6 +197,7 @@ impl Step {
             Step::ReadLeaf { .. } => Task::ReadLeaf,
             Step::ChooseBreak { .. } => Task::ChooseBreak,
             Step::GistPage { .. } => Task::GistPage,
+            Step::StartsNewSection { .. } => Task::StartsNewSection,
             Step::LookupPages { .. } => Task::LookupPages,
             Step::LookupNextPage { .. } => Task::LookupNextPage,
             Step::ExtractEntities { .. } => Task::ExtractEntities,
@@ -230,6 +239,10 @@ impl Step {
                 first_label,
             } => vec![("passage", labelled_passage(units, candidates, *first_label))],
             Step::GistPage { page } => vec![("page", page.clone())],
+            Step::StartsNewSection { previous, current } => vec![
+                ("previous_page", previous.clone()),
+                ("current_page", current.clone()),
+            ],
             Step::LookupPages {
                 question,
                 pages,
@@ -319,6 +332,10 @@ impl Step {
                 }
             }
             Task::GistPage => Step::GistPage { page: get("page")? },
+            Task::StartsNewSection => Step::StartsNewSection {
+                previous: get("previous_page")?,
+                current: get("current_page")?,
+            },
             Task::LookupPages => Step::LookupPages {
                 question: get("question")?,
                 pages: parse_page_memory(&get("memory")?),

@@ -8,10 +8,10 @@ use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
 use crate::ingest::RawDocument;
-use crate::model::{CallContext, MemoryModel, StepResult};
+use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
 use crate::paginate::{PageConfig, paginate_then};
 use crate::segment::{SegmentConfig, segment};
-use crate::text::CharOffsets;
+use crate::text::{CharOffsets, Span, word_count};
 use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, memwalker_tree};
 
 /// One version of one document: the record the dataflow's input collection holds.
@@ -130,10 +130,13 @@ pub async fn page_rows(
     model: &dyn MemoryModel,
 ) -> StepResult<Vec<PageRow>> {
     let cx = CallContext::build("readagent", &doc.doc_id);
-    let pages = paginate_then(&doc.text, config, model, &cx, |span| {
+    let mut pages = paginate_then(&doc.text, config, model, &cx, |span| {
         model.gist_page(&cx, span.of(&doc.text))
     })
     .await?;
+    if config.gist_word_budget > 0 {
+        pages = merge_pages(&doc.text, pages, config.gist_word_budget, model, &cx).await?;
+    }
     let mut chars = CharOffsets::new(&doc.text);
     let mut ids = RepeatCounter::default();
     Ok(pages
@@ -152,6 +155,58 @@ pub async fn page_rows(
             }
         })
         .collect())
+}
+
+/// ReadAgent's context-length control (appendix I): while a document's gists
+/// together exceed `budget` words, ask of each pair of neighbouring pages whether
+/// the second starts a new section, merge each page the model says continues its
+/// predecessor into it (a page takes in at most one neighbour a round, so pages
+/// grow step by step), and gist the merged pages again. Stops when nothing merges.
+async fn merge_pages(
+    text: &str,
+    mut pages: Vec<(Span, String)>,
+    budget: usize,
+    model: &dyn MemoryModel,
+    cx: &CallContext,
+) -> StepResult<Vec<(Span, String)>> {
+    while pages.len() > 1 && pages.iter().map(|(_, g)| word_count(g)).sum::<usize>() > budget {
+        let new_section = all_in_order(
+            pages
+                .windows(2)
+                .map(|pair| model.starts_new_section(cx, pair[0].0.of(text), pair[1].0.of(text))),
+        )
+        .await?;
+        let before = pages.len();
+        // A merged page's gist is `None` until it is gisted again.
+        let mut merged: Vec<(Span, Option<String>)> = Vec::with_capacity(before);
+        let mut joined_last = false;
+        for (i, (span, gist)) in pages.into_iter().enumerate() {
+            let continues = i > 0 && new_section[i - 1] == Some(false);
+            match merged.last_mut() {
+                Some(last) if continues && !joined_last => {
+                    last.0.end = span.end;
+                    last.1 = None;
+                    joined_last = true;
+                }
+                _ => {
+                    merged.push((span, Some(gist)));
+                    joined_last = false;
+                }
+            }
+        }
+        pages = all_in_order(merged.into_iter().map(|(span, gist)| async move {
+            let gist = match gist {
+                Some(gist) => gist,
+                None => model.gist_page(cx, span.of(text)).await?,
+            };
+            Ok((span, gist))
+        }))
+        .await?;
+        if pages.len() == before {
+            break;
+        }
+    }
+    Ok(pages)
 }
 
 /// Everything built from one document, or the step that failed.
@@ -205,6 +260,7 @@ pub async fn build_document(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::FirstSentence;
 
     fn doc(text: &str) -> Document {
         Document::new(
@@ -228,6 +284,52 @@ mod tests {
         ids.dedup();
         assert_eq!(ids.len(), n);
         assert_eq!(rows, segment_rows(&doc(&text), &SegmentConfig::around(60)));
+    }
+
+    #[test]
+    fn pages_over_the_gist_budget_merge_until_each_starts_a_section() {
+        let text: String = (0..60)
+            .map(|i| {
+                let opening = if i % 15 == 0 {
+                    format!("Chapter {}.", i / 15 + 1)
+                } else {
+                    format!("Paragraph {i} goes on.")
+                };
+                format!(
+                    "{opening} {}\n\n",
+                    "More words of the same story. ".repeat(6)
+                )
+            })
+            .collect();
+        let model = FirstSentence::default();
+        let pages_with = |budget: usize| {
+            let config = PageConfig {
+                min_words: 60,
+                max_words: 150,
+                gist_word_budget: budget,
+            };
+            futures::executor::block_on(page_rows(&doc(&text), &config, &model))
+                .expect("the stub answers")
+        };
+        let unmerged = pages_with(0);
+        let merged = pages_with(1);
+        assert!(merged.len() < unmerged.len(), "{} pages", merged.len());
+        // The merged pages still tile the text, and every one after the first
+        // begins a section: the rest were merged into their predecessors.
+        assert_eq!(merged[0].start_char, 0);
+        assert_eq!(merged.last().unwrap().end_char, text.chars().count() as u64);
+        for pair in merged.windows(2) {
+            assert_eq!(pair[0].end_char, pair[1].start_char);
+            assert!(
+                pair[1].text.starts_with("Chapter"),
+                "{:?}",
+                &pair[1].text[..40]
+            );
+        }
+        // A merged page is gisted anew.
+        assert!(merged.iter().all(|p| p.text.starts_with(&p.gist)));
+        // Under the budget nothing changes.
+        assert_eq!(pages_with(1_000_000), unmerged);
     }
 
     #[test]

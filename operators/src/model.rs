@@ -209,6 +209,14 @@ pub trait MemoryModel: Send + Sync + fmt::Debug {
     ) -> StepResult<usize>;
     /// A gist: the page shortened.
     async fn gist_page(&self, cx: &CallContext, page: &str) -> StepResult<String>;
+    /// Page merging (ReadAgent appendix I): does `current` start a new chapter or
+    /// section after `previous`? `None` when the model is not sure.
+    async fn starts_new_section(
+        &self,
+        cx: &CallContext,
+        previous: &str,
+        current: &str,
+    ) -> StepResult<Option<bool>>;
     /// ReadAgent-P: the pages (1 to `max_pages`) to read again before answering.
     async fn lookup_pages(
         &self,

@@ -14,6 +14,11 @@ use crate::text::{Span, paragraphs, sentences, word_count};
 pub struct PageConfig {
     pub min_words: usize,
     pub max_words: usize,
+    /// When a document's gists together exceed this many words, neighbouring pages
+    /// that the model says do not start a new section are merged and gisted again
+    /// (ReadAgent appendix I, for texts whose gists outgrow the context); 0 never
+    /// merges.
+    pub gist_word_budget: usize,
 }
 
 impl PageConfig {
@@ -21,6 +26,7 @@ impl PageConfig {
     pub const DEFAULT: PageConfig = PageConfig {
         min_words: 280,
         max_words: 600,
+        gist_word_budget: 20_000,
     };
 
     pub fn validate(&self) -> Result<(), String> {
@@ -316,6 +322,7 @@ mod tests {
         let config = PageConfig {
             min_words: 60,
             max_words: 120,
+            gist_word_budget: 0,
         };
         let pages = pages(&text, &config, false);
         assert_eq!(pages[0].start, 0);
@@ -346,6 +353,7 @@ mod tests {
     const SMALL_PAGES: PageConfig = PageConfig {
         min_words: 60,
         max_words: 150,
+        gist_word_budget: 0,
     };
 
     fn numbered_paragraphs() -> String {

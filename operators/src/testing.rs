@@ -133,6 +133,15 @@ impl MemoryModel for FirstSentence {
     async fn gist_page(&self, _: &CallContext, page: &str) -> StepResult<String> {
         Ok(first(page))
     }
+    /// A page whose first sentence names a chapter starts a new section.
+    async fn starts_new_section(
+        &self,
+        _: &CallContext,
+        _: &str,
+        current: &str,
+    ) -> StepResult<Option<bool>> {
+        Ok(Some(first(current).contains("Chapter")))
+    }
     async fn lookup_pages(
         &self,
         _: &CallContext,

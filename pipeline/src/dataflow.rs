@@ -181,6 +181,7 @@ mod tests {
             PageConfig {
                 min_words: 20,
                 max_words: 60,
+                gist_word_budget: 0,
             },
             4,
         )

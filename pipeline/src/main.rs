@@ -74,6 +74,11 @@ enum Command {
         /// Most words of a ReadAgent page.
         #[arg(long, default_value_t = PageConfig::DEFAULT.max_words)]
         page_max_words: usize,
+        /// Words a document's gists may total before neighbouring pages that do not
+        /// start a new section are merged and gisted again (ReadAgent appendix I);
+        /// 0 never merges.
+        #[arg(long, default_value_t = PageConfig::DEFAULT.gist_word_budget)]
+        gist_word_budget: usize,
         /// Longest concatenation of child summaries kept as a MemWalker parent's
         /// summary, in tokens; longer ones are compressed by the model.
         #[arg(long, default_value_t = DEFAULT_PARENT_MAX_TOKENS)]
@@ -136,6 +141,7 @@ fn main() -> ExitCode {
             max_children,
             page_min_words,
             page_max_words,
+            gist_word_budget,
             parent_max_tokens,
             storage_options,
             llm,
@@ -148,6 +154,7 @@ fn main() -> ExitCode {
             let pages = PageConfig {
                 min_words: page_min_words,
                 max_words: page_max_words,
+                gist_word_budget,
             };
             let options = IndexOptions {
                 source,

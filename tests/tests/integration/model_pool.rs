@@ -68,6 +68,38 @@ fn assert_same_memory(a: &Tables, b: &Tables) {
     assert_eq!(a.errors, b.errors);
 }
 
+/// Page merging (ReadAgent appendix I) asks the model whether pages start new
+/// sections; through the pool it merges exactly as the extractive backend does.
+#[test]
+fn page_merging_over_the_pool_equals_the_extractive_build() {
+    let (dir, source) = corpus();
+    let budget = ["--gist-word-budget".to_string(), "300".to_string()];
+    let unmerged = dir.path().join("unmerged");
+    build(&source, &unmerged, &[]);
+    let extractive = dir.path().join("extractive");
+    build(&source, &extractive, &budget);
+    let expected = read_tables(&extractive);
+    assert!(
+        expected.pages.len() < read_tables(&unmerged).pages.len(),
+        "{} pages",
+        expected.pages.len()
+    );
+
+    let server = SimServer::start(fast_sim());
+    let tables = dir.path().join("openai");
+    let flags: Vec<String> = openai_flags(&server.url)
+        .into_iter()
+        .chain(budget)
+        .collect();
+    build(&source, &tables, &flags);
+    assert_same_memory(&read_tables(&tables), &expected);
+    assert!(
+        read_calls(&tables)
+            .iter()
+            .any(|c| c.task == "starts_new_section")
+    );
+}
+
 /// The simulator answers with the extractive backend's replies dressed in drift,
 /// so a build through it, parsed by the real parsers, is the extractive build.
 #[test]
