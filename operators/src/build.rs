@@ -52,6 +52,8 @@ pub struct BuildConfig {
     pub max_children: usize,
     /// Longest concatenation of child summaries kept as a parent's summary, in tokens.
     pub parent_max_tokens: usize,
+    /// Also build a MemWalker tree over the whole corpus (leaves: document roots).
+    pub corpus_tree: bool,
 }
 
 impl BuildConfig {
@@ -61,6 +63,7 @@ impl BuildConfig {
             pages,
             max_children,
             parent_max_tokens: DEFAULT_PARENT_MAX_TOKENS,
+            corpus_tree: false,
         }
     }
 
@@ -83,6 +86,7 @@ impl BuildConfig {
         pages: PageConfig::DEFAULT,
         max_children: DEFAULT_MAX_CHILDREN,
         parent_max_tokens: DEFAULT_PARENT_MAX_TOKENS,
+        corpus_tree: false,
     };
 }
 

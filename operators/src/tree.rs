@@ -5,9 +5,11 @@
 //! changed leaf changes one group and its ancestors, not every group after it.
 
 use memweave_schemas::ids::content_draw;
-use memweave_schemas::{SegmentRow, TREE_MEMWALKER, TreeNodeRow, content_id};
+use memweave_schemas::{
+    SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TreeNodeRow, content_id,
+};
 
-use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
+use crate::model::{CallContext, MemoryModel, Priority, StepResult, all_in_order};
 use crate::tokens::count_tokens;
 
 /// MemWalker's Mt: the most children a node may have.
@@ -67,8 +69,7 @@ pub async fn memwalker_tree(
             .map(|s| model.summarize_segment(&cx, &s.text)),
     )
     .await?;
-    let mut nodes: Vec<TreeNodeRow> = Vec::new();
-    let mut level: Vec<TreeNodeRow> = segments
+    let level: Vec<TreeNodeRow> = segments
         .iter()
         .zip(summaries)
         .enumerate()
@@ -94,6 +95,81 @@ pub async fn memwalker_tree(
             surprise: None,
         })
         .collect();
+    build_levels(
+        level,
+        TREE_MEMWALKER,
+        Some(doc_id),
+        &cx,
+        model,
+        max_children,
+        parent_max_tokens,
+    )
+    .await
+}
+
+/// The MemWalker tree over a corpus: one leaf per document root (`roots`, in
+/// doc_id order), whose only child is that root, and parents above them up to one
+/// corpus root; a question can then choose its document from the top, as in a
+/// document's own tree.
+pub async fn corpus_tree(
+    roots: &[TreeNodeRow],
+    model: &dyn MemoryModel,
+    max_children: usize,
+    parent_max_tokens: usize,
+) -> StepResult<Vec<TreeNodeRow>> {
+    let cx = CallContext {
+        stage: TREE_MEMWALKER,
+        doc_id: None,
+        priority: Priority::Build,
+    };
+    let leaves = roots
+        .iter()
+        .enumerate()
+        .map(|(ordinal, root)| TreeNodeRow {
+            node_id: content_id(
+                "node",
+                &[
+                    TREE_MEMWALKER_CORPUS.as_bytes(),
+                    b"leaf",
+                    root.node_id.as_bytes(),
+                ],
+            ),
+            tree: TREE_MEMWALKER_CORPUS.to_string(),
+            doc_id: root.doc_id.clone(),
+            level: 0,
+            ordinal: ordinal as u32,
+            parent_id: None,
+            child_ids: vec![root.node_id.clone()],
+            seg_id: None,
+            summary: root.summary.clone(),
+            n_tokens: root.n_tokens,
+            surprise: None,
+        })
+        .collect();
+    build_levels(
+        leaves,
+        TREE_MEMWALKER_CORPUS,
+        None,
+        &cx,
+        model,
+        max_children,
+        parent_max_tokens,
+    )
+    .await
+}
+
+/// Parents over `level` (one tree's nodes in order), level by level, until one
+/// root is left; returns every node of the tree.
+async fn build_levels(
+    mut level: Vec<TreeNodeRow>,
+    tree: &str,
+    doc_id: Option<&str>,
+    cx: &CallContext,
+    model: &dyn MemoryModel,
+    max_children: usize,
+    parent_max_tokens: usize,
+) -> StepResult<Vec<TreeNodeRow>> {
+    let mut nodes: Vec<TreeNodeRow> = Vec::new();
     let mut depth = 0u32;
     while level.len() > 1 {
         depth += 1;
@@ -109,14 +185,15 @@ pub async fn memwalker_tree(
                 .iter()
                 .map(|c| c.summary.as_str())
                 .collect();
-            parent_summary(model, &cx, children, parent_max_tokens)
+            parent_summary(model, cx, children, parent_max_tokens)
         }))
         .await?;
         let mut parents = Vec::new();
         for (ordinal, (range, summary)) in groups.into_iter().zip(summaries).enumerate() {
             let children = &mut level[range];
             let child_ids: Vec<String> = children.iter().map(|c| c.node_id.clone()).collect();
-            let mut parts: Vec<&[u8]> = vec![TREE_MEMWALKER.as_bytes(), doc_id.as_bytes()];
+            let mut parts: Vec<&[u8]> =
+                vec![tree.as_bytes(), doc_id.unwrap_or_default().as_bytes()];
             parts.extend(child_ids.iter().map(|id| id.as_bytes()));
             let node_id = content_id("node", &parts);
             for child in children.iter_mut() {
@@ -124,8 +201,8 @@ pub async fn memwalker_tree(
             }
             parents.push(TreeNodeRow {
                 node_id,
-                tree: TREE_MEMWALKER.to_string(),
-                doc_id: Some(doc_id.to_string()),
+                tree: tree.to_string(),
+                doc_id: doc_id.map(str::to_string),
                 level: depth,
                 ordinal: ordinal as u32,
                 parent_id: None,

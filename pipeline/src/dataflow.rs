@@ -16,6 +16,7 @@ use differential_dataflow::input::{Input, InputSession};
 use memweave_operators::build::{BuildConfig, Document, MemoryRow, build_document};
 use memweave_operators::model::MemoryModel;
 use memweave_operators::tokens::count_tokens;
+use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{DocumentRow, ErrorRow, PageRow, SegmentRow, TreeNodeRow};
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
 
@@ -72,6 +73,7 @@ pub fn build(
         // The memory of each document, built asynchronously: the document's model
         // calls run concurrently on the runtime, and many documents are in flight.
         let model = Arc::clone(model);
+        let corpus_model = Arc::clone(&model);
         let memory = map_async(
             docs,
             runtime.clone(),
@@ -85,10 +87,54 @@ pub fn build(
             MemoryRow::Segment(s) => Some(s),
             _ => None,
         });
-        let tree_nodes = memory.clone().flat_map(|row| match row {
+        let document_tree_nodes = memory.clone().flat_map(|row| match row {
             MemoryRow::TreeNode(n) => Some(n),
             _ => None,
         });
+        // The corpus tree is rebuilt over every document root whenever one changes;
+        // its unchanged groups are answered by the call cache.
+        let (tree_nodes, corpus_errors) = if config.corpus_tree {
+            let roots = document_tree_nodes
+                .clone()
+                .filter(|n| n.parent_id.is_none())
+                .map(|root| ((), root))
+                .reduce_named("CorpusRoots", |(), roots, out| {
+                    let mut roots: Vec<TreeNodeRow> =
+                        roots.iter().map(|(root, _)| (*root).clone()).collect();
+                    roots.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+                    out.push((roots, 1));
+                })
+                .map(|((), roots)| roots);
+            let model = corpus_model;
+            let corpus = map_async(roots, runtime.clone(), "CorpusTree", move |roots| {
+                let model = Arc::clone(&model);
+                async move {
+                    match corpus_tree(
+                        &roots,
+                        model.as_ref(),
+                        config.max_children,
+                        config.parent_max_tokens,
+                    )
+                    .await
+                    {
+                        Ok(nodes) => nodes.into_iter().map(Ok).collect(),
+                        Err(error) => vec![Err(ErrorRow::new(
+                            "build",
+                            "corpus",
+                            None,
+                            error.kind(),
+                            &format!("{error}; the corpus tree was not built"),
+                        ))],
+                    }
+                }
+            });
+            (
+                document_tree_nodes.concat(corpus.clone().flat_map(Result::ok)),
+                Some(corpus.flat_map(Result::err)),
+            )
+        } else {
+            (document_tree_nodes, None)
+        };
         let pages = memory.clone().flat_map(|row| match row {
             MemoryRow::Page(p) => Some(p),
             _ => None,
@@ -102,12 +148,11 @@ pub fn build(
         collect(segments, &output, |o| &mut o.segments, &mut probe);
         collect(tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
         collect(pages, &output, |o| &mut o.pages, &mut probe);
-        collect(
-            duplicates.concat(build_errors),
-            &output,
-            |o| &mut o.errors,
-            &mut probe,
-        );
+        let mut errors = duplicates.concat(build_errors);
+        if let Some(corpus_errors) = corpus_errors {
+            errors = errors.concat(corpus_errors);
+        }
+        collect(errors, &output, |o| &mut o.errors, &mut probe);
         input
     });
     (input, probe, output)

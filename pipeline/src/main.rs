@@ -83,6 +83,10 @@ enum Command {
         /// summary, in tokens; longer ones are compressed by the model.
         #[arg(long, default_value_t = DEFAULT_PARENT_MAX_TOKENS)]
         parent_max_tokens: usize,
+        /// Also build a MemWalker tree over the whole corpus, whose leaves are the
+        /// documents' roots (tree_nodes.tree = "memwalker-corpus").
+        #[arg(long)]
+        corpus_tree: bool,
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
@@ -142,6 +146,7 @@ fn main() -> ExitCode {
             page_min_words,
             page_max_words,
             gist_word_budget,
+            corpus_tree,
             parent_max_tokens,
             storage_options,
             llm,
@@ -163,6 +168,7 @@ fn main() -> ExitCode {
                 workers,
                 build: BuildConfig {
                     parent_max_tokens,
+                    corpus_tree,
                     ..BuildConfig::new(segments, pages, max_children)
                 },
                 llm,

@@ -54,6 +54,9 @@ table_row!(SegmentRow, Table::Segments, seg_id);
 
 /// Name of the MemWalker summary tree in `tree_nodes.tree`.
 pub const TREE_MEMWALKER: &str = "memwalker";
+/// The optional MemWalker tree over a whole corpus: its leaves stand for the
+/// documents' roots (each leaf's only child), its parents summarise them.
+pub const TREE_MEMWALKER_CORPUS: &str = "memwalker-corpus";
 /// Name of the RAPTOR / ILM-TR cluster tree in `tree_nodes.tree`.
 pub const TREE_RAPTOR: &str = "raptor";
 

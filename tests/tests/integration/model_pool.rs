@@ -68,6 +68,53 @@ fn assert_same_memory(a: &Tables, b: &Tables) {
     assert_eq!(a.errors, b.errors);
 }
 
+/// The corpus tree: one leaf per document standing for its root, parents above
+/// them up to one corpus root; the same through the pool as offline.
+#[test]
+fn the_corpus_tree_stands_over_every_document_root() {
+    let (dir, source) = corpus();
+    let flag = [
+        "--corpus-tree".to_string(),
+        "--max-children".to_string(),
+        "2".to_string(),
+    ];
+    let extractive = dir.path().join("extractive");
+    build(&source, &extractive, &flag);
+    let t = read_tables(&extractive);
+    let (corpus, documents): (Vec<_>, Vec<_>) = t
+        .tree_nodes
+        .iter()
+        .partition(|n| n.tree == "memwalker-corpus");
+    let document_roots: Vec<_> = documents.iter().filter(|n| n.parent_id.is_none()).collect();
+    assert_eq!(document_roots.len(), t.documents.len());
+    let leaves: Vec<_> = corpus.iter().filter(|n| n.level == 0).collect();
+    assert_eq!(leaves.len(), t.documents.len());
+    for leaf in &leaves {
+        let root = document_roots
+            .iter()
+            .find(|r| r.node_id == leaf.child_ids[0])
+            .expect("a corpus leaf stands for a document root");
+        assert_eq!((&leaf.doc_id, &leaf.summary), (&root.doc_id, &root.summary));
+    }
+    let tops: Vec<_> = corpus.iter().filter(|n| n.parent_id.is_none()).collect();
+    assert_eq!(tops.len(), 1, "one corpus root");
+    assert!(tops[0].level >= 1 && tops[0].doc_id.is_none());
+    // Every parent link of the corpus tree is answered by the parent's children.
+    for node in corpus.iter().filter(|n| n.parent_id.is_some()) {
+        let parent = corpus
+            .iter()
+            .find(|p| Some(&p.node_id) == node.parent_id.as_ref())
+            .expect("the parent exists");
+        assert!(parent.child_ids.contains(&node.node_id));
+    }
+
+    let server = SimServer::start(fast_sim());
+    let tables = dir.path().join("openai");
+    let flags: Vec<String> = openai_flags(&server.url).into_iter().chain(flag).collect();
+    build(&source, &tables, &flags);
+    assert_same_memory(&read_tables(&tables), &t);
+}
+
 /// Page merging (ReadAgent appendix I) asks the model whether pages start new
 /// sections; through the pool it merges exactly as the extractive backend does.
 #[test]
