@@ -64,15 +64,6 @@ impl Points {
         Points { values, dim }
     }
 
-    pub fn from_rows<R: AsRef<[f32]>>(rows: &[R]) -> Self {
-        let dim = rows.first().map_or(1, |r| r.as_ref().len().max(1));
-        let values = rows
-            .iter()
-            .flat_map(|r| r.as_ref().iter().map(|&v| f64::from(v)))
-            .collect();
-        Points::new(values, dim)
-    }
-
     pub fn len(&self) -> usize {
         self.values.len() / self.dim
     }
@@ -303,10 +294,6 @@ impl GaussianMixture {
             previous = mean_log_likelihood;
         }
         mixture
-    }
-
-    pub fn components(&self) -> usize {
-        self.components.len()
     }
 
     /// The E step's sums under the current parameters (and the log-likelihood).
