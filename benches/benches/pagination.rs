@@ -99,6 +99,15 @@ impl MemoryModel for Remote {
     ) -> StepResult<Option<bool>> {
         self.inner.starts_new_section(cx, previous, current).await
     }
+    async fn same_entity(
+        &self,
+        cx: &CallContext,
+        name: &str,
+        first: &str,
+        second: &str,
+    ) -> StepResult<bool> {
+        self.inner.same_entity(cx, name, first, second).await
+    }
     async fn lookup_pages(
         &self,
         cx: &CallContext,

@@ -64,6 +64,7 @@ fn run(label: &str, fault_rate: f64) {
         workers: 2,
         build: BuildConfig::DEFAULT,
         llm: llm(&url),
+        embed: memweave_llm::EmbedArgs::default(),
         interactive: false,
     };
     // Busy slots every 100 ms, to show where the pool idles (ramp-up, tail).

@@ -1,5 +1,5 @@
 //! Per-document memory building on pg-essays: segmentation, and whole memories
-//! (MemWalker trees, ReadAgent pages and gists) with the extractive backend
+//! (all four) with the extractive backend
 //! through prompts, parsers and an in-memory call cache. Reports bytes/s.
 //!
 //! Run: `cargo bench -p memweave-benches` (needs ../shared/data/pg-essays).
@@ -9,6 +9,7 @@ use std::path::Path;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use memweave_llm::TaskModel;
 use memweave_operators::build::{BuildConfig, Document, build_document, segment_rows};
+use memweave_operators::embed::HashingEmbedder;
 use memweave_operators::ingest::RawDocument;
 
 fn essays() -> Vec<Document> {
@@ -54,8 +55,11 @@ fn build(c: &mut Criterion) {
         b.iter(|| {
             // A fresh model each time: a warm cache would measure look-ups, not building.
             let model = TaskModel::extractive();
+            let embedder = HashingEmbedder::new(256);
             docs.iter()
-                .map(|d| futures::executor::block_on(build_document(d, &config, &model)).len())
+                .map(|d| {
+                    futures::executor::block_on(build_document(d, &config, &model, &embedder)).len()
+                })
                 .sum::<usize>()
         })
     });

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use memweave_operators::embed::{Embedder, HashingEmbedder};
+
 use crate::cache::CallCache;
+use crate::embed::OpenAiEmbedder;
 use crate::model::{Backend, DEFAULT_MAX_TOKENS, TaskModel};
 use crate::pool::{PoolClient, PoolConfig};
 use crate::prompts::Prompts;
@@ -86,26 +89,7 @@ impl LlmArgs {
                             .into(),
                     );
                 }
-                if !self.llm_timeout_s.is_finite() || self.llm_timeout_s <= 0.0 {
-                    return Err(format!(
-                        "--llm-timeout-s must be positive, not {}",
-                        self.llm_timeout_s
-                    ));
-                }
-                let api_key = std::env::var(&self.llm_api_key_env)
-                    .or_else(|_| std::env::var("OPENAI_API_KEY"))
-                    .ok()
-                    .filter(|k| !k.is_empty());
-                let config = PoolConfig {
-                    api_key,
-                    timeout: Duration::from_secs_f64(self.llm_timeout_s),
-                    max_attempts: self.llm_max_attempts,
-                    initial_concurrency: self.llm_concurrency,
-                    max_concurrency: self.llm_max_concurrency,
-                    rpm: self.llm_rpm,
-                    tpm: self.llm_tpm,
-                    ..PoolConfig::new(self.llm_urls.clone(), &model)
-                };
+                let config = self.pool_config(self.llm_urls.clone(), &model)?;
                 Backend::OpenAi(Arc::new(PoolClient::new(config)?))
             }
         };
@@ -115,5 +99,104 @@ impl LlmArgs {
             cache,
             self.llm_max_tokens,
         ))
+    }
+
+    /// A pool of `endpoints` serving `model`, with these flags' key, timeouts and limits.
+    fn pool_config(&self, endpoints: Vec<String>, model: &str) -> Result<PoolConfig, String> {
+        if !self.llm_timeout_s.is_finite() || self.llm_timeout_s <= 0.0 {
+            return Err(format!(
+                "--llm-timeout-s must be positive, not {}",
+                self.llm_timeout_s
+            ));
+        }
+        let api_key = std::env::var(&self.llm_api_key_env)
+            .or_else(|_| std::env::var("OPENAI_API_KEY"))
+            .ok()
+            .filter(|k| !k.is_empty());
+        Ok(PoolConfig {
+            api_key,
+            timeout: Duration::from_secs_f64(self.llm_timeout_s),
+            max_attempts: self.llm_max_attempts,
+            initial_concurrency: self.llm_concurrency,
+            max_concurrency: self.llm_max_concurrency,
+            rpm: self.llm_rpm,
+            tpm: self.llm_tpm,
+            ..PoolConfig::new(endpoints, model)
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EmbedderKind {
+    /// Offline and deterministic: feature hashing of the text's terms, no weights.
+    Hashing,
+    /// Any OpenAI-compatible /v1/embeddings endpoint.
+    Openai,
+}
+
+/// How texts become vectors (RAPTOR's clustering, dense retrieval, entity search).
+#[derive(Debug, Clone, clap::Args)]
+pub struct EmbedArgs {
+    /// Which embedder makes the vectors of the embeddings table.
+    #[arg(long, value_enum, default_value_t = EmbedderKind::Hashing, env = "MEMWEAVE_EMBEDDER")]
+    pub embedder: EmbedderKind,
+    /// Width of the hashing embedder's vectors.
+    #[arg(long, default_value_t = 256)]
+    pub hashing_dim: usize,
+    /// Base URL of the embeddings server, ending in /v1 (default: the --llm-url pool).
+    #[arg(
+        long = "embedding-url",
+        env = "MEMWEAVE_EMBEDDING_URL",
+        value_delimiter = ','
+    )]
+    pub embedding_urls: Vec<String>,
+    /// Embedding model name as the server knows it.
+    #[arg(long, env = "MEMWEAVE_EMBEDDING_MODEL")]
+    pub embedding_model: Option<String>,
+}
+
+impl Default for EmbedArgs {
+    /// The offline default: hashing, 256 dimensions.
+    fn default() -> Self {
+        EmbedArgs {
+            embedder: EmbedderKind::Hashing,
+            hashing_dim: 256,
+            embedding_urls: Vec::new(),
+            embedding_model: None,
+        }
+    }
+}
+
+impl EmbedArgs {
+    /// The embedder these flags describe; an OpenAI-compatible one is asked for a
+    /// first vector to learn its width.
+    pub async fn embedder(
+        &self,
+        llm: &LlmArgs,
+        cache: Arc<CallCache>,
+    ) -> Result<Arc<dyn Embedder>, String> {
+        match self.embedder {
+            EmbedderKind::Hashing => {
+                if self.hashing_dim == 0 {
+                    return Err("--hashing-dim must be at least 1".into());
+                }
+                Ok(Arc::new(HashingEmbedder::new(self.hashing_dim)))
+            }
+            EmbedderKind::Openai => {
+                let model = self.embedding_model.clone().ok_or(
+                    "--embedder openai needs --embedding-model NAME (the model as the server knows it)",
+                )?;
+                let urls = if self.embedding_urls.is_empty() {
+                    llm.llm_urls.clone()
+                } else {
+                    self.embedding_urls.clone()
+                };
+                if urls.is_empty() {
+                    return Err("--embedder openai needs --embedding-url URL (or --llm-url)".into());
+                }
+                let pool = Arc::new(PoolClient::new(llm.pool_config(urls, &model)?)?);
+                Ok(Arc::new(OpenAiEmbedder::connect(pool, cache).await?))
+            }
+        }
     }
 }

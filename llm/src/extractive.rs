@@ -15,7 +15,7 @@ use crate::step::{PageText, Step};
 
 /// Bumped whenever an extractive reply would change, so cached replies of an older
 /// version are not reused (the version is part of every call key).
-pub const EXTRACTIVE_MODEL: &str = "extractive-v1";
+pub const EXTRACTIVE_MODEL: &str = "extractive-v2";
 
 /// Longest leaf summary, in words (MemWalker summaries are a few sentences).
 const LEAF_SUMMARY_WORDS: usize = 120;
@@ -27,6 +27,10 @@ const GIST_RATIO: usize = 4;
 const ANSWER_COVERAGE: f64 = 0.5;
 /// Most entities taken from one segment.
 const MAX_ENTITIES: usize = 20;
+/// Most relations taken from one segment.
+const MAX_RELATIONS: usize = 30;
+/// Longest merged relation description, in words.
+const MERGED_RELATION_WORDS: usize = 60;
 /// Page merging: below this cosine between two pages' terms the second starts a
 /// new section; below twice it the extractive backend is not sure.
 const NEW_SECTION_SIMILARITY: f64 = 0.1;
@@ -129,6 +133,9 @@ pub fn reply(step: &Step) -> String {
                     }
                 }
             }
+            // A list of twenty names in one sentence relates each to each; a
+            // model names the relations that matter, not all 190 pairs.
+            lines.truncate(MAX_RELATIONS);
             if lines.is_empty() {
                 "None".to_string()
             } else {
@@ -137,14 +144,35 @@ pub fn reply(step: &Step) -> String {
         }
         Step::MergeRelations { relations, .. } => {
             let [a, b] = relations;
+            // Both descriptions, kept to the central sentences of a short paragraph.
             let merged = if a.contains(b.as_str()) {
                 a.clone()
             } else if b.contains(a.as_str()) {
                 b.clone()
             } else {
-                format!("{a} {b}")
+                central_sentences(&format!("{a} {b}"), MERGED_RELATION_WORDS)
             };
             format!("Merged relation: {merged}")
+        }
+        Step::SameEntity {
+            name,
+            first,
+            second,
+        } => {
+            // The same entity when the passages share vocabulary beyond its name.
+            let own: HashSet<String> = terms(name).into_iter().collect();
+            let context = |text: &str| -> HashSet<String> {
+                terms(text)
+                    .into_iter()
+                    .filter(|t| !own.contains(t))
+                    .collect()
+            };
+            let shared = context(first).intersection(&context(second)).count();
+            if shared > 0 {
+                format!("Yes. The passages share {shared} words besides the name.")
+            } else {
+                "No. The passages share nothing but the name.".to_string()
+            }
         }
         Step::SummarizeWithFacts { chunk } => {
             let summary = leaf_summary(chunk);

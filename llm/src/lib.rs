@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod cache;
+pub mod embed;
 pub mod extractive;
 pub mod model;
 pub mod parse;
@@ -14,7 +15,7 @@ pub mod prompts;
 pub mod sim;
 pub mod step;
 
-pub use args::{BackendKind, LlmArgs};
+pub use args::{BackendKind, EmbedArgs, EmbedderKind, LlmArgs};
 pub use cache::CallCache;
 pub use model::{Backend, TaskModel};
 pub use pool::{PoolClient, PoolConfig};

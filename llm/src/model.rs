@@ -363,6 +363,25 @@ impl MemoryModel for TaskModel {
         self.run(cx, step, parse::free_text).await
     }
 
+    async fn same_entity(
+        &self,
+        cx: &CallContext,
+        name: &str,
+        first: &str,
+        second: &str,
+    ) -> StepResult<bool> {
+        let step = Step::SameEntity {
+            name: name.to_string(),
+            first: first.to_string(),
+            second: second.to_string(),
+        };
+        // Not sure is not a yes: entities stay apart unless the model merges them.
+        self.run(cx, step, |r| {
+            parse::section_start(r).map(|a| a == Some(true))
+        })
+        .await
+    }
+
     async fn judge_answerable(
         &self,
         cx: &CallContext,

@@ -30,6 +30,7 @@ fn builtin(task: Task) -> &'static str {
         Task::ExtractEntities => include_str!("../prompts/extract_entities.txt"),
         Task::ExtractRelations => include_str!("../prompts/extract_relations.txt"),
         Task::MergeRelations => include_str!("../prompts/merge_relations.txt"),
+        Task::SameEntity => include_str!("../prompts/same_entity.txt"),
         Task::JudgeAnswerable => include_str!("../prompts/judge_answerable.txt"),
         Task::SummarizeWithFacts => include_str!("../prompts/summarize_with_facts.txt"),
         Task::UpdateMemory => include_str!("../prompts/update_memory.txt"),
@@ -283,6 +284,11 @@ mod tests {
                 summary: s("doc"),
                 segments: [s("s1"), s("s2")],
                 relations: [s("r1"), s("r2")],
+            },
+            Step::SameEntity {
+                name: s("Paul"),
+                first: s("Paul painted."),
+                second: s("Paul wrote."),
             },
             Step::JudgeAnswerable {
                 question: s("Q?"),

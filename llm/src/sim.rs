@@ -128,6 +128,9 @@ pub struct SimStats {
     pub active_seconds: f64,
     /// Replies to a (prompt, parameters) already answered before.
     pub repeated: u64,
+    /// Replies cut off (`finish_reason: length`), by the request's output budget
+    /// or by a `truncated` fault: a client asks those again with a larger budget.
+    pub cut_off: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     /// Requests by temperature, as sent ("0", "0.7").
@@ -426,6 +429,9 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
                 .entry(fault.name().to_string())
                 .or_insert(0) += 1;
         }
+        if finish == "length" {
+            counters.stats.cut_off += 1;
+        }
         let seen = counters.answered.entry(answered_key).or_insert(0);
         *seen += 1;
         if *seen > 1 {
@@ -547,7 +553,7 @@ pub fn drift(task: Task, reply: &str, seed: u64) -> String {
             ),
             _ => reply.to_string(),
         },
-        Task::StartsNewSection => match rng.usize(..3) {
+        Task::StartsNewSection | Task::SameEntity => match rng.usize(..3) {
             0 => reply.to_uppercase(),
             1 => format!("**{reply}**"),
             _ => reply.to_string(),

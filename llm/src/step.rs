@@ -27,6 +27,7 @@ pub enum Task {
     ExtractEntities,
     ExtractRelations,
     MergeRelations,
+    SameEntity,
     JudgeAnswerable,
     SummarizeWithFacts,
     UpdateMemory,
@@ -34,7 +35,7 @@ pub enum Task {
 }
 
 impl Task {
-    pub const ALL: [Task; 16] = [
+    pub const ALL: [Task; 17] = [
         Task::SummarizeSegment,
         Task::CompressSummaries,
         Task::Triage,
@@ -47,6 +48,7 @@ impl Task {
         Task::ExtractEntities,
         Task::ExtractRelations,
         Task::MergeRelations,
+        Task::SameEntity,
         Task::JudgeAnswerable,
         Task::SummarizeWithFacts,
         Task::UpdateMemory,
@@ -68,6 +70,7 @@ impl Task {
             Task::ExtractEntities => "extract_entities",
             Task::ExtractRelations => "extract_relations",
             Task::MergeRelations => "merge_relations",
+            Task::SameEntity => "same_entity",
             Task::JudgeAnswerable => "judge_answerable",
             Task::SummarizeWithFacts => "summarize_with_facts",
             Task::UpdateMemory => "update_memory",
@@ -96,6 +99,7 @@ impl Task {
                 "segment_2",
                 "relation_2",
             ],
+            Task::SameEntity => &["name", "first", "second"],
             Task::JudgeAnswerable => &["context", "question"],
             Task::SummarizeWithFacts => &["chunk"],
             Task::UpdateMemory => &["retrieved", "memory", "question"],
@@ -170,6 +174,11 @@ pub enum Step {
         segments: [String; 2],
         relations: [String; 2],
     },
+    SameEntity {
+        name: String,
+        first: String,
+        second: String,
+    },
     JudgeAnswerable {
         question: String,
         context: String,
@@ -203,6 +212,7 @@ impl Step {
             Step::ExtractEntities { .. } => Task::ExtractEntities,
             Step::ExtractRelations { .. } => Task::ExtractRelations,
             Step::MergeRelations { .. } => Task::MergeRelations,
+            Step::SameEntity { .. } => Task::SameEntity,
             Step::JudgeAnswerable { .. } => Task::JudgeAnswerable,
             Step::SummarizeWithFacts { .. } => Task::SummarizeWithFacts,
             Step::UpdateMemory { .. } => Task::UpdateMemory,
@@ -282,6 +292,15 @@ impl Step {
                 ("relation_1", relations[0].clone()),
                 ("segment_2", segments[1].clone()),
                 ("relation_2", relations[1].clone()),
+            ],
+            Step::SameEntity {
+                name,
+                first,
+                second,
+            } => vec![
+                ("name", name.clone()),
+                ("first", first.clone()),
+                ("second", second.clone()),
             ],
             Step::JudgeAnswerable { question, context } => {
                 vec![("context", context.clone()), ("question", question.clone())]
@@ -365,6 +384,11 @@ impl Step {
                 summary: get("summary")?,
                 segments: [get("segment_1")?, get("segment_2")?],
                 relations: [get("relation_1")?, get("relation_2")?],
+            },
+            Task::SameEntity => Step::SameEntity {
+                name: get("name")?,
+                first: get("first")?,
+                second: get("second")?,
             },
             Task::JudgeAnswerable => Step::JudgeAnswerable {
                 question: get("question")?,

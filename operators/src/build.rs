@@ -7,9 +7,12 @@ use memweave_schemas::ids::content_hash;
 use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
+use crate::embed::{Embedder, EmbeddingRecord, embed_all};
+use crate::graph::{DocEntity, DocRelation, document_graph};
 use crate::ingest::RawDocument;
-use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
+use crate::model::{CallContext, MemoryModel, StepError, StepResult, all_in_order};
 use crate::paginate::{PageConfig, paginate_then};
+use crate::raptor::{RaptorConfig, raptor_tree};
 use crate::segment::{SegmentConfig, segment};
 use crate::text::{CharOffsets, Span, word_count};
 use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, memwalker_tree};
@@ -44,9 +47,77 @@ pub fn doc_id_of(key: &str) -> String {
     content_id("doc", &[key.as_bytes()])
 }
 
+/// Which of the four memories a build makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Memories {
+    pub memwalker: bool,
+    pub readagent: bool,
+    pub graph: bool,
+    pub raptor: bool,
+}
+
+impl Memories {
+    pub const ALL: Memories = Memories {
+        memwalker: true,
+        readagent: true,
+        graph: true,
+        raptor: true,
+    };
+    pub const NAMES: [&str; 4] = ["memwalker", "readagent", "graph", "raptor"];
+
+    /// The memories of a comma-separated list of [`Memories::NAMES`].
+    pub fn parse(list: &str) -> Result<Memories, String> {
+        let mut chosen = Memories {
+            memwalker: false,
+            readagent: false,
+            graph: false,
+            raptor: false,
+        };
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let flag = match name {
+                "memwalker" => &mut chosen.memwalker,
+                "readagent" => &mut chosen.readagent,
+                "graph" => &mut chosen.graph,
+                "raptor" => &mut chosen.raptor,
+                other => {
+                    return Err(format!(
+                        "unknown memory {other:?}; choose from {}",
+                        Memories::NAMES.join(", ")
+                    ));
+                }
+            };
+            *flag = true;
+        }
+        if !chosen.any() {
+            return Err(format!(
+                "choose at least one memory of {}",
+                Memories::NAMES.join(", ")
+            ));
+        }
+        Ok(chosen)
+    }
+
+    pub fn any(&self) -> bool {
+        self.memwalker || self.readagent || self.graph || self.raptor
+    }
+
+    /// Whether the build embeds anything (RAPTOR clusters vectors; the graph's
+    /// entities are found by theirs).
+    pub fn embeds(&self) -> bool {
+        self.graph || self.raptor
+    }
+}
+
+impl Default for Memories {
+    fn default() -> Self {
+        Memories::ALL
+    }
+}
+
 /// Sizes of everything built per document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct BuildConfig {
+    pub memories: Memories,
     pub segments: SegmentConfig,
     pub pages: PageConfig,
     pub max_children: usize,
@@ -54,6 +125,7 @@ pub struct BuildConfig {
     pub parent_max_tokens: usize,
     /// Also build a MemWalker tree over the whole corpus (leaves: document roots).
     pub corpus_tree: bool,
+    pub raptor: RaptorConfig,
 }
 
 impl BuildConfig {
@@ -62,14 +134,15 @@ impl BuildConfig {
             segments,
             pages,
             max_children,
-            parent_max_tokens: DEFAULT_PARENT_MAX_TOKENS,
-            corpus_tree: false,
+            ..Self::DEFAULT
         }
     }
 
     pub fn validate(&self) -> Result<(), String> {
         self.segments.validate()?;
         self.pages.validate()?;
+        self.raptor.validate()?;
+        self.chunks().validate()?;
         if self.max_children < 2 {
             return Err(format!(
                 "a tree node needs at least 2 children, not {}",
@@ -87,7 +160,19 @@ impl BuildConfig {
         max_children: DEFAULT_MAX_CHILDREN,
         parent_max_tokens: DEFAULT_PARENT_MAX_TOKENS,
         corpus_tree: false,
+        memories: Memories::ALL,
+        raptor: RaptorConfig::DEFAULT,
     };
+
+    /// The segmentation RAPTOR chunks with: the segments' own when the sizes
+    /// agree, so both memories share one segmentation.
+    pub fn chunks(&self) -> SegmentConfig {
+        if self.raptor.chunk_tokens == self.segments.target_tokens {
+            self.segments
+        } else {
+            SegmentConfig::around(self.raptor.chunk_tokens)
+        }
+    }
 }
 
 /// Ids of repeated texts within a document: the n-th copy of a text gets `n` in its
@@ -96,11 +181,12 @@ impl BuildConfig {
 struct RepeatCounter(HashMap<String, u32>);
 
 impl RepeatCounter {
-    fn id(&mut self, kind: &str, doc_id: &str, text: &str) -> String {
+    /// `scope` tells apart texts of one document cut in different ways.
+    fn id(&mut self, kind: &str, doc_id: &str, scope: &[u8], text: &str) -> String {
         let n = self.0.entry(text.to_string()).or_insert(0);
         let id = content_id(
             kind,
-            &[doc_id.as_bytes(), text.as_bytes(), &n.to_le_bytes()],
+            &[doc_id.as_bytes(), scope, text.as_bytes(), &n.to_le_bytes()],
         );
         *n += 1;
         id
@@ -110,19 +196,21 @@ impl RepeatCounter {
 pub fn segment_rows(doc: &Document, config: &SegmentConfig) -> Vec<SegmentRow> {
     let mut chars = CharOffsets::new(&doc.text);
     let mut ids = RepeatCounter::default();
+    let target = config.target_tokens as u32;
     segment(&doc.text, config)
         .into_iter()
         .enumerate()
         .map(|(ordinal, s)| {
             let text = s.span.of(&doc.text);
             SegmentRow {
-                seg_id: ids.id("seg", &doc.doc_id, text),
+                seg_id: ids.id("seg", &doc.doc_id, &target.to_le_bytes(), text),
                 doc_id: doc.doc_id.clone(),
                 ordinal: ordinal as u32,
                 start_char: chars.at(s.span.start),
                 end_char: chars.at(s.span.end),
                 text: text.to_string(),
                 n_tokens: s.n_tokens as u32,
+                target_tokens: target,
             }
         })
         .collect()
@@ -149,7 +237,7 @@ pub async fn page_rows(
         .map(|(ordinal, (span, gist))| {
             let text = span.of(&doc.text);
             PageRow {
-                page_id: ids.id("page", &doc.doc_id, text),
+                page_id: ids.id("page", &doc.doc_id, &[], text),
                 doc_id: doc.doc_id.clone(),
                 ordinal: ordinal as u32,
                 start_char: chars.at(span.start),
@@ -219,43 +307,117 @@ pub enum MemoryRow {
     Segment(SegmentRow),
     TreeNode(TreeNodeRow),
     Page(PageRow),
+    /// An entity of the document, before disambiguation across documents.
+    Entity(DocEntity),
+    /// A relation of the document, merged across its segments.
+    Relation(DocRelation),
+    Embedding(EmbeddingRecord),
     Error(ErrorRow),
 }
 
-/// The memory of one document: segments, its MemWalker tree, its ReadAgent pages
-/// and gists, the trees and pages concurrently. When a model step fails the
-/// document gets one `errors` row instead of a partial memory, so a later run
-/// (with the pool back, or the cache filled) builds it whole.
+/// The memory of one document: segments (and RAPTOR chunks where their size
+/// differs), then the chosen memories concurrently: its MemWalker tree and, with
+/// its root summary as background, its graph; its ReadAgent pages and gists; its
+/// RAPTOR tree. When a model step fails the document gets one `errors` row
+/// instead of a partial memory, so a later run (with the pool back, or the cache
+/// filled) builds it whole.
 pub async fn build_document(
     doc: &Document,
     config: &BuildConfig,
     model: &dyn MemoryModel,
+    embedder: &dyn Embedder,
 ) -> Vec<MemoryRow> {
+    let memories = config.memories;
     let segments = segment_rows(doc, &config.segments);
-    let (tree, pages) = futures::future::join(
-        memwalker_tree(
-            &doc.doc_id,
-            &segments,
-            model,
-            config.max_children,
-            config.parent_max_tokens,
-        ),
-        page_rows(doc, &config.pages, model),
-    )
-    .await;
-    let built = tree.and_then(|nodes| Ok((nodes, pages?)));
+    let chunk_config = config.chunks();
+    let chunks = if !memories.raptor || chunk_config == config.segments {
+        Vec::new()
+    } else {
+        segment_rows(doc, &chunk_config)
+    };
+    let tree_and_graph = async {
+        let nodes = if memories.memwalker {
+            memwalker_tree(
+                &doc.doc_id,
+                &segments,
+                model,
+                config.max_children,
+                config.parent_max_tokens,
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
+        let graph = if memories.graph {
+            let background = nodes
+                .iter()
+                .find(|n| n.parent_id.is_none())
+                .map_or("", |root| root.summary.as_str());
+            Some(document_graph(&doc.doc_id, background, &segments, model).await?)
+        } else {
+            None
+        };
+        Ok((nodes, graph))
+    };
+    let pages = async {
+        if memories.readagent {
+            page_rows(doc, &config.pages, model).await
+        } else {
+            Ok(Vec::new())
+        }
+    };
+    let raptor = async {
+        if !memories.raptor {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let chunks = if chunks.is_empty() {
+            &segments
+        } else {
+            &chunks
+        };
+        let cx = CallContext::build("embed", &doc.doc_id);
+        let texts: Vec<&str> = segments.iter().map(|s| s.text.as_str()).collect();
+        let (nodes, segment_vectors) = futures::future::join(
+            raptor_tree(&doc.doc_id, chunks, model, embedder, &config.raptor),
+            embed_all(embedder, &cx, &texts),
+        )
+        .await;
+        Ok((nodes?, segment_vectors?))
+    };
+    let (tree_and_graph, pages, raptor) =
+        futures::future::join3(tree_and_graph, pages, raptor).await;
+    let built = (|| Ok((tree_and_graph?, pages?, raptor?)))();
     match built {
-        Ok((nodes, pages)) => segments
-            .into_iter()
-            .map(MemoryRow::Segment)
-            .chain(nodes.into_iter().map(MemoryRow::TreeNode))
-            .chain(pages.into_iter().map(MemoryRow::Page))
-            .collect(),
+        Ok(((nodes, graph), pages, (raptor_nodes, segment_vectors))) => {
+            let mut rows: Vec<MemoryRow> = Vec::new();
+            rows.extend(
+                segment_vectors.iter().zip(&segments).map(|(v, s)| {
+                    MemoryRow::Embedding(EmbeddingRecord::new(&s.seg_id, "segment", v))
+                }),
+            );
+            rows.extend(segments.into_iter().map(MemoryRow::Segment));
+            rows.extend(chunks.into_iter().map(MemoryRow::Segment));
+            rows.extend(nodes.into_iter().map(MemoryRow::TreeNode));
+            for node in raptor_nodes {
+                rows.push(MemoryRow::Embedding(EmbeddingRecord::new(
+                    &node.row.node_id,
+                    "node",
+                    &node.vector,
+                )));
+                rows.push(MemoryRow::TreeNode(node.row));
+            }
+            rows.extend(pages.into_iter().map(MemoryRow::Page));
+            if let Some((entities, relations)) = graph {
+                rows.extend(entities.into_iter().map(MemoryRow::Entity));
+                rows.extend(relations.into_iter().map(MemoryRow::Relation));
+            }
+            rows
+        }
         Err(error) => vec![MemoryRow::Error(ErrorRow::new(
             "build",
             &doc.source_uri,
             Some(doc.doc_id.clone()),
-            error.kind(),
+            StepError::kind(&error),
             &format!("{error}; the document's memory was not built"),
         ))],
     }

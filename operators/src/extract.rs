@@ -99,10 +99,21 @@ const NOT_NAMES: &[&str] = &[
     "Also", "Here", "Maybe", "Perhaps", "Still", "Yet",
 ];
 
-/// Named entities, extractively: runs of capitalised words (a run may not start
-/// with a function word such as "The"), each once, in order of first mention, at
-/// most `max`.
+/// Named entities, extractively: runs of capitalised words, each once, in order
+/// of first mention, at most `max`. A run may not start with a function word
+/// ("The", "It's"), nor with a sentence's first word when the text also has that
+/// word in lower case ("Sometimes" at a sentence start is no name; "Lisp" is).
 pub fn capitalised_names(text: &str, max: usize) -> Vec<String> {
+    let lower_case: HashSet<&str> = text
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()))
+        .filter(|w| w.chars().next().is_some_and(char::is_lowercase))
+        .collect();
+    let not_a_name = |word: &str, opens_sentence: bool| {
+        let stem = word.split('\'').next().unwrap_or(word);
+        NOT_NAMES.contains(&stem)
+            || (opens_sentence && lower_case.contains(word.to_lowercase().as_str()))
+    };
     let mut names: Vec<String> = Vec::new();
     let mut seen = HashSet::new();
     let mut run: Vec<&str> = Vec::new();
@@ -115,17 +126,19 @@ pub fn capitalised_names(text: &str, max: usize) -> Vec<String> {
             run.clear();
         }
     };
+    let mut opens_sentence = true;
     for raw in text.split_whitespace() {
         let word = raw.trim_matches(|c: char| !c.is_alphanumeric());
         let capitalised = word.chars().next().is_some_and(char::is_uppercase)
             && word
                 .chars()
                 .all(|c| c.is_alphanumeric() || c == '-' || c == '\'');
-        if capitalised && !(run.is_empty() && NOT_NAMES.contains(&word)) {
+        if capitalised && !(run.is_empty() && not_a_name(word, opens_sentence)) {
             run.push(word);
         } else {
             flush(&mut run, &mut names);
         }
+        opens_sentence = raw.ends_with(['.', '!', '?', ':']);
         // Punctuation after a word ends the name.
         if raw.ends_with(|c: char| !c.is_alphanumeric()) {
             flush(&mut run, &mut names);
@@ -223,14 +236,16 @@ mod tests {
     #[test]
     fn names_are_capitalised_runs_not_sentence_openers() {
         let text = "The founders met Paul Graham at Y Combinator in Mountain View. \
-            Then Jessica Livingston joined. Paul Graham wrote essays.";
+            Then Jessica Livingston joined. Paul Graham wrote essays. It's late. \
+            Sometimes Lisp wins; it sometimes loses.";
         assert_eq!(
             capitalised_names(text, 10),
             [
                 "Paul Graham",
                 "Y Combinator",
                 "Mountain View",
-                "Jessica Livingston"
+                "Jessica Livingston",
+                "Lisp"
             ]
         );
         assert_eq!(

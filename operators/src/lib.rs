@@ -4,12 +4,15 @@
 //! query service uses them to navigate.
 
 pub mod build;
+pub mod embed;
 pub mod extract;
+pub mod graph;
 pub mod ingest;
 pub mod lexical;
 pub mod mixture;
 pub mod model;
 pub mod paginate;
+pub mod raptor;
 pub mod reduce;
 pub mod segment;
 #[cfg(test)]

@@ -711,6 +711,32 @@ mod tests {
     }
 
     #[test]
+    fn memberships_are_the_components_over_the_threshold_or_the_likeliest() {
+        let points = blobs(&[[0.0, 0.0], [3.0, 0.0], [1.5, 2.5]], 80, 1.2);
+        let mixture = GaussianMixture::fit(&points, 3, &MixtureConfig::default());
+        let threshold = 0.1;
+        let memberships = mixture.memberships(&points, threshold);
+        let block = Block::of(&points.values, 2);
+        let (posteriors, _) = mixture.posteriors(&block);
+        let posterior = |c: usize, p: usize| posteriors[c * block.m + p];
+        let mut soft = 0;
+        for (p, members) in memberships.iter().enumerate() {
+            let mut over: Vec<usize> = (0..3).filter(|&c| posterior(c, p) > threshold).collect();
+            if over.is_empty() {
+                let likeliest = (0..3)
+                    .max_by(|&a, &b| posterior(a, p).total_cmp(&posterior(b, p)))
+                    .expect("three components");
+                over.push(likeliest);
+            }
+            let mut got = members.clone();
+            got.sort_unstable();
+            assert_eq!(got, over, "point {p}");
+            soft += usize::from(members.len() > 1);
+        }
+        assert!(soft > 0, "overlapping blobs give some point two clusters");
+    }
+
+    #[test]
     fn fits_do_not_depend_on_the_thread_count() {
         let points = blobs(&[[0.0, 0.0], [4.0, 4.0], [8.0, 0.0]], 3000, 1.5);
         let fit = |threads: usize| {

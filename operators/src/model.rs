@@ -257,6 +257,15 @@ pub trait MemoryModel: Send + Sync + fmt::Debug {
         first: RelationEvidence<'_>,
         second: RelationEvidence<'_>,
     ) -> StepResult<String>;
+    /// Entity disambiguation: do two passages from different documents, each
+    /// mentioning `name`, refer to the same entity?
+    async fn same_entity(
+        &self,
+        cx: &CallContext,
+        name: &str,
+        first: &str,
+        second: &str,
+    ) -> StepResult<bool>;
     /// Reflection: can the question be answered from `context`; if not, why not.
     async fn judge_answerable(
         &self,

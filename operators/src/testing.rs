@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 
-use crate::extract::sentence_list;
+use crate::extract::{capitalised_names, sentence_list, sentences_mentioning};
 use crate::lexical::{TermVector, sharpest_shift};
 use crate::model::*;
 
@@ -21,6 +21,8 @@ pub struct FirstSentence {
     breaks_asked: Mutex<Vec<usize>>,
     breaks_in_flight: AtomicUsize,
     peak_breaks_in_flight: AtomicUsize,
+    /// Names `same_entity` says are different entities in every two passages.
+    distinct_names: Vec<String>,
 }
 
 impl FirstSentence {
@@ -35,6 +37,14 @@ impl FirstSentence {
         FirstSentence {
             remote,
             agrees_with_draft: true,
+            ..Self::default()
+        }
+    }
+
+    /// A model that keeps entities called any of `names` apart across documents.
+    pub fn separating(names: &[&str]) -> Self {
+        FirstSentence {
+            distinct_names: names.iter().map(|n| n.to_string()).collect(),
             ..Self::default()
         }
     }
@@ -160,16 +170,33 @@ impl MemoryModel for FirstSentence {
     ) -> StepResult<Option<u32>> {
         Ok(None)
     }
-    async fn extract_entities(&self, _: &CallContext, _: &str, _: &str) -> StepResult<Vec<String>> {
-        Ok(Vec::new())
+    async fn extract_entities(
+        &self,
+        _: &CallContext,
+        _: &str,
+        segment: &str,
+    ) -> StepResult<Vec<String>> {
+        Ok(capitalised_names(segment, 20))
     }
     async fn extract_relations(
         &self,
         _: &CallContext,
-        _: &str,
-        _: &[&str],
+        segment: &str,
+        entities: &[&str],
     ) -> StepResult<Vec<Relation>> {
-        Ok(Vec::new())
+        let mut relations = Vec::new();
+        for (i, a) in entities.iter().enumerate() {
+            for b in &entities[i + 1..] {
+                if let Some(sentence) = sentences_mentioning(segment, a, b).into_iter().next() {
+                    relations.push(Relation {
+                        source: a.to_string(),
+                        target: b.to_string(),
+                        description: sentence,
+                    });
+                }
+            }
+        }
+        Ok(relations)
     }
     async fn merge_relations(
         &self,
@@ -179,6 +206,9 @@ impl MemoryModel for FirstSentence {
         _: RelationEvidence<'_>,
     ) -> StepResult<String> {
         Ok(a.relation.to_string())
+    }
+    async fn same_entity(&self, _: &CallContext, name: &str, _: &str, _: &str) -> StepResult<bool> {
+        Ok(!self.distinct_names.iter().any(|n| n == name))
     }
     async fn judge_answerable(&self, _: &CallContext, _: &str, _: &str) -> StepResult<Judgement> {
         Ok(Judgement {

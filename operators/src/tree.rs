@@ -291,6 +291,7 @@ mod tests {
                     i % 5
                 ),
                 n_tokens: 12,
+                target_tokens: 1000,
             })
             .collect()
     }

@@ -14,10 +14,17 @@ use std::sync::Arc;
 use differential_dataflow::VecCollection;
 use differential_dataflow::input::{Input, InputSession};
 use memweave_operators::build::{BuildConfig, Document, MemoryRow, build_document};
-use memweave_operators::model::MemoryModel;
+use memweave_operators::embed::{Embedder, EmbeddingRecord, embed_all};
+use memweave_operators::graph::{
+    DocEntity, DocRelation, EntityAssignment, entity_rows, merge_relations_across, relation_row,
+    resolve_entities,
+};
+use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_operators::tokens::count_tokens;
 use memweave_operators::tree::corpus_tree;
-use memweave_schemas::{DocumentRow, ErrorRow, PageRow, SegmentRow, TreeNodeRow};
+use memweave_schemas::{
+    DocumentRow, EntityRow, ErrorRow, PageRow, RelationRow, SegmentRow, TREE_MEMWALKER, TreeNodeRow,
+};
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
 
 use crate::async_map::map_async;
@@ -30,7 +37,22 @@ pub struct WorkerOutput {
     pub segments: HashMap<SegmentRow, isize>,
     pub tree_nodes: HashMap<TreeNodeRow, isize>,
     pub pages: HashMap<PageRow, isize>,
+    pub entities: HashMap<EntityRow, isize>,
+    pub relations: HashMap<RelationRow, isize>,
+    pub embeddings: HashMap<EmbeddingRecord, isize>,
     pub errors: HashMap<ErrorRow, isize>,
+}
+
+/// What the cross-document graph stages produce.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum GraphRow {
+    Entity(EntityRow),
+    Assignment(EntityAssignment),
+    Relation(RelationRow),
+    Embedding(EmbeddingRecord),
+    Error(ErrorRow),
 }
 
 /// A document as the input collection holds it, with the time it was first seen.
@@ -41,6 +63,7 @@ pub type DocumentInput = InputSession<u64, (Document, i64), isize>;
 pub fn build(
     worker: &mut Worker,
     model: &Arc<dyn MemoryModel>,
+    embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
     runtime: &tokio::runtime::Handle,
 ) -> (DocumentInput, ProbeHandle<u64>, Rc<RefCell<WorkerOutput>>) {
@@ -72,15 +95,18 @@ pub fn build(
 
         // The memory of each document, built asynchronously: the document's model
         // calls run concurrently on the runtime, and many documents are in flight.
-        let model = Arc::clone(model);
-        let corpus_model = Arc::clone(&model);
+        let corpus_model = Arc::clone(model);
+        let graph_model = Arc::clone(model);
+        let doc_embedder = Arc::clone(embedder);
+        let doc_model = Arc::clone(model);
         let memory = map_async(
             docs,
             runtime.clone(),
             "BuildMemory",
             move |doc: Document| {
-                let model = Arc::clone(&model);
-                async move { build_document(&doc, &config, model.as_ref()).await }
+                let model = Arc::clone(&doc_model);
+                let embedder = Arc::clone(&doc_embedder);
+                async move { build_document(&doc, &config, model.as_ref(), embedder.as_ref()).await }
             },
         );
         let segments = memory.clone().flat_map(|row| match row {
@@ -96,7 +122,7 @@ pub fn build(
         let (tree_nodes, corpus_errors) = if config.corpus_tree {
             let roots = document_tree_nodes
                 .clone()
-                .filter(|n| n.parent_id.is_none())
+                .filter(|n| n.tree == TREE_MEMWALKER && n.parent_id.is_none())
                 .map(|root| ((), root))
                 .reduce_named("CorpusRoots", |(), roots, out| {
                     let mut roots: Vec<TreeNodeRow> =
@@ -139,8 +165,43 @@ pub fn build(
             MemoryRow::Page(p) => Some(p),
             _ => None,
         });
+        let doc_entities = memory.clone().flat_map(|row| match row {
+            MemoryRow::Entity(e) => Some(e),
+            _ => None,
+        });
+        let doc_relations = memory.clone().flat_map(|row| match row {
+            MemoryRow::Relation(r) => Some(r),
+            _ => None,
+        });
+        let doc_embeddings = memory.clone().flat_map(|row| match row {
+            MemoryRow::Embedding(e) => Some(e),
+            _ => None,
+        });
         let build_errors = memory.flat_map(|row| match row {
             MemoryRow::Error(e) => Some(e),
+            _ => None,
+        });
+        let graph = graph_stages(
+            doc_entities,
+            doc_relations,
+            &graph_model,
+            embedder,
+            runtime,
+        );
+        let entities = graph.clone().flat_map(|row| match row {
+            GraphRow::Entity(e) => Some(e),
+            _ => None,
+        });
+        let relations = graph.clone().flat_map(|row| match row {
+            GraphRow::Relation(r) => Some(r),
+            _ => None,
+        });
+        let embeddings = doc_embeddings.concat(graph.clone().flat_map(|row| match row {
+            GraphRow::Embedding(e) => Some(e),
+            _ => None,
+        }));
+        let graph_errors = graph.flat_map(|row| match row {
+            GraphRow::Error(e) => Some(e),
             _ => None,
         });
 
@@ -148,7 +209,10 @@ pub fn build(
         collect(segments, &output, |o| &mut o.segments, &mut probe);
         collect(tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
         collect(pages, &output, |o| &mut o.pages, &mut probe);
-        let mut errors = duplicates.concat(build_errors);
+        collect(entities, &output, |o| &mut o.entities, &mut probe);
+        collect(relations, &output, |o| &mut o.relations, &mut probe);
+        collect(embeddings, &output, |o| &mut o.embeddings, &mut probe);
+        let mut errors = duplicates.concat(build_errors).concat(graph_errors);
         if let Some(corpus_errors) = corpus_errors {
             errors = errors.concat(corpus_errors);
         }
@@ -156,6 +220,138 @@ pub fn build(
         input
     });
     (input, probe, output)
+}
+
+/// The graph across documents: each normalised name's entities, one per
+/// document, resolved into entities (and embedded); relations re-keyed by the
+/// entities their ends became, and one pair's relations from several documents
+/// merged. A step the model fails falls back to the name alone (one entity per
+/// name; relation descriptions joined) and reports an error: nothing is lost.
+fn graph_stages<'scope>(
+    doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
+    doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
+    model: &Arc<dyn MemoryModel>,
+    embedder: &Arc<dyn Embedder>,
+    runtime: &tokio::runtime::Handle,
+) -> VecCollection<'scope, u64, GraphRow, isize> {
+    let by_name = doc_entities
+        .map(|e| (e.key.clone(), e))
+        .reduce_named("EntitiesByName", |_key, mentions, out| {
+            // Values come sorted, and a name's entities differ in doc_id alone.
+            let mentions: Vec<DocEntity> = mentions.iter().map(|(m, _)| (*m).clone()).collect();
+            out.push((mentions, 1));
+        })
+        .map(|(_key, mentions)| mentions);
+    let (model_e, embedder_e) = (Arc::clone(model), Arc::clone(embedder));
+    let resolved = map_async(
+        by_name,
+        runtime.clone(),
+        "ResolveEntities",
+        move |mentions: Vec<DocEntity>| {
+            let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
+            async move {
+                let mut out = Vec::new();
+                let (rows, assignments) = match resolve_entities(&mentions, model.as_ref()).await {
+                    Ok(resolved) => resolved,
+                    Err(error) => {
+                        out.push(GraphRow::Error(graph_error(
+                            &mentions[0].key,
+                            &error,
+                            "its documents' entities were merged by name alone",
+                        )));
+                        entity_rows(&[mentions.iter().collect()])
+                    }
+                };
+                let texts: Vec<String> = rows
+                    .iter()
+                    .map(|r| format!("{}: {}", r.name, r.description))
+                    .collect();
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                match embed_all(
+                    embedder.as_ref(),
+                    &CallContext::build("embed", "entities"),
+                    &refs,
+                )
+                .await
+                {
+                    Ok(vectors) => out.extend(rows.iter().zip(vectors).map(|(r, v)| {
+                        GraphRow::Embedding(EmbeddingRecord::new(&r.entity_id, "entity", &v))
+                    })),
+                    Err(error) => out.push(GraphRow::Error(graph_error(
+                        &mentions[0].key,
+                        &error,
+                        "its entities have no vectors",
+                    ))),
+                }
+                out.extend(rows.into_iter().map(GraphRow::Entity));
+                out.extend(assignments.into_iter().map(GraphRow::Assignment));
+                out
+            }
+        },
+    );
+    let assigned = resolved.clone().flat_map(|row| match row {
+        GraphRow::Assignment(a) => Some(((a.doc_id, a.key), a.entity_id)),
+        _ => None,
+    });
+    let by_pair = doc_relations
+        .map(|r| ((r.doc_id.clone(), r.source_key.clone()), r))
+        .join_map(assigned.clone(), |_, r, source_id| {
+            (
+                (r.doc_id.clone(), r.target_key.clone()),
+                (source_id.clone(), r.clone()),
+            )
+        })
+        .join_map(assigned, |_, (source_id, r), target_id| {
+            ((source_id.clone(), target_id.clone()), r.clone())
+        })
+        .reduce_named("RelationsByPair", |_pair, found, out| {
+            let found: Vec<DocRelation> = found.iter().map(|(r, _)| (*r).clone()).collect();
+            out.push((found, 1));
+        });
+    let model_r = Arc::clone(model);
+    let relations = map_async(
+        by_pair,
+        runtime.clone(),
+        "MergeRelations",
+        move |((source_id, target_id), found): ((String, String), Vec<DocRelation>)| {
+            let model = Arc::clone(&model_r);
+            async move {
+                match merge_relations_across(&source_id, &target_id, &found, model.as_ref()).await {
+                    Ok(row) => vec![GraphRow::Relation(row)],
+                    Err(error) => {
+                        let joined = found
+                            .iter()
+                            .map(|r| r.description.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ");
+                        vec![
+                            GraphRow::Error(graph_error(
+                                &format!("{source_id} -> {target_id}"),
+                                &error,
+                                "its descriptions were joined unmerged",
+                            )),
+                            GraphRow::Relation(relation_row(
+                                &source_id, &target_id, &found, joined,
+                            )),
+                        ]
+                    }
+                }
+            }
+        },
+    );
+    resolved
+        .filter(|row| !matches!(row, GraphRow::Assignment(_)))
+        .concat(relations)
+}
+
+fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
+    ErrorRow::new(
+        "graph",
+        subject,
+        None,
+        error.kind(),
+        &format!("{error}; {fallback}"),
+    )
 }
 
 /// Accumulates a collection's updates into one map of the worker's output.
@@ -214,6 +410,7 @@ mod tests {
 
     use memweave_llm::TaskModel;
     use memweave_operators::build::segment_rows;
+    use memweave_operators::embed::HashingEmbedder;
     use memweave_operators::ingest::RawDocument;
     use memweave_operators::paginate::PageConfig;
     use memweave_operators::segment::SegmentConfig;
@@ -258,7 +455,8 @@ mod tests {
         let handle = runtime.handle().clone();
         let guards = timely::execute(timely::Config::thread(), move |worker| {
             let model: Arc<dyn MemoryModel> = Arc::new(TaskModel::extractive());
-            let (mut input, probe, output) = build(worker, &model, config(), &handle);
+            let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));
+            let (mut input, probe, output) = build(worker, &model, &embedder, config(), &handle);
             for (round, changes) in rounds.iter().enumerate() {
                 for (record, diff) in changes {
                     input.update(record.clone(), *diff);
@@ -287,8 +485,11 @@ mod tests {
             vec![((old.clone(), 0), 1)],
             vec![((old, 0), -1), ((new.clone(), 5), 1)],
         ]);
-        let expected: HashSet<SegmentRow> =
-            segment_rows(&new, &config().segments).into_iter().collect();
+        // The MemWalker segments and the RAPTOR chunks, both of the new version.
+        let expected: HashSet<SegmentRow> = segment_rows(&new, &config().segments)
+            .into_iter()
+            .chain(segment_rows(&new, &config().chunks()))
+            .collect();
         let got: HashSet<SegmentRow> = output.segments.keys().cloned().collect();
         assert_eq!(got, expected);
         assert!(output.segments.values().all(|&m| m == 1));

@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use memweave_llm::LlmArgs;
 use memweave_llm::cache::{CacheReport, CallCache};
 use memweave_llm::pool::PoolReport;
+use memweave_llm::{EmbedArgs, LlmArgs};
 use memweave_operators::build::{BuildConfig, Document};
+use memweave_operators::embed::Embedder;
 use memweave_operators::ingest::{self, IngestError, SourceFile};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{
-    DocumentRow, EmbeddingRow, EntityRow, ErrorRow, LlmCallRow, RelationRow, Table, TableRow,
-    TableStore, TableVersion, now_micros,
+    DocumentRow, EmbeddingRow, ErrorRow, LlmCallRow, Table, TableRow, TableStore, TableVersion,
+    TreeNodeRow, now_micros,
 };
 
 use crate::dataflow::{self, WorkerOutput};
@@ -41,6 +42,8 @@ pub struct IndexOptions {
     pub build: BuildConfig,
     /// The model backend and how to reach it.
     pub llm: LlmArgs,
+    /// How texts become vectors.
+    pub embed: EmbedArgs,
     /// Draw a progress bar when stderr is a terminal.
     pub interactive: bool,
 }
@@ -57,16 +60,28 @@ pub struct IndexSummary {
     pub changed: usize,
     pub tokens: u64,
     pub segments: usize,
-    pub tree_nodes: usize,
-    pub roots: usize,
-    pub tree_depth: u32,
+    /// Per tree (memwalker, raptor, …): nodes, roots, depth.
+    pub trees: BTreeMap<String, TreeShape>,
     pub pages: usize,
+    pub entities: usize,
+    pub relations: usize,
+    pub embeddings: usize,
+    /// Name and width of the embedder's vectors.
+    pub embedder: (String, usize),
     pub errors: Vec<ErrorRow>,
     pub wall: Duration,
     pub backend: String,
     pub cache: CacheReport,
     /// The pool's counters, with the openai backend.
     pub pool: Option<PoolReport>,
+}
+
+/// How big one kind of tree came out.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TreeShape {
+    pub nodes: usize,
+    pub roots: usize,
+    pub depth: u32,
 }
 
 pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
@@ -98,6 +113,9 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
     let pool = task_model.pool().cloned();
     let backend = task_model.backend().to_string();
     let model: Arc<dyn MemoryModel> = Arc::new(task_model);
+    let embedder = runtime
+        .block_on(options.embed.embedder(&options.llm, Arc::clone(&cache)))
+        .map_err(UsageError)?;
     runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache)));
     let previous = runtime
         .block_on(previous_documents(&store))
@@ -111,6 +129,7 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
     let outputs = run_dataflow(
         options,
         model,
+        Arc::clone(&embedder),
         runtime.handle(),
         &files,
         &previous,
@@ -132,6 +151,9 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         merge(&mut merged.segments, output.segments);
         merge(&mut merged.tree_nodes, output.tree_nodes);
         merge(&mut merged.pages, output.pages);
+        merge(&mut merged.entities, output.entities);
+        merge(&mut merged.relations, output.relations);
+        merge(&mut merged.embeddings, output.embeddings);
         merge(&mut merged.errors, output.errors);
     }
     errors.extend(rows(merged.errors));
@@ -144,6 +166,12 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
     let segments = rows(merged.segments);
     let tree_nodes = rows(merged.tree_nodes);
     let pages = rows(merged.pages);
+    let entities = rows(merged.entities);
+    let relations = rows(merged.relations);
+    let embeddings: Vec<EmbeddingRow> = rows(merged.embeddings)
+        .iter()
+        .map(|e| e.row(embedder.model()))
+        .collect();
     let changed = documents
         .iter()
         .filter(|d| {
@@ -164,9 +192,12 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
                 write_table(&store, &segments).await?,
                 write_table(&store, &tree_nodes).await?,
                 write_table(&store, &pages).await?,
-                write_table::<EntityRow>(&store, &[]).await?,
-                write_table::<RelationRow>(&store, &[]).await?,
-                write_table::<EmbeddingRow>(&store, &[]).await?,
+                write_table(&store, &entities).await?,
+                write_table(&store, &relations).await?,
+                TableVersion {
+                    table: Table::Embeddings.name().to_string(),
+                    version: store.write_embeddings(&embeddings, embedder.dim()).await?,
+                },
                 match cache.finish().await? {
                     Some(version) => TableVersion {
                         table: Table::LlmCalls.name().to_string(),
@@ -190,10 +221,12 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         documents: documents.len(),
         changed,
         segments: segments.len(),
-        roots: tree_nodes.iter().filter(|n| n.parent_id.is_none()).count(),
-        tree_depth: tree_nodes.iter().map(|n| n.level).max().unwrap_or(0),
-        tree_nodes: tree_nodes.len(),
+        trees: tree_shapes(&tree_nodes),
         pages: pages.len(),
+        entities: entities.len(),
+        relations: relations.len(),
+        embeddings: embeddings.len(),
+        embedder: (embedder.model().to_string(), embedder.dim()),
         errors,
         wall: started.elapsed(),
         backend,
@@ -234,6 +267,17 @@ async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
     std::process::exit(130);
 }
 
+fn tree_shapes(nodes: &[TreeNodeRow]) -> BTreeMap<String, TreeShape> {
+    let mut shapes: BTreeMap<String, TreeShape> = BTreeMap::new();
+    for node in nodes {
+        let shape = shapes.entry(node.tree.clone()).or_default();
+        shape.nodes += 1;
+        shape.roots += usize::from(node.parent_id.is_none());
+        shape.depth = shape.depth.max(node.level);
+    }
+    shapes
+}
+
 async fn write_table<R: TableRow>(store: &TableStore, rows: &[R]) -> anyhow::Result<TableVersion> {
     Ok(TableVersion {
         table: R::TABLE.name().to_string(),
@@ -259,6 +303,7 @@ type WorkerResult = (WorkerOutput, Vec<IngestError>);
 fn run_dataflow(
     options: &IndexOptions,
     model: Arc<dyn MemoryModel>,
+    embedder: Arc<dyn Embedder>,
     runtime: &tokio::runtime::Handle,
     files: &Arc<Vec<SourceFile>>,
     previous: &HashMap<String, DocumentRow>,
@@ -273,7 +318,8 @@ fn run_dataflow(
     let guards = timely::execute(
         timely::Config::process(options.workers.max(1)),
         move |worker| {
-            let (mut input, probe, output) = dataflow::build(worker, &model, config, &runtime);
+            let (mut input, probe, output) =
+                dataflow::build(worker, &model, &embedder, config, &runtime);
             let (index, peers) = (worker.index(), worker.peers());
             let mine: Vec<&SourceFile> = files.iter().skip(index).step_by(peers).collect();
             let mut failures = Vec::new();

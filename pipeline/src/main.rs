@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use memweave_llm::{CallCache, LlmArgs};
-use memweave_operators::build::BuildConfig;
+use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
+use memweave_operators::build::{BuildConfig, Memories};
 use memweave_operators::paginate::PageConfig;
+use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
@@ -54,6 +55,11 @@ enum Command {
         /// Dataflow worker threads.
         #[arg(short = 'w', long, default_value_t = default_workers())]
         workers: usize,
+        /// The memories to build, comma-separated: memwalker (summary tree),
+        /// readagent (pages and gists), graph (QRMeM entities and relations),
+        /// raptor (ILM-TR cluster tree with embeddings).
+        #[arg(long, default_value = "memwalker,readagent,graph,raptor", value_parser = Memories::parse)]
+        memories: Memories,
         /// Average segment size in tokens (cl100k BPE); segments stay between a
         /// quarter of and three times this unless --min-tokens/--max-tokens say otherwise.
         #[arg(long, default_value_t = SegmentConfig::DEFAULT.target_tokens)]
@@ -87,11 +93,24 @@ enum Command {
         /// documents' roots (tree_nodes.tree = "memwalker-corpus").
         #[arg(long)]
         corpus_tree: bool,
+        /// RAPTOR chunk size in tokens (RAPTOR used 100, ILM-TR 600); equal to
+        /// --segment-tokens, the chunks are the MemWalker segments.
+        #[arg(long, default_value_t = RaptorConfig::DEFAULT.chunk_tokens)]
+        chunk_tokens: usize,
+        /// Most RAPTOR levels above the chunks; the last is one cluster, the root.
+        #[arg(long, default_value_t = RaptorConfig::DEFAULT.max_levels)]
+        raptor_max_levels: u32,
+        /// A RAPTOR cluster whose texts total more tokens than this is clustered
+        /// again on its own.
+        #[arg(long, default_value_t = RaptorConfig::DEFAULT.cluster_max_tokens)]
+        cluster_max_tokens: usize,
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
         #[command(flatten)]
         llm: LlmArgs,
+        #[command(flatten)]
+        embed: EmbedArgs,
     },
     /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
     /// and pass back with --prompts DIR.
@@ -148,8 +167,13 @@ fn main() -> ExitCode {
             gist_word_budget,
             corpus_tree,
             parent_max_tokens,
+            memories,
+            chunk_tokens,
+            raptor_max_levels,
+            cluster_max_tokens,
             storage_options,
             llm,
+            embed,
         } => {
             let segments = SegmentConfig {
                 target_tokens: segment_tokens,
@@ -167,11 +191,19 @@ fn main() -> ExitCode {
                 storage_options: storage_options.into_iter().collect(),
                 workers,
                 build: BuildConfig {
+                    memories,
                     parent_max_tokens,
                     corpus_tree,
+                    raptor: RaptorConfig {
+                        chunk_tokens,
+                        max_levels: raptor_max_levels,
+                        cluster_max_tokens,
+                        ..RaptorConfig::DEFAULT
+                    },
                     ..BuildConfig::new(segments, pages, max_children)
                 },
                 llm,
+                embed,
                 interactive,
             };
             run_index(&options).map(|summary| print_summary(&summary))
@@ -245,11 +277,19 @@ fn print_summary(s: &IndexSummary) {
     );
     println!("  tokens      {}", s.tokens);
     println!("  segments    {}", s.segments);
-    println!(
-        "  tree nodes  {} ({} roots, depth {})",
-        s.tree_nodes, s.roots, s.tree_depth
-    );
+    for (tree, shape) in &s.trees {
+        println!(
+            "  tree nodes  {} in {tree} ({} roots, depth {})",
+            shape.nodes, shape.roots, shape.depth
+        );
+    }
     println!("  pages       {} (each with a gist)", s.pages);
+    println!("  entities    {}", s.entities);
+    println!("  relations   {}", s.relations);
+    println!(
+        "  embeddings  {} ({}, {} dimensions)",
+        s.embeddings, s.embedder.0, s.embedder.1
+    );
     if s.errors.is_empty() {
         println!("  errors      0");
     } else {
@@ -265,13 +305,14 @@ fn print_summary(s: &IndexSummary) {
     );
     if let Some(pool) = &s.pool {
         println!(
-            "  pool        {} requests ({} retried: {} rate-limited, {} server errors, {} timeouts, {} malformed), {} tokens in, {} out, peak {} in flight",
+            "  pool        {} requests ({} retried: {} rate-limited, {} server errors, {} timeouts, {} malformed; {} cut off by the output budget and asked again), {} tokens in, {} out, peak {} in flight",
             pool.requests,
             pool.requests.saturating_sub(pool.succeeded),
             pool.rate_limited,
             pool.server_errors,
             pool.timeouts,
             pool.malformed,
+            pool.truncated,
             pool.tokens_in,
             pool.tokens_out,
             pool.peak_in_flight

@@ -49,6 +49,9 @@ pub struct SegmentRow {
     pub end_char: u64,
     pub text: String,
     pub n_tokens: u32,
+    /// The segmentation's target size: a document is segmented once per size its
+    /// memories ask for (MemWalker segments, RAPTOR chunks), once when they agree.
+    pub target_tokens: u32,
 }
 table_row!(SegmentRow, Table::Segments, seg_id);
 

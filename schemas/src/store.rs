@@ -15,13 +15,16 @@ use futures::TryStreamExt;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::{Dataset, WriteMode, WriteParams};
 use lance::index::DatasetIndexExt;
+use lance::index::vector::VectorIndexParams;
 use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
 use lance_index::IndexType;
 use lance_index::optimize::OptimizeOptions;
 use lance_index::scalar::ScalarIndexParams;
+use lance_linalg::distance::DistanceType;
 
 use crate::Table;
-use crate::rows::{CheckpointRow, TableRow, TableVersion, now_micros};
+use crate::rows::{CheckpointRow, EmbeddingRow, TableRow, TableVersion, now_micros};
+use crate::tables::embeddings_fields;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -42,7 +45,13 @@ pub enum StoreError {
     },
     #[error("checkpoint {epoch} does not name table {table}")]
     MissingTable { epoch: u64, table: Table },
+    #[error("table {table}: {message}")]
+    Invalid { table: Table, message: String },
 }
+
+/// Fewest vectors the `embeddings` table is indexed at: below it a scan of
+/// every vector is as fast as probing an index.
+pub const VECTOR_INDEX_MIN_ROWS: usize = 1024;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -111,6 +120,47 @@ impl TableStore {
         let batch = to_batch(R::TABLE, &sorted)?;
         self.write_batch(R::TABLE, batch, WriteMode::Overwrite)
             .await
+    }
+
+    /// Replaces the `embeddings` table with `rows`, whose vectors have `dim`
+    /// components; indexes the vectors (IVF, cosine) once there are enough of them
+    /// that an index beats a scan. Returns the table's version.
+    pub async fn write_embeddings(&self, rows: &[EmbeddingRow], dim: usize) -> Result<u64> {
+        let table = Table::Embeddings;
+        let mut sorted: Vec<&EmbeddingRow> = rows.iter().collect();
+        sorted.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
+        if let Some(odd) = sorted.iter().find(|r| r.vector.len() != dim) {
+            return Err(StoreError::Invalid {
+                table,
+                message: format!(
+                    "the vector of {} has {} components, the table {dim}",
+                    odd.owner_id,
+                    odd.vector.len()
+                ),
+            });
+        }
+        let batch = serde_arrow::to_record_batch(&embeddings_fields(dim as i32), &sorted)
+            .map_err(|source| StoreError::Rows { table, source })?;
+        let version = self.write_batch(table, batch, WriteMode::Overwrite).await?;
+        if rows.len() < VECTOR_INDEX_MIN_ROWS {
+            return Ok(version);
+        }
+        let Some(mut dataset) = self.open(table, Some(version)).await? else {
+            return Ok(version);
+        };
+        // About √n partitions: a query probes a few of them, each about √n vectors.
+        let partitions = (rows.len() as f64).sqrt().round() as usize;
+        dataset
+            .create_index(
+                &["vector"],
+                IndexType::Vector,
+                Some("vector_ivf".to_string()),
+                &VectorIndexParams::ivf_flat(partitions, DistanceType::Cosine),
+                true,
+            )
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(dataset.version().version)
     }
 
     async fn write_batch(&self, table: Table, batch: RecordBatch, mode: WriteMode) -> Result<u64> {
@@ -500,6 +550,7 @@ mod tests {
                 end_char: 10,
                 text: "ten chars!".into(),
                 n_tokens: 4,
+                target_tokens: 1000,
             }],
         )
         .await;

@@ -87,6 +87,7 @@ impl Table {
                 Field::new("end_char", DataType::UInt64, false),
                 utf8("text"),
                 Field::new("n_tokens", DataType::UInt32, false),
+                Field::new("target_tokens", DataType::UInt32, false),
             ],
             Table::TreeNodes => vec![
                 utf8("node_id"),

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use memweave_schemas::{
-    CheckpointRow, DocumentRow, ErrorRow, PageRow, SegmentRow, TableStore, TreeNodeRow,
+    CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, PageRow, RelationRow,
+    SegmentRow, TableStore, TreeNodeRow,
 };
 
 pub fn workspace_root() -> PathBuf {
@@ -97,6 +98,9 @@ pub struct Tables {
     pub segments: Vec<SegmentRow>,
     pub tree_nodes: Vec<TreeNodeRow>,
     pub pages: Vec<PageRow>,
+    pub entities: Vec<EntityRow>,
+    pub relations: Vec<RelationRow>,
+    pub embeddings: Vec<EmbeddingRow>,
     pub errors: Vec<ErrorRow>,
 }
 
@@ -117,6 +121,9 @@ pub fn read_tables(root: &Path) -> Tables {
             segments: store.read_at(&checkpoint).await.expect("segments"),
             tree_nodes: store.read_at(&checkpoint).await.expect("tree_nodes"),
             pages: store.read_at(&checkpoint).await.expect("pages"),
+            entities: store.read_at(&checkpoint).await.expect("entities"),
+            relations: store.read_at(&checkpoint).await.expect("relations"),
+            embeddings: store.read_at(&checkpoint).await.expect("embeddings"),
             errors: store.read_at(&checkpoint).await.expect("errors"),
             checkpoint,
         }

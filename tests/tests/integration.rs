@@ -7,6 +7,7 @@ mod integration {
     pub mod bad_input;
     pub mod external_readers;
     pub mod indexing;
+    pub mod memories;
     pub mod model_pool;
     pub mod query;
     pub mod segmentation;

@@ -17,7 +17,14 @@ for name in tables:
 docs = lance.dataset(f"{root}/documents.lance").to_table(columns=["doc_id", "n_chars"]).to_pylist()
 segments = lance.dataset(f"{root}/segments.lance").to_table(columns=["doc_id", "n_tokens"])
 per_doc = duckdb.sql("SELECT count(DISTINCT doc_id), sum(n_tokens) FROM segments").fetchall()[0]
+embeddings = lance.dataset(f"{root}/embeddings.lance")
+probe = embeddings.to_table(limit=1).to_pylist()[0]
+nearest = embeddings.to_table(
+    columns=["owner_id"], nearest={"column": "vector", "q": probe["vector"], "k": 3, "nprobes": 4}
+).to_pylist()
 print(json.dumps({
+    "vector_indices": [i["type"] for i in embeddings.list_indices() if i["fields"] == ["vector"]],
+    "nearest_is_itself": nearest[0]["owner_id"] == probe["owner_id"],
     "counts": counts,
     "chars": sum(d["n_chars"] for d in docs),
     "duckdb_docs_with_segments": per_doc[0],
@@ -51,15 +58,19 @@ fn pylance_and_duckdb_read_the_same_counts() {
         ("tree_nodes", t.tree_nodes.len()),
         ("pages", t.pages.len()),
         ("errors", t.errors.len()),
-        ("entities", 0),
-        ("relations", 0),
-        ("embeddings", 0),
+        ("entities", t.entities.len()),
+        ("relations", t.relations.len()),
+        ("embeddings", t.embeddings.len()),
         ("llm_calls", read_calls(&built.tables).len()),
         ("checkpoints", 1),
     ];
     for (table, count) in expected {
         assert_eq!(seen["counts"][table], count, "{table}");
     }
+    // Enough vectors for an index: pylance finds it and searches through it.
+    assert!(t.embeddings.len() >= memweave_schemas::store::VECTOR_INDEX_MIN_ROWS);
+    assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_FLAT"]));
+    assert_eq!(seen["nearest_is_itself"], true);
     let chars: u64 = t.documents.iter().map(|d| d.n_chars).sum();
     assert_eq!(seen["chars"], chars);
     assert_eq!(seen["duckdb_docs_with_segments"], t.documents.len());

@@ -1,9 +1,9 @@
 //! `memweave index` end to end over pg-essays: table invariants, determinism,
 //! idempotence, formats.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use memweave_schemas::{DocumentRow, Table};
+use memweave_schemas::Table;
 use memweave_tests::{Tables, index, read_tables, shared_data, stdout};
 
 use super::shared::pg_essays;
@@ -29,106 +29,26 @@ fn summary_names_every_count() {
     assert!(summary.contains(&format!("pages       {}", built.read.pages.len())));
 }
 
+/// MemWalker's shape (the invariants of every table are in `memories`): at most
+/// Mt children, one leaf per 400-token segment, and long essays two levels deep.
 #[test]
-fn every_row_hangs_together() {
+fn memwalker_trees_have_the_configured_shape() {
     let t = &pg_essays().read;
-    assert_eq!(t.documents.len(), 49);
-    let docs: HashMap<&str, &DocumentRow> =
-        t.documents.iter().map(|d| (d.doc_id.as_str(), d)).collect();
-
-    // Every segment's document exists; segments tile their document.
-    let mut by_doc: HashMap<&str, Vec<_>> = HashMap::new();
-    for s in &t.segments {
-        assert!(
-            docs.contains_key(s.doc_id.as_str()),
-            "segment {} has no document",
-            s.seg_id
-        );
-        by_doc
-            .entry(s.doc_id.as_str())
-            .or_default()
-            .push((s.ordinal, s.start_char, s.end_char));
-    }
-    for (doc, mut spans) in by_doc {
-        spans.sort();
-        assert_eq!(spans[0].1, 0);
-        assert_eq!(spans.last().unwrap().2, docs[doc].n_chars);
-        for (i, pair) in spans.windows(2).enumerate() {
-            assert_eq!(pair[0].2, pair[1].1, "gap or overlap in {doc}");
-            assert_eq!(pair[0].0 as usize, i);
-        }
-    }
-
-    // Exactly one root per document; parents exist and list their children.
-    let nodes: HashMap<&str, _> = t
+    let memwalker: Vec<_> = t
         .tree_nodes
         .iter()
-        .map(|n| (n.node_id.as_str(), n))
+        .filter(|n| n.tree == "memwalker")
         .collect();
-    let mut roots: HashMap<&str, usize> = HashMap::new();
-    let mut deeper = 0;
-    for n in &t.tree_nodes {
-        let doc = n.doc_id.as_deref().expect("per-document trees");
-        match &n.parent_id {
-            None => *roots.entry(doc).or_insert(0) += 1,
-            Some(p) => {
-                let parent = nodes
-                    .get(p.as_str())
-                    .unwrap_or_else(|| panic!("parent {p} missing"));
-                assert!(
-                    parent.child_ids.contains(&n.node_id),
-                    "{p} does not list {}",
-                    n.node_id
-                );
-                assert_eq!(parent.doc_id, n.doc_id);
-                assert_eq!(parent.level, n.level + 1);
-            }
-        }
-        assert!(n.child_ids.len() <= 8);
-        for c in &n.child_ids {
-            assert_eq!(
-                nodes[c.as_str()].parent_id.as_deref(),
-                Some(n.node_id.as_str())
-            );
-        }
-        if n.level >= 2 {
-            deeper += 1;
-        }
-        assert!(!n.summary.is_empty());
-    }
-    assert_eq!(roots.len(), 49);
-    assert!(roots.values().all(|&c| c == 1), "{roots:?}");
+    assert!(memwalker.iter().all(|n| n.child_ids.len() <= 8));
     assert!(
-        deeper > 0,
+        memwalker.iter().any(|n| n.level >= 2),
         "400-token segments give some essays a tree of depth 2"
     );
-    let leaves = t.tree_nodes.iter().filter(|n| n.level == 0).count();
-    assert_eq!(leaves, t.segments.len(), "one leaf per segment");
-
-    // Pages cover each document without gaps or overlaps; gists are shorter.
-    let mut pages: HashMap<&str, Vec<_>> = HashMap::new();
-    for p in &t.pages {
-        assert!(
-            p.gist.len() < p.text.len(),
-            "gist of {} is not shorter",
-            p.page_id
-        );
-        assert!(!p.gist.is_empty());
-        pages
-            .entry(p.doc_id.as_str())
-            .or_default()
-            .push((p.ordinal, p.start_char, p.end_char));
-    }
-    assert_eq!(pages.len(), 49);
-    for (doc, mut spans) in pages {
-        spans.sort();
-        assert_eq!(spans[0].1, 0);
-        assert_eq!(spans.last().unwrap().2, docs[doc].n_chars);
-        for pair in spans.windows(2) {
-            assert_eq!(pair[0].2, pair[1].1, "gap or overlap in pages of {doc}");
-        }
-    }
-
+    let leaves = memwalker.iter().filter(|n| n.level == 0).count();
+    let segments = t.segments.iter().filter(|s| s.target_tokens == 400).count();
+    assert_eq!(leaves, segments, "one leaf per segment");
+    let docs: HashSet<&str> = t.documents.iter().map(|d| d.doc_id.as_str()).collect();
+    assert_eq!(docs.len(), 49);
     // The checkpoint names every data table.
     for table in Table::data_tables() {
         assert!(
@@ -152,12 +72,12 @@ fn comparable(t: &Tables) -> Tables {
 }
 
 #[test]
-fn one_worker_and_three_workers_write_identical_tables() {
+fn one_worker_and_two_workers_write_identical_tables() {
     let dir = tempfile::tempdir().unwrap();
-    let (one, three) = (dir.path().join("w1"), dir.path().join("w3"));
+    let (one, three) = (dir.path().join("w1"), dir.path().join("w2"));
     let source = shared_data("pg-essays");
     index(&source, &one, &["-w", "1", "--segment-tokens", "400"]);
-    index(&source, &three, &["-w", "3", "--segment-tokens", "400"]);
+    index(&source, &three, &["-w", "2", "--segment-tokens", "400"]);
     let (a, b) = (read_tables(&one), read_tables(&three));
     assert!(!a.segments.is_empty());
     assert_eq!(comparable(&a), comparable(&b));

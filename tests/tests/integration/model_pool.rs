@@ -48,6 +48,9 @@ fn assert_same_memory(a: &Tables, b: &Tables) {
         (a.segments.len(), b.segments.len()),
         (a.tree_nodes.len(), b.tree_nodes.len()),
         (a.pages.len(), b.pages.len()),
+        (a.entities.len(), b.entities.len()),
+        (a.relations.len(), b.relations.len()),
+        (a.embeddings.len(), b.embeddings.len()),
     ] {
         assert_eq!(x, y);
     }
@@ -65,7 +68,46 @@ fn assert_same_memory(a: &Tables, b: &Tables) {
     assert_eq!(a.segments, b.segments);
     assert_eq!(a.tree_nodes, b.tree_nodes);
     assert_eq!(a.pages, b.pages);
+    // Tables are written sorted by key: equal tables are equal row for row.
+    assert_eq!(a.entities, b.entities);
+    assert_eq!(a.relations, b.relations);
+    assert_eq!(a.embeddings, b.embeddings);
     assert_eq!(a.errors, b.errors);
+}
+
+/// All of pg-essays, all four memories, through the pool: the extractive
+/// build's tables, and every table's invariants.
+#[test]
+fn the_full_pg_essays_build_through_the_pool_equals_the_extractive_one() {
+    let server = SimServer::start(SimConfig {
+        seed: 5,
+        ..SimConfig::new(64, 1.0)
+    });
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let tables = dir.path().join("openai");
+    let mut flags = openai_flags(&server.url);
+    flags.extend(["--segment-tokens".to_string(), "400".to_string()]);
+    index(
+        &shared_data("pg-essays"),
+        &tables,
+        &flags.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let t = read_tables(&tables);
+    super::memories::assert_invariants(&t);
+    assert_same_memory(&t, &super::shared::pg_essays().read);
+    let tasks: std::collections::HashSet<String> =
+        read_calls(&tables).into_iter().map(|c| c.task).collect();
+    for task in [
+        "summarize_segment",
+        "gist_page",
+        "extract_entities",
+        "extract_relations",
+        "merge_relations",
+        "same_entity",
+        "summarize_with_facts",
+    ] {
+        assert!(tasks.contains(task), "no {task} call went through the pool");
+    }
 }
 
 /// The corpus tree: one leaf per document standing for its root, parents above
@@ -85,7 +127,10 @@ fn the_corpus_tree_stands_over_every_document_root() {
         .tree_nodes
         .iter()
         .partition(|n| n.tree == "memwalker-corpus");
-    let document_roots: Vec<_> = documents.iter().filter(|n| n.parent_id.is_none()).collect();
+    let document_roots: Vec<_> = documents
+        .iter()
+        .filter(|n| n.tree == "memwalker" && n.parent_id.is_none())
+        .collect();
     assert_eq!(document_roots.len(), t.documents.len());
     let leaves: Vec<_> = corpus.iter().filter(|n| n.level == 0).collect();
     assert_eq!(leaves.len(), t.documents.len());
@@ -166,14 +211,23 @@ fn a_build_through_the_pool_equals_the_extractive_build_and_reruns_are_free() {
     assert_same_memory(&read_tables(&tables), &expected);
 
     let calls = read_calls(&tables);
-    // One ledger row per call; replies beyond those went to hedged copies.
-    assert_eq!(calls.len() as u64, first.completed - first.repeated);
+    // One ledger row per call; replies beyond those went to hedged copies, or
+    // were cut off by the output budget and asked again with a larger one.
+    assert_eq!(
+        calls.len() as u64,
+        first.completed - first.repeated - first.cut_off
+    );
+    assert!(summary.contains(&format!("{} cut off by the output budget", first.cut_off)));
     assert!(
         calls
             .iter()
             .all(|c| c.backend == "openai" && c.model == "memweave-sim")
     );
-    assert!(calls.iter().all(|c| c.tokens_in > 0 && c.doc_id.is_some()));
+    assert!(calls.iter().all(|c| c.tokens_in > 0));
+    // Calls about one document name it; only the graph's cross-document steps do not.
+    assert!(calls.iter().all(
+        |c| c.doc_id.is_some() || matches!(c.task.as_str(), "same_entity" | "merge_relations")
+    ));
     assert!(calls.iter().any(|c| c.task == "choose_break"));
     assert!(
         calls
@@ -329,8 +383,12 @@ fn an_interrupted_build_resumes_without_paying_twice() {
     let saved = read_calls(&tables).len();
     let before = server.stats();
     // Calls in flight at the signal were let finish: every reply was saved (the
-    // only replies not in the ledger are to hedged second copies).
-    assert_eq!(saved as u64 + before.repeated, before.completed);
+    // only replies not in the ledger are to hedged second copies and replies cut
+    // off by the output budget, asked again).
+    assert_eq!(
+        saved as u64 + before.repeated + before.cut_off,
+        before.completed
+    );
     assert!(
         !tables.join("checkpoints.lance").exists(),
         "an interrupted build commits nothing"
@@ -345,7 +403,10 @@ fn an_interrupted_build_resumes_without_paying_twice() {
     let clean = dir.path().join("clean");
     build(&source, &clean, &[]);
     assert_same_memory(&read_tables(&tables), &read_tables(&clean));
-    assert_eq!(calls.len() as u64, after.completed - after.repeated);
+    assert_eq!(
+        calls.len() as u64,
+        after.completed - after.repeated - after.cut_off
+    );
 }
 
 /// Changes a running simulator's behaviour through its HTTP API.
