@@ -123,7 +123,7 @@ pub struct BuildConfig {
     pub max_children: usize,
     /// Longest concatenation of child summaries kept as a parent's summary, in tokens.
     pub parent_max_tokens: usize,
-    /// Also build a MemWalker tree over the whole corpus (leaves: document roots).
+    /// Also build corpus-level MemWalker and RAPTOR trees (leaves: document roots).
     pub corpus_tree: bool,
     pub raptor: RaptorConfig,
 }

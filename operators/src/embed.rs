@@ -95,13 +95,17 @@ impl EmbeddingRecord {
         }
     }
 
+    pub fn vector(&self) -> Vec<f32> {
+        self.bits.iter().map(|&b| f32::from_bits(b)).collect()
+    }
+
     /// The `embeddings` row, made by `model`.
     pub fn row(&self, model: &str) -> EmbeddingRow {
         EmbeddingRow {
             owner_id: self.owner_id.clone(),
             model: model.to_string(),
             owner_kind: self.owner_kind.clone(),
-            vector: self.bits.iter().map(|&b| f32::from_bits(b)).collect(),
+            vector: self.vector(),
         }
     }
 }

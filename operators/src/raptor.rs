@@ -3,7 +3,7 @@
 //! soft membership), each cluster summarised the same way, level by level up to
 //! one root.
 
-use memweave_schemas::{SegmentRow, TREE_RAPTOR, TreeNodeRow, content_id};
+use memweave_schemas::{SegmentRow, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, embed_all};
@@ -117,19 +117,83 @@ pub async fn raptor_tree(
                     chunk.seg_id.as_bytes(),
                 ],
             );
-            let mut row = node_row(id, Some(doc_id), 0, ordinal, Vec::new(), facts);
+            let mut row = node_row(id, TREE_RAPTOR, Some(doc_id), 0, ordinal, Vec::new(), facts);
             row.seg_id = Some(chunk.seg_id.clone());
             row
         })
         .collect();
     let leaves = with_vectors(leaves, embedder, &cx).await?;
-    build_levels(leaves, Some(doc_id), &cx, model, embedder, config).await
+    build_levels(
+        leaves,
+        TREE_RAPTOR,
+        Some(doc_id),
+        &cx,
+        model,
+        embedder,
+        config,
+    )
+    .await
+}
+
+/// The RAPTOR tree over a corpus: one leaf per document root (`roots`, in
+/// doc_id order, with their vectors), whose only child is that root, clustered
+/// up to one corpus root, so a question can find the documents that answer it.
+pub async fn raptor_corpus_tree(
+    roots: &[RaptorNode],
+    model: &dyn MemoryModel,
+    embedder: &dyn Embedder,
+    config: &RaptorConfig,
+) -> StepResult<Vec<RaptorNode>> {
+    let cx = CallContext {
+        stage: TREE_RAPTOR,
+        doc_id: None,
+        priority: crate::model::Priority::Build,
+    };
+    let leaves = roots
+        .iter()
+        .enumerate()
+        .map(|(ordinal, root)| {
+            let id = content_id(
+                "node",
+                &[
+                    TREE_RAPTOR_CORPUS.as_bytes(),
+                    b"leaf",
+                    root.row.node_id.as_bytes(),
+                ],
+            );
+            let row = TreeNodeRow {
+                node_id: id,
+                tree: TREE_RAPTOR_CORPUS.to_string(),
+                doc_id: root.row.doc_id.clone(),
+                level: 0,
+                ordinal: ordinal as u32,
+                parent_id: None,
+                child_ids: vec![root.row.node_id.clone()],
+                ..root.row.clone()
+            };
+            RaptorNode {
+                row,
+                vector: root.vector.clone(),
+            }
+        })
+        .collect();
+    build_levels(
+        leaves,
+        TREE_RAPTOR_CORPUS,
+        None,
+        &cx,
+        model,
+        embedder,
+        config,
+    )
+    .await
 }
 
 /// Levels above `level` until one node is left: cluster, summarise each
 /// cluster, embed the summaries.
 async fn build_levels(
     mut level: Vec<RaptorNode>,
+    tree: &str,
     doc_id: Option<&str>,
     cx: &CallContext,
     model: &dyn MemoryModel,
@@ -178,13 +242,11 @@ async fn build_levels(
                     .iter()
                     .map(|&m| level[m].row.node_id.clone())
                     .collect();
-                let mut parts: Vec<&[u8]> = vec![
-                    TREE_RAPTOR.as_bytes(),
-                    doc_id.map_or(b"corpus".as_slice(), str::as_bytes),
-                ];
+                let mut parts: Vec<&[u8]> =
+                    vec![tree.as_bytes(), doc_id.unwrap_or_default().as_bytes()];
                 parts.extend(child_ids.iter().map(|id| id.as_bytes()));
                 let id = content_id("node", &parts);
-                node_row(id, doc_id, depth, ordinal, child_ids, facts)
+                node_row(id, tree, doc_id, depth, ordinal, child_ids, facts)
             })
             .collect();
         // A node in several clusters is a child of each; its parent_id names the
@@ -221,6 +283,7 @@ async fn with_vectors(
 
 fn node_row(
     node_id: String,
+    tree: &str,
     doc_id: Option<&str>,
     level: u32,
     ordinal: usize,
@@ -230,7 +293,7 @@ fn node_row(
     let surprise = (!facts.surprise.is_empty()).then_some(facts.surprise);
     let mut row = TreeNodeRow {
         node_id,
-        tree: TREE_RAPTOR.to_string(),
+        tree: tree.to_string(),
         doc_id: doc_id.map(str::to_string),
         level,
         ordinal: ordinal as u32,

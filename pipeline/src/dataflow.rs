@@ -20,10 +20,12 @@ use memweave_operators::graph::{
     resolve_entities,
 };
 use memweave_operators::model::{CallContext, MemoryModel, StepError};
+use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
 use memweave_operators::tokens::count_tokens;
 use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{
-    DocumentRow, EntityRow, ErrorRow, PageRow, RelationRow, SegmentRow, TREE_MEMWALKER, TreeNodeRow,
+    DocumentRow, EntityRow, ErrorRow, PageRow, RelationRow, SegmentRow, TREE_MEMWALKER,
+    TREE_RAPTOR, TreeNodeRow,
 };
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
 
@@ -117,50 +119,16 @@ pub fn build(
             MemoryRow::TreeNode(n) => Some(n),
             _ => None,
         });
-        // The corpus tree is rebuilt over every document root whenever one changes;
-        // its unchanged groups are answered by the call cache.
-        let (tree_nodes, corpus_errors) = if config.corpus_tree {
-            let roots = document_tree_nodes
-                .clone()
-                .filter(|n| n.tree == TREE_MEMWALKER && n.parent_id.is_none())
-                .map(|root| ((), root))
-                .reduce_named("CorpusRoots", |(), roots, out| {
-                    let mut roots: Vec<TreeNodeRow> =
-                        roots.iter().map(|(root, _)| (*root).clone()).collect();
-                    roots.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-                    out.push((roots, 1));
-                })
-                .map(|((), roots)| roots);
-            let model = corpus_model;
-            let corpus = map_async(roots, runtime.clone(), "CorpusTree", move |roots| {
-                let model = Arc::clone(&model);
-                async move {
-                    match corpus_tree(
-                        &roots,
-                        model.as_ref(),
-                        config.max_children,
-                        config.parent_max_tokens,
-                    )
-                    .await
-                    {
-                        Ok(nodes) => nodes.into_iter().map(Ok).collect(),
-                        Err(error) => vec![Err(ErrorRow::new(
-                            "build",
-                            "corpus",
-                            None,
-                            error.kind(),
-                            &format!("{error}; the corpus tree was not built"),
-                        ))],
-                    }
-                }
-            });
-            (
-                document_tree_nodes.concat(corpus.clone().flat_map(Result::ok)),
-                Some(corpus.flat_map(Result::err)),
+        let corpus = config.corpus_tree.then(|| {
+            corpus_trees(
+                document_tree_nodes.clone(),
+                memory.clone(),
+                &corpus_model,
+                embedder,
+                config,
+                runtime,
             )
-        } else {
-            (document_tree_nodes, None)
-        };
+        });
         let pages = memory.clone().flat_map(|row| match row {
             MemoryRow::Page(p) => Some(p),
             _ => None,
@@ -196,10 +164,11 @@ pub fn build(
             GraphRow::Relation(r) => Some(r),
             _ => None,
         });
-        let embeddings = doc_embeddings.concat(graph.clone().flat_map(|row| match row {
+        let mut embeddings = doc_embeddings.concat(graph.clone().flat_map(|row| match row {
             GraphRow::Embedding(e) => Some(e),
             _ => None,
         }));
+        let mut tree_nodes = document_tree_nodes;
         let graph_errors = graph.flat_map(|row| match row {
             GraphRow::Error(e) => Some(e),
             _ => None,
@@ -207,19 +176,136 @@ pub fn build(
 
         collect(document_rows, &output, |o| &mut o.documents, &mut probe);
         collect(segments, &output, |o| &mut o.segments, &mut probe);
-        collect(tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
         collect(pages, &output, |o| &mut o.pages, &mut probe);
         collect(entities, &output, |o| &mut o.entities, &mut probe);
         collect(relations, &output, |o| &mut o.relations, &mut probe);
-        collect(embeddings, &output, |o| &mut o.embeddings, &mut probe);
         let mut errors = duplicates.concat(build_errors).concat(graph_errors);
-        if let Some(corpus_errors) = corpus_errors {
-            errors = errors.concat(corpus_errors);
+        if let Some(corpus) = corpus {
+            tree_nodes = tree_nodes.concat(corpus.clone().flat_map(|row| match row {
+                MemoryRow::TreeNode(n) => Some(n),
+                _ => None,
+            }));
+            embeddings = embeddings.concat(corpus.clone().flat_map(|row| match row {
+                MemoryRow::Embedding(e) => Some(e),
+                _ => None,
+            }));
+            errors = errors.concat(corpus.flat_map(|row| match row {
+                MemoryRow::Error(e) => Some(e),
+                _ => None,
+            }));
         }
+        collect(tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
+        collect(embeddings, &output, |o| &mut o.embeddings, &mut probe);
         collect(errors, &output, |o| &mut o.errors, &mut probe);
         input
     });
     (input, probe, output)
+}
+
+/// The corpus-level trees, rebuilt over every document root whenever one
+/// changes (unchanged groups and clusters are answered by the call cache): a
+/// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
+/// and their vectors.
+fn corpus_trees<'scope>(
+    document_tree_nodes: VecCollection<'scope, u64, TreeNodeRow, isize>,
+    memory: VecCollection<'scope, u64, MemoryRow, isize>,
+    model: &Arc<dyn MemoryModel>,
+    embedder: &Arc<dyn Embedder>,
+    config: BuildConfig,
+    runtime: &tokio::runtime::Handle,
+) -> VecCollection<'scope, u64, MemoryRow, isize> {
+    let roots = |tree: &'static str| {
+        document_tree_nodes
+            .clone()
+            .filter(move |n| n.tree == tree && n.parent_id.is_none())
+    };
+    let memwalker_roots = roots(TREE_MEMWALKER)
+        .map(|root| ((), root))
+        .reduce_named("MemWalkerCorpusRoots", |(), roots, out| {
+            let mut roots: Vec<TreeNodeRow> = roots.iter().map(|(r, _)| (*r).clone()).collect();
+            roots.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+            out.push((roots, 1));
+        })
+        .map(|((), roots)| roots);
+    let memwalker_model = Arc::clone(model);
+    let memwalker = map_async(
+        memwalker_roots,
+        runtime.clone(),
+        "MemWalkerCorpusTree",
+        move |roots| {
+            let model = Arc::clone(&memwalker_model);
+            async move {
+                match corpus_tree(
+                    &roots,
+                    model.as_ref(),
+                    config.max_children,
+                    config.parent_max_tokens,
+                )
+                .await
+                {
+                    Ok(nodes) => nodes.into_iter().map(MemoryRow::TreeNode).collect(),
+                    Err(error) => vec![corpus_error(&error, "memwalker")],
+                }
+            }
+        },
+    );
+    let vectors = memory.flat_map(|row| match row {
+        MemoryRow::Embedding(e) if e.owner_kind == "node" => Some((e.owner_id.clone(), e)),
+        _ => None,
+    });
+    let raptor_roots = roots(TREE_RAPTOR)
+        .map(|root| (root.node_id.clone(), root))
+        .join_map(vectors, |_, root, vector| {
+            ((), (root.clone(), vector.clone()))
+        })
+        .reduce_named("RaptorCorpusRoots", |(), roots, out| {
+            let mut roots: Vec<(TreeNodeRow, EmbeddingRecord)> =
+                roots.iter().map(|(r, _)| (*r).clone()).collect();
+            roots.sort_by(|a, b| a.0.doc_id.cmp(&b.0.doc_id));
+            out.push((roots, 1));
+        })
+        .map(|((), roots)| roots);
+    let (raptor_model, raptor_embedder) = (Arc::clone(model), Arc::clone(embedder));
+    let raptor = map_async(
+        raptor_roots,
+        runtime.clone(),
+        "RaptorCorpusTree",
+        move |roots: Vec<(TreeNodeRow, EmbeddingRecord)>| {
+            let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
+            async move {
+                let roots: Vec<RaptorNode> = roots
+                    .into_iter()
+                    .map(|(row, vector)| RaptorNode {
+                        row,
+                        vector: vector.vector(),
+                    })
+                    .collect();
+                match raptor_corpus_tree(&roots, model.as_ref(), embedder.as_ref(), &config.raptor)
+                    .await
+                {
+                    Ok(nodes) => nodes
+                        .into_iter()
+                        .flat_map(|n| {
+                            let vector = EmbeddingRecord::new(&n.row.node_id, "node", &n.vector);
+                            [MemoryRow::Embedding(vector), MemoryRow::TreeNode(n.row)]
+                        })
+                        .collect(),
+                    Err(error) => vec![corpus_error(&error, "raptor")],
+                }
+            }
+        },
+    );
+    memwalker.concat(raptor)
+}
+
+fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
+    MemoryRow::Error(ErrorRow::new(
+        "build",
+        "corpus",
+        None,
+        error.kind(),
+        &format!("{error}; the corpus {tree} tree was not built"),
+    ))
 }
 
 /// The graph across documents: each normalised name's entities, one per

@@ -89,8 +89,9 @@ enum Command {
         /// summary, in tokens; longer ones are compressed by the model.
         #[arg(long, default_value_t = DEFAULT_PARENT_MAX_TOKENS)]
         parent_max_tokens: usize,
-        /// Also build a MemWalker tree over the whole corpus, whose leaves are the
-        /// documents' roots (tree_nodes.tree = "memwalker-corpus").
+        /// Also build corpus-level trees whose leaves are the documents' roots:
+        /// MemWalker's (tree_nodes.tree = "memwalker-corpus") and RAPTOR's
+        /// ("raptor-corpus", the roots clustered by their vectors).
         #[arg(long)]
         corpus_tree: bool,
         /// RAPTOR chunk size in tokens (RAPTOR used 100, ILM-TR 600); equal to

@@ -62,6 +62,9 @@ pub const TREE_MEMWALKER: &str = "memwalker";
 pub const TREE_MEMWALKER_CORPUS: &str = "memwalker-corpus";
 /// Name of the RAPTOR / ILM-TR cluster tree in `tree_nodes.tree`.
 pub const TREE_RAPTOR: &str = "raptor";
+/// The optional RAPTOR tree over a whole corpus: its leaves stand for the
+/// documents' RAPTOR roots (each leaf's only child), clustered level by level.
+pub const TREE_RAPTOR_CORPUS: &str = "raptor-corpus";
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TreeNodeRow {

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use memweave_schemas::{
-    SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TREE_RAPTOR, TreeNodeRow,
+    SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow,
 };
 use memweave_tests::{
     SimServer, Tables, index, memweave, read_calls, read_tables, shared_data, stderr,
@@ -156,9 +156,12 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
         .map(|n| (n.node_id.as_str(), n))
         .collect();
     assert_eq!(nodes.len(), t.tree_nodes.len(), "node ids are unique");
+    let corpus_tree = |tree: &str| tree == TREE_MEMWALKER_CORPUS || tree == TREE_RAPTOR_CORPUS;
+    // Roots per (tree, document); corpus trees count under no document.
     let mut roots: HashMap<(&str, Option<&str>), usize> = HashMap::new();
     for n in &t.tree_nodes {
-        if n.tree != TREE_MEMWALKER_CORPUS {
+        let corpus = corpus_tree(&n.tree);
+        if !corpus {
             let doc = n
                 .doc_id
                 .as_deref()
@@ -167,9 +170,8 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
         }
         match &n.parent_id {
             None => {
-                *roots
-                    .entry((n.tree.as_str(), n.doc_id.as_deref()))
-                    .or_default() += 1
+                let doc = if corpus { None } else { n.doc_id.as_deref() };
+                *roots.entry((n.tree.as_str(), doc)).or_default() += 1
             }
             Some(p) => {
                 let parent = nodes
@@ -187,11 +189,16 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
             let child = nodes
                 .get(c.as_str())
                 .unwrap_or_else(|| panic!("member {c} missing"));
-            if n.tree == TREE_MEMWALKER_CORPUS && n.level == 0 {
-                continue; // A corpus leaf's child is a document root.
+            if corpus && n.level == 0 {
+                // A corpus leaf stands for its document's root.
+                assert_eq!(child.parent_id, None);
+                assert_eq!((&child.doc_id, &child.summary), (&n.doc_id, &n.summary));
+                continue;
             }
             assert_eq!((&child.tree, child.level + 1), (&n.tree, n.level));
-            assert_eq!(child.doc_id, n.doc_id);
+            if !corpus {
+                assert_eq!(child.doc_id, n.doc_id);
+            }
             if n.tree == TREE_MEMWALKER {
                 assert_eq!(child.parent_id.as_deref(), Some(n.node_id.as_str()));
             }
@@ -203,7 +210,7 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
             assert!(seen.insert(p.as_str()), "a cycle through {p}");
             at = nodes[p.as_str()];
         }
-        if n.level == 0 && n.tree != TREE_MEMWALKER_CORPUS {
+        if n.level == 0 && !corpus {
             let seg = n.seg_id.as_deref().expect("a leaf names its segment");
             assert!(
                 segments.contains_key(seg),
@@ -232,6 +239,11 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
                 Some(&1),
                 "{tree} roots of {doc}"
             );
+        }
+    }
+    for tree in [TREE_MEMWALKER_CORPUS, TREE_RAPTOR_CORPUS] {
+        if t.tree_nodes.iter().any(|n| n.tree == tree) {
+            assert_eq!(roots.get(&(tree, None)), Some(&1), "{tree} has one root");
         }
     }
 }

@@ -153,6 +153,15 @@ fn the_corpus_tree_stands_over_every_document_root() {
         assert!(parent.child_ids.contains(&node.node_id));
     }
 
+    // RAPTOR's corpus tree: one leaf per document's RAPTOR root, one corpus root.
+    super::memories::assert_invariants(&t);
+    let raptor_leaves = t
+        .tree_nodes
+        .iter()
+        .filter(|n| n.tree == "raptor-corpus" && n.level == 0)
+        .count();
+    assert_eq!(raptor_leaves, t.documents.len());
+
     let server = SimServer::start(fast_sim());
     let tables = dir.path().join("openai");
     let flags: Vec<String> = openai_flags(&server.url).into_iter().chain(flag).collect();
