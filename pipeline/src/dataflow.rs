@@ -121,7 +121,7 @@ pub fn build(
         });
         let corpus = config.corpus_tree.then(|| {
             corpus_trees(
-                document_tree_nodes.clone(),
+                &document_tree_nodes,
                 memory.clone(),
                 &corpus_model,
                 embedder,
@@ -207,7 +207,7 @@ pub fn build(
 /// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
 /// and their vectors.
 fn corpus_trees<'scope>(
-    document_tree_nodes: VecCollection<'scope, u64, TreeNodeRow, isize>,
+    document_tree_nodes: &VecCollection<'scope, u64, TreeNodeRow, isize>,
     memory: VecCollection<'scope, u64, MemoryRow, isize>,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
