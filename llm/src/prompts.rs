@@ -288,7 +288,7 @@ mod tests {
             Step::SameEntity {
                 name: s("Paul"),
                 first: s("Paul painted."),
-                second: s("Paul wrote."),
+                others: vec![s("Paul wrote."), s("Paul sailed.")],
             },
             Step::JudgeAnswerable {
                 question: s("Q?"),

@@ -99,7 +99,7 @@ impl Task {
                 "segment_2",
                 "relation_2",
             ],
-            Task::SameEntity => &["name", "first", "second"],
+            Task::SameEntity => &["name", "first", "others"],
             Task::JudgeAnswerable => &["context", "question"],
             Task::SummarizeWithFacts => &["chunk"],
             Task::UpdateMemory => &["retrieved", "memory", "question"],
@@ -177,7 +177,7 @@ pub enum Step {
     SameEntity {
         name: String,
         first: String,
-        second: String,
+        others: Vec<String>,
     },
     JudgeAnswerable {
         question: String,
@@ -296,11 +296,11 @@ impl Step {
             Step::SameEntity {
                 name,
                 first,
-                second,
+                others,
             } => vec![
                 ("name", name.clone()),
-                ("first", first.clone()),
-                ("second", second.clone()),
+                ("first", one_line(first)),
+                ("others", numbered_passages(others)),
             ],
             Step::JudgeAnswerable { question, context } => {
                 vec![("context", context.clone()), ("question", question.clone())]
@@ -388,7 +388,7 @@ impl Step {
             Task::SameEntity => Step::SameEntity {
                 name: get("name")?,
                 first: get("first")?,
-                second: get("second")?,
+                others: parse_numbered_passages(&get("others")?),
             },
             Task::JudgeAnswerable => Step::JudgeAnswerable {
                 question: get("question")?,
@@ -426,6 +426,29 @@ fn parse_numbered_summaries(text: &str) -> Vec<String> {
             let rest = line.strip_prefix("Summary ")?;
             let (_, summary) = rest.split_once(": ")?;
             Some(summary.to_string())
+        })
+        .collect()
+}
+
+/// Entity disambiguation's candidates: "Passage 1: …", one per line.
+fn numbered_passages(passages: &[String]) -> String {
+    passages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("Passage {}: {}", i + 1, one_line(p)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn parse_numbered_passages(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            Some(
+                line.strip_prefix("Passage ")?
+                    .split_once(": ")?
+                    .1
+                    .to_string(),
+            )
         })
         .collect()
 }

@@ -23,6 +23,8 @@ use crate::model::{
 pub const STAGE: &str = "qrmem";
 /// Words of a segment shown as a relation's evidence when it is merged across documents.
 const EVIDENCE_WORDS: usize = 150;
+/// Passages compared with an entity's first mention in one disambiguation call.
+const SAME_ENTITY_BATCH: usize = 16;
 /// Words of the document's summary shown with an entity when its name collides.
 const ABOUT_WORDS: usize = 60;
 
@@ -310,16 +312,20 @@ pub async fn resolve_entities(
     let mut groups: Vec<Vec<&DocEntity>> = Vec::new();
     let mut unplaced: Vec<&DocEntity> = mentions.iter().collect();
     // Each round, every unplaced mention is compared with the next group's first
-    // mention at once; the ones the model turns away form later groups.
+    // mention (a few passages to a call, the calls at once); the ones the model
+    // turns away form later groups.
     while let Some((&first, rest)) = unplaced.split_first() {
         let first_passage = first.passage();
         let passages: Vec<String> = rest.iter().map(|m| m.passage()).collect();
-        let same = all_in_order(
-            passages
-                .iter()
-                .map(|p| model.same_entity(&cx, &first.names[0], &first_passage, p)),
-        )
-        .await?;
+        let same: Vec<bool> = all_in_order(passages.chunks(SAME_ENTITY_BATCH).map(|batch| {
+            let batch: Vec<&str> = batch.iter().map(String::as_str).collect();
+            let (cx, name, first) = (&cx, &first.names[0], &first_passage);
+            async move { model.same_entity(cx, name, first, &batch).await }
+        }))
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
         let mut group = vec![first];
         let mut apart = Vec::new();
         for (m, same) in rest.iter().zip(same) {

@@ -257,15 +257,16 @@ pub trait MemoryModel: Send + Sync + fmt::Debug {
         first: RelationEvidence<'_>,
         second: RelationEvidence<'_>,
     ) -> StepResult<String>;
-    /// Entity disambiguation: do two passages from different documents, each
-    /// mentioning `name`, refer to the same entity?
+    /// Entity disambiguation: which of `others` (passages from other documents,
+    /// each mentioning `name`) refer to the same entity as `first`? One answer per
+    /// passage, in order.
     async fn same_entity(
         &self,
         cx: &CallContext,
         name: &str,
         first: &str,
-        second: &str,
-    ) -> StepResult<bool>;
+        others: &[&str],
+    ) -> StepResult<Vec<bool>>;
     /// Reflection: can the question be answered from `context`; if not, why not.
     async fn judge_answerable(
         &self,

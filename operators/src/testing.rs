@@ -207,8 +207,15 @@ impl MemoryModel for FirstSentence {
     ) -> StepResult<String> {
         Ok(a.relation.to_string())
     }
-    async fn same_entity(&self, _: &CallContext, name: &str, _: &str, _: &str) -> StepResult<bool> {
-        Ok(!self.distinct_names.iter().any(|n| n == name))
+    async fn same_entity(
+        &self,
+        _: &CallContext,
+        name: &str,
+        _: &str,
+        others: &[&str],
+    ) -> StepResult<Vec<bool>> {
+        let same = !self.distinct_names.iter().any(|n| n == name);
+        Ok(vec![same; others.len()])
     }
     async fn judge_answerable(&self, _: &CallContext, _: &str, _: &str) -> StepResult<Judgement> {
         Ok(Judgement {

@@ -448,3 +448,68 @@ fn the_openai_embedder_gives_the_vectors_of_its_server() {
     // A re-run, the probe that learns the width included, is answered by the cache.
     assert_eq!(embed_calls(&remote), asked, "a re-run embeds nothing again");
 }
+
+/// The MiniLM weights the test command installs (scripts/bootstrap --tests).
+fn minilm_dir() -> std::path::PathBuf {
+    let dir = std::env::var_os("MEMWEAVE_MINILM_DIR")
+        .expect("MEMWEAVE_MINILM_DIR names the MiniLM weights (scripts/test sets it)");
+    std::path::PathBuf::from(dir)
+}
+
+/// all-MiniLM-L6-v2 in Rust: 384 unit-length dimensions that place a paraphrase
+/// nearer than a sentence on another subject, the same vector alone or in a
+/// padded batch; and a build with it.
+#[test]
+fn the_minilm_embedder_embeds_by_meaning() {
+    let model = memweave_minilm::MiniLm::load(&minilm_dir()).expect("the weights load");
+    let texts = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The girl is carrying a baby.",
+        "A man is riding a horse on the beach while the sun sets behind the hills.",
+    ];
+    let vectors = model.embed_now(&texts).expect("a forward pass");
+    assert!(vectors.iter().all(|v| v.len() == 384));
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    for v in &vectors {
+        assert!((dot(v, v) - 1.0).abs() < 1e-4);
+    }
+    assert!(
+        dot(&vectors[0], &vectors[1]) > 0.6,
+        "{}",
+        dot(&vectors[0], &vectors[1])
+    );
+    assert!(dot(&vectors[0], &vectors[1]) > dot(&vectors[0], &vectors[2]) + 0.3);
+    // Padding a batch to its longest text changes nothing about a short one.
+    let alone = model.embed_now(&texts[..1]).expect("a forward pass");
+    assert!(dot(&alone[0], &vectors[0]) > 0.99999);
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let source = dir.path().join("essays");
+    std::fs::create_dir(&source).expect("mkdir");
+    std::fs::copy(
+        shared_data("pg-essays").join("wisdom.txt"),
+        source.join("wisdom.txt"),
+    )
+    .expect("copy");
+    let tables = dir.path().join("memory");
+    let minilm = minilm_dir();
+    index(
+        &source,
+        &tables,
+        &[
+            "--embedder",
+            "minilm",
+            "--minilm-dir",
+            minilm.to_str().expect("utf-8"),
+        ],
+    );
+    let t = read_tables(&tables);
+    assert_invariants(&t);
+    assert!(!t.embeddings.is_empty());
+    assert!(
+        t.embeddings
+            .iter()
+            .all(|e| e.model == "all-MiniLM-L6-v2" && e.vector.len() == 384)
+    );
+}

@@ -1,0 +1,222 @@
+//! Whole builds, all four memories: throughput and peak memory with the
+//! extractive backend, and model calls per 1,000 input tokens per memory
+//! through the simulator.
+//!
+//! Throughput: pg-essays and the Python 3.11 documentation sources (Debian's
+//! python3.11-doc, installed by this bench when missing and possible), each
+//! built in a child process of its own so its peak resident memory (VmHWM) is
+//! its own; MB/s/core = megabytes of text / wall seconds / workers.
+//!
+//! Calls: pg-essays built through the simulator once per memory (fresh tables,
+//! fresh cache), then all four at once, counting the calls the cache made.
+//!
+//! Run: `cargo bench --workspace --bench build` (release). Needs
+//! ../shared/data/pg-essays. BUILD_BENCH_WORKERS sets the workers (default 2);
+//! BUILD_BENCH_CALLS_ONLY=1 measures only the calls (any profile will do).
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use memweave_llm::sim::{Sim, SimConfig};
+use memweave_llm::{BackendKind, EmbedArgs, LlmArgs};
+use memweave_operators::build::{BuildConfig, Memories};
+use memweave_pipeline::index::{IndexOptions, IndexSummary, run_index};
+
+const PYTHON_DOCS: &str = "/usr/share/doc/python3.11/html/_sources";
+const CHILD: &str = "MEMWEAVE_BUILD_BENCH_CORPUS";
+
+fn workers() -> usize {
+    std::env::var("BUILD_BENCH_WORKERS")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(2)
+}
+
+fn llm(url: Option<&str>) -> LlmArgs {
+    LlmArgs {
+        backend: if url.is_some() {
+            BackendKind::Openai
+        } else {
+            BackendKind::Extractive
+        },
+        llm_urls: url.map(str::to_string).into_iter().collect(),
+        llm_model: Some("memweave-sim".into()),
+        llm_api_key_env: "MEMWEAVE_LLM_API_KEY".into(),
+        llm_timeout_s: 30.0,
+        llm_max_attempts: 10,
+        llm_concurrency: 64,
+        llm_max_concurrency: 128,
+        llm_rpm: None,
+        llm_tpm: None,
+        llm_max_tokens: 512,
+        prompts: None,
+        cache_only: false,
+    }
+}
+
+fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary, f64) {
+    let out = tempfile::tempdir().unwrap();
+    let options = IndexOptions {
+        source: source.to_path_buf(),
+        tables: out.path().join("memory").display().to_string(),
+        storage_options: Default::default(),
+        workers: workers(),
+        build: BuildConfig {
+            memories,
+            ..BuildConfig::DEFAULT
+        },
+        llm: llm(url),
+        embed: EmbedArgs::default(),
+        interactive: false,
+    };
+    let started = Instant::now();
+    let summary = run_index(&options).unwrap();
+    (summary, started.elapsed().as_secs_f64())
+}
+
+/// Bytes of the text files under `dir`.
+fn text_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// In the child: build one corpus, print one JSON line with the figures.
+fn child(source: &str) {
+    let (summary, wall) = build(Path::new(source), Memories::ALL, None);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    let nodes: usize = summary.trees.values().map(|t| t.nodes).sum();
+    println!(
+        "{}",
+        serde_json::json!({
+            "wall": wall,
+            "documents": summary.documents,
+            "tokens": summary.tokens,
+            "errors": summary.errors.len(),
+            "peak_kb": peak_kb,
+            "rows": summary.segments + nodes + summary.pages + summary.entities + summary.relations + summary.embeddings,
+        })
+    );
+}
+
+fn throughput(name: &str, source: &Path) {
+    let bytes = text_bytes(source);
+    let output = Command::new(std::env::current_exe().unwrap())
+        .env(CHILD, source)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = String::from_utf8_lossy(&output.stdout);
+    let figures: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    let wall = figures["wall"].as_f64().unwrap();
+    let mb = bytes as f64 / 1e6;
+    println!(
+        "{name}: {} documents, {:.2} MB, {} tokens, {} rows, {} errors: {wall:.1} s with {} workers = {:.3} MB/s/core, peak memory {:.0} MiB",
+        figures["documents"],
+        mb,
+        figures["tokens"],
+        figures["rows"],
+        figures["errors"],
+        workers(),
+        mb / wall / workers() as f64,
+        figures["peak_kb"].as_f64().unwrap() / 1024.0,
+    );
+}
+
+fn python_docs() -> Option<PathBuf> {
+    let path = PathBuf::from(PYTHON_DOCS);
+    if !path.exists() {
+        let installed = Command::new("apt-get")
+            .args(["install", "-y", "-q", "python3.11-doc"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed {
+            println!(
+                "python3.11-doc is not installed and could not be (apt-get install python3.11-doc): skipped"
+            );
+            return None;
+        }
+    }
+    Some(path)
+}
+
+fn calls_per_memory(essays: &Path) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let sim = Sim::new(SimConfig {
+        seed: 1,
+        ..SimConfig::new(128, 1.0)
+    });
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    runtime.spawn(memweave_llm::sim::serve(
+        listener,
+        std::sync::Arc::clone(&sim),
+    ));
+    let mut each = 0;
+    for name in Memories::NAMES.into_iter().chain(["all four"]) {
+        let memories = if name == "all four" {
+            Memories::ALL
+        } else {
+            Memories::parse(name).unwrap()
+        };
+        let (summary, wall) = build(essays, memories, Some(&url));
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        let calls = summary.cache.calls;
+        let per_k = calls as f64 * 1000.0 / summary.tokens as f64;
+        if name == "all four" {
+            println!(
+                "  {name:>9}: {calls} calls = {per_k:.2} per 1,000 tokens ({:.0}% of the {each} the four make alone: shared segments and cache), {wall:.1} s",
+                100.0 * calls as f64 / each as f64
+            );
+        } else {
+            each += calls;
+            println!("  {name:>9}: {calls} calls = {per_k:.2} per 1,000 tokens, {wall:.1} s");
+        }
+    }
+    println!(
+        "  (GraphRAG: about 2 calls per 1,200-token chunk = 1.67 per 1,000 tokens, for its graph alone)"
+    );
+}
+
+fn main() {
+    if let Ok(source) = std::env::var(CHILD) {
+        child(&source);
+        return;
+    }
+    let essays = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    // Call counts do not depend on the build profile; throughput does.
+    if std::env::var_os("BUILD_BENCH_CALLS_ONLY").is_none() {
+        println!("Throughput, extractive backend, all four memories, hashing embedder:");
+        throughput("pg-essays", &essays);
+        if let Some(docs) = python_docs() {
+            throughput("python3.11-doc sources", &docs);
+        }
+    }
+    println!("Model calls per 1,000 input tokens, pg-essays through the simulator:");
+    calls_per_memory(&essays);
+}
