@@ -312,20 +312,33 @@ pub async fn resolve_entities(
     let mut groups: Vec<Vec<&DocEntity>> = Vec::new();
     let mut unplaced: Vec<&DocEntity> = mentions.iter().collect();
     // Each round, every unplaced mention is compared with the next group's first
-    // mention (a few passages to a call, the calls at once); the ones the model
-    // turns away form later groups.
+    // mention, about SAME_ENTITY_BATCH passages to a call, the calls at once; the
+    // ones the model turns away form later groups. A passage's batch is drawn
+    // from its document id, and the number of batches only changes when the
+    // candidates double, so a document arriving in a later epoch changes one
+    // batch's prompt: the others are answered from the call cache.
     while let Some((&first, rest)) = unplaced.split_first() {
         let first_passage = first.passage();
-        let passages: Vec<String> = rest.iter().map(|m| m.passage()).collect();
-        let same: Vec<bool> = all_in_order(passages.chunks(SAME_ENTITY_BATCH).map(|batch| {
-            let batch: Vec<&str> = batch.iter().map(String::as_str).collect();
+        let batches = rest.len().div_ceil(SAME_ENTITY_BATCH).next_power_of_two();
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); batches];
+        for (i, m) in rest.iter().enumerate() {
+            members[batch_of(&m.doc_id, batches)].push(i);
+        }
+        let answers = all_in_order(members.iter().filter(|b| !b.is_empty()).map(|batch| {
+            let passages: Vec<String> = batch.iter().map(|&i| rest[i].passage()).collect();
             let (cx, name, first) = (&cx, &first.names[0], &first_passage);
-            async move { model.same_entity(cx, name, first, &batch).await }
+            async move {
+                let passages: Vec<&str> = passages.iter().map(String::as_str).collect();
+                model.same_entity(cx, name, first, &passages).await
+            }
         }))
-        .await?
-        .into_iter()
-        .flatten()
-        .collect();
+        .await?;
+        let mut same = vec![false; rest.len()];
+        for (batch, answer) in members.iter().filter(|b| !b.is_empty()).zip(answers) {
+            for (&i, yes) in batch.iter().zip(answer) {
+                same[i] = yes;
+            }
+        }
         let mut group = vec![first];
         let mut apart = Vec::new();
         for (m, same) in rest.iter().zip(same) {
@@ -335,6 +348,14 @@ pub async fn resolve_entities(
         unplaced = apart;
     }
     Ok(entity_rows(&groups))
+}
+
+/// Which of `batches` disambiguation batches a document's passage goes to: a
+/// function of its id alone, so batches stay put as documents come and go.
+fn batch_of(doc_id: &str, batches: usize) -> usize {
+    let hash = blake3::hash(doc_id.as_bytes());
+    let bytes: [u8; 8] = hash.as_bytes()[..8].try_into().expect("8 bytes");
+    (u64::from_le_bytes(bytes) % batches as u64) as usize
 }
 
 /// The rows of resolved groups: the first group takes the plain id of the name,

@@ -60,17 +60,42 @@ enum GraphRow {
 /// A document as the input collection holds it, with the time it was first seen.
 pub type DocumentInput = InputSession<u64, (Document, i64), isize>;
 
-/// Builds the indexing dataflow in `worker`; returns its input and a probe that
-/// tells when an input epoch has been fully processed, and the shared output.
+/// The dataflow's handles: its input, and probes that tell when an input epoch
+/// has been fully processed per document (`documents`) and across documents
+/// (`everything`: the graph and the corpus trees too).
+pub struct Handles {
+    pub input: DocumentInput,
+    pub documents: ProbeHandle<u64>,
+    pub everything: ProbeHandle<u64>,
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles")
+            .field("documents", &self.documents)
+            .field("everything", &self.everything)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the indexing dataflow in `worker`; returns its handles and the shared
+/// output. With `cross_document_at`, the stages that see many documents at once
+/// (entity resolution, relation merging, corpus trees) see every input epoch
+/// before it at that one time: a bulk build resolves each name once, instead of
+/// once per epoch that added a document mentioning it (each time with a
+/// different prompt, which the cache cannot answer).
 pub fn build(
     worker: &mut Worker,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
+    cross_document_at: Option<u64>,
     runtime: &tokio::runtime::Handle,
-) -> (DocumentInput, ProbeHandle<u64>, Rc<RefCell<WorkerOutput>>) {
+) -> (Handles, Rc<RefCell<WorkerOutput>>) {
     let output = Rc::new(RefCell::new(WorkerOutput::default()));
     let mut probe = ProbeHandle::new();
+    let mut settled = ProbeHandle::new();
+    let at = move |t: &u64| cross_document_at.map_or(*t, |at| (*t).max(at));
     let input = worker.dataflow::<u64, _, _>(|scope| {
         let (input, raw) = scope.new_collection::<(Document, i64), isize>();
 
@@ -121,8 +146,8 @@ pub fn build(
         });
         let corpus = config.corpus_tree.then(|| {
             corpus_trees(
-                &document_tree_nodes,
-                memory.clone(),
+                &document_tree_nodes.clone().delay(at),
+                memory.clone().delay(at),
                 &corpus_model,
                 embedder,
                 config,
@@ -150,8 +175,8 @@ pub fn build(
             _ => None,
         });
         let graph = graph_stages(
-            doc_entities,
-            doc_relations,
+            doc_entities.delay(at),
+            doc_relations.delay(at),
             &graph_model,
             embedder,
             runtime,
@@ -164,12 +189,11 @@ pub fn build(
             GraphRow::Relation(r) => Some(r),
             _ => None,
         });
-        let mut embeddings = doc_embeddings.concat(graph.clone().flat_map(|row| match row {
+        let mut embeddings = graph.clone().flat_map(|row| match row {
             GraphRow::Embedding(e) => Some(e),
             _ => None,
-        }));
-        let mut tree_nodes = document_tree_nodes;
-        let graph_errors = graph.flat_map(|row| match row {
+        });
+        let mut errors = graph.flat_map(|row| match row {
             GraphRow::Error(e) => Some(e),
             _ => None,
         });
@@ -177,14 +201,18 @@ pub fn build(
         collect(document_rows, &output, |o| &mut o.documents, &mut probe);
         collect(segments, &output, |o| &mut o.segments, &mut probe);
         collect(pages, &output, |o| &mut o.pages, &mut probe);
-        collect(entities, &output, |o| &mut o.entities, &mut probe);
-        collect(relations, &output, |o| &mut o.relations, &mut probe);
-        let mut errors = duplicates.concat(build_errors).concat(graph_errors);
+        collect(document_tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
+        collect(doc_embeddings, &output, |o| &mut o.embeddings, &mut probe);
+        collect(duplicates.concat(build_errors), &output, |o| &mut o.errors, &mut probe);
+        // Across documents.
+        collect(entities, &output, |o| &mut o.entities, &mut settled);
+        collect(relations, &output, |o| &mut o.relations, &mut settled);
         if let Some(corpus) = corpus {
-            tree_nodes = tree_nodes.concat(corpus.clone().flat_map(|row| match row {
+            let nodes = corpus.clone().flat_map(|row| match row {
                 MemoryRow::TreeNode(n) => Some(n),
                 _ => None,
-            }));
+            });
+            collect(nodes, &output, |o| &mut o.tree_nodes, &mut settled);
             embeddings = embeddings.concat(corpus.clone().flat_map(|row| match row {
                 MemoryRow::Embedding(e) => Some(e),
                 _ => None,
@@ -194,12 +222,16 @@ pub fn build(
                 _ => None,
             }));
         }
-        collect(tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
-        collect(embeddings, &output, |o| &mut o.embeddings, &mut probe);
-        collect(errors, &output, |o| &mut o.errors, &mut probe);
+        collect(embeddings, &output, |o| &mut o.embeddings, &mut settled);
+        collect(errors, &output, |o| &mut o.errors, &mut settled);
         input
     });
-    (input, probe, output)
+    let handles = Handles {
+        input,
+        documents: probe,
+        everything: settled,
+    };
+    (handles, output)
 }
 
 /// The corpus-level trees, rebuilt over every document root whenever one
@@ -542,14 +574,19 @@ mod tests {
         let guards = timely::execute(timely::Config::thread(), move |worker| {
             let model: Arc<dyn MemoryModel> = Arc::new(TaskModel::extractive());
             let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));
-            let (mut input, probe, output) = build(worker, &model, &embedder, config(), &handle);
+            let (handles, output) = build(worker, &model, &embedder, config(), None, &handle);
+            let Handles {
+                mut input,
+                documents,
+                everything,
+            } = handles;
             for (round, changes) in rounds.iter().enumerate() {
                 for (record, diff) in changes {
                     input.update(record.clone(), *diff);
                 }
                 input.advance_to(round as u64 + 1);
                 input.flush();
-                while probe.less_than(input.time()) {
+                while documents.less_than(input.time()) || everything.less_than(input.time()) {
                     worker.step_or_park(Some(std::time::Duration::from_millis(5)));
                 }
             }

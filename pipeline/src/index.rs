@@ -318,10 +318,20 @@ fn run_dataflow(
     let guards = timely::execute(
         timely::Config::process(options.workers.max(1)),
         move |worker| {
-            let (mut input, probe, output) =
-                dataflow::build(worker, &model, &embedder, config, &runtime);
             let (index, peers) = (worker.index(), worker.peers());
             let mine: Vec<&SourceFile> = files.iter().skip(index).step_by(peers).collect();
+            // The last input epoch of any worker: cross-document stages run there once.
+            let last_epoch =
+                (files.len().div_ceil(peers).div_ceil(FILES_PER_EPOCH) as u64).saturating_sub(1);
+            let (handles, output) = dataflow::build(
+                worker,
+                &model,
+                &embedder,
+                config,
+                Some(last_epoch),
+                &runtime,
+            );
+            let (mut input, probe) = (handles.input, handles.documents);
             let mut failures = Vec::new();
             // Epochs fed but not yet built: (epoch, files, documents).
             let mut in_flight: VecDeque<(u64, usize, usize)> = VecDeque::new();
