@@ -169,14 +169,7 @@ fn calls_per_memory(essays: &Path) {
         seed: 1,
         ..SimConfig::new(128, 1.0)
     });
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    runtime.spawn(memweave_llm::sim::serve(
-        listener,
-        std::sync::Arc::clone(&sim),
-    ));
+    let url = memweave_llm::sim::serve_on_loopback(runtime.handle(), &sim).unwrap();
     let mut each = 0;
     for name in Memories::NAMES.into_iter().chain(["all four"]) {
         let memories = if name == "all four" {

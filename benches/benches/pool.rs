@@ -46,14 +46,7 @@ fn run(label: &str, fault_rate: f64) {
         seed: 42,
         ..SimConfig::new(SLOTS, LATENCY_MS)
     });
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    runtime.spawn(memweave_llm::sim::serve(
-        listener,
-        std::sync::Arc::clone(&sim),
-    ));
+    let url = memweave_llm::sim::serve_on_loopback(runtime.handle(), &sim).unwrap();
 
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
     let out = tempfile::tempdir().unwrap();

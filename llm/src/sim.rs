@@ -214,6 +214,18 @@ pub async fn serve(listener: tokio::net::TcpListener, sim: Arc<Sim>) -> std::io:
     axum::serve(listener, router(sim)).await
 }
 
+/// Serves `sim` on a free loopback port from `runtime`; returns its base URL
+/// (`http://127.0.0.1:PORT/v1`), as tests and benchmarks point a pool at it.
+pub fn serve_on_loopback(
+    runtime: &tokio::runtime::Handle,
+    sim: &Arc<Sim>,
+) -> std::io::Result<String> {
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+    let url = format!("http://{}/v1", listener.local_addr()?);
+    runtime.spawn(serve(listener, Arc::clone(sim)));
+    Ok(url)
+}
+
 pub fn router(sim: Arc<Sim>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))

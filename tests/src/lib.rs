@@ -176,19 +176,9 @@ impl SimServer {
             .build()
             .expect("a runtime");
         let sim = memweave_llm::sim::Sim::new(config);
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("a loopback port");
-        let address = listener.local_addr().expect("an address");
-        runtime.spawn(memweave_llm::sim::serve(
-            listener,
-            std::sync::Arc::clone(&sim),
-        ));
-        SimServer {
-            sim,
-            url: format!("http://{address}/v1"),
-            runtime,
-        }
+        let url =
+            memweave_llm::sim::serve_on_loopback(runtime.handle(), &sim).expect("a loopback port");
+        SimServer { sim, url, runtime }
     }
 
     pub fn stats(&self) -> memweave_llm::sim::SimStats {
