@@ -304,11 +304,7 @@ pub async fn resolve_entities(
     mentions: &[DocEntity],
     model: &dyn MemoryModel,
 ) -> StepResult<(Vec<EntityRow>, Vec<EntityAssignment>)> {
-    let cx = CallContext {
-        stage: STAGE,
-        doc_id: None,
-        priority: crate::model::Priority::Build,
-    };
+    let cx = CallContext::corpus(STAGE);
     let mut groups: Vec<Vec<&DocEntity>> = Vec::new();
     let mut unplaced: Vec<&DocEntity> = mentions.iter().collect();
     // Each round, every unplaced mention is compared with the next group's first
@@ -411,11 +407,7 @@ pub async fn merge_relations_across(
     found: &[DocRelation],
     model: &dyn MemoryModel,
 ) -> StepResult<RelationRow> {
-    let cx = CallContext {
-        stage: STAGE,
-        doc_id: None,
-        priority: crate::model::Priority::Build,
-    };
+    let cx = CallContext::corpus(STAGE);
     let summary = found.first().map_or("", |r| r.summary.as_str());
     let evidence = found
         .iter()

@@ -38,6 +38,16 @@ impl CallContext {
         }
     }
 
+    /// A build call about no one document: a corpus tree, or the graph across
+    /// documents.
+    pub fn corpus(stage: &'static str) -> Self {
+        CallContext {
+            stage,
+            doc_id: None,
+            priority: Priority::Build,
+        }
+    }
+
     /// The same caller, for a call that later calls of the same document wait
     /// on, with `waiting` work behind it.
     pub fn chained(&self, waiting: u32) -> Self {

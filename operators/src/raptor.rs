@@ -144,11 +144,7 @@ pub async fn raptor_corpus_tree(
     embedder: &dyn Embedder,
     config: &RaptorConfig,
 ) -> StepResult<Vec<RaptorNode>> {
-    let cx = CallContext {
-        stage: TREE_RAPTOR,
-        doc_id: None,
-        priority: crate::model::Priority::Build,
-    };
+    let cx = CallContext::corpus(TREE_RAPTOR);
     let leaves = roots
         .iter()
         .enumerate()

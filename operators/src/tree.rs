@@ -9,7 +9,7 @@ use memweave_schemas::{
     SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TreeNodeRow, content_id,
 };
 
-use crate::model::{CallContext, MemoryModel, Priority, StepResult, all_in_order};
+use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
 use crate::tokens::count_tokens;
 
 /// MemWalker's Mt: the most children a node may have.
@@ -117,11 +117,7 @@ pub async fn corpus_tree(
     max_children: usize,
     parent_max_tokens: usize,
 ) -> StepResult<Vec<TreeNodeRow>> {
-    let cx = CallContext {
-        stage: TREE_MEMWALKER,
-        doc_id: None,
-        priority: Priority::Build,
-    };
+    let cx = CallContext::corpus(TREE_MEMWALKER);
     let leaves = roots
         .iter()
         .enumerate()

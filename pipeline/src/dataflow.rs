@@ -144,16 +144,6 @@ pub fn build(
             MemoryRow::TreeNode(n) => Some(n),
             _ => None,
         });
-        let corpus = config.corpus_tree.then(|| {
-            corpus_trees(
-                &document_tree_nodes.clone().delay(at),
-                memory.clone().delay(at),
-                &corpus_model,
-                embedder,
-                config,
-                runtime,
-            )
-        });
         let pages = memory.clone().flat_map(|row| match row {
             MemoryRow::Page(p) => Some(p),
             _ => None,
@@ -169,6 +159,25 @@ pub fn build(
         let doc_embeddings = memory.clone().flat_map(|row| match row {
             MemoryRow::Embedding(e) => Some(e),
             _ => None,
+        });
+        let corpus = config.corpus_tree.then(|| {
+            // Only the roots and their vectors reach the corpus trees.
+            let roots = document_tree_nodes
+                .clone()
+                .filter(|n| n.parent_id.is_none())
+                .delay(at);
+            let node_vectors = doc_embeddings
+                .clone()
+                .filter(|e| e.owner_kind == "node")
+                .delay(at);
+            corpus_trees(
+                &roots,
+                node_vectors,
+                &corpus_model,
+                embedder,
+                config,
+                runtime,
+            )
         });
         let build_errors = memory.flat_map(|row| match row {
             MemoryRow::Error(e) => Some(e),
@@ -239,18 +248,14 @@ pub fn build(
 /// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
 /// and their vectors.
 fn corpus_trees<'scope>(
-    document_tree_nodes: &VecCollection<'scope, u64, TreeNodeRow, isize>,
-    memory: VecCollection<'scope, u64, MemoryRow, isize>,
+    document_roots: &VecCollection<'scope, u64, TreeNodeRow, isize>,
+    node_vectors: VecCollection<'scope, u64, EmbeddingRecord, isize>,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
     runtime: &tokio::runtime::Handle,
 ) -> VecCollection<'scope, u64, MemoryRow, isize> {
-    let roots = |tree: &'static str| {
-        document_tree_nodes
-            .clone()
-            .filter(move |n| n.tree == tree && n.parent_id.is_none())
-    };
+    let roots = |tree: &'static str| document_roots.clone().filter(move |n| n.tree == tree);
     let memwalker_roots = roots(TREE_MEMWALKER)
         .map(|root| ((), root))
         .reduce_named("MemWalkerCorpusRoots", |(), roots, out| {
@@ -281,10 +286,7 @@ fn corpus_trees<'scope>(
             }
         },
     );
-    let vectors = memory.flat_map(|row| match row {
-        MemoryRow::Embedding(e) if e.owner_kind == "node" => Some((e.owner_id.clone(), e)),
-        _ => None,
-    });
+    let vectors = node_vectors.map(|e| (e.owner_id.clone(), e));
     let raptor_roots = roots(TREE_RAPTOR)
         .map(|root| (root.node_id.clone(), root))
         .join_map(vectors, |_, root, vector| {
@@ -385,13 +387,7 @@ fn graph_stages<'scope>(
                     .map(|r| format!("{}: {}", r.name, r.description))
                     .collect();
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                match embed_all(
-                    embedder.as_ref(),
-                    &CallContext::build("embed", "entities"),
-                    &refs,
-                )
-                .await
-                {
+                match embed_all(embedder.as_ref(), &CallContext::corpus("embed"), &refs).await {
                     Ok(vectors) => out.extend(rows.iter().zip(vectors).map(|(r, v)| {
                         GraphRow::Embedding(EmbeddingRecord::new(&r.entity_id, "entity", &v))
                     })),
