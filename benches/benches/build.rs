@@ -201,7 +201,7 @@ fn main() {
         child(&source);
         return;
     }
-    let essays = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    let essays = memweave_benches::shared_data("pg-essays");
     // Call counts do not depend on the build profile; throughput does.
     if std::env::var_os("BUILD_BENCH_CALLS_ONLY").is_none() {
         println!("Throughput, extractive backend, all four memories, hashing embedder:");

@@ -95,7 +95,7 @@ fn peak_rss_mib() -> f64 {
 
 fn main() {
     let config = MixtureConfig::default();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    let dir = memweave_benches::shared_data("pg-essays");
     let texts = chunks(&dir);
     let embedded: Vec<f64> = texts
         .iter()

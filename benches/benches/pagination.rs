@@ -7,7 +7,6 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -173,7 +172,7 @@ impl MemoryModel for Remote {
 
 #[tokio::main]
 async fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    let dir = memweave_benches::shared_data("pg-essays");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())

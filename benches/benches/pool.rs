@@ -9,7 +9,6 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
-use std::path::Path;
 use std::time::Instant;
 
 use memweave_llm::sim::{Sim, SimConfig};
@@ -48,7 +47,7 @@ fn run(label: &str, fault_rate: f64) {
     });
     let url = memweave_llm::sim::serve_on_loopback(runtime.handle(), &sim).unwrap();
 
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    let source = memweave_benches::shared_data("pg-essays");
     let out = tempfile::tempdir().unwrap();
     let options = IndexOptions {
         source,

@@ -4,8 +4,6 @@
 //!
 //! Run: `cargo bench -p memweave-benches` (needs ../shared/data/pg-essays).
 
-use std::path::Path;
-
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use memweave_llm::TaskModel;
 use memweave_operators::build::{BuildConfig, Document, build_document, segment_rows};
@@ -13,7 +11,7 @@ use memweave_operators::embed::HashingEmbedder;
 use memweave_operators::ingest::RawDocument;
 
 fn essays() -> Vec<Document> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/pg-essays");
+    let dir = memweave_benches::shared_data("pg-essays");
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("entry").path())

@@ -1,1 +1,19 @@
-//! memweave's benchmarks live in `benches/`; this library is empty.
+//! memweave's benchmarks live in `benches/`; this library holds what they share.
+
+use std::path::PathBuf;
+
+/// A corpus under `../shared/data` beside the checkout (never copied into the
+/// repository). Cargo sets `CARGO_MANIFEST_DIR` when it runs a benchmark; that
+/// value wins over the one compiled in, which is stale when another checkout
+/// sharing the target directory built the binary.
+pub fn shared_data(name: &str) -> PathBuf {
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    let path = manifest_dir.join("../../shared/data").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: the benchmarks read the shared corpora beside the checkout",
+        path.display()
+    );
+    path
+}

@@ -6,8 +6,11 @@
 //! ndarray-linalg (a LAPACK build) and fits one k at a time on one core; RAPTOR
 //! sweeps k = 1..50 per level. Points are one flat row-major `f64` buffer; the E
 //! and M steps run over fixed-size chunks in parallel and their partial sums are
-//! added in chunk order, so a fit is the same bit for bit on any number of threads.
+//! added in chunk order, so a fit is the same bit for bit on any number of threads;
+//! their kernels run on the widest vectors the CPU has, lane by lane in the scalar
+//! order, so it is also the same on any CPU.
 
+use pulp::{Simd, WithSimd};
 use rayon::prelude::*;
 
 /// Points per parallel chunk. Fixed, so sums never depend on the thread count.
@@ -120,25 +123,78 @@ struct Component {
 }
 
 impl Component {
-    /// ln(weight · density) of each of the `m` points of a transposed block
-    /// (`xt[i * m + p]` is coordinate i of point p), into `out`.
-    fn log_weighted_densities(&self, xt: &[f64], m: usize, z: &mut [f64], out: &mut [f64]) {
+    /// ln(weight · density) of point `point` of a transposed block (`xt[i * m +
+    /// p]` is coordinate i of point p), in the order of operations of one lane of
+    /// `Densities`.
+    fn log_weighted_density_of(&self, xt: &[f64], m: usize, point: usize) -> f64 {
         let d = self.mean.len();
-        out.fill(0.0);
+        let mut distance = 0.0;
         for j in 0..d {
-            z.fill(-self.shift[j]);
+            let mut z = -self.shift[j];
             for i in 0..=j {
-                let p = self.precision[i * d + j];
-                for (zp, x) in z.iter_mut().zip(&xt[i * m..(i + 1) * m]) {
-                    *zp += p * x;
+                z += self.precision[i * d + j] * xt[i * m + point];
+            }
+            distance += z * z;
+        }
+        self.log_constant - 0.5 * distance
+    }
+}
+
+/// ln(weight · density) of every point of a transposed block, into `out`. Run
+/// inside `Posteriors`, so compiled for the widest vectors the CPU has (`pulp`
+/// picks AVX2 on x86-64 at run time; a portable build may assume only SSE2). `VECTORS` vectors of points at a time: zⱼ = Σᵢ xᵢ Pᵢⱼ − (μᵀP)ⱼ and the
+/// running |z|² stay in registers while the precision is walked once. Separate
+/// multiplies and adds in one fixed order per point, never fused: the same bits
+/// whatever the vector width, so fits agree across machines.
+/// Vectors of points in flight in `Densities`: four independent chains of adds
+/// hide the adder's latency.
+const VECTORS: usize = 4;
+
+struct Densities<'a> {
+    component: &'a Component,
+    xt: &'a [f64],
+    m: usize,
+    out: &'a mut [f64],
+}
+
+impl WithSimd for Densities<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let Densities {
+            component,
+            xt,
+            m,
+            out,
+        } = self;
+        let d = component.mean.len();
+        let tile = VECTORS * S::F64_LANES;
+        let body = m - m % tile;
+        let constant = simd.splat_f64s(component.log_constant);
+        let half = simd.splat_f64s(0.5);
+        for first in (0..body).step_by(tile) {
+            let mut distance = [simd.splat_f64s(0.0); VECTORS];
+            for j in 0..d {
+                let mut z = [simd.splat_f64s(-component.shift[j]); VECTORS];
+                for i in 0..=j {
+                    let p = simd.splat_f64s(component.precision[i * d + j]);
+                    let (x, _) = S::as_simd_f64s(&xt[i * m + first..i * m + first + tile]);
+                    for (zv, xv) in z.iter_mut().zip(x) {
+                        *zv = simd.add_f64s(*zv, simd.mul_f64s(p, *xv));
+                    }
+                }
+                for (dv, zv) in distance.iter_mut().zip(&z) {
+                    *dv = simd.add_f64s(*dv, simd.mul_f64s(*zv, *zv));
                 }
             }
-            for (o, zp) in out.iter_mut().zip(z.iter()) {
-                *o += zp * zp;
+            let (o, _) = S::as_mut_simd_f64s(&mut out[first..first + tile]);
+            for (ov, dv) in o.iter_mut().zip(&distance) {
+                *ov = simd.sub_f64s(constant, simd.mul_f64s(half, *dv));
             }
         }
-        for o in out.iter_mut() {
-            *o = self.log_constant - 0.5 * *o;
+        for (point, o) in out.iter_mut().enumerate().take(m).skip(body) {
+            *o = component.log_weighted_density_of(xt, m, point);
         }
     }
 }
@@ -171,6 +227,15 @@ impl Block {
     /// and when most are, the rest are gathered first so the sums run over them
     /// alone.
     fn accumulate(&self, r: &[f64], sums: &mut Sums) {
+        pulp::Arch::new().dispatch(Moments {
+            block: self,
+            r,
+            sums,
+        });
+    }
+
+    #[inline(always)]
+    fn accumulate_with<S: Simd>(&self, simd: S, r: &[f64], sums: &mut Sums) {
         let (m, d) = (self.m, self.xt.len() / self.m.max(1));
         let mut weighted = Vec::with_capacity(m);
         let mut gathered: Vec<f64> = Vec::with_capacity(d * m);
@@ -195,18 +260,104 @@ impl Block {
                     let kept = rc.iter().map(|&v| if v > NEGLIGIBLE { v } else { 0.0 });
                     (kept.collect(), &self.xt, m)
                 };
-            sums.weight[c] += sum(&responsibilities);
+            sums.weight[c] += sum(simd, &responsibilities);
             for i in 0..d {
                 let xi = &coordinates[i * n..(i + 1) * n];
                 weighted.clear();
                 weighted.extend(responsibilities.iter().zip(xi).map(|(r, x)| r * x));
-                sums.first[c * d + i] += sum(&weighted);
+                sums.first[c * d + i] += sum(simd, &weighted);
                 for j in 0..=i {
                     let xj = &coordinates[j * n..(j + 1) * n];
-                    sums.second[c * d * d + i * d + j] += dot(&weighted, xj);
+                    sums.second[c * d * d + i * d + j] += dot(simd, &weighted, xj);
                 }
             }
         }
+    }
+}
+
+/// `GaussianMixture::posteriors` compiled for the widest vectors the CPU has.
+struct Posteriors<'a> {
+    mixture: &'a GaussianMixture,
+    block: &'a Block,
+}
+
+impl WithSimd for Posteriors<'_> {
+    type Output = (Vec<f64>, Vec<f64>);
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> Self::Output {
+        self.mixture.posteriors_with(simd, self.block)
+    }
+}
+
+/// eˣ for x ≤ 0, every lane the same whatever the vector width, where libm's
+/// `exp` is one call per value. x = n ln 2 + r with |r| ≤ ln 2 / 2 (Cody and
+/// Waite's two-part ln 2 keeps r exact), eʳ by its Taylor series to r¹³ (error
+/// under 10⁻¹⁷), times 2ⁿ built in the exponent bits. Below −708 the result
+/// would leave the normal range; it is 0 there, which no posterior or
+/// log-likelihood here can tell from e⁻⁷⁰⁸.
+#[inline(always)]
+fn exp_nonpositive<S: Simd>(simd: S, x: S::f64s) -> S::f64s {
+    /// 1.5 · 2⁵²: adding it rounds to an integer, which lands in the low bits.
+    const SHIFTER: f64 = 6_755_399_441_055_744.0;
+    // ln 2 in two parts (fdlibm's): the first has 32 significant bits, so n times
+    // it is exact for every n here.
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    const UNDERFLOW: f64 = -708.0;
+    let splat = |v: f64| simd.splat_f64s(v);
+    let clamped = simd.max_f64s(x, splat(UNDERFLOW));
+    let shifted = simd.add_f64s(
+        simd.mul_f64s(clamped, splat(std::f64::consts::LOG2_E)),
+        splat(SHIFTER),
+    );
+    let n = simd.sub_f64s(shifted, splat(SHIFTER));
+    let r = simd.sub_f64s(
+        simd.sub_f64s(clamped, simd.mul_f64s(n, splat(LN2_HI))),
+        simd.mul_f64s(n, splat(LN2_LO)),
+    );
+    let mut series = splat(TAYLOR[TAYLOR.len() - 1]);
+    for c in TAYLOR[..TAYLOR.len() - 1].iter().rev() {
+        series = simd.add_f64s(simd.mul_f64s(series, r), splat(*c));
+    }
+    // n + 1023 (never below 1 after the clamp), shifted into the exponent field.
+    let biased = simd.sub_u64s(
+        simd.transmute_u64s_f64s(shifted),
+        simd.splat_u64s(SHIFTER.to_bits() - 1023),
+    );
+    let two_to_n = simd.transmute_f64s_u64s(simd.mul_u64s(biased, simd.splat_u64s(1 << 52)));
+    simd.select_f64s(
+        simd.less_than_f64s(x, splat(UNDERFLOW)),
+        splat(0.0),
+        simd.mul_f64s(series, two_to_n),
+    )
+}
+
+/// 1/k! for k = 0..=13.
+const TAYLOR: [f64; 14] = {
+    let mut c = [1.0; 14];
+    let mut k = 1;
+    while k < c.len() {
+        c[k] = c[k - 1] / k as f64;
+        k += 1;
+    }
+    c
+};
+
+/// `Block::accumulate` compiled for the widest vectors the CPU has; its sums
+/// run lane by lane in one fixed order (see `dot`), so the width changes no bit.
+struct Moments<'a> {
+    block: &'a Block,
+    r: &'a [f64],
+    sums: &'a mut Sums,
+}
+
+impl WithSimd for Moments<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        self.block.accumulate_with(simd, self.r, self.sums);
     }
 }
 
@@ -317,11 +468,24 @@ impl GaussianMixture {
     /// k × m), and each point's log-likelihood. One `exp` per pair: it is most of
     /// the E step's time.
     fn posteriors(&self, block: &Block) -> (Vec<f64>, Vec<f64>) {
+        pulp::Arch::new().dispatch(Posteriors {
+            mixture: self,
+            block,
+        })
+    }
+
+    #[inline(always)]
+    fn posteriors_with<S: Simd>(&self, simd: S, block: &Block) -> (Vec<f64>, Vec<f64>) {
         let m = block.m;
         let mut log_p = vec![0.0; self.components.len() * m];
-        let mut z = vec![0.0; m];
         for (component, out) in self.components.iter().zip(log_p.chunks_exact_mut(m)) {
-            component.log_weighted_densities(&block.xt, m, &mut z, out);
+            Densities {
+                component,
+                xt: &block.xt,
+                m,
+                out,
+            }
+            .with_simd(simd);
         }
         let mut log_totals = vec![f64::NEG_INFINITY; m];
         for lp in log_p.chunks_exact(m) {
@@ -331,8 +495,15 @@ impl GaussianMixture {
         }
         let mut sum_exp = vec![0.0; m];
         for lp in log_p.chunks_exact_mut(m) {
-            for ((v, s), max) in lp.iter_mut().zip(&mut sum_exp).zip(&log_totals) {
-                *v = (*v - max).exp();
+            let (v_body, v_tail) = S::as_mut_simd_f64s(lp);
+            let (s_body, s_tail) = S::as_mut_simd_f64s(&mut sum_exp);
+            let (max_body, max_tail) = S::as_simd_f64s(&log_totals);
+            for ((v, s), max) in v_body.iter_mut().zip(s_body).zip(max_body) {
+                *v = exp_nonpositive(simd, simd.sub_f64s(*v, *max));
+                *s = simd.add_f64s(*s, *v);
+            }
+            for ((v, s), max) in v_tail.iter_mut().zip(s_tail).zip(max_tail) {
+                *v = exp_nonpositive(pulp::Scalar::new(), *v - max);
                 *s += *v;
             }
         }
@@ -491,39 +662,51 @@ pub fn cluster(points: &Points, config: &MixtureConfig) -> Clustering {
     }
 }
 
-/// Lanes of the sums below: eight independent running sums the compiler can keep
-/// in vector registers, where one running sum waits on each addition in turn.
+/// Lanes of the sums below: eight independent running sums, in vector registers
+/// (two of AVX2's four doubles, four of SSE2's two), where one running sum would
+/// wait on each addition in turn.
 const LANES: usize = 8;
 
-/// Σ a·b, in a fixed order (lane by lane, then the lanes).
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    let mut lanes = [0.0; LANES];
-    let (a_body, b_body) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f64 = a_body
-        .remainder()
-        .iter()
-        .zip(b_body.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a_body.zip(b_body) {
-        for l in 0..LANES {
-            lanes[l] += x[l] * y[l];
+/// Σ a·b in one fixed order whatever the vector width: lane l sums the products
+/// at l, l + 8, l + 16…; then the lanes in order, then the tail.
+#[inline(always)]
+fn dot<S: Simd>(simd: S, a: &[f64], b: &[f64]) -> f64 {
+    let vectors = LANES / S::F64_LANES;
+    let mut lanes = [simd.splat_f64s(0.0); LANES];
+    let (a_body, a_tail) = pulp::as_arrays::<LANES, _>(a);
+    let (b_body, b_tail) = pulp::as_arrays::<LANES, _>(b);
+    for (x, y) in a_body.iter().zip(b_body) {
+        let (x, _) = S::as_simd_f64s(x);
+        let (y, _) = S::as_simd_f64s(y);
+        for v in 0..vectors {
+            lanes[v] = simd.add_f64s(lanes[v], simd.mul_f64s(x[v], y[v]));
         }
     }
-    lanes.iter().sum::<f64>() + tail
+    let tail: f64 = a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum();
+    in_order::<S>(&lanes[..vectors]) + tail
 }
 
 /// Σ a, in the same fixed order as `dot`.
-fn sum(a: &[f64]) -> f64 {
-    let mut lanes = [0.0; LANES];
-    let body = a.chunks_exact(LANES);
-    let tail: f64 = body.remainder().iter().sum();
+#[inline(always)]
+fn sum<S: Simd>(simd: S, a: &[f64]) -> f64 {
+    let vectors = LANES / S::F64_LANES;
+    let mut lanes = [simd.splat_f64s(0.0); LANES];
+    let (body, tail) = pulp::as_arrays::<LANES, _>(a);
     for x in body {
-        for l in 0..LANES {
-            lanes[l] += x[l];
+        let (x, _) = S::as_simd_f64s(x);
+        for v in 0..vectors {
+            lanes[v] = simd.add_f64s(lanes[v], x[v]);
         }
     }
-    lanes.iter().sum::<f64>() + tail
+    in_order::<S>(&lanes[..vectors]) + tail.iter().sum::<f64>()
+}
+
+/// The lanes' sum, lane 0 first.
+#[inline(always)]
+fn in_order<S: Simd>(lanes: &[S::f64s]) -> f64 {
+    pulp::bytemuck::cast_slice::<S::f64s, f64>(lanes)
+        .iter()
+        .sum()
 }
 
 /// Adds per-chunk sums in chunk order.
@@ -761,5 +944,45 @@ mod tests {
         assert_eq!(clustering.components, 2, "{:?}", clustering.bic);
         assert_eq!(clustering.memberships.len(), 800);
         assert_eq!(clustering.bic.len(), 5);
+    }
+
+    /// The vector kernels give the same bits as the same arithmetic one value at a
+    /// time (pulp's scalar fallback), tails included: fits agree across CPUs.
+    #[test]
+    fn vector_kernels_match_the_scalar_fallback_bit_for_bit() {
+        // 203 points in 5 dimensions: neither a whole number of tiles nor of lanes.
+        let mut random = SplitMix64(11);
+        let values: Vec<f64> = (0..203 * 5).map(|_| random.unit() * 10.0).collect();
+        let points = Points::new(values, 5);
+        let mixture = GaussianMixture::fit(&points, 4, &MixtureConfig::default());
+        let block = Block::of(&points.values, 5);
+        let scalar = mixture.posteriors_with(pulp::Scalar::new(), &block);
+        let widest = mixture.posteriors(&block);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&scalar.0), bits(&widest.0));
+        assert_eq!(bits(&scalar.1), bits(&widest.1));
+        let (mut one, mut other) = (Sums::zero(4, 5), Sums::zero(4, 5));
+        block.accumulate_with(pulp::Scalar::new(), &scalar.0, &mut one);
+        block.accumulate(&widest.0, &mut other);
+        assert_eq!(bits(&one.weight), bits(&other.weight));
+        assert_eq!(bits(&one.first), bits(&other.first));
+        assert_eq!(bits(&one.second), bits(&other.second));
+    }
+
+    #[test]
+    fn exp_is_within_two_ulps_of_libm() {
+        let scalar = pulp::Scalar::new();
+        let mut x = 0.0;
+        while x > -708.0 {
+            let (ours, libm) = (exp_nonpositive(scalar, x), x.exp());
+            assert!(
+                (ours - libm).abs() <= 2.0 * f64::EPSILON * libm,
+                "e^{x}: {ours} vs {libm}"
+            );
+            x -= 0.013_7;
+        }
+        assert_eq!(exp_nonpositive(scalar, 0.0), 1.0);
+        assert_eq!(exp_nonpositive(scalar, -709.0), 0.0);
+        assert_eq!(exp_nonpositive(scalar, f64::NEG_INFINITY), 0.0);
     }
 }
