@@ -13,7 +13,9 @@ use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
 use memweave_pipeline::{Interrupted, UsageError};
-use memweave_query::{Answer, AskRequest, Snapshot, Strategy, parse_storage_option};
+use memweave_query::{
+    Answer, AskOptions, AskRequest, Models, Snapshot, Strategy, parse_storage_option,
+};
 use memweave_schemas::TableStore;
 
 #[derive(Parser)]
@@ -126,9 +128,26 @@ enum Command {
         /// Root of the memory tables.
         #[arg(long, env = "MEMWEAVE_TABLES")]
         tables: String,
-        /// How to navigate the memory.
-        #[arg(long, default_value = "memwalker", value_parser = ["memwalker", "readagent-p"])]
+        /// How to navigate the memory: memwalker (summary tree, model triage),
+        /// readagent-p / readagent-s (gists, pages looked up at once / one at a
+        /// time), qrmem-trial / qrmem-expand / qrmem (entity graph: the question's
+        /// entities / and their neighbours / reflection loop), ilmtr (collapsed
+        /// tree + short-term memory), raptor (collapsed tree), bm25 and dense
+        /// (top segments, baselines).
+        #[arg(long, default_value = "memwalker", value_parser = strategy_names())]
         strategy: String,
+        /// Tokens of context the retrieval strategies gather.
+        #[arg(long)]
+        budget: Option<usize>,
+        /// Passages bm25 and dense return.
+        #[arg(long)]
+        top_k: Option<usize>,
+        /// Pages ReadAgent may look up.
+        #[arg(long)]
+        max_pages: Option<usize>,
+        /// Rounds of ILM-TR's inner loop and QRMeM's reflection.
+        #[arg(long)]
+        max_rounds: Option<usize>,
         /// Only consider this document (id); repeatable.
         #[arg(long = "document")]
         documents: Vec<String>,
@@ -141,7 +160,14 @@ enum Command {
         /// The model that navigates (the extractive backend by default).
         #[command(flatten)]
         llm: LlmArgs,
+        /// The embedder the index used (questions are embedded by it too).
+        #[command(flatten)]
+        embed: EmbedArgs,
     },
+}
+
+fn strategy_names() -> Vec<&'static str> {
+    Strategy::ALL.iter().map(|s| s.name()).collect()
 }
 
 fn default_workers() -> usize {
@@ -216,19 +242,40 @@ fn main() -> ExitCode {
             question,
             tables,
             strategy,
+            budget,
+            top_k,
+            max_pages,
+            max_rounds,
             documents,
             json,
             storage_options,
             llm,
-        } => ask(
-            question,
-            &tables,
-            &strategy,
-            documents,
-            json,
-            storage_options.into_iter().collect(),
-            &llm,
-        ),
+            embed,
+        } => {
+            let request = strategy.parse().map(|strategy| AskRequest {
+                question,
+                strategy,
+                documents: (!documents.is_empty()).then_some(documents),
+                budget,
+                options: AskOptions {
+                    top_k,
+                    max_pages,
+                    max_rounds,
+                },
+            });
+            request
+                .map_err(|e| UsageError(e).into())
+                .and_then(|request| {
+                    ask(
+                        &request,
+                        &tables,
+                        json,
+                        storage_options.into_iter().collect(),
+                        &llm,
+                        &embed,
+                    )
+                })
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -326,15 +373,13 @@ fn print_summary(s: &IndexSummary) {
 }
 
 fn ask(
-    question: String,
+    request: &AskRequest,
     tables: &str,
-    strategy: &str,
-    documents: Vec<String>,
     json: bool,
     storage_options: HashMap<String, String>,
     llm: &LlmArgs,
+    embed: &EmbedArgs,
 ) -> anyhow::Result<()> {
-    let strategy: Strategy = strategy.parse().map_err(UsageError)?;
     if llm.cache_only {
         return Err(UsageError(
             "--cache-only replays a build's model calls; questions are not kept in the tables, so there is nothing to replay them from".into(),
@@ -347,6 +392,9 @@ fn ask(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let embedder = runtime
+        .block_on(embed.embedder(llm, CallCache::in_memory()))
+        .map_err(UsageError)?;
     let snapshot = runtime
         .block_on(Snapshot::load_latest(&store))?
         .ok_or_else(|| {
@@ -354,12 +402,12 @@ fn ask(
                 "no memory under {tables}: run `memweave index SOURCE --out {tables}` first"
             ))
         })?;
-    let request = AskRequest {
-        question,
-        strategy,
-        documents: (!documents.is_empty()).then_some(documents),
+    memweave_query::http::validate(request, &snapshot).map_err(UsageError)?;
+    let models = Models {
+        model: &model,
+        embedder: &*embedder,
     };
-    let answer = runtime.block_on(memweave_query::ask(&snapshot, &request, &model));
+    let answer = runtime.block_on(memweave_query::ask(&snapshot, request, models));
     if json {
         print_json(&answer)?;
     } else {
@@ -382,7 +430,7 @@ fn print_answer(answer: &Answer) {
         answer.epoch
     );
     println!("  {}", answer.answer);
-    for passage in &answer.passages {
+    for passage in &answer.supporting {
         println!(
             "  — \"{}\" ({}), characters {}–{}",
             passage.title, passage.source_uri, passage.start_char, passage.end_char

@@ -1,35 +1,90 @@
-//! The HTTP API: `POST /v1/ask`, `GET /healthz`, `GET /readyz`.
+//! The HTTP API. `POST /v1/ask` answers with every strategy; `GET /v1/documents`,
+//! `/v1/documents/{id}/tree`, `/v1/nodes/{id}` and `/v1/entities/{id}` show the
+//! memory itself; `/healthz`, `/readyz`, `/metrics` (Prometheus) and
+//! `/openapi.json` serve operators and clients. Bad input is a 4xx with a JSON
+//! body `{"error": …}` that says what to change; it never reaches a navigator.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::TableStore;
+use memweave_schemas::{TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow};
+use serde::Deserialize;
+use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
-use crate::navigate::{AskRequest, ask};
+use crate::navigate::{AskRequest, Models, Strategy, ask};
 use crate::snapshot::Snapshot;
 
+/// Longest question accepted, in characters.
+pub const MAX_QUESTION_CHARS: usize = 4_000;
+/// Largest request body, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest context budget a request may ask for, in tokens.
+pub const MAX_BUDGET: usize = 32_000;
+/// Largest `top_k`, `max_pages` and `max_rounds` a request may ask for.
+pub const MAX_OPTION: usize = 50;
+
+/// Limits every request runs under.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Wall time one answer may take, model calls included.
+    pub request_timeout: Duration,
+    /// When set, `/v1/*` needs `Authorization: Bearer <token>`.
+    pub auth_token: Option<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            request_timeout: Duration::from_secs(120),
+            auth_token: None,
+        }
+    }
+}
+
 /// What every request handler shares: where the tables are, the newest snapshot,
-/// and the model navigators ask.
+/// the models navigators ask, and the request counters.
 #[derive(Debug)]
 pub struct ServiceState {
     store: TableStore,
     snapshot: RwLock<Option<Arc<Snapshot>>>,
     model: Arc<dyn MemoryModel>,
+    embedder: Arc<dyn Embedder>,
+    limits: Limits,
+    metrics: Mutex<Metrics>,
+}
+
+/// Answers by strategy and status, and the seconds they took.
+#[derive(Debug, Default)]
+struct Metrics {
+    answers: BTreeMap<(&'static str, u16), u64>,
+    seconds: BTreeMap<&'static str, f64>,
 }
 
 impl ServiceState {
-    pub fn new(store: TableStore, model: Arc<dyn MemoryModel>) -> Arc<Self> {
+    pub fn new(
+        store: TableStore,
+        model: Arc<dyn MemoryModel>,
+        embedder: Arc<dyn Embedder>,
+        limits: Limits,
+    ) -> Arc<Self> {
         Arc::new(ServiceState {
             store,
             snapshot: RwLock::new(None),
             model,
+            embedder,
+            limits,
+            metrics: Mutex::new(Metrics::default()),
         })
     }
 
@@ -62,34 +117,301 @@ impl ServiceState {
             }
         }
     }
+
+    fn count(&self, strategy: &'static str, status: StatusCode, seconds: f64) {
+        let mut metrics = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
+        *metrics
+            .answers
+            .entry((strategy, status.as_u16()))
+            .or_default() += 1;
+        *metrics.seconds.entry(strategy).or_default() += seconds;
+    }
 }
 
 pub fn router(state: Arc<ServiceState>) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/v1/ask", post(ask_handler))
+        .route("/v1/documents", get(documents_handler))
+        .route("/v1/documents/{id}/tree", get(tree_handler))
+        .route("/v1/nodes/{id}", get(node_handler))
+        .route("/v1/entities/{id}", get(entity_handler))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            authorise,
+        ));
+    Router::new()
+        .merge(api)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready_handler))
+        .route("/metrics", get(metrics_handler))
+        .route("/openapi.json", get(|| async { Json(openapi()) }))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /openapi.json") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+async fn authorise(
+    State(state): State<Arc<ServiceState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(token) = &state.limits.auth_token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if presented != Some(token.as_str()) {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "this service needs Authorization: Bearer <token> (the --auth-token-file token)",
+            );
+        }
+    }
+    next.run(request).await
+}
+
+async fn served(state: &ServiceState) -> Result<Arc<Snapshot>, Response> {
+    state.snapshot.read().await.clone().ok_or_else(not_ready)
 }
 
 async fn ask_handler(
     State(state): State<Arc<ServiceState>>,
-    Json(request): Json<AskRequest>,
+    body: Result<Json<AskRequest>, JsonRejection>,
 ) -> Response {
-    let Some(snapshot) = state.snapshot.read().await.clone() else {
-        return not_ready();
+    let started = Instant::now();
+    let request = match body {
+        Ok(Json(request)) => request,
+        Err(rejection) => {
+            let status = match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            state.count("invalid", status, 0.0);
+            return error(status, &rejection.body_text());
+        }
     };
-    if request.question.trim().is_empty() {
-        return error(StatusCode::BAD_REQUEST, "question is empty");
+    let snapshot = match served(&state).await {
+        Ok(snapshot) => snapshot,
+        Err(response) => return response,
+    };
+    if let Err(message) = validate(&request, &snapshot) {
+        state.count(request.strategy.name(), StatusCode::BAD_REQUEST, 0.0);
+        return error(StatusCode::BAD_REQUEST, &message);
     }
-    Json(ask(&snapshot, &request, &*state.model).await).into_response()
+    let models = Models {
+        model: &*state.model,
+        embedder: &*state.embedder,
+    };
+    let answered = tokio::time::timeout(
+        state.limits.request_timeout,
+        ask(&snapshot, &request, models),
+    )
+    .await;
+    let seconds = started.elapsed().as_secs_f64();
+    match answered {
+        Ok(answer) => {
+            state.count(request.strategy.name(), StatusCode::OK, seconds);
+            Json(answer).into_response()
+        }
+        Err(_) => {
+            state.count(
+                request.strategy.name(),
+                StatusCode::GATEWAY_TIMEOUT,
+                seconds,
+            );
+            error(
+                StatusCode::GATEWAY_TIMEOUT,
+                &format!(
+                    "no answer within {} s (--request-timeout-secs)",
+                    state.limits.request_timeout.as_secs()
+                ),
+            )
+        }
+    }
+}
+
+/// What a request must satisfy before a navigator sees it.
+pub fn validate(request: &AskRequest, snapshot: &Snapshot) -> Result<(), String> {
+    let question = request.question.trim();
+    if question.is_empty() {
+        return Err("question is empty".into());
+    }
+    let chars = question.chars().count();
+    if chars > MAX_QUESTION_CHARS {
+        return Err(format!(
+            "question has {chars} characters; the limit is {MAX_QUESTION_CHARS}"
+        ));
+    }
+    if let Some(documents) = &request.documents
+        && let Some(unknown) = documents.iter().find(|d| snapshot.document(d).is_none())
+    {
+        return Err(format!(
+            "unknown document {unknown:?}; GET /v1/documents lists them"
+        ));
+    }
+    if let Some(budget) = request.budget
+        && !(1..=MAX_BUDGET).contains(&budget)
+    {
+        return Err(format!(
+            "budget {budget} is outside 1..={MAX_BUDGET} tokens"
+        ));
+    }
+    let options = &request.options;
+    for (name, value) in [
+        ("top_k", options.top_k),
+        ("max_pages", options.max_pages),
+        ("max_rounds", options.max_rounds),
+    ] {
+        if let Some(value) = value
+            && !(1..=MAX_OPTION).contains(&value)
+        {
+            return Err(format!(
+                "options.{name} {value} is outside 1..={MAX_OPTION}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn documents_handler(State(state): State<Arc<ServiceState>>) -> Response {
+    let snapshot = match served(&state).await {
+        Ok(snapshot) => snapshot,
+        Err(response) => return response,
+    };
+    let documents: Vec<Value> = snapshot
+        .documents
+        .iter()
+        .map(|d| {
+            json!({
+                "doc_id": d.doc_id, "title": d.title, "source_uri": d.source_uri,
+                "version": d.version, "n_tokens": d.n_tokens,
+            })
+        })
+        .collect();
+    Json(json!({ "epoch": snapshot.epoch, "documents": documents })).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct TreeQuery {
+    tree: Option<String>,
+}
+
+async fn tree_handler(
+    State(state): State<Arc<ServiceState>>,
+    Path(id): Path<String>,
+    Query(query): Query<TreeQuery>,
+) -> Response {
+    let snapshot = match served(&state).await {
+        Ok(snapshot) => snapshot,
+        Err(response) => return response,
+    };
+    if snapshot.document(&id).is_none() {
+        return error(StatusCode::NOT_FOUND, &format!("unknown document {id:?}"));
+    }
+    let tree = query.tree.as_deref().unwrap_or(TREE_MEMWALKER);
+    let nodes: &[TreeNodeRow] = match tree {
+        TREE_MEMWALKER => &snapshot.nodes,
+        TREE_RAPTOR => &snapshot.raptor,
+        other => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                &format!("unknown tree {other:?}; expected {TREE_MEMWALKER} or {TREE_RAPTOR}"),
+            );
+        }
+    };
+    let nodes: Vec<Value> = nodes
+        .iter()
+        .filter(|n| n.doc_id.as_deref() == Some(id.as_str()))
+        .map(node_json)
+        .collect();
+    Json(json!({ "doc_id": id, "tree": tree, "nodes": nodes })).into_response()
+}
+
+async fn node_handler(State(state): State<Arc<ServiceState>>, Path(id): Path<String>) -> Response {
+    let snapshot = match served(&state).await {
+        Ok(snapshot) => snapshot,
+        Err(response) => return response,
+    };
+    let node = snapshot
+        .node_position(&id)
+        .map(|i| &snapshot.nodes[i])
+        .or_else(|| snapshot.raptor_position(&id).map(|i| &snapshot.raptor[i]));
+    match node {
+        Some(node) => Json(node_json(node)).into_response(),
+        None => error(StatusCode::NOT_FOUND, &format!("unknown node {id:?}")),
+    }
+}
+
+async fn entity_handler(
+    State(state): State<Arc<ServiceState>>,
+    Path(id): Path<String>,
+) -> Response {
+    let snapshot = match served(&state).await {
+        Ok(snapshot) => snapshot,
+        Err(response) => return response,
+    };
+    let Some(entity) = snapshot.entity(&id) else {
+        return error(StatusCode::NOT_FOUND, &format!("unknown entity {id:?}"));
+    };
+    let relations: Vec<Value> = snapshot
+        .relations_of(&id)
+        .iter()
+        .map(|&r| {
+            let r = &snapshot.relations[r];
+            json!({
+                "relation_id": r.relation_id, "source_id": r.source_id,
+                "target_id": r.target_id, "description": r.description, "seg_ids": r.seg_ids,
+            })
+        })
+        .collect();
+    Json(json!({
+        "entity_id": entity.entity_id, "name": entity.name, "aliases": entity.aliases,
+        "description": entity.description, "seg_ids": entity.seg_ids, "relations": relations,
+    }))
+    .into_response()
+}
+
+fn node_json(node: &TreeNodeRow) -> Value {
+    json!({
+        "node_id": node.node_id, "tree": node.tree, "doc_id": node.doc_id,
+        "level": node.level, "ordinal": node.ordinal, "parent_id": node.parent_id,
+        "child_ids": node.child_ids, "seg_id": node.seg_id, "summary": node.summary,
+        "surprise": node.surprise, "n_tokens": node.n_tokens,
+    })
 }
 
 async fn ready_handler(State(state): State<Arc<ServiceState>>) -> Response {
     match state.snapshot.read().await.as_ref() {
-        Some(snapshot) => Json(serde_json::json!({ "epoch": snapshot.epoch })).into_response(),
+        Some(snapshot) => Json(json!({ "epoch": snapshot.epoch })).into_response(),
         None => not_ready(),
     }
+}
+
+async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
+    let epoch = state.snapshot.read().await.as_ref().map(|s| s.epoch);
+    let metrics = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
+    let mut text = String::from(
+        "# HELP memweave_query_answers_total Ask requests by strategy and HTTP status.\n# TYPE memweave_query_answers_total counter\n",
+    );
+    for ((strategy, status), count) in &metrics.answers {
+        text.push_str(&format!(
+            "memweave_query_answers_total{{strategy=\"{strategy}\",status=\"{status}\"}} {count}\n"
+        ));
+    }
+    text.push_str("# HELP memweave_query_answer_seconds_total Seconds spent answering, by strategy.\n# TYPE memweave_query_answer_seconds_total counter\n");
+    for (strategy, seconds) in &metrics.seconds {
+        text.push_str(&format!(
+            "memweave_query_answer_seconds_total{{strategy=\"{strategy}\"}} {seconds}\n"
+        ));
+    }
+    text.push_str("# HELP memweave_query_epoch The checkpoint epoch served (-1 before the first).\n# TYPE memweave_query_epoch gauge\n");
+    text.push_str(&format!(
+        "memweave_query_epoch {}\n",
+        epoch.map_or(-1, |e| e as i64)
+    ));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 fn not_ready() -> Response {
@@ -100,5 +422,89 @@ fn not_ready() -> Response {
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(serde_json::json!({ "error": message }))).into_response()
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+/// The OpenAPI 3.1 description of every route.
+pub fn openapi() -> Value {
+    let error = json!({ "$ref": "#/components/schemas/Error" });
+    let json_body =
+        |schema: Value| json!({ "content": { "application/json": { "schema": schema } } });
+    let failure = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": error } } });
+    let strategies: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+    let id_parameter = |what: &str| json!([{ "name": "id", "in": "path", "required": true, "description": what, "schema": { "type": "string" } }]);
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "memweave query service",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Answers questions over memweave memory tables with the navigators of MemWalker, ReadAgent, QRMeM, RAPTOR and ILM-TR; every answer carries its trace and supporting passages."
+        },
+        "paths": {
+            "/v1/ask": { "post": {
+                "summary": "Answer a question with one navigation strategy",
+                "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AskRequest" } } } },
+                "responses": {
+                    "200": { "description": "The answer, its trace and supporting passages", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Answer" } } } },
+                    "400": failure("Invalid request: empty or too long question, unknown strategy or document, option out of range"),
+                    "401": failure("Missing or wrong bearer token"),
+                    "413": failure("Body over the size limit"),
+                    "503": failure("No checkpoint committed yet"),
+                    "504": failure("No answer within the request time limit")
+                }
+            } },
+            "/v1/documents": { "get": {
+                "summary": "The documents of the served checkpoint",
+                "responses": { "200": json_body(json!({ "type": "object" })), "401": failure("Missing or wrong bearer token") }
+            } },
+            "/v1/documents/{id}/tree": { "get": {
+                "summary": "A document's MemWalker (default) or RAPTOR tree (?tree=raptor)",
+                "parameters": id_parameter("Document id"),
+                "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("Unknown tree"), "404": failure("Unknown document") }
+            } },
+            "/v1/nodes/{id}": { "get": {
+                "summary": "One tree node",
+                "parameters": id_parameter("Node id"),
+                "responses": { "200": json_body(json!({ "type": "object" })), "404": failure("Unknown node") }
+            } },
+            "/v1/entities/{id}": { "get": {
+                "summary": "One graph entity with its relations",
+                "parameters": id_parameter("Entity id"),
+                "responses": { "200": json_body(json!({ "type": "object" })), "404": failure("Unknown entity") }
+            } },
+            "/healthz": { "get": { "summary": "Liveness", "responses": { "200": { "description": "ok" } } } },
+            "/readyz": { "get": { "summary": "Readiness: the epoch served", "responses": { "200": json_body(json!({ "type": "object" })), "503": failure("No checkpoint yet") } } },
+            "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "Prometheus text format" } } } },
+            "/openapi.json": { "get": { "summary": "This document", "responses": { "200": json_body(json!({ "type": "object" })) } } }
+        },
+        "components": { "schemas": {
+            "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } },
+            "AskRequest": { "type": "object", "required": ["question"], "additionalProperties": false, "properties": {
+                "question": { "type": "string", "maxLength": MAX_QUESTION_CHARS },
+                "strategy": { "type": "string", "enum": strategies, "default": "memwalker" },
+                "documents": { "type": "array", "items": { "type": "string" } },
+                "budget": { "type": "integer", "minimum": 1, "maximum": MAX_BUDGET },
+                "options": { "type": "object", "additionalProperties": false, "properties": {
+                    "top_k": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
+                    "max_pages": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
+                    "max_rounds": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION }
+                } }
+            } },
+            "Answer": { "type": "object", "required": ["answer", "strategy", "trace", "supporting"], "properties": {
+                "question": { "type": "string" }, "strategy": { "type": "string" }, "epoch": { "type": "integer" },
+                "answered": { "type": "boolean" }, "answer": { "type": "string" },
+                "supporting": { "type": "array", "items": { "$ref": "#/components/schemas/Passage" } },
+                "trace": { "type": "array", "items": { "$ref": "#/components/schemas/Step" } }
+            } },
+            "Passage": { "type": "object", "properties": {
+                "doc_id": { "type": "string" }, "title": { "type": "string" }, "source_uri": { "type": "string" },
+                "from_id": { "type": "string" }, "start_char": { "type": "integer" }, "end_char": { "type": "integer" },
+                "text": { "type": "string" }
+            } },
+            "Step": { "type": "object", "properties": {
+                "step": { "type": "integer" }, "action": { "type": "string" }, "target": { "type": "string" },
+                "level": { "type": ["integer", "null"] }, "score": { "type": "number" }, "reasoning": { "type": "string" }
+            } }
+        } }
+    })
 }

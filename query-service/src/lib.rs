@@ -8,7 +8,7 @@ pub mod http;
 pub mod navigate;
 pub mod snapshot;
 
-pub use navigate::{Answer, AskRequest, Passage, Step, Strategy, ask};
+pub use navigate::{Answer, AskOptions, AskRequest, Models, Passage, Step, Strategy, ask};
 pub use snapshot::Snapshot;
 
 /// Log filter unless RUST_LOG says otherwise: Lance logs every scan at info.

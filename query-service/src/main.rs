@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use memweave_llm::{CallCache, LlmArgs};
-use memweave_query::http::{ServiceState, router};
+use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
+use memweave_query::http::{Limits, ServiceState, router};
 use memweave_query::parse_storage_option;
 use memweave_schemas::TableStore;
 
@@ -25,10 +25,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve POST /v1/ask, /healthz and /readyz over the newest checkpoint of TABLES.
+    /// Serve the query API over the newest checkpoint of TABLES: POST /v1/ask
+    /// (every strategy), GET /v1/documents, /v1/documents/{id}/tree,
+    /// /v1/nodes/{id}, /v1/entities/{id}, /healthz, /readyz, /metrics and
+    /// /openapi.json.
     ///
     /// The service reads only the table versions a checkpoint names and picks up
-    /// newer checkpoints without restarting.
+    /// newer checkpoints without restarting; it writes nothing, so replicas can be
+    /// added and removed freely.
     Serve {
         /// Root of the memory tables: a path or an object-store URL.
         #[arg(long, env = "MEMWEAVE_TABLES")]
@@ -42,9 +46,19 @@ enum Command {
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
+        /// File holding a bearer token /v1/* requests must present
+        /// (Authorization: Bearer TOKEN); without it the API is open.
+        #[arg(long, env = "MEMWEAVE_AUTH_TOKEN_FILE")]
+        auth_token_file: Option<std::path::PathBuf>,
+        /// Seconds one answer may take, model calls included (then 504).
+        #[arg(long, default_value_t = 120)]
+        request_timeout_secs: u64,
         /// The model navigators ask (the extractive backend by default).
         #[command(flatten)]
         llm: LlmArgs,
+        /// The embedder the index used (questions are embedded by it too).
+        #[command(flatten)]
+        embed: EmbedArgs,
     },
 }
 
@@ -62,8 +76,26 @@ async fn main() -> anyhow::Result<()> {
         listen,
         refresh_secs,
         storage_options,
+        auth_token_file,
+        request_timeout_secs,
         llm,
+        embed,
     } = Cli::parse().command;
+    let auth_token = match &auth_token_file {
+        Some(path) => {
+            let token = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --auth-token-file {}", path.display()))?
+                .trim()
+                .to_string();
+            anyhow::ensure!(
+                !token.is_empty(),
+                "--auth-token-file {} is empty",
+                path.display()
+            );
+            Some(token)
+        }
+        None => None,
+    };
     anyhow::ensure!(
         !llm.cache_only,
         "--cache-only replays a build's model calls; the query service keeps no calls to replay"
@@ -76,7 +108,15 @@ async fn main() -> anyhow::Result<()> {
         &tables,
         storage_options.into_iter().collect::<HashMap<_, _>>(),
     )?;
-    let state = ServiceState::new(store, Arc::new(model));
+    let embedder = embed
+        .embedder(&llm, CallCache::in_memory())
+        .await
+        .map_err(|message| anyhow::anyhow!(message))?;
+    let limits = Limits {
+        request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
+        auth_token,
+    };
+    let state = ServiceState::new(store, Arc::new(model), embedder, limits);
     match state.refresh().await {
         Ok(Some(epoch)) => tracing::info!(epoch, "loaded tables"),
         Ok(None) => {
@@ -94,9 +134,28 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(address = %listener.local_addr()?, "memweave-query listening");
     axum::serve(listener, router(state))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())
+}
+
+/// SIGINT or SIGTERM (what Kubernetes sends): stop accepting, finish what is in
+/// flight, exit.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("a SIGTERM handler");
+        tokio::select! {
+            _ = interrupt => {},
+            _ = terminate.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutting down: finishing requests in flight");
 }

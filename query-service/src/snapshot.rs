@@ -3,11 +3,24 @@
 
 use std::collections::HashMap;
 
+use memweave_operators::graph::normalise;
 use memweave_operators::lexical::Bm25;
 use memweave_schemas::{
-    CheckpointRow, DocumentRow, PageRow, SegmentRow, StoreError, TREE_MEMWALKER, TableStore,
-    TreeNodeRow,
+    CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, PageRow, RelationRow, SegmentRow,
+    StoreError, TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow,
 };
+
+/// Every row a snapshot is built from, as one checkpoint names them.
+#[derive(Debug, Default)]
+pub struct SnapshotRows {
+    pub documents: Vec<DocumentRow>,
+    pub segments: Vec<SegmentRow>,
+    pub nodes: Vec<TreeNodeRow>,
+    pub pages: Vec<PageRow>,
+    pub entities: Vec<EntityRow>,
+    pub relations: Vec<RelationRow>,
+    pub embeddings: Vec<EmbeddingRow>,
+}
 
 #[derive(Debug)]
 pub struct Snapshot {
@@ -22,6 +35,25 @@ pub struct Snapshot {
     roots: HashMap<String, usize>,
     /// Pages of each document, in order.
     pages: HashMap<String, Vec<PageRow>>,
+    /// The RAPTOR / ILM-TR nodes of every document, by node id.
+    pub raptor: Vec<TreeNodeRow>,
+    raptor_index: HashMap<String, usize>,
+    /// The passages the retrieval baselines rank: each document's finest cut.
+    pub passages: Vec<String>,
+    /// BM25 over `passages`, in that order.
+    pub passage_bm25: Bm25,
+    pub entities: Vec<EntityRow>,
+    /// Normalised names and aliases to entities.
+    entity_names: HashMap<String, Vec<usize>>,
+    entity_index: HashMap<String, usize>,
+    pub relations: Vec<RelationRow>,
+    /// Relations touching each entity (positions in `relations`).
+    adjacent: HashMap<String, Vec<usize>>,
+    /// Vectors by owner (segment, node, entity id).
+    vectors: HashMap<String, Vec<f32>>,
+    /// The embedder that made the vectors (`embeddings.model`); a question must
+    /// be embedded by the same one.
+    pub embedding_model: Option<String>,
 }
 
 impl Snapshot {
@@ -37,40 +69,83 @@ impl Snapshot {
         store: &TableStore,
         checkpoint: &CheckpointRow,
     ) -> Result<Snapshot, StoreError> {
-        let mut documents: Vec<DocumentRow> = store.read_at(checkpoint).await?;
-        documents.retain(|d| !d.deleted);
-        documents.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-        let segments: Vec<SegmentRow> = store.read_at(checkpoint).await?;
-        let mut nodes: Vec<TreeNodeRow> = store.read_at(checkpoint).await?;
-        nodes.retain(|n| n.tree == TREE_MEMWALKER);
-        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        let page_rows: Vec<PageRow> = store.read_at(checkpoint).await?;
-        Ok(Self::from_rows(
-            checkpoint.epoch,
-            documents,
-            segments,
-            nodes,
-            page_rows,
-        ))
+        let rows = SnapshotRows {
+            documents: store.read_at(checkpoint).await?,
+            segments: store.read_at(checkpoint).await?,
+            nodes: store.read_at(checkpoint).await?,
+            pages: store.read_at(checkpoint).await?,
+            entities: store.read_at(checkpoint).await?,
+            relations: store.read_at(checkpoint).await?,
+            embeddings: store.read_at(checkpoint).await?,
+        };
+        Ok(Self::from_rows(checkpoint.epoch, rows))
     }
 
-    pub fn from_rows(
-        epoch: u64,
-        documents: Vec<DocumentRow>,
-        segments: Vec<SegmentRow>,
-        nodes: Vec<TreeNodeRow>,
-        page_rows: Vec<PageRow>,
-    ) -> Snapshot {
-        let doc_index = documents
+    pub fn from_rows(epoch: u64, rows: SnapshotRows) -> Snapshot {
+        let SnapshotRows {
+            mut documents,
+            segments,
+            nodes,
+            pages: page_rows,
+            mut entities,
+            mut relations,
+            embeddings,
+        } = rows;
+        documents.retain(|d| !d.deleted);
+        documents.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+        let (mut nodes, mut raptor): (Vec<TreeNodeRow>, Vec<TreeNodeRow>) = nodes
+            .into_iter()
+            .filter(|n| n.tree == TREE_MEMWALKER || n.tree == TREE_RAPTOR)
+            .partition(|n| n.tree == TREE_MEMWALKER);
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        raptor.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        let raptor_index = positions(raptor.iter().map(|n| n.node_id.as_str()));
+        entities.sort_by(|a, b| a.entity_id.cmp(&b.entity_id));
+        relations.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
+        let entity_index = positions(entities.iter().map(|e| e.entity_id.as_str()));
+        let mut entity_names: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, entity) in entities.iter().enumerate() {
+            for name in std::iter::once(&entity.name).chain(&entity.aliases) {
+                let list = entity_names.entry(normalise(name)).or_default();
+                if !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+        }
+        let mut adjacent: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, relation) in relations.iter().enumerate() {
+            adjacent
+                .entry(relation.source_id.clone())
+                .or_default()
+                .push(i);
+            adjacent
+                .entry(relation.target_id.clone())
+                .or_default()
+                .push(i);
+        }
+        // The finest cut of each document: the retrieval baselines rank passages
+        // of one size, not the same text twice at two sizes.
+        let mut finest: HashMap<&str, u32> = HashMap::new();
+        for segment in &segments {
+            let size = finest
+                .entry(&segment.doc_id)
+                .or_insert(segment.target_tokens);
+            *size = (*size).min(segment.target_tokens);
+        }
+        let mut passages: Vec<&SegmentRow> = segments
             .iter()
-            .enumerate()
-            .map(|(i, d)| (d.doc_id.clone(), i))
+            .filter(|s| finest.get(s.doc_id.as_str()) == Some(&s.target_tokens))
             .collect();
-        let node_index = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.node_id.clone(), i))
+        passages.sort_by(|a, b| (&a.doc_id, a.ordinal).cmp(&(&b.doc_id, b.ordinal)));
+        let passage_bm25 = Bm25::new(passages.iter().map(|s| s.text.as_str()));
+        let passages = passages.iter().map(|s| s.seg_id.clone()).collect();
+        let embedding_model = embeddings.first().map(|e| e.model.clone());
+        let vectors = embeddings
+            .into_iter()
+            .map(|e| (e.owner_id, e.vector))
             .collect();
+        let doc_index = positions(documents.iter().map(|d| d.doc_id.as_str()));
+        let node_index = positions(nodes.iter().map(|n| n.node_id.as_str()));
         let roots = nodes
             .iter()
             .enumerate()
@@ -98,6 +173,17 @@ impl Snapshot {
             node_bm25,
             roots,
             pages,
+            raptor,
+            raptor_index,
+            passages,
+            passage_bm25,
+            entities,
+            entity_names,
+            entity_index,
+            relations,
+            adjacent,
+            vectors,
+            embedding_model,
         }
     }
 
@@ -126,4 +212,32 @@ impl Snapshot {
     pub fn pages_of(&self, doc_id: &str) -> &[PageRow] {
         self.pages.get(doc_id).map_or(&[], Vec::as_slice)
     }
+
+    pub fn raptor_position(&self, node_id: &str) -> Option<usize> {
+        self.raptor_index.get(node_id).copied()
+    }
+
+    pub fn entity(&self, entity_id: &str) -> Option<&EntityRow> {
+        self.entity_index.get(entity_id).map(|&i| &self.entities[i])
+    }
+
+    /// Entities whose name or an alias normalises to `name`'s normal form.
+    pub fn entities_named(&self, name: &str) -> &[usize] {
+        self.entity_names
+            .get(&normalise(name))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Relations with `entity_id` at either end.
+    pub fn relations_of(&self, entity_id: &str) -> &[usize] {
+        self.adjacent.get(entity_id).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn vector(&self, owner_id: &str) -> Option<&[f32]> {
+        self.vectors.get(owner_id).map(Vec::as_slice)
+    }
+}
+
+fn positions<'a>(ids: impl Iterator<Item = &'a str>) -> HashMap<String, usize> {
+    ids.enumerate().map(|(i, id)| (id.to_string(), i)).collect()
 }

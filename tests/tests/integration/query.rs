@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memweave_llm::sim::{Fault, SimConfig};
-use memweave_query::Answer;
+use memweave_query::{Answer, Strategy};
 use memweave_tests::{SimServer, binary, memweave, memweave_ok, openai_flags, stderr};
 
 use super::shared::pg_essays;
@@ -82,7 +82,7 @@ fn three_unparsable_replies_end_the_walk_with_no_answer() {
     let answer = ask_cli_with("memwalker", &openai_flags(&server.url));
     assert!(!answer.answered, "{answer:#?}");
     assert_eq!(answer.answer, "no answer");
-    assert!(answer.passages.is_empty());
+    assert!(answer.supporting.is_empty());
     let last = answer.trace.last().unwrap();
     assert_eq!(
         (last.action.as_str(), last.target.as_str()),
@@ -98,7 +98,7 @@ fn three_unparsable_replies_end_the_walk_with_no_answer() {
 fn memwalker_answers_from_the_essay_about_painting_with_a_trace() {
     let answer = ask_cli("memwalker");
     assert!(answer.answered, "{answer:#?}");
-    let passage = &answer.passages[0];
+    let passage = &answer.supporting[0];
     assert!(
         passage.source_uri.ends_with("worked.txt"),
         "{}",
@@ -147,7 +147,7 @@ fn memwalker_answers_from_the_essay_about_painting_with_a_trace() {
 fn readagent_looks_up_pages_and_answers() {
     let answer = ask_cli("readagent-p");
     assert!(answer.answered, "{answer:#?}");
-    assert!(answer.passages[0].source_uri.ends_with("worked.txt"));
+    assert!(answer.supporting[0].source_uri.ends_with("worked.txt"));
     let lookups: Vec<&str> = answer
         .trace
         .iter()
@@ -162,7 +162,7 @@ fn readagent_looks_up_pages_and_answers() {
             .all(|id| pages.iter().any(|p| p.page_id == *id))
     );
     assert!(
-        lookups.contains(&answer.passages[0].from_id.as_str()),
+        lookups.contains(&answer.supporting[0].from_id.as_str()),
         "answers from a page it looked up"
     );
 }
@@ -174,7 +174,7 @@ fn a_question_nothing_mentions_gets_no_answer() {
     let answer: Answer = serde_json::from_slice(&output.stdout).unwrap();
     assert!(!answer.answered);
     assert_eq!(answer.answer, "no answer");
-    assert!(answer.passages.is_empty());
+    assert!(answer.supporting.is_empty());
     assert_eq!(answer.trace.last().unwrap().action, "no_answer");
 }
 
@@ -196,10 +196,15 @@ fn free_port() -> u16 {
 }
 
 fn serve(tables: &str) -> (Server, String) {
+    serve_with(tables, &[])
+}
+
+fn serve_with(tables: &str, extra: &[&str]) -> (Server, String) {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut child = Command::new(binary("memweave-query"))
         .args(["serve", "--tables", tables, "--listen", &listen])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -261,5 +266,311 @@ fn the_query_service_answers_like_the_cli() {
             .await
             .unwrap();
         assert!(bad.status().is_client_error());
+    });
+}
+
+/// Questions for every strategy: the graph strategies start from named entities.
+fn question_for(strategy: Strategy) -> &'static str {
+    match strategy {
+        Strategy::QrmemTrial | Strategy::QrmemExpand | Strategy::Qrmem => {
+            "What did the author do at Y Combinator?"
+        }
+        _ => QUESTION,
+    }
+}
+
+fn ask_strategy(strategy: Strategy, extra: &[String]) -> Answer {
+    let tables = pg_essays().tables.to_str().unwrap().to_string();
+    let args = [
+        "ask",
+        question_for(strategy),
+        "--tables",
+        &tables,
+        "--strategy",
+        strategy.name(),
+        "--json",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain(extra.iter().cloned());
+    serde_json::from_slice(&memweave_ok(args).stdout).expect("ask --json prints an answer")
+}
+
+/// Every strategy answers over pg-essays, cites passages that are the documents'
+/// own text at the ranges named (RAPTOR summaries: the ranges of their leaves),
+/// and ends its trace with the answer.
+#[test]
+fn every_strategy_answers_with_passages_from_the_documents() {
+    let t = &pg_essays().read;
+    let summaries: Vec<&str> = t
+        .tree_nodes
+        .iter()
+        .filter(|n| n.seg_id.is_none())
+        .map(|n| n.node_id.as_str())
+        .collect();
+    for strategy in Strategy::ALL {
+        let answer = ask_strategy(strategy, &[]);
+        assert_eq!(answer.strategy, strategy);
+        assert!(answer.answered, "{strategy:?}: {answer:#?}");
+        assert!(!answer.supporting.is_empty(), "{strategy:?}");
+        assert_eq!(
+            answer.trace.last().unwrap().action,
+            "answer",
+            "{strategy:?}"
+        );
+        for passage in &answer.supporting {
+            let doc = t
+                .documents
+                .iter()
+                .find(|d| d.doc_id == passage.doc_id)
+                .unwrap_or_else(|| panic!("{strategy:?} cites an unknown document"));
+            assert!(passage.start_char < passage.end_char, "{strategy:?}");
+            assert!(passage.end_char <= doc.n_chars, "{strategy:?}");
+            if summaries.contains(&passage.from_id.as_str()) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&doc.source_uri).unwrap();
+            let range: String = text
+                .chars()
+                .skip(passage.start_char as usize)
+                .take((passage.end_char - passage.start_char) as usize)
+                .collect();
+            let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert_eq!(squeeze(&range), squeeze(&passage.text), "{strategy:?}");
+        }
+    }
+}
+
+/// The strategies' own decisions: ReadAgent-S stops within its page budget,
+/// ILM-TR rewrites its memory until it converges, QRMeM starts from the
+/// question's entities, RAPTOR keeps its context within the budget.
+#[test]
+fn each_strategy_takes_the_steps_of_its_paper() {
+    let actions = |a: &Answer| a.trace.iter().map(|s| s.action.clone()).collect::<Vec<_>>();
+    let sequential = ask_strategy(Strategy::ReadagentS, &["--max-pages".into(), "2".into()]);
+    let lookups = actions(&sequential)
+        .iter()
+        .filter(|a| *a == "lookup")
+        .count();
+    assert!((1..=2).contains(&lookups), "{:?}", actions(&sequential));
+
+    let ilmtr = ask_strategy(Strategy::Ilmtr, &[]);
+    let rounds = actions(&ilmtr)
+        .iter()
+        .filter(|a| *a == "update_memory")
+        .count();
+    assert!((1..=5).contains(&rounds), "{:?}", actions(&ilmtr));
+
+    let qrmem = ask_strategy(Strategy::Qrmem, &[]);
+    let first = &qrmem.trace[0];
+    assert_eq!(first.action, "entities");
+    assert!(first.target.contains("Y Combinator"), "{first:?}");
+
+    let raptor = ask_strategy(Strategy::Raptor, &["--budget".into(), "800".into()]);
+    let used: usize = raptor
+        .supporting
+        .iter()
+        .map(|p| memweave_operators::tokens::count_tokens(&p.text))
+        .sum();
+    assert!(raptor.supporting.len() == 1 || used <= 800, "{used} tokens");
+
+    let top = ask_strategy(Strategy::Bm25, &["--top-k".into(), "2".into()]);
+    assert_eq!(top.supporting.len(), 2);
+}
+
+/// Through the simulator (the extractive replies over HTTP, parsed back) every
+/// strategy takes the same steps and gives the same answer.
+#[test]
+fn every_strategy_asks_the_model_the_same_over_http() {
+    let server = SimServer::start(SimConfig::new(8, 1.0));
+    for strategy in Strategy::ALL {
+        let over_http = ask_strategy(strategy, &openai_flags(&server.url));
+        assert_eq!(over_http, ask_strategy(strategy, &[]), "{strategy:?}");
+    }
+    assert!(server.stats().completed > 0);
+}
+
+/// The API's contract: bad requests get a 4xx and a JSON body that says what is
+/// wrong; the memory can be browsed; the OpenAPI document lists every route.
+#[test]
+fn the_api_rejects_bad_requests_and_serves_the_memory() {
+    let tables = pg_essays().tables.to_str().unwrap().to_string();
+    let t = &pg_essays().read;
+    let (_server, base) = serve(&tables);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let ask = |body: serde_json::Value| {
+            let request = client.post(format!("{base}/v1/ask")).json(&body);
+            async move {
+                let response = request.send().await.unwrap();
+                let status = response.status().as_u16();
+                let body: serde_json::Value = response.json().await.unwrap();
+                (status, body)
+            }
+        };
+        let long = "why ".repeat(1_001);
+        for (body, expected) in [
+            (serde_json::json!({ "question": "  " }), "question is empty"),
+            (serde_json::json!({ "question": long }), "the limit is 4000"),
+            (
+                serde_json::json!({ "question": QUESTION, "strategy": "telepathy" }),
+                "expected one of memwalker",
+            ),
+            (
+                serde_json::json!({ "question": QUESTION, "documents": ["nope"] }),
+                "unknown document \"nope\"",
+            ),
+            (
+                serde_json::json!({ "question": QUESTION, "budget": 0 }),
+                "budget 0",
+            ),
+            (
+                serde_json::json!({ "question": QUESTION, "options": { "top_k": 500 } }),
+                "options.top_k 500",
+            ),
+            (
+                serde_json::json!({ "question": QUESTION, "colour": "blue" }),
+                "unknown field",
+            ),
+        ] {
+            let (status, reply) = ask(body.clone()).await;
+            assert_eq!(status, 400, "{body} → {reply}");
+            let message = reply["error"].as_str().unwrap_or_default();
+            assert!(message.contains(expected), "{body} → {message}");
+        }
+        let malformed = client
+            .post(format!("{base}/v1/ask"))
+            .header("content-type", "application/json")
+            .body("{\"question\": ")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(malformed.status().as_u16(), 400);
+        let huge = client
+            .post(format!("{base}/v1/ask"))
+            .header("content-type", "application/json")
+            .body(format!("{{\"question\": \"{}\"}}", "a".repeat(100_000)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(huge.status().as_u16(), 413);
+
+        let get = |path: String| {
+            let request = client.get(format!("{base}{path}"));
+            async move {
+                let response = request.send().await.unwrap();
+                (response.status().as_u16(), response.text().await.unwrap())
+            }
+        };
+        let (status, body) = get("/v1/documents".into()).await;
+        assert_eq!(status, 200);
+        let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            listed["documents"].as_array().unwrap().len(),
+            t.documents.len()
+        );
+        let doc = &t.documents[0].doc_id;
+        let (status, body) = get(format!("/v1/documents/{doc}/tree")).await;
+        assert_eq!(status, 200);
+        let tree: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let node_id = tree["nodes"][0]["node_id"].as_str().unwrap().to_string();
+        assert_eq!(get(format!("/v1/nodes/{node_id}")).await.0, 200);
+        assert_eq!(
+            get(format!("/v1/documents/{doc}/tree?tree=raptor")).await.0,
+            200
+        );
+        assert_eq!(
+            get(format!("/v1/documents/{doc}/tree?tree=oak")).await.0,
+            400
+        );
+        assert_eq!(get("/v1/documents/nope/tree".into()).await.0, 404);
+        assert_eq!(get("/v1/nodes/nope".into()).await.0, 404);
+        let entity = &t.entities[0].entity_id;
+        let (status, body) = get(format!("/v1/entities/{entity}")).await;
+        assert_eq!(status, 200);
+        assert!(body.contains("relations"));
+        assert_eq!(get("/v1/entities/nope".into()).await.0, 404);
+
+        let (status, metrics) = get("/metrics".into()).await;
+        assert_eq!(status, 200);
+        assert!(
+            metrics.contains("memweave_query_answers_total{strategy=\"memwalker\",status=\"400\"}"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("memweave_query_epoch 1"), "{metrics}");
+
+        let (status, body) = get("/openapi.json".into()).await;
+        assert_eq!(status, 200);
+        let openapi: serde_json::Value = serde_json::from_str(&body).unwrap();
+        for route in [
+            "/v1/ask",
+            "/v1/documents",
+            "/v1/documents/{id}/tree",
+            "/v1/nodes/{id}",
+            "/v1/entities/{id}",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/openapi.json",
+        ] {
+            assert!(
+                openapi["paths"].get(route).is_some(),
+                "{route} is not in the OpenAPI document"
+            );
+        }
+        let strategies =
+            &openapi["components"]["schemas"]["AskRequest"]["properties"]["strategy"]["enum"];
+        assert_eq!(strategies.as_array().unwrap().len(), Strategy::ALL.len());
+    });
+}
+
+/// With --auth-token-file, /v1/* needs the bearer token; health checks do not.
+#[test]
+fn the_api_can_require_a_bearer_token() {
+    let tables = pg_essays().tables.to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let (_server, base) = serve_with(
+        &tables,
+        &["--auth-token-file", token_file.to_str().unwrap()],
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let documents = format!("{base}/v1/documents");
+        assert_eq!(
+            client
+                .get(&documents)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+            401
+        );
+        let wrong = client
+            .get(&documents)
+            .bearer_auth("guess")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status().as_u16(), 401);
+        let right = client
+            .get(&documents)
+            .bearer_auth("s3cret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(right.status().as_u16(), 200);
+        let health = client.get(format!("{base}/healthz")).send().await.unwrap();
+        assert_eq!(health.status().as_u16(), 200);
     });
 }

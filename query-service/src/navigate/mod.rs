@@ -1,48 +1,107 @@
 //! Navigators: walk a memory snapshot to answer a question, recording every step.
 //!
-//! MemWalker's decisions (which child to descend into, answer or revert at a leaf)
-//! are the model's, through `MemoryModel`; ReadAgent's look-up is still lexical
-//! (BM25 over the gists). Every answer cites the passage it rests on.
+//! Each strategy follows its paper; every decision a paper gives to the model
+//! (which child, answer or revert, which pages, answerable or not, the next
+//! short-term memory) is the model's, through `MemoryModel`. Every answer cites
+//! the passages it rests on, with their documents and character ranges.
+
+mod qrmem;
+mod readagent;
+mod retrieval;
 
 use std::collections::HashSet;
 
-use memweave_operators::lexical::{Bm25, terms};
+use memweave_operators::embed::Embedder;
+use memweave_operators::lexical::terms;
 use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_operators::text::{CharOffsets, sentences};
+use memweave_schemas::SegmentRow;
 use serde::{Deserialize, Serialize};
 
 use crate::snapshot::Snapshot;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
 pub enum Strategy {
     /// MemWalker: walk the summary tree from the root, reverting from leaves that
     /// cannot answer.
     #[default]
     Memwalker,
-    /// ReadAgent parallel look-up: choose pages from their gists, read them, answer.
+    /// ReadAgent, parallel look-up: the model picks pages from the gists, they are
+    /// expanded in place, then it answers.
     ReadagentP,
+    /// ReadAgent, sequential look-up: one page at a time until STOP.
+    ReadagentS,
+    /// QRMeM Entity Trial: the segments of the question's entities.
+    QrmemTrial,
+    /// QRMeM Graph Expansion Search: the entities and their neighbours.
+    QrmemExpand,
+    /// QRMeM's reflection loop (Algorithm 1).
+    Qrmem,
+    /// ILM-TR: collapsed-tree retrieval with the short-term-memory inner loop.
+    Ilmtr,
+    /// RAPTOR: collapsed tree, the most similar nodes within the budget.
+    Raptor,
+    /// Baseline: the top segments by BM25.
+    Bm25,
+    /// Baseline: the top segments by embedding similarity.
+    Dense,
 }
 
 impl Strategy {
+    pub const ALL: [Strategy; 10] = [
+        Strategy::Memwalker,
+        Strategy::ReadagentP,
+        Strategy::ReadagentS,
+        Strategy::QrmemTrial,
+        Strategy::QrmemExpand,
+        Strategy::Qrmem,
+        Strategy::Ilmtr,
+        Strategy::Raptor,
+        Strategy::Bm25,
+        Strategy::Dense,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Memwalker => "memwalker",
             Strategy::ReadagentP => "readagent-p",
+            Strategy::ReadagentS => "readagent-s",
+            Strategy::QrmemTrial => "qrmem-trial",
+            Strategy::QrmemExpand => "qrmem-expand",
+            Strategy::Qrmem => "qrmem",
+            Strategy::Ilmtr => "ilmtr",
+            Strategy::Raptor => "raptor",
+            Strategy::Bm25 => "bm25",
+            Strategy::Dense => "dense",
         }
+    }
+
+    /// Every strategy name, comma separated, for messages.
+    pub fn names() -> String {
+        Strategy::ALL.map(Strategy::name).join(", ")
+    }
+}
+
+impl TryFrom<String> for Strategy {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        name.parse()
     }
 }
 
 impl std::str::FromStr for Strategy {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "memwalker" => Ok(Strategy::Memwalker),
-            "readagent-p" => Ok(Strategy::ReadagentP),
-            other => Err(format!(
-                "unknown strategy {other:?}; expected memwalker or readagent-p"
-            )),
-        }
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown strategy {s:?}; expected one of {}",
+                    Strategy::names()
+                )
+            })
     }
 }
 
@@ -56,7 +115,27 @@ pub struct AskRequest {
     /// Restrict the search to these documents (ids).
     #[serde(default)]
     pub documents: Option<Vec<String>>,
+    /// Tokens of context the retrieval strategies gather (default 2,000).
+    #[serde(default)]
+    pub budget: Option<usize>,
+    #[serde(default)]
+    pub options: AskOptions,
 }
+
+/// Per-strategy knobs; every one has the papers' default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskOptions {
+    /// Passages `bm25` and `dense` return (default 5).
+    pub top_k: Option<usize>,
+    /// Pages ReadAgent may look up (default 3).
+    pub max_pages: Option<usize>,
+    /// Rounds of ILM-TR's inner loop and QRMeM's reflection (default 5).
+    pub max_rounds: Option<usize>,
+}
+
+/// Context tokens when a request names no budget (RAPTOR's collapsed tree: 2,000).
+pub const DEFAULT_BUDGET: usize = 2000;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
@@ -67,7 +146,7 @@ pub struct Answer {
     pub answered: bool,
     pub answer: String,
     /// The passages the answer rests on.
-    pub passages: Vec<Passage>,
+    pub supporting: Vec<Passage>,
     pub trace: Vec<Step>,
 }
 
@@ -95,27 +174,38 @@ pub struct Step {
     pub reasoning: String,
 }
 
-/// Share of the question's distinct terms a passage must hold to answer.
-const ANSWER_COVERAGE: f64 = 0.5;
 /// Leaves MemWalker may read before it answers with the best passage seen.
 const MAX_LEAF_READS: usize = 8;
 /// Documents MemWalker may walk, best match first, before it gives up on a corpus.
 const MAX_DOCUMENTS: usize = 3;
-/// Pages ReadAgent looks up at once.
-const LOOKUP_PAGES: usize = 2;
 /// MemWalker's working memory: the summaries on the path, the nearest the leaf
 /// kept when they are longer than this (characters, about 1000 tokens).
 const WORKING_MEMORY_CHARS: usize = 4000;
 
-pub async fn ask(snapshot: &Snapshot, request: &AskRequest, model: &dyn MemoryModel) -> Answer {
-    let mut nav = Navigation::new(snapshot, request, model);
-    match request.strategy {
-        Strategy::Memwalker => {
-            if let Err(failure) = nav.memwalker().await {
-                nav.give_up(&failure);
-            }
-        }
-        Strategy::ReadagentP => nav.readagent_parallel(),
+/// What a navigator may ask: the model, and the embedder that made the tables'
+/// vectors (questions are embedded by the same one).
+#[derive(Debug, Clone, Copy)]
+pub struct Models<'a> {
+    pub model: &'a dyn MemoryModel,
+    pub embedder: &'a dyn Embedder,
+}
+
+pub async fn ask(snapshot: &Snapshot, request: &AskRequest, models: Models<'_>) -> Answer {
+    let mut nav = Navigation::new(snapshot, request, models);
+    let walked = match request.strategy {
+        Strategy::Memwalker => nav.memwalker().await,
+        Strategy::ReadagentP => nav.readagent_parallel().await,
+        Strategy::ReadagentS => nav.readagent_sequential().await,
+        Strategy::QrmemTrial => nav.qrmem_trial().await,
+        Strategy::QrmemExpand => nav.qrmem_expand().await,
+        Strategy::Qrmem => nav.qrmem().await,
+        Strategy::Ilmtr => nav.ilmtr().await,
+        Strategy::Raptor => nav.raptor().await,
+        Strategy::Bm25 => nav.bm25().await,
+        Strategy::Dense => nav.dense().await,
+    };
+    if let Err(failure) = walked {
+        nav.give_up(&failure);
     }
     nav.finish()
 }
@@ -124,11 +214,14 @@ struct Navigation<'a> {
     snapshot: &'a Snapshot,
     request: &'a AskRequest,
     model: &'a dyn MemoryModel,
+    embedder: &'a dyn Embedder,
     cx: CallContext,
     query: Vec<String>,
     distinct_terms: HashSet<String>,
     trace: Vec<Step>,
     best: Option<Candidate>,
+    /// Passages a retrieval strategy gathered; when empty, `best` is cited.
+    supporting: Vec<Passage>,
     /// The model's own answer, when a leaf answered.
     model_answer: Option<String>,
     answered: bool,
@@ -145,18 +238,20 @@ struct Candidate {
 }
 
 impl<'a> Navigation<'a> {
-    fn new(snapshot: &'a Snapshot, request: &'a AskRequest, model: &'a dyn MemoryModel) -> Self {
+    fn new(snapshot: &'a Snapshot, request: &'a AskRequest, models: Models<'a>) -> Self {
         let query = terms(&request.question);
         let distinct_terms = query.iter().cloned().collect();
         Navigation {
             snapshot,
             request,
-            model,
+            model: models.model,
+            embedder: models.embedder,
             cx: CallContext::query(request.strategy.name()),
             query,
             distinct_terms,
             trace: Vec::new(),
             best: None,
+            supporting: Vec::new(),
             model_answer: None,
             answered: false,
             failed: false,
@@ -441,81 +536,6 @@ impl<'a> Navigation<'a> {
         Ok(answers)
     }
 
-    fn readagent_parallel(&mut self) {
-        let docs: Vec<&str> = self
-            .snapshot
-            .documents
-            .iter()
-            .map(|d| d.doc_id.as_str())
-            .filter(|d| self.allowed(d))
-            .collect();
-        let gist_memories: Vec<String> = docs
-            .iter()
-            .map(|d| {
-                self.snapshot
-                    .pages_of(d)
-                    .iter()
-                    .map(|p| p.gist.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect();
-        let doc_bm25 = Bm25::new(gist_memories.iter().map(String::as_str));
-        let ranked = doc_bm25.rank(&self.query);
-        let Some(&(doc_index, doc_score)) = ranked.first().filter(|d| d.1 > 0.0) else {
-            self.record(
-                "no_answer",
-                "",
-                None,
-                0.0,
-                "no document's gists mention the question's terms".into(),
-            );
-            return;
-        };
-        let doc_id = docs[doc_index].to_string();
-        let title = self.snapshot.title_of(&doc_id);
-        self.record(
-            "choose_document",
-            &doc_id,
-            None,
-            doc_score,
-            format!(
-                "\"{title}\": its gists match the question best of {} documents",
-                docs.len()
-            ),
-        );
-        let pages = self.snapshot.pages_of(&doc_id);
-        let page_bm25 = Bm25::new(pages.iter().map(|p| p.gist.as_str()));
-        let chosen: Vec<(usize, f64)> = page_bm25
-            .rank(&self.query)
-            .into_iter()
-            .filter(|p| p.1 > 0.0)
-            .take(LOOKUP_PAGES)
-            .collect();
-        for &(i, score) in &chosen {
-            let page = &pages[i];
-            self.record(
-                "lookup",
-                &page.page_id,
-                None,
-                score,
-                format!(
-                    "page {} of {}: its gist matches the question; expand it in place",
-                    page.ordinal,
-                    pages.len()
-                ),
-            );
-            let candidate =
-                self.best_window(&page.doc_id, &page.page_id, &page.text, page.start_char);
-            self.offer(candidate);
-        }
-        self.answered = self
-            .best
-            .as_ref()
-            .is_some_and(|b| b.coverage >= ANSWER_COVERAGE);
-        self.answer_with_best("answer from the gists and the pages looked up");
-    }
-
     fn answer_with_best(&mut self, reasoning: &str) {
         if let Some(best) = self.best.clone().filter(|b| b.coverage > 0.0) {
             self.answered = true;
@@ -611,13 +631,18 @@ impl<'a> Navigation<'a> {
     }
 
     fn finish(self) -> Answer {
-        let passages: Vec<Passage> = self
-            .best
-            .iter()
-            .filter(|b| b.coverage > 0.0 && !self.failed)
-            .map(|b| b.passage.clone())
-            .collect();
-        let answered = self.answered && !passages.is_empty();
+        let supporting: Vec<Passage> = if self.failed {
+            Vec::new()
+        } else if self.supporting.is_empty() {
+            self.best
+                .iter()
+                .filter(|b| b.coverage > 0.0)
+                .map(|b| b.passage.clone())
+                .collect()
+        } else {
+            self.supporting
+        };
+        let answered = self.answered && !supporting.is_empty();
         Answer {
             question: self.request.question.clone(),
             strategy: self.request.strategy,
@@ -625,12 +650,141 @@ impl<'a> Navigation<'a> {
             answered,
             answer: if answered {
                 self.model_answer
-                    .unwrap_or_else(|| passages[0].text.clone())
+                    .unwrap_or_else(|| supporting[0].text.clone())
             } else {
                 "no answer".to_string()
             },
-            passages,
+            supporting,
             trace: self.trace,
         }
+    }
+
+    /// A whole segment as a cited passage.
+    fn segment_passage(&self, segment: &SegmentRow) -> Passage {
+        self.passage(
+            &segment.doc_id,
+            &segment.seg_id,
+            &segment.text,
+            segment.start_char,
+            segment.end_char,
+        )
+    }
+
+    fn passage(
+        &self,
+        doc_id: &str,
+        from_id: &str,
+        text: &str,
+        start_char: u64,
+        end_char: u64,
+    ) -> Passage {
+        let document = self.snapshot.document(doc_id);
+        Passage {
+            doc_id: doc_id.to_string(),
+            title: document.map_or_else(String::new, |d| d.title.clone()),
+            source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
+            from_id: from_id.to_string(),
+            start_char,
+            end_char,
+            text: text.to_string(),
+        }
+    }
+
+    fn budget(&self) -> usize {
+        self.request.budget.unwrap_or(DEFAULT_BUDGET)
+    }
+
+    fn max_rounds(&self) -> usize {
+        self.request.options.max_rounds.unwrap_or(5).max(1)
+    }
+
+    /// The model's answer from the gathered passages; they become the citation.
+    async fn answer_from(&mut self, passages: Vec<Passage>, why: &str) -> Result<(), StepError> {
+        let context = context_of(&passages);
+        self.answer_with_context(context, passages, why).await
+    }
+
+    /// The model's answer from `context`, citing `passages`.
+    async fn answer_with_context(
+        &mut self,
+        context: String,
+        passages: Vec<Passage>,
+        why: &str,
+    ) -> Result<(), StepError> {
+        if passages.is_empty() {
+            self.record("no_answer", "", None, 0.0, "nothing was gathered".into());
+            return Ok(());
+        }
+        let answer = self
+            .model
+            .answer(&self.cx, &self.request.question, &context)
+            .await?;
+        self.record(
+            "answer",
+            &passages[0].from_id,
+            None,
+            0.0,
+            format!("{why}; answer: {answer}"),
+        );
+        self.model_answer = Some(answer);
+        self.supporting = passages;
+        self.answered = true;
+        Ok(())
+    }
+
+    /// The question's vector, by the embedder that made the tables' vectors.
+    async fn question_vector(&mut self) -> Result<Option<Vec<f32>>, StepError> {
+        if self.embedder_mismatch() {
+            return Ok(None);
+        }
+        let mut vectors = self
+            .embedder
+            .embed(&self.cx, &[self.request.question.as_str()])
+            .await?;
+        Ok(vectors.pop())
+    }
+
+    /// True (with a trace step) when the tables' vectors are another embedder's.
+    fn embedder_mismatch(&mut self) -> bool {
+        let ours = self.embedder.model();
+        match self.snapshot.embedding_model.as_deref() {
+            Some(theirs) if theirs != ours => {
+                self.record(
+                    "no_answer",
+                    "embedder",
+                    None,
+                    0.0,
+                    format!("the tables' vectors are {theirs}'s, the question's would be {ours}'s: ask with the embedder the index used"),
+                );
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Passages as the model reads them, one paragraph each.
+fn context_of(passages: &[Passage]) -> String {
+    passages
+        .iter()
+        .map(|p| p.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// Cosine similarity of two vectors (the tables' vectors are unit length, but a
+/// question's from another path may not be).
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    if aa > 0.0 && bb > 0.0 {
+        dot / (aa.sqrt() * bb.sqrt())
+    } else {
+        0.0
     }
 }

@@ -1,0 +1,176 @@
+//! ReadAgent's look-up (Lee et al. 2024): the gists of a document's pages are the
+//! memory; the model picks the pages to read again in full, which are expanded in
+//! place among the gists, and answers from that.
+
+use memweave_operators::lexical::Bm25;
+use memweave_operators::model::{PageView, StepError};
+use memweave_schemas::PageRow;
+
+use super::Navigation;
+
+/// Pages ReadAgent may look up when a request does not say.
+const DEFAULT_MAX_PAGES: usize = 3;
+
+impl Navigation<'_> {
+    /// ReadAgent reads one long document: the one whose gists match the question
+    /// best (BM25), among those the request allows.
+    fn readagent_document(&mut self) -> Option<String> {
+        let docs: Vec<&str> = self
+            .snapshot
+            .documents
+            .iter()
+            .map(|d| d.doc_id.as_str())
+            .filter(|d| self.allowed(d) && !self.snapshot.pages_of(d).is_empty())
+            .collect();
+        let gist_memories: Vec<String> = docs
+            .iter()
+            .map(|d| {
+                self.snapshot
+                    .pages_of(d)
+                    .iter()
+                    .map(|p| p.gist.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let ranked = Bm25::new(gist_memories.iter().map(String::as_str)).rank(&self.query);
+        let Some(&(doc_index, doc_score)) = ranked.first().filter(|d| d.1 > 0.0) else {
+            self.record(
+                "no_answer",
+                "",
+                None,
+                0.0,
+                "no document's gists mention the question's terms".into(),
+            );
+            return None;
+        };
+        let doc_id = docs[doc_index].to_string();
+        let title = self.snapshot.title_of(&doc_id);
+        self.record(
+            "choose_document",
+            &doc_id,
+            None,
+            doc_score,
+            format!(
+                "\"{title}\": its gists match the question best of {} documents",
+                docs.len()
+            ),
+        );
+        Some(doc_id)
+    }
+
+    fn max_pages(&self) -> usize {
+        self.request
+            .options
+            .max_pages
+            .unwrap_or(DEFAULT_MAX_PAGES)
+            .max(1)
+    }
+
+    /// ReadAgent-P: the model names 1..k pages at once from the gists.
+    pub(super) async fn readagent_parallel(&mut self) -> Result<(), StepError> {
+        let Some(doc_id) = self.readagent_document() else {
+            return Ok(());
+        };
+        let pages = self.snapshot.pages_of(&doc_id);
+        let chosen = self
+            .model
+            .lookup_pages(
+                &self.cx,
+                &self.request.question,
+                &memory(pages, &[]),
+                self.max_pages(),
+            )
+            .await?;
+        for &number in &chosen {
+            self.record_lookup(pages, number, "chosen with the others at once");
+        }
+        self.answer_from_pages(pages, &chosen).await
+    }
+
+    /// ReadAgent-S: one page at a time, the pages already read shown, until the
+    /// model says STOP or k pages are read.
+    pub(super) async fn readagent_sequential(&mut self) -> Result<(), StepError> {
+        let Some(doc_id) = self.readagent_document() else {
+            return Ok(());
+        };
+        let pages = self.snapshot.pages_of(&doc_id);
+        let mut read: Vec<u32> = Vec::new();
+        while read.len() < self.max_pages() {
+            let next = self
+                .model
+                .lookup_next_page(
+                    &self.cx,
+                    &self.request.question,
+                    &memory(pages, &read),
+                    &read,
+                )
+                .await?;
+            let Some(number) = next else {
+                self.record(
+                    "stop",
+                    &doc_id,
+                    None,
+                    0.0,
+                    format!("the model read enough after {} pages (STOP)", read.len()),
+                );
+                break;
+            };
+            read.push(number);
+            self.record_lookup(pages, number, &format!("look-up {}", read.len()));
+        }
+        self.answer_from_pages(pages, &read).await
+    }
+
+    fn record_lookup(&mut self, pages: &[PageRow], number: u32, how: &str) {
+        if let Some(page) = pages.iter().find(|p| p.ordinal == number) {
+            let id = page.page_id.clone();
+            self.record(
+                "lookup",
+                &id,
+                None,
+                0.0,
+                format!(
+                    "page {number} of {}: {how}; expanded in place among the gists",
+                    pages.len()
+                ),
+            );
+        }
+    }
+
+    /// The gists with the pages read expanded in place, as the model answers from
+    /// them; the pages read are the citation.
+    async fn answer_from_pages(
+        &mut self,
+        pages: &[PageRow],
+        read: &[u32],
+    ) -> Result<(), StepError> {
+        let context = memory(pages, read)
+            .iter()
+            .map(|p| format!("<Page {}>\n{}", p.number, p.text))
+            .collect::<Vec<_>>()
+            .join("\n\n");
+        let passages = read
+            .iter()
+            .filter_map(|n| pages.iter().find(|p| p.ordinal == *n))
+            .map(|p| self.passage(&p.doc_id, &p.page_id, &p.text, p.start_char, p.end_char))
+            .collect();
+        self.answer_with_context(context, passages, "from the gists and the pages read")
+            .await
+    }
+}
+
+/// The gists, with the pages in `expanded` in full.
+fn memory<'a>(pages: &'a [PageRow], expanded: &[u32]) -> Vec<PageView<'a>> {
+    pages
+        .iter()
+        .map(|p| {
+            let expanded = expanded.contains(&p.ordinal);
+            PageView {
+                number: p.ordinal,
+                text: if expanded { &p.text } else { &p.gist },
+                expanded,
+            }
+        })
+        .collect()
+}

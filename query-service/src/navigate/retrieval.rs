@@ -1,0 +1,260 @@
+//! Retrieval strategies: the BM25 and dense baselines over segments, RAPTOR's
+//! collapsed tree (Sarthi et al. 2024) and ILM-TR's inner loop over it (Tang et
+//! al. 2024): retrieve with the question and the short-term memory, let the model
+//! rewrite the memory, stop when it stops changing.
+
+use memweave_operators::model::StepError;
+use memweave_operators::tokens::count_tokens;
+
+use super::{Navigation, Passage, cosine};
+
+/// Passages the baselines return when a request does not say.
+const DEFAULT_TOP_K: usize = 5;
+/// ILM-TR stops when the new memory keeps this share of the last one (longest
+/// common subsequence of words).
+const CONVERGED: f64 = 0.9;
+
+impl Navigation<'_> {
+    fn top_k(&self) -> usize {
+        self.request.options.top_k.unwrap_or(DEFAULT_TOP_K).max(1)
+    }
+
+    /// Baseline: the segments BM25 ranks highest.
+    pub(super) async fn bm25(&mut self) -> Result<(), StepError> {
+        let ranked: Vec<(usize, f64)> = self
+            .snapshot
+            .passage_bm25
+            .rank(&self.query)
+            .into_iter()
+            .filter(|&(i, score)| score > 0.0 && self.passage_allowed(i))
+            .take(self.top_k())
+            .collect();
+        let passages = self.retrieved(&ranked, "BM25");
+        self.answer_from(passages, "from the top segments by BM25")
+            .await
+    }
+
+    /// Baseline: the segments whose vectors are nearest the question's.
+    pub(super) async fn dense(&mut self) -> Result<(), StepError> {
+        let Some(question) = self.question_vector().await? else {
+            return Ok(());
+        };
+        let mut ranked: Vec<(usize, f64)> = (0..self.snapshot.passages.len())
+            .filter(|&i| self.passage_allowed(i))
+            .filter_map(|i| {
+                let vector = self.snapshot.vector(&self.snapshot.passages[i])?;
+                Some((i, cosine(&question, vector)))
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.truncate(self.top_k());
+        let passages = self.retrieved(&ranked, "cosine");
+        self.answer_from(passages, "from the segments nearest the question")
+            .await
+    }
+
+    fn passage_allowed(&self, i: usize) -> bool {
+        self.snapshot
+            .segment(&self.snapshot.passages[i])
+            .is_some_and(|s| self.allowed(&s.doc_id))
+    }
+
+    /// Records one retrieval step per ranked segment and returns them as passages.
+    fn retrieved(&mut self, ranked: &[(usize, f64)], by: &str) -> Vec<Passage> {
+        let mut passages = Vec::new();
+        for (rank, &(i, score)) in ranked.iter().enumerate() {
+            let Some(segment) = self.snapshot.segment(&self.snapshot.passages[i]) else {
+                continue;
+            };
+            let passage = self.segment_passage(segment);
+            self.record(
+                "retrieve",
+                &passage.from_id,
+                None,
+                score,
+                format!("rank {} by {by} in \"{}\"", rank + 1, passage.title),
+            );
+            passages.push(passage);
+        }
+        passages
+    }
+
+    /// RAPTOR: every node of every allowed tree ranked by similarity to the
+    /// question, leaves and summaries alike, taken until the token budget is full.
+    pub(super) async fn raptor(&mut self) -> Result<(), StepError> {
+        let Some(question) = self.question_vector().await? else {
+            return Ok(());
+        };
+        let passages = self.collapsed_tree(&question, false, "collapsed tree");
+        self.answer_from(passages, "from the collapsed tree's nearest nodes")
+            .await
+    }
+
+    /// ILM-TR: retrieve from the collapsed tree (summaries with their surprising
+    /// facts) with the question and the short-term memory, let the model write the
+    /// next memory, until it converges or the rounds run out; answer from it.
+    pub(super) async fn ilmtr(&mut self) -> Result<(), StepError> {
+        if self.embedder_mismatch() {
+            return Ok(());
+        }
+        let mut memory = String::new();
+        let mut passages = Vec::new();
+        for round in 1..=self.max_rounds() {
+            let probe = if memory.is_empty() {
+                self.request.question.clone()
+            } else {
+                format!("{}\n{memory}", self.request.question)
+            };
+            let mut vectors = self.embedder.embed(&self.cx, &[probe.as_str()]).await?;
+            let Some(vector) = vectors.pop() else { break };
+            passages = self.collapsed_tree(&vector, true, &format!("round {round}"));
+            let retrieved = super::context_of(&passages);
+            let next = self
+                .model
+                .update_memory(&self.cx, &self.request.question, &retrieved, &memory)
+                .await?;
+            let kept = lcs_share(&memory, &next);
+            self.record(
+                "update_memory",
+                "",
+                None,
+                kept,
+                format!("round {round}: short-term memory is now: {next}"),
+            );
+            let converged = kept >= CONVERGED;
+            memory = next;
+            if converged {
+                self.record(
+                    "converged",
+                    "",
+                    None,
+                    kept,
+                    format!("the memory kept {:.0}% of the last one", kept * 100.0),
+                );
+                break;
+            }
+        }
+        let context = format!("{memory}\n\n{}", super::context_of(&passages));
+        self.answer_with_context(context, passages, "from the short-term memory")
+            .await
+    }
+
+    /// The collapsed tree: RAPTOR nodes of the allowed documents by cosine to
+    /// `query`, most similar first, while their text fits the budget.
+    fn collapsed_tree(&mut self, query: &[f32], with_facts: bool, round: &str) -> Vec<Passage> {
+        let snapshot = self.snapshot;
+        let mut ranked: Vec<(usize, f64)> = snapshot
+            .raptor
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.doc_id.as_deref().is_some_and(|d| self.allowed(d)))
+            .filter_map(|(i, n)| Some((i, cosine(query, snapshot.vector(&n.node_id)?))))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut passages = Vec::new();
+        let mut used = 0;
+        for (i, score) in ranked {
+            let Some(passage) = self.raptor_passage(i, with_facts) else {
+                continue;
+            };
+            let tokens = count_tokens(&passage.text);
+            if used + tokens > self.budget() {
+                if passages.is_empty() {
+                    continue;
+                }
+                break;
+            }
+            used += tokens;
+            let node = &snapshot.raptor[i];
+            self.record(
+                "retrieve",
+                &node.node_id,
+                Some(node.level),
+                score,
+                format!(
+                    "{round}: {} at level {} ({tokens} tokens, {used} of {} used)",
+                    if node.level == 0 { "leaf" } else { "summary" },
+                    node.level,
+                    self.budget()
+                ),
+            );
+            passages.push(passage);
+        }
+        passages
+    }
+
+    /// A RAPTOR node as a passage: a leaf is its chunk; a summary (with its
+    /// surprising facts for ILM-TR) spans the characters of the leaves under it.
+    fn raptor_passage(&self, node: usize, with_facts: bool) -> Option<Passage> {
+        let snapshot = self.snapshot;
+        let row = &snapshot.raptor[node];
+        if let Some(segment) = row.seg_id.as_deref().and_then(|s| snapshot.segment(s)) {
+            return Some(self.segment_passage(segment));
+        }
+        let (mut start, mut end) = (u64::MAX, 0);
+        let mut stack = vec![node];
+        while let Some(n) = stack.pop() {
+            let row = &snapshot.raptor[n];
+            if let Some(segment) = row.seg_id.as_deref().and_then(|s| snapshot.segment(s)) {
+                start = start.min(segment.start_char);
+                end = end.max(segment.end_char);
+            }
+            stack.extend(
+                row.child_ids
+                    .iter()
+                    .filter_map(|c| snapshot.raptor_position(c)),
+            );
+        }
+        let text = match (&row.surprise, with_facts) {
+            (Some(facts), true) if !facts.is_empty() => format!("{}\n{facts}", row.summary),
+            _ => row.summary.clone(),
+        };
+        Some(self.passage(
+            row.doc_id.as_deref()?,
+            &row.node_id,
+            &text,
+            start.min(end),
+            end,
+        ))
+    }
+}
+
+/// Share of the longer text's words that its longest common subsequence with the
+/// other keeps: 1 when the memory did not change.
+fn lcs_share(a: &str, b: &str) -> f64 {
+    let (a, b): (Vec<&str>, Vec<&str>) = (
+        a.split_whitespace().collect(),
+        b.split_whitespace().collect(),
+    );
+    let longest = a.len().max(b.len());
+    if longest == 0 {
+        return 1.0;
+    }
+    let mut row = vec![0usize; b.len() + 1];
+    for x in &a {
+        let mut diagonal = 0;
+        for (j, y) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if x == y {
+                diagonal + 1
+            } else {
+                above.max(row[j])
+            };
+            diagonal = above;
+        }
+    }
+    row[b.len()] as f64 / longest as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lcs_share;
+
+    #[test]
+    fn lcs_share_measures_how_much_of_the_memory_stayed() {
+        assert_eq!(lcs_share("", ""), 1.0);
+        assert_eq!(lcs_share("a b c", "a b c"), 1.0);
+        assert_eq!(lcs_share("a b c d", "a c d"), 0.75);
+        assert_eq!(lcs_share("a b", "c d"), 0.0);
+    }
+}
