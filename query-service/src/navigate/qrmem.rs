@@ -74,27 +74,11 @@ impl Navigation<'_> {
     /// relations between them.
     pub(super) async fn qrmem_expand(&mut self) -> Result<(), StepError> {
         let mut entities = self.question_entities().await?;
-        let relations: Vec<usize> = entities
-            .iter()
-            .flat_map(|&e| {
-                self.snapshot
-                    .relations_of(&self.snapshot.entities[e].entity_id)
-            })
-            .copied()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let relations = self.adjacent_relations(&entities, &[]);
         for &r in &relations {
+            self.add_ends(&mut entities, r);
             let relation = &self.snapshot.relations[r];
-            for end in [&relation.source_id, &relation.target_id] {
-                if let Some(e) = self.entity_position(end)
-                    && !entities.contains(&e)
-                {
-                    entities.push(e);
-                }
-            }
-            let description = relation.description.clone();
-            let id = relation.relation_id.clone();
+            let (id, description) = (relation.relation_id.clone(), relation.description.clone());
             self.record("expand", &id, None, 0.0, description);
         }
         let segments = self.segments_of(&entities, &relations);
@@ -133,17 +117,7 @@ impl Navigation<'_> {
                 break;
             }
             // The relations at the edge of what was gathered, not followed yet.
-            let candidates: Vec<usize> = entities
-                .iter()
-                .flat_map(|&e| {
-                    self.snapshot
-                        .relations_of(&self.snapshot.entities[e].entity_id)
-                })
-                .copied()
-                .filter(|r| !followed.contains(r))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
+            let candidates = self.adjacent_relations(&entities, &followed);
             if candidates.is_empty() {
                 self.record(
                     "unanswerable",
@@ -178,15 +152,8 @@ impl Navigation<'_> {
                 .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
                 .expect("candidates is not empty");
             followed.push(best);
-            let relation = &self.snapshot.relations[best];
-            for end in [&relation.source_id, &relation.target_id] {
-                if let Some(e) = self.entity_position(end)
-                    && !entities.contains(&e)
-                {
-                    entities.push(e);
-                }
-            }
-            let id = relation.relation_id.clone();
+            self.add_ends(&mut entities, best);
+            let id = self.snapshot.relations[best].relation_id.clone();
             self.record(
                 "expand",
                 &id,
@@ -204,6 +171,34 @@ impl Navigation<'_> {
         }
         self.answer_from(passages, "from the segments gathered on the graph")
             .await
+    }
+
+    /// Relations touching any of `entities`, except those in `skip`, each once,
+    /// in id order.
+    fn adjacent_relations(&self, entities: &[usize], skip: &[usize]) -> Vec<usize> {
+        entities
+            .iter()
+            .flat_map(|&e| {
+                self.snapshot
+                    .relations_of(&self.snapshot.entities[e].entity_id)
+            })
+            .copied()
+            .filter(|r| !skip.contains(r))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// Adds the entities at both ends of `relation` to `entities`.
+    fn add_ends(&self, entities: &mut Vec<usize>, relation: usize) {
+        let relation = &self.snapshot.relations[relation];
+        for end in [&relation.source_id, &relation.target_id] {
+            if let Some(e) = self.entity_position(end)
+                && !entities.contains(&e)
+            {
+                entities.push(e);
+            }
+        }
     }
 
     fn entity_position(&self, entity_id: &str) -> Option<usize> {

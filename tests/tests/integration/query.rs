@@ -18,10 +18,14 @@ fn ask_cli(strategy: &str) -> Answer {
 }
 
 fn ask_cli_with(strategy: &str, extra: &[String]) -> Answer {
+    ask_question(QUESTION, strategy, extra)
+}
+
+fn ask_question(question: &str, strategy: &str, extra: &[String]) -> Answer {
     let tables = pg_essays().tables.to_str().unwrap().to_string();
     let args = [
         "ask",
-        QUESTION,
+        question,
         "--tables",
         &tables,
         "--strategy",
@@ -280,20 +284,7 @@ fn question_for(strategy: Strategy) -> &'static str {
 }
 
 fn ask_strategy(strategy: Strategy, extra: &[String]) -> Answer {
-    let tables = pg_essays().tables.to_str().unwrap().to_string();
-    let args = [
-        "ask",
-        question_for(strategy),
-        "--tables",
-        &tables,
-        "--strategy",
-        strategy.name(),
-        "--json",
-    ]
-    .map(String::from)
-    .into_iter()
-    .chain(extra.iter().cloned());
-    serde_json::from_slice(&memweave_ok(args).stdout).expect("ask --json prints an answer")
+    ask_question(question_for(strategy), strategy.name(), extra)
 }
 
 /// Every strategy answers over pg-essays, cites passages that are the documents'
