@@ -120,17 +120,9 @@ fn child(source: &str) {
 
 fn throughput(name: &str, source: &Path) {
     let bytes = text_bytes(source);
-    let output = Command::new(std::env::current_exe().unwrap())
-        .env(CHILD, source)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let figures = memweave_benches::json_output(
+        Command::new(std::env::current_exe().unwrap()).env(CHILD, source),
     );
-    let line = String::from_utf8_lossy(&output.stdout);
-    let figures: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
     let wall = figures["wall"].as_f64().unwrap();
     let mb = bytes as f64 / 1e6;
     println!(

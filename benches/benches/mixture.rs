@@ -123,22 +123,16 @@ fn main() {
     }
     let python = python();
     ensure_sklearn(&python);
-    let output = Command::new(&python)
-        .args(["-c", SKLEARN])
-        .arg(csv.path())
-        .arg(config.max_components.to_string())
-        // The same two cores for both.
-        .env("OMP_NUM_THREADS", "2")
-        .env("OPENBLAS_NUM_THREADS", "2")
-        .env("MKL_NUM_THREADS", "2")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    let sklearn = memweave_benches::json_output(
+        Command::new(&python)
+            .args(["-c", SKLEARN])
+            .arg(csv.path())
+            .arg(config.max_components.to_string())
+            // The same two cores for both.
+            .env("OMP_NUM_THREADS", "2")
+            .env("OPENBLAS_NUM_THREADS", "2")
+            .env("MKL_NUM_THREADS", "2"),
     );
-    let sklearn: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     println!(
         "pg-essays: {} chunks of ~100 tokens, hashing embeddings ({EMBEDDING_DIM}) reduced to {REDUCED_DIM} by PCA, full covariances, k = 1..={} by BIC",
         reduced.len(),

@@ -1,6 +1,7 @@
 //! memweave's benchmarks live in `benches/`; this library holds what they share.
 
 use std::path::PathBuf;
+use std::process::Command;
 
 /// A corpus under `../shared/data` beside the checkout (never copied into the
 /// repository). Cargo sets `CARGO_MANIFEST_DIR` when it runs a benchmark; that
@@ -16,4 +17,16 @@ pub fn shared_data(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// Runs `command` (a child process the benchmark measures apart, or a
+/// reference implementation) and reads the one JSON object it prints.
+pub fn json_output(command: &mut Command) -> serde_json::Value {
+    let output = command.output().expect("the child process starts");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the child prints one JSON object")
 }

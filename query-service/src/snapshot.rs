@@ -218,7 +218,11 @@ impl Snapshot {
     }
 
     pub fn entity(&self, entity_id: &str) -> Option<&EntityRow> {
-        self.entity_index.get(entity_id).map(|&i| &self.entities[i])
+        self.entity_position(entity_id).map(|i| &self.entities[i])
+    }
+
+    pub fn entity_position(&self, entity_id: &str) -> Option<usize> {
+        self.entity_index.get(entity_id).copied()
     }
 
     /// Entities whose name or an alias normalises to `name`'s normal form.

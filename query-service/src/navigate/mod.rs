@@ -222,6 +222,9 @@ struct Navigation<'a> {
     best: Option<Candidate>,
     /// Passages a retrieval strategy gathered; when empty, `best` is cited.
     supporting: Vec<Passage>,
+    /// The question's vector once asked for (`Some(None)`: the tables' vectors
+    /// are another embedder's); QRMeM needs it every round.
+    question_embedding: Option<Option<Vec<f32>>>,
     /// The model's own answer, when a leaf answered.
     model_answer: Option<String>,
     answered: bool,
@@ -252,6 +255,7 @@ impl<'a> Navigation<'a> {
             trace: Vec::new(),
             best: None,
             supporting: Vec::new(),
+            question_embedding: None,
             model_answer: None,
             answered: false,
             failed: false,
@@ -732,16 +736,22 @@ impl<'a> Navigation<'a> {
         Ok(())
     }
 
-    /// The question's vector, by the embedder that made the tables' vectors.
+    /// The question's vector, by the embedder that made the tables' vectors;
+    /// embedded once per question.
     async fn question_vector(&mut self) -> Result<Option<Vec<f32>>, StepError> {
-        if self.embedder_mismatch() {
-            return Ok(None);
+        if let Some(known) = &self.question_embedding {
+            return Ok(known.clone());
         }
-        let mut vectors = self
-            .embedder
-            .embed(&self.cx, &[self.request.question.as_str()])
-            .await?;
-        Ok(vectors.pop())
+        let vector = if self.embedder_mismatch() {
+            None
+        } else {
+            self.embedder
+                .embed(&self.cx, &[self.request.question.as_str()])
+                .await?
+                .pop()
+        };
+        self.question_embedding = Some(vector.clone());
+        Ok(vector)
     }
 
     /// True (with a trace step) when the tables' vectors are another embedder's.

@@ -193,19 +193,12 @@ impl Navigation<'_> {
     fn add_ends(&self, entities: &mut Vec<usize>, relation: usize) {
         let relation = &self.snapshot.relations[relation];
         for end in [&relation.source_id, &relation.target_id] {
-            if let Some(e) = self.entity_position(end)
+            if let Some(e) = self.snapshot.entity_position(end)
                 && !entities.contains(&e)
             {
                 entities.push(e);
             }
         }
-    }
-
-    fn entity_position(&self, entity_id: &str) -> Option<usize> {
-        self.snapshot
-            .entities
-            .binary_search_by(|e| e.entity_id.as_str().cmp(entity_id))
-            .ok()
     }
 
     fn relation_text(&self, relation: usize) -> String {
