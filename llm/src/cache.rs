@@ -13,9 +13,9 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use memweave_operators::model::StepError;
+use memweave_operators::model::{CallContext, ModelCall, StepError};
 use memweave_schemas::{LlmCallRow, Table, TableStore, content_id};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
@@ -76,6 +76,9 @@ pub struct CacheReport {
 pub struct CallCache {
     store: Option<TableStore>,
     cache_only: bool,
+    /// False for a long-running server: replies are shared only among identical
+    /// calls in flight at once, and nothing is kept after.
+    retain: bool,
     /// This process's calls: in flight, or done and not yet flushed.
     cells: Mutex<HashMap<String, Arc<OnceCell<String>>>>,
     pending: Mutex<Vec<LlmCallRow>>,
@@ -98,6 +101,16 @@ impl CallCache {
         Arc::new(Self::with(None, false, None, BloomFilter::new(0)))
     }
 
+    /// A cache that keeps nothing (the query service: its memory must not grow
+    /// with the questions it has answered); identical calls in flight at the
+    /// same time are still made once.
+    pub fn transient() -> Arc<Self> {
+        Arc::new(CallCache {
+            retain: false,
+            ..Self::with(None, false, None, BloomFilter::new(0))
+        })
+    }
+
     fn with(
         store: Option<TableStore>,
         cache_only: bool,
@@ -107,6 +120,7 @@ impl CallCache {
         CallCache {
             store,
             cache_only,
+            retain: true,
             stored: Mutex::new(stored),
             cells: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
@@ -166,11 +180,23 @@ impl CallCache {
 
     /// The reply of the call `key`: from this process's calls, from `llm_calls`, or
     /// by making the call with `call` (once, however many ask at the same time).
-    pub async fn reply<F, Fut>(&self, key: &str, task: &str, call: F) -> Result<String, StepError>
+    /// The call is noted in the context's ledger, which may refuse it.
+    pub async fn reply<F, Fut>(
+        &self,
+        cx: &CallContext,
+        key: &str,
+        task: &str,
+        call: F,
+    ) -> Result<String, StepError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<LlmCallRow, StepError>>,
     {
+        if let Some(ledger) = &cx.ledger {
+            ledger.admit(task)?;
+        }
+        let started = Instant::now();
+        let made: Mutex<Option<ModelCall>> = Mutex::new(None);
         let cell = {
             let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
             Arc::clone(cells.entry(key.to_string()).or_default())
@@ -205,18 +231,38 @@ impl CallCache {
                     .map_err(Clone::clone);
                 if let Ok(row) = row {
                     self.calls.fetch_add(1, Ordering::Relaxed);
-                    self.pending
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(row);
+                    *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(ModelCall {
+                        task: row.task.clone(),
+                        tokens_in: row.tokens_in,
+                        tokens_out: row.tokens_out,
+                        latency_ms: row.latency_ms,
+                        cached: false,
+                    });
+                    if self.retain {
+                        self.pending
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(row);
+                    }
                 }
                 self.in_flight.fetch_sub(1, Ordering::SeqCst);
                 reply
             })
             .await?
             .clone();
-        if found_in_table.load(Ordering::Relaxed) {
-            // The table has it; holding it here too would only cost memory.
+        if let Some(ledger) = &cx.ledger {
+            let made = made.into_inner().unwrap_or_else(|e| e.into_inner());
+            ledger.note(made.unwrap_or_else(|| ModelCall {
+                task: task.to_string(),
+                tokens_in: 0,
+                tokens_out: 0,
+                latency_ms: started.elapsed().as_millis().min(u128::from(u32::MAX)) as u32,
+                cached: true,
+            }));
+        }
+        if found_in_table.load(Ordering::Relaxed) || !self.retain {
+            // The table has it (or nothing is kept); holding it here would only
+            // cost memory.
             self.cells
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -386,7 +432,73 @@ async fn serve_lookups(store: TableStore, mut receiver: mpsc::UnboundedReceiver<
 
 #[cfg(test)]
 mod tests {
+    use memweave_operators::model::CallLedger;
+
     use super::*;
+
+    fn row(task: &str, reply: &str) -> LlmCallRow {
+        LlmCallRow {
+            call_key: String::new(),
+            backend: "test".into(),
+            model: "test".into(),
+            task: task.into(),
+            stage: "test".into(),
+            doc_id: None,
+            inputs: String::new(),
+            reply: reply.into(),
+            tokens_in: 40,
+            tokens_out: 10,
+            latency_ms: 7,
+            created_at: 0,
+        }
+    }
+
+    /// The ledger notes each call with its tokens, a reply from a call already
+    /// made as cached (it spent nothing), and refuses calls past its limit.
+    #[tokio::test]
+    async fn a_ledger_notes_calls_and_refuses_them_past_its_limit() {
+        let cache = CallCache::in_memory();
+        let ledger = CallLedger::with_token_limit(100);
+        let cx = CallContext::query("test").noted_in(ledger.clone());
+        let ask = |key: &'static str| {
+            let (cache, cx) = (cache.clone(), cx.clone());
+            async move {
+                cache
+                    .reply(&cx, key, "answer", || async { Ok(row("answer", key)) })
+                    .await
+            }
+        };
+        assert_eq!(ask("a").await.unwrap(), "a");
+        assert_eq!(ask("a").await.unwrap(), "a");
+        let noted = ledger.take();
+        assert_eq!(noted.len(), 2);
+        assert_eq!(
+            (noted[0].tokens_in, noted[0].latency_ms, noted[0].cached),
+            (40, 7, false)
+        );
+        assert_eq!((noted[1].tokens_in, noted[1].cached), (0, true));
+        assert_eq!(ledger.tokens_spent(), 50);
+        assert_eq!(ask("b").await.unwrap(), "b");
+        let refused = ask("c").await.unwrap_err();
+        assert_eq!(refused.kind(), "llm_over_budget");
+        assert_eq!(ledger.take().len(), 1, "the refused call is not noted");
+    }
+
+    /// A transient cache makes every call anew and keeps no rows.
+    #[tokio::test]
+    async fn a_transient_cache_keeps_nothing() {
+        let cache = CallCache::transient();
+        let cx = CallContext::query("test");
+        for _ in 0..3 {
+            let reply = cache
+                .reply(&cx, "k", "answer", || async { Ok(row("answer", "r")) })
+                .await;
+            assert_eq!(reply.unwrap(), "r");
+        }
+        assert_eq!(cache.report().calls, 3);
+        assert!(cache.cells.lock().unwrap().is_empty());
+        assert!(cache.pending.lock().unwrap().is_empty());
+    }
 
     #[test]
     fn the_filter_keeps_every_key_and_few_strangers() {

@@ -91,7 +91,7 @@ impl Embedder for OpenAiEmbedder {
         let key = content_id("call", &parts);
         let reply = self
             .cache
-            .reply(&key, TASK, || self.call(cx, texts, key.clone()))
+            .reply(cx, &key, TASK, || self.call(cx, texts, key.clone()))
             .await?;
         let vectors: Vec<Vec<f32>> = serde_json::from_str(&reply).unwrap_or_default();
         let well_formed = vectors.len() == texts.len()

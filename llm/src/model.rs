@@ -105,7 +105,7 @@ impl TaskModel {
             let key = call_key(self.backend(), self.model_name(), task, &prompt, &params);
             let reply = self
                 .cache
-                .reply(&key, task, || {
+                .reply(cx, &key, task, || {
                     self.call(cx, &step, &prompt, params, key.clone())
                 })
                 .await?;

@@ -3,6 +3,7 @@
 //! backend answers. Backends live in `memweave-llm`.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,8 @@ pub struct CallContext {
     pub stage: &'static str,
     pub doc_id: Option<String>,
     pub priority: Priority,
+    /// Where a question's calls are noted for its trace; builds note none.
+    pub ledger: Option<CallLedger>,
 }
 
 impl CallContext {
@@ -35,6 +38,7 @@ impl CallContext {
             stage,
             doc_id: Some(doc_id.to_string()),
             priority: Priority::Build,
+            ledger: None,
         }
     }
 
@@ -45,6 +49,7 @@ impl CallContext {
             stage,
             doc_id: None,
             priority: Priority::Build,
+            ledger: None,
         }
     }
 
@@ -62,7 +67,95 @@ impl CallContext {
             stage,
             doc_id: None,
             priority: Priority::Query,
+            ledger: None,
         }
+    }
+
+    /// The same caller, noting its calls in `ledger`.
+    pub fn noted_in(self, ledger: CallLedger) -> Self {
+        CallContext {
+            ledger: Some(ledger),
+            ..self
+        }
+    }
+}
+
+/// One model or embedding call as a question's trace shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelCall {
+    /// The step of the methods ("triage", "answer", "embed", ...).
+    pub task: String,
+    pub tokens_in: u32,
+    pub tokens_out: u32,
+    pub latency_ms: u32,
+    /// Answered by an identical call already made (no tokens spent).
+    pub cached: bool,
+}
+
+/// The calls one request made, in order, and the model tokens it may spend.
+/// Clones share one ledger.
+#[derive(Debug, Clone)]
+pub struct CallLedger {
+    calls: Arc<Mutex<LedgerState>>,
+    token_limit: u64,
+}
+
+#[derive(Debug, Default)]
+struct LedgerState {
+    unread: Vec<ModelCall>,
+    tokens_spent: u64,
+}
+
+impl PartialEq for CallLedger {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.calls, &other.calls)
+    }
+}
+
+impl Eq for CallLedger {}
+
+impl CallLedger {
+    /// A ledger that refuses calls once `token_limit` tokens (prompt and reply)
+    /// have been spent.
+    pub fn with_token_limit(token_limit: u64) -> Self {
+        CallLedger {
+            calls: Arc::default(),
+            token_limit,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LedgerState> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `Err` when the request has spent its tokens: no further call is made.
+    pub fn admit(&self, task: &str) -> StepResult<()> {
+        let spent = self.state().tokens_spent;
+        if spent >= self.token_limit {
+            return Err(StepError::OverBudget {
+                task: task.to_string(),
+                spent,
+                limit: self.token_limit,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn note(&self, call: ModelCall) {
+        let mut state = self.state();
+        if !call.cached {
+            state.tokens_spent += u64::from(call.tokens_in) + u64::from(call.tokens_out);
+        }
+        state.unread.push(call);
+    }
+
+    /// The calls noted since the last take.
+    pub fn take(&self) -> Vec<ModelCall> {
+        std::mem::take(&mut self.state().unread)
+    }
+
+    pub fn tokens_spent(&self) -> u64 {
+        self.state().tokens_spent
     }
 }
 
@@ -75,6 +168,12 @@ pub enum StepError {
     Unavailable { task: String, message: String },
     /// Replay mode (`--cache-only`) and the call is not in the cache.
     CacheMiss { task: String },
+    /// The request spent the model tokens it was allowed.
+    OverBudget {
+        task: String,
+        spent: u64,
+        limit: u64,
+    },
 }
 
 impl StepError {
@@ -84,6 +183,7 @@ impl StepError {
             StepError::Unparsable { .. } => "llm_unparsable",
             StepError::Unavailable { .. } => "llm_unavailable",
             StepError::CacheMiss { .. } => "llm_cache_miss",
+            StepError::OverBudget { .. } => "llm_over_budget",
         }
     }
 }
@@ -105,6 +205,12 @@ impl fmt::Display for StepError {
                 write!(
                     f,
                     "{task}: not in the call cache and --cache-only forbids calling the pool"
+                )
+            }
+            StepError::OverBudget { task, spent, limit } => {
+                write!(
+                    f,
+                    "{task}: the request has spent {spent} model tokens of the {limit} it may"
                 )
             }
         }

@@ -148,6 +148,9 @@ enum Command {
         /// Rounds of ILM-TR's inner loop and QRMeM's reflection.
         #[arg(long)]
         max_rounds: Option<usize>,
+        /// Model tokens (prompts and replies) the question may spend [default: 100000].
+        #[arg(long)]
+        max_tokens: Option<usize>,
         /// Only consider this document (id); repeatable.
         #[arg(long = "document")]
         documents: Vec<String>,
@@ -246,6 +249,7 @@ fn main() -> ExitCode {
             top_k,
             max_pages,
             max_rounds,
+            max_tokens,
             documents,
             json,
             storage_options,
@@ -261,6 +265,7 @@ fn main() -> ExitCode {
                     top_k,
                     max_pages,
                     max_rounds,
+                    max_tokens,
                 },
             });
             request
@@ -429,15 +434,38 @@ fn print_answer(answer: &Answer) {
         answer.strategy.name(),
         answer.epoch
     );
-    println!("  {}", answer.answer);
-    for passage in &answer.supporting {
-        println!(
-            "  — \"{}\" ({}), characters {}–{}",
-            passage.title, passage.source_uri, passage.start_char, passage.end_char
-        );
+    print_wrapped(&answer.answer, "  ");
+    if !answer.supporting.is_empty() {
+        println!("\nSupporting passages:");
     }
-    println!("\nTrace:");
+    for (n, passage) in answer.supporting.iter().enumerate() {
+        println!(
+            "  [{}] \"{}\" ({}), characters {}–{}",
+            n + 1,
+            passage.title,
+            passage.source_uri,
+            passage.start_char,
+            passage.end_char
+        );
+        let excerpt: String = passage.text.chars().take(240).collect();
+        let more = if excerpt.len() < passage.text.len() {
+            "…"
+        } else {
+            ""
+        };
+        print_wrapped(&format!("\"{excerpt}{more}\""), "      ");
+    }
+    let usage = &answer.usage;
+    println!(
+        "\nTrace ({} steps; {} model calls, {} tokens in, {} out, {} ms waiting on the model):",
+        answer.trace.len(),
+        usage.model_calls,
+        usage.tokens_in,
+        usage.tokens_out,
+        usage.model_ms
+    );
     for step in &answer.trace {
+        let indent = "  ".repeat(step.depth as usize + 1);
         let level = step.level.map(|l| format!(" L{l}")).unwrap_or_default();
         let target = if step.target.is_empty() {
             String::new()
@@ -445,9 +473,48 @@ fn print_answer(answer: &Answer) {
             format!(" {}", short(&step.target))
         };
         println!(
-            "  {:>2}. {}{}{} (score {:.2}): {}",
-            step.step, step.action, target, level, step.score, step.reasoning
+            "{:>3} {indent}{}{target}{level}  score {:.2}",
+            step.step, step.action, step.score
         );
+        let detail = format!("    {indent}");
+        print_wrapped(&step.reasoning, &detail);
+        if !step.calls.is_empty() {
+            let calls: Vec<String> = step
+                .calls
+                .iter()
+                .map(|c| {
+                    if c.cached {
+                        format!("{} (answered by an identical call)", c.task)
+                    } else {
+                        format!(
+                            "{} {}→{} tokens {} ms",
+                            c.task, c.tokens_in, c.tokens_out, c.latency_ms
+                        )
+                    }
+                })
+                .collect();
+            print_wrapped(&format!("model: {}", calls.join("; ")), &detail);
+        }
+    }
+}
+
+/// Prints `text` in lines of at most about 100 characters, each after `indent`.
+#[allow(clippy::print_stdout)]
+fn print_wrapped(text: &str, indent: &str) {
+    const WIDTH: usize = 100;
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > WIDTH {
+            println!("{indent}{line}");
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        println!("{indent}{line}");
     }
 }
 

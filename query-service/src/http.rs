@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
-use crate::navigate::{AskRequest, Models, Strategy, ask};
+use crate::navigate::{AskRequest, DEFAULT_MAX_TOKENS, Models, Strategy, ask};
 use crate::snapshot::Snapshot;
 
 /// Longest question accepted, in characters.
@@ -33,6 +33,8 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_BUDGET: usize = 32_000;
 /// Largest `top_k`, `max_pages` and `max_rounds` a request may ask for.
 pub const MAX_OPTION: usize = 50;
+/// Most model tokens a request may allow itself.
+pub const MAX_TOKEN_LIMIT: usize = 1_000_000;
 
 /// Limits every request runs under.
 #[derive(Debug, Clone)]
@@ -272,6 +274,13 @@ pub fn validate(request: &AskRequest, snapshot: &Snapshot) -> Result<(), String>
             ));
         }
     }
+    if let Some(max_tokens) = options.max_tokens
+        && !(1..=MAX_TOKEN_LIMIT).contains(&max_tokens)
+    {
+        return Err(format!(
+            "options.max_tokens {max_tokens} is outside 1..={MAX_TOKEN_LIMIT}"
+        ));
+    }
     Ok(())
 }
 
@@ -487,14 +496,19 @@ pub fn openapi() -> Value {
                 "options": { "type": "object", "additionalProperties": false, "properties": {
                     "top_k": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
                     "max_pages": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
-                    "max_rounds": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION }
+                    "max_rounds": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
+                    "max_tokens": { "type": "integer", "minimum": 1, "maximum": MAX_TOKEN_LIMIT, "default": DEFAULT_MAX_TOKENS }
                 } }
             } },
             "Answer": { "type": "object", "required": ["answer", "strategy", "trace", "supporting"], "properties": {
                 "question": { "type": "string" }, "strategy": { "type": "string" }, "epoch": { "type": "integer" },
                 "answered": { "type": "boolean" }, "answer": { "type": "string" },
                 "supporting": { "type": "array", "items": { "$ref": "#/components/schemas/Passage" } },
-                "trace": { "type": "array", "items": { "$ref": "#/components/schemas/Step" } }
+                "trace": { "type": "array", "items": { "$ref": "#/components/schemas/Step" } },
+                "usage": { "type": "object", "properties": {
+                    "model_calls": { "type": "integer" }, "tokens_in": { "type": "integer" },
+                    "tokens_out": { "type": "integer" }, "model_ms": { "type": "integer" }
+                } }
             } },
             "Passage": { "type": "object", "properties": {
                 "doc_id": { "type": "string" }, "title": { "type": "string" }, "source_uri": { "type": "string" },
@@ -503,7 +517,12 @@ pub fn openapi() -> Value {
             } },
             "Step": { "type": "object", "properties": {
                 "step": { "type": "integer" }, "action": { "type": "string" }, "target": { "type": "string" },
-                "level": { "type": ["integer", "null"] }, "score": { "type": "number" }, "reasoning": { "type": "string" }
+                "level": { "type": ["integer", "null"] }, "score": { "type": "number" }, "reasoning": { "type": "string" },
+                "calls": { "type": "array", "items": { "$ref": "#/components/schemas/ModelCall" } }
+            } },
+            "ModelCall": { "type": "object", "properties": {
+                "task": { "type": "string" }, "tokens_in": { "type": "integer" }, "tokens_out": { "type": "integer" },
+                "latency_ms": { "type": "integer" }, "cached": { "type": "boolean" }
             } }
         } }
     })

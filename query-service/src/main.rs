@@ -100,16 +100,17 @@ async fn main() -> anyhow::Result<()> {
         !llm.cache_only,
         "--cache-only replays a build's model calls; the query service keeps no calls to replay"
     );
-    // Answers are cached in memory only: the service writes nothing.
+    // The service writes nothing and keeps no replies: its memory does not grow
+    // with the questions it answers.
     let model = llm
-        .model(CallCache::in_memory())
+        .model(CallCache::transient())
         .map_err(|message| anyhow::anyhow!(message))?;
     let store = TableStore::new(
         &tables,
         storage_options.into_iter().collect::<HashMap<_, _>>(),
     )?;
     let embedder = embed
-        .embedder(&llm, CallCache::in_memory())
+        .embedder(&llm, CallCache::transient())
         .await
         .map_err(|message| anyhow::anyhow!(message))?;
     let limits = Limits {

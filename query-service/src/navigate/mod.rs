@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use memweave_operators::embed::Embedder;
 use memweave_operators::lexical::terms;
-use memweave_operators::model::{CallContext, MemoryModel, StepError};
+use memweave_operators::model::{CallContext, CallLedger, MemoryModel, ModelCall, StepError};
 use memweave_operators::text::{CharOffsets, sentences};
 use memweave_schemas::SegmentRow;
 use serde::{Deserialize, Serialize};
@@ -132,7 +132,15 @@ pub struct AskOptions {
     pub max_pages: Option<usize>,
     /// Rounds of ILM-TR's inner loop and QRMeM's reflection (default 5).
     pub max_rounds: Option<usize>,
+    /// Model tokens (prompts and replies) the request may spend before the
+    /// navigation stops with no answer (default 100,000).
+    pub max_tokens: Option<usize>,
 }
+
+/// Model tokens a request may spend when it names no limit: several times what
+/// the longest default navigation (QRMeM's five rounds over a 2,000-token
+/// window) needs.
+pub const DEFAULT_MAX_TOKENS: usize = 100_000;
 
 /// Context tokens when a request names no budget (RAPTOR's collapsed tree: 2,000).
 pub const DEFAULT_BUDGET: usize = 2000;
@@ -148,6 +156,18 @@ pub struct Answer {
     /// The passages the answer rests on.
     pub supporting: Vec<Passage>,
     pub trace: Vec<Step>,
+    /// What the model calls of every step cost together.
+    pub usage: Usage,
+}
+
+/// The model calls of one answer, summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub model_calls: usize,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// Time spent waiting on the model, summed over calls.
+    pub model_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,6 +192,12 @@ pub struct Step {
     pub level: Option<u32>,
     pub score: f64,
     pub reasoning: String,
+    /// How deep in the navigation the step is: 0 for the top-level decisions;
+    /// MemWalker's steps are as deep as their node's path from the root, the
+    /// look-ups and rounds' retrievals one deeper than what they serve.
+    pub depth: u32,
+    /// The model calls that led to this step, in order.
+    pub calls: Vec<ModelCall>,
 }
 
 /// Leaves MemWalker may read before it answers with the best passage seen.
@@ -216,9 +242,12 @@ struct Navigation<'a> {
     model: &'a dyn MemoryModel,
     embedder: &'a dyn Embedder,
     cx: CallContext,
+    ledger: CallLedger,
     query: Vec<String>,
     distinct_terms: HashSet<String>,
     trace: Vec<Step>,
+    /// The depth the next recorded step has.
+    depth: u32,
     best: Option<Candidate>,
     /// Passages a retrieval strategy gathered; when empty, `best` is cited.
     supporting: Vec<Passage>,
@@ -244,15 +273,19 @@ impl<'a> Navigation<'a> {
     fn new(snapshot: &'a Snapshot, request: &'a AskRequest, models: Models<'a>) -> Self {
         let query = terms(&request.question);
         let distinct_terms = query.iter().cloned().collect();
+        let token_limit = request.options.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        let ledger = CallLedger::with_token_limit(token_limit as u64);
         Navigation {
             snapshot,
             request,
             model: models.model,
             embedder: models.embedder,
-            cx: CallContext::query(request.strategy.name()),
+            cx: CallContext::query(request.strategy.name()).noted_in(ledger.clone()),
+            ledger,
             query,
             distinct_terms,
             trace: Vec::new(),
+            depth: 0,
             best: None,
             supporting: Vec::new(),
             question_embedding: None,
@@ -266,6 +299,7 @@ impl<'a> Navigation<'a> {
     /// navigation ends with no answer, and the trace says which step and why.
     fn give_up(&mut self, failure: &StepError) {
         self.failed = true;
+        self.depth = 0;
         self.record(
             "no_answer",
             failure.kind(),
@@ -290,6 +324,8 @@ impl<'a> Navigation<'a> {
             level,
             score,
             reasoning,
+            depth: self.depth,
+            calls: self.ledger.take(),
         });
     }
 
@@ -344,6 +380,7 @@ impl<'a> Navigation<'a> {
                 continue;
             };
             let title = self.snapshot.title_of(doc_id);
+            self.depth = 0;
             let why = if rank == 0 {
                 "matches the question best".to_string()
             } else {
@@ -378,9 +415,11 @@ impl<'a> Navigation<'a> {
     async fn walk(&mut self, root: usize, leaf_reads: &mut usize) -> Result<bool, StepError> {
         let mut visited: HashSet<usize> = HashSet::new();
         let mut path = vec![root];
+        self.depth = 1;
         self.record_descend(root, "start at the root".into());
         while let Some(&current) = path.last() {
             visited.insert(current);
+            self.depth = path.len() as u32;
             if self.snapshot.nodes[current].child_ids.is_empty() {
                 *leaf_reads += 1;
                 if self.read_leaf(current, &path).await? {
@@ -398,6 +437,7 @@ impl<'a> Navigation<'a> {
             match self.triage(current, &visited).await? {
                 Some((child, reasoning)) => {
                     path.push(child);
+                    self.depth = path.len() as u32;
                     self.record_descend(child, reasoning);
                 }
                 None => self.revert(&mut path, "every child has been read"),
@@ -409,6 +449,7 @@ impl<'a> Navigation<'a> {
     /// MemWalker's revert: leave the current node for its parent.
     fn revert(&mut self, path: &mut Vec<usize>, reasoning: &str) {
         path.pop();
+        self.depth = path.len() as u32;
         if let Some(&parent) = path.last() {
             let node = &self.snapshot.nodes[parent];
             let (id, level) = (node.node_id.clone(), node.level);
@@ -527,6 +568,7 @@ impl<'a> Navigation<'a> {
             // The passage this answer cites is this segment's, whatever was seen before.
             self.best = candidate.filter(|c| c.coverage > 0.0);
             self.model_answer = judgement.answer;
+            self.depth = 0;
             self.record(
                 "answer",
                 &segment.seg_id,
@@ -541,6 +583,7 @@ impl<'a> Navigation<'a> {
     }
 
     fn answer_with_best(&mut self, reasoning: &str) {
+        self.depth = 0;
         if let Some(best) = self.best.clone().filter(|b| b.coverage > 0.0) {
             self.answered = true;
             self.record(
@@ -634,7 +677,18 @@ impl<'a> Navigation<'a> {
         if total > 0.0 { covered / total } else { 0.0 }
     }
 
-    fn finish(self) -> Answer {
+    fn finish(mut self) -> Answer {
+        let unattributed = self.ledger.take();
+        if let Some(last) = self.trace.last_mut() {
+            last.calls.extend(unattributed);
+        }
+        let mut usage = Usage::default();
+        for call in self.trace.iter().flat_map(|step| &step.calls) {
+            usage.model_calls += 1;
+            usage.tokens_in += u64::from(call.tokens_in);
+            usage.tokens_out += u64::from(call.tokens_out);
+            usage.model_ms += u64::from(call.latency_ms);
+        }
         let supporting: Vec<Passage> = if self.failed {
             Vec::new()
         } else if self.supporting.is_empty() {
@@ -660,6 +714,7 @@ impl<'a> Navigation<'a> {
             },
             supporting,
             trace: self.trace,
+            usage,
         }
     }
 
@@ -715,6 +770,7 @@ impl<'a> Navigation<'a> {
         passages: Vec<Passage>,
         why: &str,
     ) -> Result<(), StepError> {
+        self.depth = 0;
         if passages.is_empty() {
             self.record("no_answer", "", None, 0.0, "nothing was gathered".into());
             return Ok(());

@@ -107,6 +107,7 @@ impl Navigation<'_> {
                 )
                 .await?;
             let Some(number) = next else {
+                self.depth = 1;
                 self.record(
                     "stop",
                     &doc_id,
@@ -123,6 +124,7 @@ impl Navigation<'_> {
     }
 
     fn record_lookup(&mut self, pages: &[PageRow], number: u32, how: &str) {
+        self.depth = 1;
         if let Some(page) = pages.iter().find(|p| p.ordinal == number) {
             let id = page.page_id.clone();
             self.record(

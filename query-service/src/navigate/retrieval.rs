@@ -107,6 +107,22 @@ impl Navigation<'_> {
             };
             let mut vectors = self.embedder.embed(&self.cx, &[probe.as_str()]).await?;
             let Some(vector) = vectors.pop() else { break };
+            self.depth = 0;
+            self.record(
+                "round",
+                "",
+                None,
+                round as f64,
+                format!(
+                    "round {round}: retrieve with the question{}",
+                    if memory.is_empty() {
+                        ""
+                    } else {
+                        " and the short-term memory"
+                    }
+                ),
+            );
+            self.depth = 1;
             passages = self.collapsed_tree(&vector, true, &format!("round {round}"));
             let retrieved = super::context_of(&passages);
             let next = self

@@ -39,14 +39,46 @@ fn ask_question(question: &str, strategy: &str, extra: &[String]) -> Answer {
     serde_json::from_slice(&output.stdout).expect("ask --json prints an answer")
 }
 
+/// An answer without its calls' latencies and reply lengths, which no two runs
+/// share (the simulator words its replies in varied formats that parse the same).
+fn decisions(mut answer: Answer) -> Answer {
+    (answer.usage.model_ms, answer.usage.tokens_out) = (0, 0);
+    for call in answer.trace.iter_mut().flat_map(|step| &mut step.calls) {
+        (call.latency_ms, call.tokens_out) = (0, 0);
+    }
+    answer
+}
+
 /// MemWalker asks the model at every step; through the simulator (the extractive
-/// replies over HTTP, parsed back) the walk and the answer are the same.
+/// replies over HTTP, parsed back) the walk and the answer are the same, and the
+/// trace accounts for every call the server answered, with its tokens and latency.
 #[test]
 fn memwalker_asks_the_model_the_same_over_http() {
-    let server = SimServer::start(SimConfig::new(8, 1.0));
+    let server = SimServer::start(SimConfig::new(8, 25.0));
     let over_http = ask_cli_with("memwalker", &openai_flags(&server.url));
-    assert_eq!(over_http, ask_cli("memwalker"));
+    assert_eq!(
+        decisions(over_http.clone()),
+        decisions(ask_cli("memwalker"))
+    );
     let stats = server.stats();
+    let usage = &over_http.usage;
+    assert_eq!(usage.model_calls as u64, stats.completed);
+    assert_eq!(
+        (usage.tokens_in, usage.tokens_out),
+        (stats.prompt_tokens, stats.completion_tokens)
+    );
+    for step in &over_http.trace {
+        for call in &step.calls {
+            assert!(call.latency_ms >= 25, "{step:?}");
+            assert!(call.tokens_in > 0 && call.tokens_out > 0, "{step:?}");
+        }
+    }
+    let triage_calls = over_http
+        .trace
+        .iter()
+        .flat_map(|s| &s.calls)
+        .filter(|c| c.task == "triage")
+        .count();
     let steps = over_http
         .trace
         .iter()
@@ -57,6 +89,73 @@ fn memwalker_asks_the_model_the_same_over_http() {
     assert_eq!(
         stats.completed as usize, steps,
         "one call per triage and leaf"
+    );
+    let descents = over_http
+        .trace
+        .iter()
+        .filter(|s| s.action == "descend" && s.reasoning.starts_with("summary"))
+        .count();
+    assert_eq!(
+        triage_calls, descents,
+        "each triage is noted on its descent"
+    );
+}
+
+/// `memweave ask` without `--json` prints the answer, its passages and the
+/// trace indented by depth, with the model calls of each step.
+#[test]
+fn ask_prints_a_readable_indented_trace() {
+    let tables = pg_essays().tables.to_str().unwrap().to_string();
+    let output = memweave_ok(["ask", QUESTION, "--tables", &tables]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    let answer = ask_cli("memwalker");
+    assert!(text.starts_with("Answer (memwalker"), "{text}");
+    assert!(text.contains("Supporting passages:"), "{text}");
+    assert!(
+        text.contains(&format!("Trace ({} steps; ", answer.trace.len())),
+        "{text}"
+    );
+    let indent_of = |action: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(action))
+            .map(|l| l.len() - l[4..].trim_start().len())
+            .unwrap_or_else(|| panic!("no {action} line in {text}"))
+    };
+    assert!(
+        indent_of("descend") > indent_of("choose_document"),
+        "{text}"
+    );
+    assert!(indent_of("read_leaf") > indent_of("descend"), "{text}");
+    assert!(text.contains("model: triage "), "{text}");
+}
+
+/// A request stops at its model-token limit: no answer, and the trace says why.
+#[test]
+fn a_request_stops_at_its_token_limit() {
+    let unlimited = ask_strategy(Strategy::Qrmem, &[]);
+    assert!(unlimited.answered);
+    assert!(unlimited.usage.model_calls > 1, "{unlimited:#?}");
+    // Exactly the first call's tokens: it is made, the next one is refused.
+    let first = unlimited
+        .trace
+        .iter()
+        .flat_map(|s| &s.calls)
+        .next()
+        .unwrap();
+    let limit = first.tokens_in + first.tokens_out;
+    let limited = ask_strategy(Strategy::Qrmem, &["--max-tokens".into(), limit.to_string()]);
+    assert!(!limited.answered, "{limited:#?}");
+    assert!(limited.supporting.is_empty());
+    let last = limited.trace.last().unwrap();
+    assert_eq!(
+        (last.action.as_str(), last.target.as_str()),
+        ("no_answer", "llm_over_budget"),
+        "{limited:#?}"
+    );
+    assert_eq!(limited.usage.model_calls, 1, "{limited:#?}");
+    assert!(
+        last.reasoning.contains(&format!("of the {limit} it may")),
+        "{last:?}"
     );
 }
 
@@ -261,7 +360,11 @@ fn the_query_service_answers_like_the_cli() {
                 .unwrap();
             assert!(response.status().is_success());
             let served: Answer = response.json().await.unwrap();
-            assert_eq!(&served, cli_answer, "{strategy}");
+            assert_eq!(
+                decisions(served),
+                decisions(cli_answer.clone()),
+                "{strategy}"
+            );
         }
         let bad = client
             .post(format!("{base}/v1/ask"))
@@ -370,7 +473,11 @@ fn every_strategy_asks_the_model_the_same_over_http() {
     let server = SimServer::start(SimConfig::new(8, 1.0));
     for strategy in Strategy::ALL {
         let over_http = ask_strategy(strategy, &openai_flags(&server.url));
-        assert_eq!(over_http, ask_strategy(strategy, &[]), "{strategy:?}");
+        assert_eq!(
+            decisions(over_http),
+            decisions(ask_strategy(strategy, &[])),
+            "{strategy:?}"
+        );
     }
     assert!(server.stats().completed > 0);
 }
@@ -416,6 +523,10 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
             (
                 serde_json::json!({ "question": QUESTION, "options": { "top_k": 500 } }),
                 "options.top_k 500",
+            ),
+            (
+                serde_json::json!({ "question": QUESTION, "options": { "max_tokens": 0 } }),
+                "options.max_tokens 0",
             ),
             (
                 serde_json::json!({ "question": QUESTION, "colour": "blue" }),
