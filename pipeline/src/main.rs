@@ -301,6 +301,9 @@ fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| memweave_query::DEFAULT_LOG_FILTER.into());
     let builder = tracing_subscriber::fmt()
+        // With its stderr closed (`| head`) the subscriber would report the failed
+        // write with eprintln!, which panics the logging task.
+        .log_internal_errors(false)
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {

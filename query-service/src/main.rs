@@ -65,6 +65,9 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
+        // With its stderr closed (`| head`) the subscriber would report the failed
+        // write with eprintln!, which panics the logging task.
+        .log_internal_errors(false)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| memweave_query::DEFAULT_LOG_FILTER.into()),

@@ -70,6 +70,9 @@ struct Cli {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
+        // With its stderr closed (`| head`) the subscriber would report the failed
+        // write with eprintln!, which panics the logging task.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .init();
     if !(0.0..=1.0).contains(&cli.fault_rate) || !(0.0..=1.0).contains(&cli.drift) {

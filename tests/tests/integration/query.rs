@@ -281,12 +281,22 @@ fn a_question_nothing_mentions_gets_no_answer() {
     assert_eq!(answer.trace.last().unwrap().action, "no_answer");
 }
 
-struct Server(Child);
+/// A running `memweave-query`, stopped on drop; its log is kept for messages.
+struct Server {
+    child: Child,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -308,21 +318,32 @@ fn serve_with(tables: &str, extra: &[&str]) -> (Server, String) {
     let mut child = Command::new(binary("memweave-query"))
         .args(["serve", "--tables", tables, "--listen", &listen])
         .args(extra)
+        .env("NO_COLOR", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("memweave-query starts");
     let stderr = child.stderr.take().unwrap();
-    let server = Server(child);
-    // Ready once it logs that it listens; give up after a bound.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for line in BufReader::new(stderr).lines() {
-        let line = line.unwrap();
-        if line.contains("listening") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "memweave-query did not start");
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (listening, started) = std::sync::mpsc::channel();
+    {
+        let log = log.clone();
+        // Reads the log to the end, so the service never writes to a closed pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening") {
+                    let _ = listening.send(());
+                }
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
     }
+    let server = Server { child, log };
+    started
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("memweave-query did not start: {}", server.log()));
     (server, format!("http://{listen}"))
 }
 
@@ -669,4 +690,222 @@ fn the_api_can_require_a_bearer_token() {
         let health = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(health.status().as_u16(), 200);
     });
+}
+
+/// The text of the notice the writer rewrites for its `version`-th commit.
+fn notice(version: u32) -> String {
+    format!(
+        "Harbour notice number {version}. The harbour beacon code is now BEACON{version}{version}{version}. \
+         Ships entering after dark must signal it twice."
+    )
+}
+
+/// Replicas answer while a writer commits: many requests at once on loopback,
+/// three new checkpoints committed meanwhile. Every request succeeds, the
+/// service moves to the newer checkpoints without restarting, and every answer
+/// is read from one checkpoint: the notice it cites is the one that checkpoint
+/// holds.
+#[test]
+fn answers_under_load_stay_within_one_version_while_a_writer_commits() {
+    const CLIENTS: usize = 6;
+    const VERSIONS: u32 = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("archive");
+    std::fs::create_dir(&source).unwrap();
+    for name in ["worked.txt", "founders.txt", "gap.txt"] {
+        std::fs::write(source.join(name), super::shared::essay(name)).unwrap();
+    }
+    let tables = dir.path().join("memory");
+    let served_tables = tables.display().to_string();
+    let commit = {
+        move |version: u32| -> u64 {
+            std::fs::write(source.join("notice.txt"), notice(version)).unwrap();
+            let output = memweave_tests::index(&source, &tables, &["--segment-tokens", "400"]);
+            let summary = memweave_tests::stdout(&output);
+            summary
+                .split("committed epoch ")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no epoch in {summary}"))
+        }
+    };
+    let mut version_of = std::collections::HashMap::new();
+    version_of.insert(commit(1), 1);
+    let version_of = std::sync::Arc::new(std::sync::Mutex::new(version_of));
+    let (server, base) = serve_with(&served_tables, &["--refresh-secs", "1"]);
+
+    let writer = {
+        let version_of = version_of.clone();
+        std::thread::spawn(move || {
+            for version in 2..=VERSIONS {
+                let epoch = commit(version);
+                version_of.lock().unwrap().insert(epoch, version);
+            }
+        })
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let questions = [
+        ("What is the harbour beacon code?", "bm25"),
+        ("What is the harbour beacon code?", "memwalker"),
+        (QUESTION, "readagent-p"),
+        (QUESTION, "memwalker"),
+    ];
+    // The last epoch once the writer is done (0 before).
+    let last_committed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let clients = runtime.block_on(async {
+        let client = reqwest::Client::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let (client, base) = (client.clone(), base.clone());
+                let last_committed = last_committed.clone();
+                tokio::spawn(async move {
+                    let mut answers: Vec<(u16, String, Option<Answer>)> = Vec::new();
+                    // Bounded: until a few answers from the last checkpoint, or the deadline.
+                    let mut from_last = 0;
+                    for i in c.. {
+                        if from_last >= 4 || tokio::time::Instant::now() > deadline {
+                            break;
+                        }
+                        let (question, strategy) = questions[i % questions.len()];
+                        let response = client
+                            .post(format!("{base}/v1/ask"))
+                            .json(&serde_json::json!({
+                                "question": question,
+                                "strategy": strategy,
+                                "options": { "top_k": 1 },
+                            }))
+                            .send()
+                            .await
+                            .unwrap();
+                        let status = response.status().as_u16();
+                        let body = response.text().await.unwrap();
+                        let answer: Option<Answer> = serde_json::from_str(&body).ok();
+                        let last = last_committed.load(std::sync::atomic::Ordering::SeqCst);
+                        if answer.as_ref().is_some_and(|a| a.epoch == last) {
+                            from_last += 1;
+                        }
+                        answers.push((status, strategy.to_string(), answer));
+                    }
+                    answers
+                })
+            })
+            .collect();
+        let waiter = tokio::task::spawn_blocking(move || writer.join());
+        waiter.await.unwrap().expect("the writer commits");
+        let last = *version_of.lock().unwrap().keys().max().unwrap();
+        last_committed.store(last, std::sync::atomic::Ordering::SeqCst);
+        let mut all = Vec::new();
+        for task in tasks {
+            all.extend(task.await.unwrap());
+        }
+        all
+    });
+
+    let version_of = version_of.lock().unwrap().clone();
+    let mut epochs_seen = std::collections::BTreeSet::new();
+    let mut notices_checked = 0;
+    for (status, strategy, answer) in &clients {
+        assert_eq!(*status, 200, "{strategy}: {answer:?}");
+        let answer = answer.as_ref().expect("a 200 carries an answer");
+        let version = *version_of
+            .get(&answer.epoch)
+            .unwrap_or_else(|| panic!("epoch {} was never committed", answer.epoch));
+        epochs_seen.insert(answer.epoch);
+        for passage in answer
+            .supporting
+            .iter()
+            .filter(|p| p.source_uri.ends_with("notice.txt"))
+        {
+            assert!(
+                passage
+                    .text
+                    .contains(&format!("BEACON{version}{version}{version}")),
+                "epoch {} holds notice {version}, the answer cites {:?}",
+                answer.epoch,
+                passage.text
+            );
+            notices_checked += 1;
+        }
+    }
+    let last_epoch = *version_of.keys().max().unwrap();
+    assert!(
+        epochs_seen.contains(&last_epoch),
+        "the service never served the last checkpoint: {epochs_seen:?} of {version_of:?}, {} answers; log:\n{}",
+        clients.len(),
+        server.log()
+    );
+    assert!(epochs_seen.len() >= 2, "{epochs_seen:?}");
+    assert!(
+        notices_checked >= CLIENTS,
+        "{notices_checked} answers cited the notice"
+    );
+}
+
+/// A service whose log reader went away (`memweave-query serve | head`) still
+/// moves to a newer checkpoint: logging it must not end the refresh task.
+#[test]
+fn a_closed_log_does_not_stop_the_service_refreshing() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("archive");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("gap.txt"), super::shared::essay("gap.txt")).unwrap();
+    let tables = dir.path().join("memory");
+    memweave_tests::index(&source, &tables, &[]);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut child = Command::new(binary("memweave-query"))
+        .args([
+            "serve",
+            "--tables",
+            tables.to_str().unwrap(),
+            "--listen",
+            &listen,
+        ])
+        .args(["--refresh-secs", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("memweave-query starts");
+    let mut log = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening") {
+        line.clear();
+        assert!(
+            log.read_line(&mut line).unwrap() > 0,
+            "memweave-query exited"
+        );
+    }
+    drop(log);
+    let server = Server {
+        child,
+        log: Default::default(),
+    };
+    std::fs::write(source.join("notice.txt"), notice(2)).unwrap();
+    memweave_tests::index(&source, &tables, &[]);
+    let epoch = || -> Option<u64> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let ready: serde_json::Value = reqwest::get(format!("http://{listen}/readyz"))
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            ready["epoch"].as_u64()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while epoch() != Some(2) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(epoch(), Some(2));
+    drop(server);
 }
