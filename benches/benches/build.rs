@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use memweave_llm::EmbedArgs;
 use memweave_llm::sim::{Sim, SimConfig};
-use memweave_llm::{BackendKind, EmbedArgs, LlmArgs};
 use memweave_operators::build::{BuildConfig, Memories};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, run_index};
 
@@ -35,28 +35,6 @@ fn workers() -> usize {
         .unwrap_or(2)
 }
 
-fn llm(url: Option<&str>) -> LlmArgs {
-    LlmArgs {
-        backend: if url.is_some() {
-            BackendKind::Openai
-        } else {
-            BackendKind::Extractive
-        },
-        llm_urls: url.map(str::to_string).into_iter().collect(),
-        llm_model: Some("memweave-sim".into()),
-        llm_api_key_env: "MEMWEAVE_LLM_API_KEY".into(),
-        llm_timeout_s: 30.0,
-        llm_max_attempts: 10,
-        llm_concurrency: 64,
-        llm_max_concurrency: 128,
-        llm_rpm: None,
-        llm_tpm: None,
-        llm_max_tokens: 512,
-        prompts: None,
-        cache_only: false,
-    }
-}
-
 fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary, f64) {
     let out = tempfile::tempdir().unwrap();
     let options = IndexOptions {
@@ -68,7 +46,7 @@ fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary,
             memories,
             ..BuildConfig::DEFAULT
         },
-        llm: llm(url),
+        llm: memweave_benches::llm_args(url),
         embed: EmbedArgs::default(),
         interactive: false,
     };

@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use memweave_llm::{BackendKind, LlmArgs};
+
 /// A corpus under `../shared/data` beside the checkout (never copied into the
 /// repository). Cargo sets `CARGO_MANIFEST_DIR` when it runs a benchmark; that
 /// value wins over the one compiled in, which is stale when another checkout
@@ -29,4 +31,28 @@ pub fn json_output(command: &mut Command) -> serde_json::Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("the child prints one JSON object")
+}
+
+/// The model flags of a build: the extractive backend, or the OpenAI-compatible
+/// server at `url` (the simulator), with the defaults `memweave index` has.
+pub fn llm_args(url: Option<&str>) -> LlmArgs {
+    LlmArgs {
+        backend: if url.is_some() {
+            BackendKind::Openai
+        } else {
+            BackendKind::Extractive
+        },
+        llm_urls: url.map(str::to_string).into_iter().collect(),
+        llm_model: Some("memweave-sim".into()),
+        llm_api_key_env: "MEMWEAVE_LLM_API_KEY".into(),
+        llm_timeout_s: 30.0,
+        llm_max_attempts: 10,
+        llm_concurrency: 64,
+        llm_max_concurrency: 128,
+        llm_rpm: None,
+        llm_tpm: None,
+        llm_max_tokens: 512,
+        prompts: None,
+        cache_only: false,
+    }
 }

@@ -35,6 +35,10 @@ pub struct Snapshot {
     roots: HashMap<String, usize>,
     /// Pages of each document, in order.
     pages: HashMap<String, Vec<PageRow>>,
+    /// The documents with pages, in doc_id order, and BM25 over each one's gists
+    /// together: ReadAgent picks its document by them.
+    pub gist_documents: Vec<String>,
+    pub gist_bm25: Bm25,
     /// The RAPTOR / ILM-TR nodes of every document, by node id.
     pub raptor: Vec<TreeNodeRow>,
     raptor_index: HashMap<String, usize>,
@@ -42,6 +46,9 @@ pub struct Snapshot {
     pub passages: Vec<String>,
     /// BM25 over `passages`, in that order.
     pub passage_bm25: Bm25,
+    /// The segments embedded from their own text (MemWalker's), which the
+    /// `dense` baseline ranks; in document order.
+    pub embedded_segments: Vec<String>,
     pub entities: Vec<EntityRow>,
     /// Normalised names and aliases to entities.
     entity_names: HashMap<String, Vec<usize>>,
@@ -140,10 +147,16 @@ impl Snapshot {
         let passage_bm25 = Bm25::new(passages.iter().map(|s| s.text.as_str()));
         let passages = passages.iter().map(|s| s.seg_id.clone()).collect();
         let embedding_model = embeddings.first().map(|e| e.model.clone());
-        let vectors = embeddings
+        let vectors: HashMap<String, Vec<f32>> = embeddings
             .into_iter()
             .map(|e| (e.owner_id, e.vector))
             .collect();
+        let mut embedded: Vec<&SegmentRow> = segments
+            .iter()
+            .filter(|s| vectors.contains_key(&s.seg_id))
+            .collect();
+        embedded.sort_by(|a, b| (&a.doc_id, a.ordinal).cmp(&(&b.doc_id, b.ordinal)));
+        let embedded_segments = embedded.iter().map(|s| s.seg_id.clone()).collect();
         let doc_index = positions(documents.iter().map(|d| d.doc_id.as_str()));
         let node_index = positions(nodes.iter().map(|n| n.node_id.as_str()));
         let roots = nodes
@@ -160,6 +173,19 @@ impl Snapshot {
         for list in pages.values_mut() {
             list.sort_by_key(|p| p.ordinal);
         }
+        let mut gist_documents: Vec<String> = pages.keys().cloned().collect();
+        gist_documents.sort();
+        let gist_memories: Vec<String> = gist_documents
+            .iter()
+            .map(|d| {
+                pages[d]
+                    .iter()
+                    .map(|p| p.gist.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        let gist_bm25 = Bm25::new(gist_memories.iter().map(String::as_str));
         Snapshot {
             epoch,
             documents,
@@ -173,10 +199,13 @@ impl Snapshot {
             node_bm25,
             roots,
             pages,
+            gist_documents,
+            gist_bm25,
             raptor,
             raptor_index,
             passages,
             passage_bm25,
+            embedded_segments,
             entities,
             entity_names,
             entity_index,

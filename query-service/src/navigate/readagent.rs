@@ -2,7 +2,6 @@
 //! memory; the model picks the pages to read again in full, which are expanded in
 //! place among the gists, and answers from that.
 
-use memweave_operators::lexical::Bm25;
 use memweave_operators::model::{PageView, StepError};
 use memweave_schemas::PageRow;
 
@@ -15,26 +14,18 @@ impl Navigation<'_> {
     /// ReadAgent reads one long document: the one whose gists match the question
     /// best (BM25), among those the request allows.
     fn readagent_document(&mut self) -> Option<String> {
-        let docs: Vec<&str> = self
-            .snapshot
-            .documents
+        let snapshot = self.snapshot;
+        let candidates = snapshot
+            .gist_documents
             .iter()
-            .map(|d| d.doc_id.as_str())
-            .filter(|d| self.allowed(d) && !self.snapshot.pages_of(d).is_empty())
-            .collect();
-        let gist_memories: Vec<String> = docs
-            .iter()
-            .map(|d| {
-                self.snapshot
-                    .pages_of(d)
-                    .iter()
-                    .map(|p| p.gist.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect();
-        let ranked = Bm25::new(gist_memories.iter().map(String::as_str)).rank(&self.query);
-        let Some(&(doc_index, doc_score)) = ranked.first().filter(|d| d.1 > 0.0) else {
+            .filter(|d| self.allowed(d))
+            .count();
+        let best = snapshot
+            .gist_bm25
+            .rank(&self.query)
+            .into_iter()
+            .find(|&(i, _)| self.allowed(&snapshot.gist_documents[i]));
+        let Some((doc_index, doc_score)) = best.filter(|d| d.1 > 0.0) else {
             self.record(
                 "no_answer",
                 "",
@@ -44,17 +35,14 @@ impl Navigation<'_> {
             );
             return None;
         };
-        let doc_id = docs[doc_index].to_string();
+        let doc_id = snapshot.gist_documents[doc_index].clone();
         let title = self.snapshot.title_of(&doc_id);
         self.record(
             "choose_document",
             &doc_id,
             None,
             doc_score,
-            format!(
-                "\"{title}\": its gists match the question best of {} documents",
-                docs.len()
-            ),
+            format!("\"{title}\": its gists match the question best of {candidates} documents"),
         );
         Some(doc_id)
     }

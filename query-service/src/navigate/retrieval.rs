@@ -21,12 +21,13 @@ impl Navigation<'_> {
 
     /// Baseline: the segments BM25 ranks highest.
     pub(super) async fn bm25(&mut self) -> Result<(), StepError> {
-        let ranked: Vec<(usize, f64)> = self
+        let ranked: Vec<(&str, f64)> = self
             .snapshot
             .passage_bm25
             .rank(&self.query)
             .into_iter()
-            .filter(|&(i, score)| score > 0.0 && self.passage_allowed(i))
+            .map(|(i, score)| (self.snapshot.passages[i].as_str(), score))
+            .filter(|&(id, score)| score > 0.0 && self.segment_allowed(id))
             .take(self.top_k())
             .collect();
         let passages = self.retrieved(&ranked, "BM25");
@@ -34,36 +35,38 @@ impl Navigation<'_> {
             .await
     }
 
-    /// Baseline: the segments whose vectors are nearest the question's.
+    /// Baseline: the segments whose vectors (of their own text) are nearest the
+    /// question's.
     pub(super) async fn dense(&mut self) -> Result<(), StepError> {
         let Some(question) = self.question_vector().await? else {
             return Ok(());
         };
-        let mut ranked: Vec<(usize, f64)> = (0..self.snapshot.passages.len())
-            .filter(|&i| self.passage_allowed(i))
-            .filter_map(|i| {
-                let vector = self.snapshot.vector(&self.snapshot.passages[i])?;
-                Some((i, cosine(&question, vector)))
-            })
+        let snapshot = self.snapshot;
+        let mut ranked: Vec<(&str, f64)> = snapshot
+            .embedded_segments
+            .iter()
+            .filter(|id| self.segment_allowed(id))
+            .filter_map(|id| Some((id.as_str(), cosine(&question, snapshot.vector(id)?))))
             .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
         ranked.truncate(self.top_k());
         let passages = self.retrieved(&ranked, "cosine");
         self.answer_from(passages, "from the segments nearest the question")
             .await
     }
 
-    fn passage_allowed(&self, i: usize) -> bool {
+    fn segment_allowed(&self, seg_id: &str) -> bool {
         self.snapshot
-            .segment(&self.snapshot.passages[i])
+            .segment(seg_id)
             .is_some_and(|s| self.allowed(&s.doc_id))
     }
 
     /// Records one retrieval step per ranked segment and returns them as passages.
-    fn retrieved(&mut self, ranked: &[(usize, f64)], by: &str) -> Vec<Passage> {
+    fn retrieved(&mut self, ranked: &[(&str, f64)], by: &str) -> Vec<Passage> {
+        let snapshot = self.snapshot;
         let mut passages = Vec::new();
-        for (rank, &(i, score)) in ranked.iter().enumerate() {
-            let Some(segment) = self.snapshot.segment(&self.snapshot.passages[i]) else {
+        for (rank, &(seg_id, score)) in ranked.iter().enumerate() {
+            let Some(segment) = snapshot.segment(seg_id) else {
                 continue;
             };
             let passage = self.segment_passage(segment);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use memweave_llm::sim::{Fault, SimConfig};
 use memweave_query::{Answer, Strategy};
-use memweave_tests::{SimServer, binary, memweave, memweave_ok, openai_flags, stderr};
+use memweave_tests::{SimServer, binary, memweave, memweave_ok, openai_flags, read_tables, stderr};
 
 use super::shared::pg_essays;
 
@@ -908,4 +908,40 @@ fn a_closed_log_does_not_stop_the_service_refreshing() {
     }
     assert_eq!(epoch(), Some(2));
     drop(server);
+}
+
+/// At the default sizes RAPTOR's chunks (600 tokens) are the finest cut, and
+/// their vectors are of their summaries: `dense` still ranks segments by
+/// vectors of their own text.
+#[test]
+fn dense_answers_at_the_default_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("archive");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(
+        source.join("worked.txt"),
+        super::shared::essay("worked.txt"),
+    )
+    .unwrap();
+    let tables = dir.path().join("memory");
+    memweave_tests::index(&source, &tables, &[]);
+    let output = memweave_ok([
+        "ask",
+        QUESTION,
+        "--tables",
+        tables.to_str().unwrap(),
+        "--strategy",
+        "dense",
+        "--json",
+    ]);
+    let answer: Answer = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(answer.answered, "{answer:#?}");
+    let segments = read_tables(&tables).segments;
+    for passage in &answer.supporting {
+        let segment = segments
+            .iter()
+            .find(|s| s.seg_id == passage.from_id)
+            .unwrap();
+        assert_eq!(segment.target_tokens, 1000, "a MemWalker segment");
+    }
 }

@@ -1,0 +1,516 @@
+//! The query service's benchmarks.
+//!
+//! (a) Multi-needle retrieval in the style of ILM-TR's M-NIAH: the paper's three
+//! pizza needles go into haystacks of pg-essays (repeated past its 149k tokens
+//! for the longer ones), either together at one depth or spread over the text;
+//! each haystack is indexed as one document (all four memories, extractive
+//! backend) and every strategy answers the paper's question. Reported per
+//! strategy: the needles present in the answer's supporting passages, as the
+//! paper's score levels (none 1, one 3, two 7, all three 10).
+//!
+//! (b) Latency: a 10,000-document store (windows of pg-essays sentences, each
+//! document its own), every strategy asked in process one request at a time
+//! (p50/p99: navigation without model time, the extractive backend answering
+//! in microseconds), then over HTTP on loopback with 8 requests in flight
+//! against a service on 2 worker threads (requests per second, p50/p99).
+//!
+//! Run: `cargo bench --workspace --bench query` (release). Needs
+//! ../shared/data/pg-essays. QUERY_BENCH=niah or latency runs one part;
+//! NIAH_TOKENS (default 16000,64000,150000,500000) sets the haystack lengths;
+//! LATENCY_DOCS (default 10000) the store's size, LATENCY_SECONDS (default 10)
+//! the HTTP run per strategy. QUERY_BENCH_EMBEDDER=minilm embeds with
+//! all-MiniLM-L6-v2 from MEMWEAVE_MINILM_DIR instead of the hashing embedder.
+//! The 10,000-document store is built once and kept under the target directory.
+
+#![allow(clippy::print_stdout, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memweave_llm::{CallCache, EmbedArgs, EmbedderKind, TaskModel};
+use memweave_operators::build::BuildConfig;
+use memweave_operators::embed::Embedder;
+use memweave_operators::text::sentences;
+use memweave_operators::tokens::count_tokens;
+use memweave_pipeline::index::{IndexOptions, IndexSummary, run_index};
+use memweave_query::http::{Limits, ServiceState, router};
+use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
+use memweave_schemas::TableStore;
+
+/// The paper's needles, each with the word that shows it was found.
+const NEEDLES: [(&str, &str); 3] = [
+    (
+        "figs",
+        "Figs are one of the secret ingredients needed to build the perfect pizza.",
+    ),
+    (
+        "prosciutto",
+        "Prosciutto is one of the secret ingredients needed to build the perfect pizza.",
+    ),
+    (
+        "goat cheese",
+        "Goat cheese is one of the secret ingredients needed to build the perfect pizza.",
+    ),
+];
+const NEEDLE_QUESTION: &str =
+    "What is the first letter of each secret ingredient needed to build the perfect pizza?";
+
+/// Where the needles go, as fractions of the haystack.
+const PLACEMENTS: [(&str, [f64; 3]); 4] = [
+    ("10%", [0.10, 0.11, 0.12]),
+    ("50%", [0.50, 0.51, 0.52]),
+    ("90%", [0.90, 0.91, 0.92]),
+    ("spread", [0.10, 0.50, 0.90]),
+];
+
+const QUESTIONS: [&str; 12] = [
+    "What did the author learn from painting?",
+    "Why should startups grow fast?",
+    "How do investors decide whether to fund a startup?",
+    "What makes a programming language popular?",
+    "Why is Lisp more powerful than other languages?",
+    "What did the author do at Y Combinator?",
+    "Why are cities important for ambitious people?",
+    "How should founders deal with competitors?",
+    "What is the difference between wealth and money?",
+    "Why do big companies acquire startups?",
+    "How can you tell if an idea is good?",
+    "What is wrong with the way schools teach writing?",
+];
+
+fn main() {
+    let part = std::env::var("QUERY_BENCH").unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if part.is_empty() || part == "niah" {
+        multi_needle(&runtime);
+    }
+    if part.is_empty() || part == "latency" {
+        latency(&runtime);
+    }
+}
+
+/// The pg-essays sentences, in file order.
+fn essay_sentences() -> Vec<String> {
+    let dir = memweave_benches::shared_data("pg-essays");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .flat_map(|path| {
+            let text = std::fs::read_to_string(path).unwrap();
+            sentences(&text)
+                .into_iter()
+                .map(|s| {
+                    text[s.start..s.end]
+                        .split_whitespace()
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The embedder QUERY_BENCH_EMBEDDER names: hashing (the default) or minilm.
+fn embed_args() -> EmbedArgs {
+    match std::env::var("QUERY_BENCH_EMBEDDER").as_deref() {
+        Ok("minilm") => EmbedArgs {
+            embedder: EmbedderKind::Minilm,
+            minilm_dir: Some(
+                std::env::var_os("MEMWEAVE_MINILM_DIR")
+                    .expect("QUERY_BENCH_EMBEDDER=minilm needs MEMWEAVE_MINILM_DIR")
+                    .into(),
+            ),
+            ..EmbedArgs::default()
+        },
+        _ => EmbedArgs::default(),
+    }
+}
+
+fn embedder_name() -> &'static str {
+    match embed_args().embedder {
+        EmbedderKind::Minilm => "all-MiniLM-L6-v2 embedder",
+        _ => "hashing embedder",
+    }
+}
+
+fn index(source: &Path, tables: &Path) -> IndexSummary {
+    let options = IndexOptions {
+        source: source.to_path_buf(),
+        tables: tables.display().to_string(),
+        storage_options: Default::default(),
+        workers: 2,
+        build: BuildConfig::DEFAULT,
+        llm: memweave_benches::llm_args(None),
+        embed: embed_args(),
+        interactive: false,
+    };
+    let summary = run_index(&options).unwrap();
+    assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+    summary
+}
+
+struct Navigator {
+    model: TaskModel,
+    embedder: Arc<dyn Embedder>,
+}
+
+impl Navigator {
+    fn new(runtime: &tokio::runtime::Runtime) -> Self {
+        let llm = memweave_benches::llm_args(None);
+        let embedder = runtime
+            .block_on(embed_args().embedder(&llm, CallCache::transient()))
+            .unwrap();
+        Navigator {
+            model: llm.model(CallCache::transient()).unwrap(),
+            embedder,
+        }
+    }
+
+    fn ask(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        snapshot: &Snapshot,
+        question: &str,
+        strategy: Strategy,
+    ) -> Answer {
+        let request = AskRequest {
+            question: question.to_string(),
+            strategy,
+            documents: None,
+            budget: None,
+            options: AskOptions::default(),
+        };
+        let models = Models {
+            model: &self.model,
+            embedder: &*self.embedder,
+        };
+        runtime.block_on(memweave_query::ask(snapshot, &request, models))
+    }
+}
+
+fn load(runtime: &tokio::runtime::Runtime, tables: &Path) -> Snapshot {
+    let store = TableStore::new(&tables.display().to_string(), HashMap::new()).unwrap();
+    runtime
+        .block_on(Snapshot::load_latest(&store))
+        .unwrap()
+        .expect("a checkpoint")
+}
+
+/// Sentences from the start of pg-essays, repeated, until `tokens` tokens.
+fn haystack(sentences: &[String], tokens: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for sentence in sentences.iter().cycle() {
+        if total >= tokens {
+            break;
+        }
+        total += count_tokens(sentence) + 1;
+        out.push(sentence.clone());
+    }
+    out
+}
+
+/// The haystack's text with each needle after the sentence at its depth.
+fn with_needles(haystack: &[String], depths: [f64; 3]) -> String {
+    let mut sentences: Vec<&str> = haystack.iter().map(String::as_str).collect();
+    // Deepest first, so the earlier positions stay where they were.
+    for (needle, depth) in NEEDLES.iter().zip(depths).rev() {
+        let at = ((haystack.len() as f64 * depth) as usize).min(sentences.len());
+        sentences.insert(at, needle.1);
+    }
+    sentences.join(" ")
+}
+
+fn score(found: usize) -> u32 {
+    [1, 3, 7, 10][found]
+}
+
+fn multi_needle(runtime: &tokio::runtime::Runtime) {
+    let lengths: Vec<usize> = std::env::var("NIAH_TOKENS")
+        .unwrap_or_else(|_| "16000,64000,150000,500000".into())
+        .split(',')
+        .map(|n| n.trim().parse().unwrap())
+        .collect();
+    let sentences = essay_sentences();
+    let navigator = Navigator::new(runtime);
+    println!(
+        "M-NIAH: 3 needles, question {NEEDLE_QUESTION:?}; extractive backend, {}, default sizes",
+        embedder_name()
+    );
+    // scores[strategy][length][placement]
+    let mut scores: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); lengths.len()]; Strategy::ALL.len()];
+    let mut found_total = vec![0usize; Strategy::ALL.len()];
+    let mut cases = 0;
+    for (l, &tokens) in lengths.iter().enumerate() {
+        let hay = haystack(&sentences, tokens);
+        for (placement, depths) in PLACEMENTS {
+            let dir = tempfile::tempdir().unwrap();
+            let source = dir.path().join("haystack");
+            std::fs::create_dir(&source).unwrap();
+            std::fs::write(source.join("haystack.txt"), with_needles(&hay, depths)).unwrap();
+            let started = Instant::now();
+            let summary = index(&source, &dir.path().join("memory"));
+            let built = started.elapsed().as_secs_f64();
+            let snapshot = load(runtime, &dir.path().join("memory"));
+            cases += 1;
+            let mut line = Vec::new();
+            for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
+                let answer = navigator.ask(runtime, &snapshot, NEEDLE_QUESTION, strategy);
+                let cited = answer
+                    .supporting
+                    .iter()
+                    .map(|p| p.text.to_lowercase())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let found = NEEDLES
+                    .iter()
+                    .filter(|(word, _)| cited.contains(word))
+                    .count();
+                found_total[s] += found;
+                scores[s][l].push(score(found));
+                line.push(format!("{} {found}", strategy.name()));
+            }
+            println!(
+                "  {} tokens, needles at {placement}: built in {built:.1} s; found: {}",
+                summary.tokens,
+                line.join(", ")
+            );
+        }
+    }
+    let placements: Vec<&str> = PLACEMENTS.iter().map(|p| p.0).collect();
+    println!(
+        "Score per haystack (columns: tokens, then needles at {}); 10 = all three cited, 7 = two, 3 = one, 1 = none",
+        placements.join(" / ")
+    );
+    let header: Vec<String> = lengths
+        .iter()
+        .map(|t| format!("{:>13}", format!("{}k", t / 1000)))
+        .collect();
+    println!("  {:<13}{}   needles found", "", header.join(" "));
+    for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
+        let cells: Vec<String> = scores[s]
+            .iter()
+            .map(|row| {
+                format!(
+                    "{:>13}",
+                    row.iter()
+                        .map(|v| v.to_string())
+                        .collect::<Vec<_>>()
+                        .join("/")
+                )
+            })
+            .collect();
+        println!(
+            "  {:<13}{}   {:.0}%",
+            strategy.name(),
+            cells.join(" "),
+            100.0 * found_total[s] as f64 / (3 * cases) as f64
+        );
+    }
+}
+
+/// The latency store: `count` documents of 8 consecutive pg-essays sentences
+/// each, the windows stepping through the corpus, each headed by its number so
+/// no two are the same text.
+fn write_store_documents(dir: &Path, count: usize) {
+    let sentences = essay_sentences();
+    for i in 0..count {
+        let start = (i * 8) % sentences.len();
+        let window: Vec<&str> = (0..8)
+            .map(|k| sentences[(start + k) % sentences.len()].as_str())
+            .collect();
+        let text = format!("Archive record {i}.\n\n{}\n", window.join(" "));
+        let shard = dir.join(format!("{:03}", i / 100));
+        std::fs::create_dir_all(&shard).unwrap();
+        std::fs::write(shard.join(format!("record-{i:05}.txt")), text).unwrap();
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+fn resident_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
+}
+
+fn latency(runtime: &tokio::runtime::Runtime) {
+    let count: usize = std::env::var("LATENCY_DOCS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000);
+    let seconds: u64 = std::env::var("LATENCY_SECONDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10);
+    // Kept between runs: building the store takes minutes.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::current_exe()
+                .unwrap()
+                .ancestors()
+                .nth(3)
+                .unwrap()
+                .to_path_buf()
+        });
+    let root = target.join("memweave-bench").join(format!(
+        "latency-{count}-{}",
+        embedder_name().split(' ').next().unwrap()
+    ));
+    let tables = root.join("memory");
+    if !tables.join("checkpoints.lance").exists() {
+        let source = root.join("documents");
+        let _ = std::fs::remove_dir_all(&root);
+        write_store_documents(&source, count);
+        let started = Instant::now();
+        let summary = index(&source, &tables);
+        println!(
+            "Built the {count}-document store ({} tokens) in {:.0} s",
+            summary.tokens,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let before = resident_mib();
+    let started = Instant::now();
+    let snapshot = load(runtime, &tables);
+    println!(
+        "Latency, {} documents, {} passages, {} tree nodes: snapshot loaded in {:.1} s, {:.0} MiB resident for it",
+        snapshot.documents.len(),
+        snapshot.passages.len(),
+        snapshot.nodes.len() + snapshot.raptor.len(),
+        started.elapsed().as_secs_f64(),
+        resident_mib() - before
+    );
+    let navigator = Navigator::new(runtime);
+    println!(
+        "  In process, one request at a time ({} questions, each strategy):",
+        QUESTIONS.len()
+    );
+    for strategy in Strategy::ALL {
+        let mut times = Vec::new();
+        let mut answered = 0;
+        for _ in 0..3 {
+            for question in QUESTIONS {
+                let started = Instant::now();
+                let answer = navigator.ask(runtime, &snapshot, question, strategy);
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+                answered += usize::from(answer.answered);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "    {:<13} p50 {:>7.2} ms  p99 {:>7.2} ms  ({answered} of {} answered)",
+            strategy.name(),
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times.len()
+        );
+    }
+    drop(snapshot);
+
+    let store = TableStore::new(&tables.display().to_string(), HashMap::new()).unwrap();
+    let llm = memweave_benches::llm_args(None);
+    let state = ServiceState::new(
+        store,
+        Arc::new(llm.model(CallCache::transient()).unwrap()),
+        navigator.embedder.clone(),
+        Limits {
+            request_timeout: Duration::from_secs(120),
+            auth_token: None,
+        },
+    );
+    runtime.block_on(state.refresh()).unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let address = listener.local_addr().unwrap();
+    runtime.spawn(async move { axum::serve(listener, router(state)).await });
+    println!(
+        "  Over HTTP on loopback, 8 requests in flight, service on 2 worker threads, {seconds} s per strategy:"
+    );
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for strategy in Strategy::ALL {
+        let (times, failures) = client_runtime.block_on(load_test(address, strategy, seconds));
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "    {:<13} {:>7.1} requests/s  p50 {:>7.2} ms  p99 {:>7.2} ms  ({failures} failed)",
+            strategy.name(),
+            times.len() as f64 / seconds as f64,
+            percentile(&sorted, 0.5),
+            percentile(&sorted, 0.99),
+        );
+    }
+}
+
+/// Eight clients asking `strategy` the questions in turn for `seconds`; the
+/// latency of every answer, in milliseconds, and the count of failures.
+async fn load_test(
+    address: std::net::SocketAddr,
+    strategy: Strategy,
+    seconds: u64,
+) -> (Vec<f64>, usize) {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let clients = (0..8).map(|c| {
+        let client = client.clone();
+        async move {
+            let mut times = Vec::new();
+            let mut failures = 0;
+            let mut i = c;
+            while Instant::now() < deadline {
+                let started = Instant::now();
+                let response = client
+                    .post(format!("http://{address}/v1/ask"))
+                    .json(&serde_json::json!({
+                        "question": QUESTIONS[i % QUESTIONS.len()],
+                        "strategy": strategy.name(),
+                    }))
+                    .send()
+                    .await;
+                let ok = match response {
+                    Ok(response) => {
+                        response.status().is_success() && response.bytes().await.is_ok()
+                    }
+                    Err(_) => false,
+                };
+                if ok {
+                    times.push(started.elapsed().as_secs_f64() * 1000.0);
+                } else {
+                    failures += 1;
+                }
+                i += 1;
+            }
+            (times, failures)
+        }
+    });
+    let mut times = Vec::new();
+    let mut failures = 0;
+    for (t, f) in futures::future::join_all(clients).await {
+        times.extend(t);
+        failures += f;
+    }
+    (times, failures)
+}
