@@ -458,7 +458,7 @@ mod tests {
     #[tokio::test]
     async fn a_ledger_notes_calls_and_refuses_them_past_its_limit() {
         let cache = CallCache::in_memory();
-        let ledger = CallLedger::with_token_limit(100);
+        let ledger = CallLedger::with_limits(100, 1000);
         let cx = CallContext::query("test").noted_in(ledger.clone());
         let ask = |key: &'static str| {
             let (cache, cx) = (cache.clone(), cx.clone());

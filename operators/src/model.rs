@@ -92,18 +92,20 @@ pub struct ModelCall {
     pub cached: bool,
 }
 
-/// The calls one request made, in order, and the model tokens it may spend.
-/// Clones share one ledger.
+/// The calls one request made, in order, and what it may spend: model tokens,
+/// and steps of its navigation. Clones share one ledger.
 #[derive(Debug, Clone)]
 pub struct CallLedger {
     calls: Arc<Mutex<LedgerState>>,
     token_limit: u64,
+    step_limit: u64,
 }
 
 #[derive(Debug, Default)]
 struct LedgerState {
     unread: Vec<ModelCall>,
     tokens_spent: u64,
+    steps: u64,
 }
 
 impl PartialEq for CallLedger {
@@ -116,11 +118,12 @@ impl Eq for CallLedger {}
 
 impl CallLedger {
     /// A ledger that refuses calls once `token_limit` tokens (prompt and reply)
-    /// have been spent.
-    pub fn with_token_limit(token_limit: u64) -> Self {
+    /// have been spent or `step_limit` steps taken.
+    pub fn with_limits(token_limit: u64, step_limit: u64) -> Self {
         CallLedger {
             calls: Arc::default(),
             token_limit,
+            step_limit,
         }
     }
 
@@ -128,17 +131,28 @@ impl CallLedger {
         self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `Err` when the request has spent its tokens: no further call is made.
+    /// `Err` when the request has spent its tokens or steps: no further call is
+    /// made, which ends every navigation (each of their loops asks the model).
     pub fn admit(&self, task: &str) -> StepResult<()> {
-        let spent = self.state().tokens_spent;
-        if spent >= self.token_limit {
-            return Err(StepError::OverBudget {
-                task: task.to_string(),
-                spent,
-                limit: self.token_limit,
-            });
+        let state = self.state();
+        let over = |spent: u64, limit: u64, unit: &'static str| StepError::OverBudget {
+            task: task.to_string(),
+            spent,
+            limit,
+            unit,
+        };
+        if state.tokens_spent >= self.token_limit {
+            return Err(over(state.tokens_spent, self.token_limit, "model tokens"));
+        }
+        if state.steps >= self.step_limit {
+            return Err(over(state.steps, self.step_limit, "steps"));
         }
         Ok(())
+    }
+
+    /// The navigation took a step.
+    pub fn note_step(&self) {
+        self.state().steps += 1;
     }
 
     pub fn note(&self, call: ModelCall) {
@@ -168,11 +182,13 @@ pub enum StepError {
     Unavailable { task: String, message: String },
     /// Replay mode (`--cache-only`) and the call is not in the cache.
     CacheMiss { task: String },
-    /// The request spent the model tokens it was allowed.
+    /// The request spent the model tokens or took the steps it was allowed.
     OverBudget {
         task: String,
         spent: u64,
         limit: u64,
+        /// "model tokens" or "steps".
+        unit: &'static str,
     },
 }
 
@@ -207,10 +223,15 @@ impl fmt::Display for StepError {
                     "{task}: not in the call cache and --cache-only forbids calling the pool"
                 )
             }
-            StepError::OverBudget { task, spent, limit } => {
+            StepError::OverBudget {
+                task,
+                spent,
+                limit,
+                unit,
+            } => {
                 write!(
                     f,
-                    "{task}: the request has spent {spent} model tokens of the {limit} it may"
+                    "{task}: the request has spent {spent} {unit} of the {limit} it may"
                 )
             }
         }

@@ -151,6 +151,9 @@ enum Command {
         /// Model tokens (prompts and replies) the question may spend [default: 100000].
         #[arg(long)]
         max_tokens: Option<usize>,
+        /// Trace steps the navigation may take [default: 200].
+        #[arg(long)]
+        max_steps: Option<usize>,
         /// Only consider this document (id); repeatable.
         #[arg(long = "document")]
         documents: Vec<String>,
@@ -250,6 +253,7 @@ fn main() -> ExitCode {
             max_pages,
             max_rounds,
             max_tokens,
+            max_steps,
             documents,
             json,
             storage_options,
@@ -266,6 +270,7 @@ fn main() -> ExitCode {
                     max_pages,
                     max_rounds,
                     max_tokens,
+                    max_steps,
                 },
             });
             request

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
-use crate::navigate::{AskRequest, DEFAULT_MAX_TOKENS, Models, Strategy, ask};
+use crate::navigate::{AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Models, Strategy, ask};
 use crate::snapshot::Snapshot;
 
 /// Longest question accepted, in characters.
@@ -35,6 +35,8 @@ pub const MAX_BUDGET: usize = 32_000;
 pub const MAX_OPTION: usize = 50;
 /// Most model tokens a request may allow itself.
 pub const MAX_TOKEN_LIMIT: usize = 1_000_000;
+/// Most trace steps a request may allow itself.
+pub const MAX_STEP_LIMIT: usize = 1_000;
 
 /// Limits every request runs under.
 #[derive(Debug, Clone)]
@@ -274,12 +276,15 @@ pub fn validate(request: &AskRequest, snapshot: &Snapshot) -> Result<(), String>
             ));
         }
     }
-    if let Some(max_tokens) = options.max_tokens
-        && !(1..=MAX_TOKEN_LIMIT).contains(&max_tokens)
-    {
-        return Err(format!(
-            "options.max_tokens {max_tokens} is outside 1..={MAX_TOKEN_LIMIT}"
-        ));
+    for (name, value, limit) in [
+        ("max_tokens", options.max_tokens, MAX_TOKEN_LIMIT),
+        ("max_steps", options.max_steps, MAX_STEP_LIMIT),
+    ] {
+        if let Some(value) = value
+            && !(1..=limit).contains(&value)
+        {
+            return Err(format!("options.{name} {value} is outside 1..={limit}"));
+        }
     }
     Ok(())
 }
@@ -497,7 +502,8 @@ pub fn openapi() -> Value {
                     "top_k": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
                     "max_pages": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
                     "max_rounds": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
-                    "max_tokens": { "type": "integer", "minimum": 1, "maximum": MAX_TOKEN_LIMIT, "default": DEFAULT_MAX_TOKENS }
+                    "max_tokens": { "type": "integer", "minimum": 1, "maximum": MAX_TOKEN_LIMIT, "default": DEFAULT_MAX_TOKENS },
+                    "max_steps": { "type": "integer", "minimum": 1, "maximum": MAX_STEP_LIMIT, "default": DEFAULT_MAX_STEPS }
                 } }
             } },
             "Answer": { "type": "object", "required": ["answer", "strategy", "trace", "supporting"], "properties": {

@@ -135,7 +135,14 @@ pub struct AskOptions {
     /// Model tokens (prompts and replies) the request may spend before the
     /// navigation stops with no answer (default 100,000).
     pub max_tokens: Option<usize>,
+    /// Trace steps the navigation may take before it stops with no answer
+    /// (default 200).
+    pub max_steps: Option<usize>,
 }
+
+/// Steps a request may take when it names no limit: far more than any default
+/// navigation takes (MemWalker's 3 documents and 8 leaf reads, 5 rounds).
+pub const DEFAULT_MAX_STEPS: usize = 200;
 
 /// Model tokens a request may spend when it names no limit: several times what
 /// the longest default navigation (QRMeM's five rounds over a 2,000-token
@@ -274,7 +281,8 @@ impl<'a> Navigation<'a> {
         let query = terms(&request.question);
         let distinct_terms = query.iter().cloned().collect();
         let token_limit = request.options.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-        let ledger = CallLedger::with_token_limit(token_limit as u64);
+        let step_limit = request.options.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
+        let ledger = CallLedger::with_limits(token_limit as u64, step_limit as u64);
         Navigation {
             snapshot,
             request,
@@ -317,6 +325,7 @@ impl<'a> Navigation<'a> {
         score: f64,
         reasoning: String,
     ) {
+        self.ledger.note_step();
         self.trace.push(Step {
             step: self.trace.len() + 1,
             action: action.to_string(),

@@ -129,6 +129,21 @@ fn ask_prints_a_readable_indented_trace() {
     assert!(text.contains("model: triage "), "{text}");
 }
 
+/// A request stops at its step limit: MemWalker's walk ends at the model call
+/// after the limit, with no answer.
+#[test]
+fn a_request_stops_at_its_step_limit() {
+    let unlimited = ask_cli("memwalker");
+    assert!(unlimited.trace.len() > 3, "{unlimited:#?}");
+    let limited = ask_cli_with("memwalker", &["--max-steps".into(), "2".into()]);
+    assert!(!limited.answered, "{limited:#?}");
+    assert_eq!(limited.trace.len(), 3, "two steps, then the refusal");
+    assert_eq!(limited.trace[..2], unlimited.trace[..2]);
+    let last = limited.trace.last().unwrap();
+    assert_eq!(last.target, "llm_over_budget");
+    assert!(last.reasoning.contains("2 steps of the 2"), "{last:?}");
+}
+
 /// A request stops at its model-token limit: no answer, and the trace says why.
 #[test]
 fn a_request_stops_at_its_token_limit() {
@@ -154,7 +169,8 @@ fn a_request_stops_at_its_token_limit() {
     );
     assert_eq!(limited.usage.model_calls, 1, "{limited:#?}");
     assert!(
-        last.reasoning.contains(&format!("of the {limit} it may")),
+        last.reasoning
+            .contains(&format!("model tokens of the {limit} it may")),
         "{last:?}"
     );
 }
@@ -548,6 +564,10 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
             (
                 serde_json::json!({ "question": QUESTION, "options": { "max_tokens": 0 } }),
                 "options.max_tokens 0",
+            ),
+            (
+                serde_json::json!({ "question": QUESTION, "options": { "max_steps": 5000 } }),
+                "options.max_steps 5000",
             ),
             (
                 serde_json::json!({ "question": QUESTION, "colour": "blue" }),
