@@ -38,7 +38,8 @@ fn workers() -> usize {
 fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary, f64) {
     let out = tempfile::tempdir().unwrap();
     let options = IndexOptions {
-        source: source.to_path_buf(),
+        source: source.display().to_string(),
+        source_options: Default::default(),
         tables: out.path().join("memory").display().to_string(),
         storage_options: Default::default(),
         workers: workers(),

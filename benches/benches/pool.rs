@@ -50,7 +50,8 @@ fn run(label: &str, fault_rate: f64) {
     let source = memweave_benches::shared_data("pg-essays");
     let out = tempfile::tempdir().unwrap();
     let options = IndexOptions {
-        source,
+        source: source.display().to_string(),
+        source_options: Default::default(),
         tables: out.path().join("memory").display().to_string(),
         storage_options: Default::default(),
         workers: 2,

@@ -147,7 +147,8 @@ fn embedder_name() -> &'static str {
 
 fn index(source: &Path, tables: &Path) -> IndexSummary {
     let options = IndexOptions {
-        source: source.to_path_buf(),
+        source: source.display().to_string(),
+        source_options: Default::default(),
         tables: tables.display().to_string(),
         storage_options: Default::default(),
         workers: 2,

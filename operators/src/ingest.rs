@@ -3,7 +3,7 @@
 //! Every file that cannot become a document yields an [`IngestError`] naming the
 //! file and the reason; nothing is dropped silently.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// A document as read from a source, before ids are derived.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,12 +46,16 @@ impl Format {
     }
 }
 
-/// A file to ingest and the key its documents are known by.
+/// A file or object to ingest and the key its documents are known by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceFile {
-    pub path: PathBuf,
+    /// Where it is read from, and what documents cite: a path or an object URL.
+    pub uri: String,
+    /// Relative to the source, '/'-separated: documents' ids derive from it.
     pub key: String,
     pub format: Format,
+    /// An object's version: its ETag, else its size and modification time.
+    pub version: Option<String>,
 }
 
 /// What a source holds: the files to read, and the files that will not be read.
@@ -74,9 +78,10 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
         // A file named explicitly is read as text whatever its extension.
         let format = Format::of(source).unwrap_or(Format::Text);
         discovery.files.push(SourceFile {
-            path: source.to_path_buf(),
+            uri: source.display().to_string(),
             key,
             format,
+            version: None,
         });
         return Ok(discovery);
     }
@@ -114,7 +119,12 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
             .collect::<Vec<_>>()
             .join("/");
         match Format::of(&path) {
-            Some(format) => discovery.files.push(SourceFile { path, key, format }),
+            Some(format) => discovery.files.push(SourceFile {
+                uri: path.display().to_string(),
+                key,
+                format,
+                version: None,
+            }),
             None => discovery.rejected.push(IngestError {
                 source: path.display().to_string(),
                 kind: "unsupported_type",
@@ -131,9 +141,13 @@ fn io_reason(err: &walkdir::Error) -> String {
         .map_or_else(|| err.to_string(), ToString::to_string)
 }
 
-/// Reads one file into its documents, or the reasons it could not be.
-pub fn load(file: &SourceFile) -> Vec<Result<RawDocument, IngestError>> {
-    let source = file.path.display().to_string();
+/// One file's documents from its bytes (or the error reading them), or the
+/// reasons there are none.
+pub fn parse(
+    file: &SourceFile,
+    bytes: Result<Vec<u8>, String>,
+) -> Vec<Result<RawDocument, IngestError>> {
+    let source = file.uri.clone();
     let fail = |kind, message: String| {
         vec![Err(IngestError {
             source: source.clone(),
@@ -141,7 +155,7 @@ pub fn load(file: &SourceFile) -> Vec<Result<RawDocument, IngestError>> {
             message,
         })]
     };
-    let bytes = match std::fs::read(&file.path) {
+    let bytes = match bytes {
         Ok(bytes) => bytes,
         Err(err) => return fail("unreadable", format!("cannot read: {err}")),
     };

@@ -1,7 +1,6 @@
 //! `memweave index`: discover the source, run the dataflow, write the tables, commit.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +19,7 @@ use memweave_schemas::{
 
 use crate::dataflow::{self, WorkerOutput};
 use crate::progress::Progress;
+use crate::source::{Listing, Source, SourceOptions};
 use crate::{Interrupted, UsageError};
 
 /// Files each worker reads per input epoch: small enough that progress is smooth
@@ -35,7 +35,9 @@ const PARK: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone)]
 pub struct IndexOptions {
-    pub source: PathBuf,
+    /// A path, or an object-store URL (s3://, gs://, az://, file://).
+    pub source: String,
+    pub source_options: SourceOptions,
     pub tables: String,
     pub storage_options: HashMap<String, String>,
     pub workers: usize,
@@ -51,13 +53,15 @@ pub struct IndexOptions {
 /// What a run did, for the closing summary.
 #[derive(Debug, Clone)]
 pub struct IndexSummary {
-    pub source: PathBuf,
+    pub source: String,
     pub tables: String,
     pub epoch: u64,
     pub files: usize,
     pub documents: usize,
     /// Documents new or changed since the previous checkpoint.
     pub changed: usize,
+    /// Documents of the previous checkpoint the source no longer holds.
+    pub deleted: usize,
     pub tokens: u64,
     pub segments: usize,
     /// Per tree (memwalker, raptor, …): nodes, roots, depth.
@@ -87,15 +91,9 @@ pub struct TreeShape {
 pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
     let started = Instant::now();
     options.build.validate().map_err(UsageError)?;
-    // Canonical, so source URIs in the tables do not depend on how the path was typed.
-    let source = std::fs::canonicalize(&options.source).map_err(|e| {
-        let reason = if e.kind() == std::io::ErrorKind::NotFound {
-            "does not exist".to_string()
-        } else {
-            e.to_string()
-        };
-        UsageError(format!("source {} {reason}", options.source.display()))
-    })?;
+    // A local path is made canonical, so source URIs in the tables do not depend
+    // on how it was typed.
+    let source = Source::open(&options.source, &options.source_options)?;
     let store = TableStore::new(&options.tables, options.storage_options.clone())
         .map_err(|e| UsageError(e.to_string()))?;
     store
@@ -121,17 +119,22 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         .block_on(previous_documents(&store))
         .with_context(|| format!("reading the previous checkpoint under {}", store.root()))?;
 
-    let discovery =
-        ingest::discover(&source).with_context(|| format!("listing {}", source.display()))?;
-    let files = Arc::new(discovery.files);
-    tracing::info!(source = %source.display(), files = files.len(), workers = options.workers, "indexing");
+    let discovery = runtime
+        .block_on(source.discover())
+        .with_context(|| format!("listing {}", source.name()))?;
+    let listing = Arc::new(Listing {
+        source,
+        files: discovery.files,
+    });
+    let (source, files) = (&listing.source, &listing.files);
+    tracing::info!(source = %source.name(), files = files.len(), workers = options.workers, "indexing");
     let progress = Progress::new(files.len() as u64, options.interactive);
     let outputs = run_dataflow(
         options,
         model,
         Arc::clone(&embedder),
         runtime.handle(),
-        &files,
+        &listing,
         &previous,
         &progress,
     )?;
@@ -180,9 +183,15 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
                 .is_none_or(|p| p.content_hash != d.content_hash)
         })
         .count();
+    let current: HashSet<&str> = documents.iter().map(|d| d.doc_id.as_str()).collect();
+    let deleted = previous
+        .keys()
+        .filter(|id| !current.contains(id.as_str()))
+        .count();
     let source_positions = serde_json::json!({
-        "source": source.display().to_string(),
+        "source": source.name(),
         "files": files.len(),
+        "versions": Source::versions(files),
     })
     .to_string();
     let epoch = runtime
@@ -213,13 +222,14 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         .with_context(|| format!("writing the tables under {}", store.root()))?;
 
     Ok(IndexSummary {
-        source,
+        source: source.name(),
         tables: store.root().to_string(),
         epoch,
         files: files.len(),
         tokens: documents.iter().map(|d| d.n_tokens).sum(),
         documents: documents.len(),
         changed,
+        deleted,
         segments: segments.len(),
         trees: tree_shapes(&tree_nodes),
         pages: pages.len(),
@@ -305,11 +315,11 @@ fn run_dataflow(
     model: Arc<dyn MemoryModel>,
     embedder: Arc<dyn Embedder>,
     runtime: &tokio::runtime::Handle,
-    files: &Arc<Vec<SourceFile>>,
+    listing: &Arc<Listing>,
     previous: &HashMap<String, DocumentRow>,
     progress: &Arc<Progress>,
 ) -> anyhow::Result<Vec<WorkerResult>> {
-    let files = Arc::clone(files);
+    let listing = Arc::clone(listing);
     let previous = Arc::new(previous.clone());
     let progress = Arc::clone(progress);
     let config = options.build;
@@ -319,6 +329,7 @@ fn run_dataflow(
         timely::Config::process(options.workers.max(1)),
         move |worker| {
             let (index, peers) = (worker.index(), worker.peers());
+            let files = &listing.files;
             let mine: Vec<&SourceFile> = files.iter().skip(index).step_by(peers).collect();
             // The last input epoch of any worker: cross-document stages run there once.
             let last_epoch =
@@ -347,7 +358,7 @@ fn run_dataflow(
             for (epoch, batch) in mine.chunks(FILES_PER_EPOCH).enumerate() {
                 let mut documents = 0;
                 for file in batch {
-                    for loaded in ingest::load(file) {
+                    for loaded in ingest::parse(file, listing.source.read(file, &runtime)) {
                         match loaded {
                             Ok(raw) => {
                                 input.insert(versioned(raw, &previous, now));

@@ -5,6 +5,7 @@ mod async_map;
 pub mod dataflow;
 pub mod index;
 pub mod progress;
+pub mod source;
 
 /// A mistake in what the user asked for (a missing source, an unwritable tables
 /// root, bad sizes): the command reports it in one line and exits with code 2.

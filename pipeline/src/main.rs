@@ -12,6 +12,7 @@ use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
+use memweave_pipeline::source::SourceOptions;
 use memweave_pipeline::{Interrupted, UsageError};
 use memweave_query::{
     Answer, AskOptions, AskRequest, Models, Snapshot, Strategy, parse_storage_option,
@@ -43,14 +44,27 @@ enum LogFormat {
 enum Command {
     /// Build the memory of every document under SOURCE into Lance tables.
     ///
-    /// SOURCE is a file or a directory, read recursively (hidden entries skipped):
-    /// .txt, .md, .html/.htm (tags stripped) and .jsonl (one {"id", "text"} per
-    /// line). Files that cannot be read become rows of the `errors` table and the
-    /// run goes on. Re-running over the same SOURCE and tables is idempotent:
-    /// unchanged documents keep their ids and versions.
+    /// SOURCE is a file or a directory, read recursively (hidden entries skipped),
+    /// or the objects under an object-store prefix: s3://BUCKET/PREFIX (with
+    /// --s3-endpoint for MinIO, Ceph and other S3-compatible servers),
+    /// gs://BUCKET/PREFIX, az://CONTAINER/PREFIX, file:///PATH. Credentials and
+    /// region come from the usual environment variables (AWS_ACCESS_KEY_ID,
+    /// AWS_SECRET_ACCESS_KEY, AWS_REGION, GOOGLE_SERVICE_ACCOUNT, AZURE_STORAGE_…).
+    /// Formats: .txt, .md, .html/.htm (tags stripped) and .jsonl (one
+    /// {"id", "text"} per line). Files that cannot be read become rows of the
+    /// `errors` table and the run goes on. Re-running over the same SOURCE and
+    /// tables is idempotent: unchanged documents keep their ids and versions;
+    /// documents gone from SOURCE leave the tables.
     Index {
-        /// File or directory to index.
-        source: PathBuf,
+        /// File, directory or object-store URL to index.
+        source: String,
+        /// Endpoint of an S3-compatible server for an s3:// SOURCE (http:// allowed).
+        #[arg(long, env = "MEMWEAVE_S3_ENDPOINT")]
+        s3_endpoint: Option<String>,
+        /// Object-store setting for SOURCE, KEY=VALUE as object_store names them
+        /// (aws_region, aws_virtual_hosted_style_request, …); repeatable.
+        #[arg(long = "source-option", value_parser = parse_storage_option)]
+        source_options: Vec<(String, String)>,
         /// Root of the memory tables: a path or an object-store URL (s3://…).
         #[arg(long, env = "MEMWEAVE_TABLES")]
         out: String,
@@ -189,6 +203,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Index {
             source,
+            s3_endpoint,
+            source_options,
             out,
             workers,
             segment_tokens,
@@ -220,6 +236,10 @@ fn main() -> ExitCode {
             };
             let options = IndexOptions {
                 source,
+                source_options: SourceOptions {
+                    s3_endpoint,
+                    options: source_options,
+                },
                 tables: out,
                 storage_options: storage_options.into_iter().collect(),
                 workers,
@@ -328,13 +348,14 @@ fn print_summary(s: &IndexSummary) {
         "memweave index: done in {secs:.1}s, committed epoch {}",
         s.epoch
     );
-    println!("  source      {} ({} files)", s.source.display(), s.files);
+    println!("  source      {} ({} files)", s.source, s.files);
     println!("  tables      {}", s.tables);
     println!(
-        "  documents   {} ({} new or changed, {} unchanged)",
+        "  documents   {} ({} new or changed, {} unchanged, {} deleted)",
         s.documents,
         s.changed,
-        s.documents - s.changed
+        s.documents - s.changed,
+        s.deleted
     );
     println!("  tokens      {}", s.tokens);
     println!("  segments    {}", s.segments);

@@ -204,3 +204,78 @@ pub fn openai_flags(url: &str) -> Vec<String> {
     .map(|s| s.to_string())
     .collect()
 }
+
+/// Access key and secret the S3 server accepts.
+pub const S3_ACCESS_KEY: &str = "memweave-test";
+pub const S3_SECRET_KEY: &str = "memweave-test-secret";
+
+/// A real S3-protocol server (s3s-fs, installed by `scripts/test`) over a
+/// temporary folder, on a loopback port, stopped on drop. Each bucket is a
+/// folder of `root`.
+#[derive(Debug)]
+pub struct S3Server {
+    child: std::process::Child,
+    pub endpoint: String,
+    pub root: tempfile::TempDir,
+}
+
+impl S3Server {
+    pub fn start(buckets: &[&str]) -> Self {
+        let root = tempfile::tempdir().expect("a temp dir");
+        for bucket in buckets {
+            std::fs::create_dir(root.path().join(bucket)).expect("a bucket folder");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new("s3s-fs")
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY])
+            .arg(root.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("s3s-fs runs (scripts/test installs it: cargo install s3s-fs)");
+        let server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            root,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "s3s-fs did not listen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        server
+    }
+
+    /// The folder behind `bucket/key`, for arranging a test's objects.
+    pub fn object_path(&self, bucket: &str, key: &str) -> PathBuf {
+        self.root.path().join(bucket).join(key)
+    }
+
+    /// Runs `memweave index URL --out TABLES --s3-endpoint …` with `secret` as
+    /// the credentials' secret key (AWS_* in the environment, as users pass them).
+    pub fn index(&self, url: &str, tables: &Path, secret: &str) -> Output {
+        Command::new(binary("memweave"))
+            .args(["--log-format", "json", "index", url, "--out"])
+            .arg(tables)
+            .args(["--s3-endpoint", &self.endpoint])
+            .env("AWS_ACCESS_KEY_ID", S3_ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("memweave runs")
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

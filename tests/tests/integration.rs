@@ -12,4 +12,5 @@ mod integration {
     pub mod query;
     pub mod segmentation;
     pub mod shared;
+    pub mod sources;
 }

@@ -99,7 +99,7 @@ fn reindexing_the_same_source_is_idempotent() {
     let second = read_tables(&tables);
     assert_eq!(second.checkpoint.epoch, first.checkpoint.epoch + 1);
     assert!(
-        stdout(&second_run).contains("(0 new or changed, 49 unchanged)"),
+        stdout(&second_run).contains("(0 new or changed, 49 unchanged, 0 deleted)"),
         "{}",
         stdout(&second_run)
     );

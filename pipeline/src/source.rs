@@ -1,0 +1,171 @@
+//! Where documents come from: a local file or directory, or the objects under a
+//! prefix of any object store (s3://, gs://, az://, file://).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use memweave_operators::ingest::{self, Discovery, Format, IngestError, SourceFile};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::UsageError;
+
+/// Environment variables the object stores read their settings from
+/// (credentials, region, endpoint), as the cloud SDKs do.
+const ENV_PREFIXES: [&str; 3] = ["AWS_", "GOOGLE_", "AZURE_"];
+
+/// How to reach an object-store source.
+#[derive(Debug, Clone, Default)]
+pub struct SourceOptions {
+    /// An S3-compatible endpoint (MinIO, Ceph, s3s-fs, R2); http:// is allowed.
+    pub s3_endpoint: Option<String>,
+    /// Further object-store settings (KEY=VALUE, as object_store names them).
+    pub options: Vec<(String, String)>,
+}
+
+/// A source and the files it held when listed: what the workers read.
+#[derive(Debug)]
+pub struct Listing {
+    pub source: Source,
+    pub files: Vec<SourceFile>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Source {
+    Local(PathBuf),
+    Objects {
+        /// The source as given, without a trailing '/'.
+        url: String,
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+    },
+}
+
+impl Source {
+    /// A URL with a scheme is an object store; anything else is a local path.
+    pub fn open(spec: &str, options: &SourceOptions) -> Result<Source, UsageError> {
+        if !spec.contains("://") {
+            let path = std::fs::canonicalize(spec).map_err(|e| {
+                let reason = if e.kind() == std::io::ErrorKind::NotFound {
+                    "does not exist".to_string()
+                } else {
+                    e.to_string()
+                };
+                UsageError(format!("source {spec} {reason}"))
+            })?;
+            return Ok(Source::Local(path));
+        }
+        let parsed = url::Url::parse(spec)
+            .map_err(|e| UsageError(format!("source {spec} is not a valid URL: {e}")))?;
+        let mut settings: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v))
+            .collect();
+        if let Some(endpoint) = &options.s3_endpoint {
+            settings.push(("aws_endpoint".into(), endpoint.clone()));
+            if endpoint.starts_with("http://") {
+                settings.push(("aws_allow_http".into(), "true".into()));
+            }
+        }
+        settings.extend(options.options.iter().cloned());
+        let (store, prefix) = object_store::parse_url_opts(&parsed, settings)
+            .map_err(|e| UsageError(format!("source {spec}: {e}")))?;
+        Ok(Source::Objects {
+            url: spec.trim_end_matches('/').to_string(),
+            store: Arc::from(store),
+            prefix,
+        })
+    }
+
+    /// The source as documents and summaries name it.
+    pub fn name(&self) -> String {
+        match self {
+            Source::Local(path) => path.display().to_string(),
+            Source::Objects { url, .. } => url.clone(),
+        }
+    }
+
+    /// Every file or object to read, sorted by key, with those that will not be.
+    pub async fn discover(&self) -> anyhow::Result<Discovery> {
+        match self {
+            Source::Local(path) => Ok(ingest::discover(path)?),
+            Source::Objects { url, store, prefix } => {
+                let objects: Vec<object_store::ObjectMeta> =
+                    store.list(Some(prefix)).try_collect().await.map_err(|e| {
+                        anyhow::anyhow!(
+                            "{e} (check the endpoint, --s3-endpoint, and the credentials: \
+                             AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, GOOGLE_*, AZURE_*)"
+                        )
+                    })?;
+                let mut discovery = Discovery::default();
+                for object in objects {
+                    let key = object
+                        .location
+                        .prefix_match(prefix)
+                        .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>())
+                        .unwrap_or_default()
+                        .join("/");
+                    let uri = format!("{url}/{key}");
+                    if key.split('/').any(|part| part.starts_with('.')) {
+                        continue;
+                    }
+                    match Format::of(Path::new(&key)) {
+                        Some(format) => discovery.files.push(SourceFile {
+                            uri,
+                            key,
+                            format,
+                            // Servers that give no ETag (s3s-fs) still give
+                            // the size and the modification time.
+                            version: Some(object.e_tag.unwrap_or_else(|| {
+                                format!("{}@{}", object.size, object.last_modified.to_rfc3339())
+                            })),
+                        }),
+                        None => discovery.rejected.push(IngestError {
+                            source: uri,
+                            kind: "unsupported_type",
+                            message: "not a .txt, .md, .html, .htm or .jsonl object; skipped"
+                                .into(),
+                        }),
+                    }
+                }
+                discovery.files.sort_by(|a, b| a.key.cmp(&b.key));
+                Ok(discovery)
+            }
+        }
+    }
+
+    /// The bytes of one discovered file, read on `runtime` for an object store.
+    pub fn read(
+        &self,
+        file: &SourceFile,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Vec<u8>, String> {
+        match self {
+            Source::Local(_) => std::fs::read(&file.uri).map_err(|e| e.to_string()),
+            Source::Objects { store, prefix, .. } => {
+                let location = file
+                    .key
+                    .split('/')
+                    .fold(prefix.clone(), |path, part| path.join(part));
+                runtime.block_on(async {
+                    let object = store.get(&location).await.map_err(|e| e.to_string())?;
+                    object
+                        .bytes()
+                        .await
+                        .map(|b| b.to_vec())
+                        .map_err(|e| e.to_string())
+                })
+            }
+        }
+    }
+
+    /// Each object's version, by key (object stores only), for the checkpoint.
+    pub fn versions(files: &[SourceFile]) -> HashMap<&str, &str> {
+        files
+            .iter()
+            .filter_map(|f| Some((f.key.as_str(), f.version.as_deref()?)))
+            .collect()
+    }
+}
