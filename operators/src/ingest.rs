@@ -54,7 +54,7 @@ pub struct SourceFile {
     /// Relative to the source, '/'-separated: documents' ids derive from it.
     pub key: String,
     pub format: Format,
-    /// An object's version: its ETag, else its size and modification time.
+    /// Its version: an object's ETag, else size and modification time.
     pub version: Option<String>,
 }
 
@@ -81,7 +81,7 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
             uri: source.display().to_string(),
             key,
             format,
-            version: None,
+            version: Some(file_version(&meta)),
         });
         return Ok(discovery);
     }
@@ -123,7 +123,7 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
                 uri: path.display().to_string(),
                 key,
                 format,
-                version: None,
+                version: entry.metadata().ok().map(|m| file_version(&m)),
             }),
             None => discovery.rejected.push(IngestError {
                 source: path.display().to_string(),
@@ -134,6 +134,16 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
     }
     discovery.files.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(discovery)
+}
+
+/// A file's version as a watcher compares it: size and modification time.
+fn file_version(meta: &std::fs::Metadata) -> String {
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    format!("{}@{}", meta.len(), modified.as_nanos())
 }
 
 fn io_reason(err: &walkdir::Error) -> String {

@@ -62,6 +62,8 @@ pub struct IndexSummary {
     pub changed: usize,
     /// Documents of the previous checkpoint the source no longer holds.
     pub deleted: usize,
+    /// The version of every file the run read, by key (`--watch` compares them).
+    pub versions: BTreeMap<String, String>,
     pub tokens: u64,
     pub segments: usize,
     /// Per tree (memwalker, raptor, …): nodes, roots, depth.
@@ -188,10 +190,11 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         .keys()
         .filter(|id| !current.contains(id.as_str()))
         .count();
+    let source_versions = Source::versions(files);
     let source_positions = serde_json::json!({
         "source": source.name(),
         "files": files.len(),
-        "versions": Source::versions(files),
+        "versions": &source_versions,
     })
     .to_string();
     let epoch = runtime
@@ -230,6 +233,7 @@ pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
         documents: documents.len(),
         changed,
         deleted,
+        versions: source_versions,
         segments: segments.len(),
         trees: tree_shapes(&tree_nodes),
         pages: pages.len(),

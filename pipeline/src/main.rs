@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
@@ -12,7 +13,7 @@ use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
-use memweave_pipeline::source::SourceOptions;
+use memweave_pipeline::source::{Source, SourceOptions};
 use memweave_pipeline::{Interrupted, UsageError};
 use memweave_query::{
     Answer, AskOptions, AskRequest, Models, Snapshot, Strategy, parse_storage_option,
@@ -65,6 +66,10 @@ enum Command {
         /// (aws_region, aws_virtual_hosted_style_request, …); repeatable.
         #[arg(long = "source-option", value_parser = parse_storage_option)]
         source_options: Vec<(String, String)>,
+        /// After the run, look at SOURCE every SECONDS and index again when a file
+        /// or object was added, changed or removed; stop with Ctrl-C.
+        #[arg(long, value_name = "SECONDS")]
+        watch: Option<u64>,
         /// Root of the memory tables: a path or an object-store URL (s3://…).
         #[arg(long, env = "MEMWEAVE_TABLES")]
         out: String,
@@ -186,6 +191,43 @@ enum Command {
     },
 }
 
+/// Indexes, then re-indexes whenever the source's listing changes; returns only
+/// on an error.
+fn watch_source(options: &IndexOptions, every: Duration) -> anyhow::Result<()> {
+    loop {
+        let summary = run_index(options)?;
+        print_summary(&summary);
+        tracing::info!(seconds = every.as_secs(), "watching the source for changes");
+        loop {
+            if interrupted_within(every)? {
+                return Err(Interrupted.into());
+            }
+            let now = Source::current_versions(&options.source, &options.source_options)?;
+            if now != summary.versions {
+                break;
+            }
+        }
+    }
+}
+
+/// Waits `every`; true when Ctrl-C or SIGTERM came first. (The builds' runtimes
+/// leave their signal handlers installed, so the default action no longer stops
+/// the process.)
+fn interrupted_within(every: Duration) -> anyhow::Result<bool> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        Ok(tokio::select! {
+            _ = tokio::signal::ctrl_c() => true,
+            _ = terminate.recv() => true,
+            () = tokio::time::sleep(every) => false,
+        })
+    })
+}
+
 fn strategy_names() -> Vec<&'static str> {
     Strategy::ALL.iter().map(|s| s.name()).collect()
 }
@@ -205,6 +247,7 @@ fn main() -> ExitCode {
             source,
             s3_endpoint,
             source_options,
+            watch,
             out,
             workers,
             segment_tokens,
@@ -259,7 +302,10 @@ fn main() -> ExitCode {
                 embed,
                 interactive,
             };
-            run_index(&options).map(|summary| print_summary(&summary))
+            match watch {
+                None => run_index(&options).map(|summary| print_summary(&summary)),
+                Some(seconds) => watch_source(&options, Duration::from_secs(seconds.max(1))),
+            }
         }
         Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
             .map_err(|e| anyhow::Error::new(UsageError(format!("{}: {e}", dir.display()))))

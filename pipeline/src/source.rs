@@ -1,7 +1,7 @@
 //! Where documents come from: a local file or directory, or the objects under a
 //! prefix of any object store (s3://, gs://, az://, file://).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -161,11 +161,25 @@ impl Source {
         }
     }
 
-    /// Each object's version, by key (object stores only), for the checkpoint.
-    pub fn versions(files: &[SourceFile]) -> HashMap<&str, &str> {
+    /// Each file's version, by key: what the checkpoint records and `--watch`
+    /// compares.
+    pub fn versions(files: &[SourceFile]) -> BTreeMap<String, String> {
         files
             .iter()
-            .filter_map(|f| Some((f.key.as_str(), f.version.as_deref()?)))
+            .filter_map(|f| Some((f.key.clone(), f.version.clone()?)))
             .collect()
+    }
+
+    /// The versions the source holds now (a listing, no reads).
+    pub fn current_versions(
+        spec: &str,
+        options: &SourceOptions,
+    ) -> anyhow::Result<BTreeMap<String, String>> {
+        let source = Source::open(spec, options)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let discovery = runtime.block_on(source.discover())?;
+        Ok(Source::versions(&discovery.files))
     }
 }

@@ -127,3 +127,52 @@ fn refused_credentials_are_a_clear_error() {
     assert!(message.contains("listing s3://archive"), "{message}");
     assert!(!tables.join("checkpoints.lance").exists());
 }
+
+/// `--watch` indexes, then indexes again when the source's listing changes, and
+/// stops on SIGTERM with exit code 130.
+#[test]
+fn watch_indexes_again_when_a_file_arrives_and_stops_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let source = dir.path().join("archive");
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("gap.txt"), essay("gap.txt")).unwrap();
+    let tables = dir.path().join("memory");
+    let mut child = std::process::Command::new(memweave_tests::binary("memweave"))
+        .args(["--log-format", "json", "index"])
+        .arg(&source)
+        .arg("--out")
+        .arg(&tables)
+        .args(["--watch", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut wait_for = |text: &str| {
+        for line in lines.by_ref() {
+            if line.unwrap().contains(text) {
+                return;
+            }
+        }
+        panic!("the watcher exited before printing {text:?}");
+    };
+    wait_for("committed epoch 1");
+    assert_eq!(read_tables(&tables).documents.len(), 1);
+    std::fs::write(source.join("vw.txt"), essay("vw.txt")).unwrap();
+    wait_for("committed epoch 2");
+    let after = read_tables(&tables);
+    assert_eq!(after.checkpoint.epoch, 2);
+    assert_eq!(after.documents.len(), 2);
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(
+        read_tables(&tables).checkpoint.epoch,
+        2,
+        "nothing more committed"
+    );
+}
