@@ -93,8 +93,6 @@ pub struct TreeShape {
 pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
     let started = Instant::now();
     options.build.validate().map_err(UsageError)?;
-    // A local path is made canonical, so source URIs in the tables do not depend
-    // on how it was typed.
     let source = Source::open(&options.source, &options.source_options)?;
     let store = TableStore::new(&options.tables, options.storage_options.clone())
         .map_err(|e| UsageError(e.to_string()))?;

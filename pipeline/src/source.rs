@@ -47,6 +47,8 @@ impl Source {
     /// A URL with a scheme is an object store; anything else is a local path.
     pub fn open(spec: &str, options: &SourceOptions) -> Result<Source, UsageError> {
         if !spec.contains("://") {
+            // Canonical, so source URIs in the tables do not depend on how the
+            // path was typed.
             let path = std::fs::canonicalize(spec).map_err(|e| {
                 let reason = if e.kind() == std::io::ErrorKind::NotFound {
                     "does not exist".to_string()
