@@ -9,7 +9,7 @@ use memweave_llm::sim::{Fault, SimConfig};
 use memweave_query::{Answer, Strategy};
 use memweave_tests::{SimServer, binary, memweave, memweave_ok, openai_flags, read_tables, stderr};
 
-use super::shared::pg_essays;
+use super::shared::{archive_of, pg_essays};
 
 const QUESTION: &str = "What did the author learn from painting?";
 
@@ -316,6 +316,14 @@ impl Drop for Server {
     }
 }
 
+/// A runtime for a test's HTTP client.
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -371,10 +379,7 @@ fn the_query_service_answers_like_the_cli() {
         .map(|strategy| (strategy, ask_cli(strategy)))
         .collect();
     let (_server, base) = serve(&tables);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let client = reqwest::Client::new();
         let health = client.get(format!("{base}/healthz")).send().await.unwrap();
@@ -526,10 +531,7 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
     let tables = pg_essays().tables.to_str().unwrap().to_string();
     let t = &pg_essays().read;
     let (_server, base) = serve(&tables);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let client = reqwest::Client::new();
         let ask = |body: serde_json::Value| {
@@ -676,10 +678,7 @@ fn the_api_can_require_a_bearer_token() {
         &tables,
         &["--auth-token-file", token_file.to_str().unwrap()],
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = current_thread();
     runtime.block_on(async {
         let client = reqwest::Client::new();
         let documents = format!("{base}/v1/documents");
@@ -729,12 +728,7 @@ fn notice(version: u32) -> String {
 fn answers_under_load_stay_within_one_version_while_a_writer_commits() {
     const CLIENTS: usize = 6;
     const VERSIONS: u32 = 4;
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("archive");
-    std::fs::create_dir(&source).unwrap();
-    for name in ["worked.txt", "founders.txt", "gap.txt"] {
-        std::fs::write(source.join(name), super::shared::essay(name)).unwrap();
-    }
+    let (dir, source) = archive_of(&["worked.txt", "founders.txt", "gap.txt"]);
     let tables = dir.path().join("memory");
     let served_tables = tables.display().to_string();
     let commit = {
@@ -871,10 +865,7 @@ fn answers_under_load_stay_within_one_version_while_a_writer_commits() {
 /// moves to a newer checkpoint: logging it must not end the refresh task.
 #[test]
 fn a_closed_log_does_not_stop_the_service_refreshing() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("archive");
-    std::fs::create_dir(&source).unwrap();
-    std::fs::write(source.join("gap.txt"), super::shared::essay("gap.txt")).unwrap();
+    let (dir, source) = archive_of(&["gap.txt"]);
     let tables = dir.path().join("memory");
     memweave_tests::index(&source, &tables, &[]);
     let listen = format!("127.0.0.1:{}", free_port());
@@ -907,11 +898,8 @@ fn a_closed_log_does_not_stop_the_service_refreshing() {
     };
     std::fs::write(source.join("notice.txt"), notice(2)).unwrap();
     memweave_tests::index(&source, &tables, &[]);
+    let runtime = current_thread();
     let epoch = || -> Option<u64> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
         runtime.block_on(async {
             let ready: serde_json::Value = reqwest::get(format!("http://{listen}/readyz"))
                 .await
@@ -935,14 +923,7 @@ fn a_closed_log_does_not_stop_the_service_refreshing() {
 /// vectors of their own text.
 #[test]
 fn dense_answers_at_the_default_sizes() {
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("archive");
-    std::fs::create_dir(&source).unwrap();
-    std::fs::write(
-        source.join("worked.txt"),
-        super::shared::essay("worked.txt"),
-    )
-    .unwrap();
+    let (dir, source) = archive_of(&["worked.txt"]);
     let tables = dir.path().join("memory");
     memweave_tests::index(&source, &tables, &[]);
     let output = memweave_ok([

@@ -34,6 +34,18 @@ pub fn pg_essays() -> &'static Built {
     })
 }
 
+/// A temporary folder holding `archive/`, a copy of the named essays; the folder
+/// (removed on drop) and the archive's path.
+pub fn archive_of(names: &[&str]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let archive = dir.path().join("archive");
+    std::fs::create_dir(&archive).expect("the archive folder");
+    for name in names {
+        std::fs::write(archive.join(name), essay(name)).expect("the essay copies");
+    }
+    (dir, archive)
+}
+
 pub fn essay(name: &str) -> String {
     std::fs::read_to_string(shared_data("pg-essays").join(name)).expect("the essay reads")
 }

@@ -2,7 +2,7 @@
 
 use memweave_tests::{S3_SECRET_KEY, S3Server, index, read_tables, stderr, stdout};
 
-use super::shared::essay;
+use super::shared::{archive_of, essay};
 
 /// The objects under an S3 prefix are indexed through the S3 protocol, keyed
 /// relative to the prefix (the ids a local copy of the folder gets). A second
@@ -133,10 +133,7 @@ fn refused_credentials_are_a_clear_error() {
 #[test]
 fn watch_indexes_again_when_a_file_arrives_and_stops_on_sigterm() {
     use std::io::{BufRead, BufReader};
-    let dir = tempfile::tempdir().unwrap();
-    let source = dir.path().join("archive");
-    std::fs::create_dir(&source).unwrap();
-    std::fs::write(source.join("gap.txt"), essay("gap.txt")).unwrap();
+    let (dir, source) = archive_of(&["gap.txt"]);
     let tables = dir.path().join("memory");
     let mut child = std::process::Command::new(memweave_tests::binary("memweave"))
         .args(["--log-format", "json", "index"])
