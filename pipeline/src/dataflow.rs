@@ -78,24 +78,39 @@ impl std::fmt::Debug for Handles {
     }
 }
 
+/// Bits of a timestamp that number the input epochs within one round.
+const EPOCH_BITS: u32 = 32;
+
+/// The time of input epoch `epoch` of round `round`. A round is one batch of
+/// changes committed together (a bulk build, one `--watch` poll, one batch of
+/// Kafka messages); its epochs pace the per-document stages.
+pub fn round_time(round: u64, epoch: u64) -> u64 {
+    (round << EPOCH_BITS) | epoch
+}
+
+/// The last time of the round `time` belongs to: where the cross-document
+/// stages see it.
+fn round_end(time: &u64) -> u64 {
+    time | ((1 << EPOCH_BITS) - 1)
+}
+
 /// Builds the indexing dataflow in `worker`; returns its handles and the shared
-/// output. With `cross_document_at`, the stages that see many documents at once
-/// (entity resolution, relation merging, corpus trees) see every input epoch
-/// before it at that one time: a bulk build resolves each name once, instead of
-/// once per epoch that added a document mentioning it (each time with a
-/// different prompt, which the cache cannot answer).
+/// output. The stages that see many documents at once (entity resolution,
+/// relation merging, corpus trees) see all of a round's epochs at the round's
+/// end: a bulk build resolves each name once, instead of once per epoch that
+/// added a document mentioning it (each time with a different prompt, which the
+/// cache cannot answer).
 pub fn build(
     worker: &mut Worker,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
-    cross_document_at: Option<u64>,
     runtime: &tokio::runtime::Handle,
 ) -> (Handles, Rc<RefCell<WorkerOutput>>) {
     let output = Rc::new(RefCell::new(WorkerOutput::default()));
     let mut probe = ProbeHandle::new();
     let mut settled = ProbeHandle::new();
-    let at = move |t: &u64| cross_document_at.map_or(*t, |at| (*t).max(at));
+    let at = round_end;
     let input = worker.dataflow::<u64, _, _>(|scope| {
         let (input, raw) = scope.new_collection::<(Document, i64), isize>();
 
@@ -502,6 +517,7 @@ fn document_row(doc: &Document, seen: i64) -> DocumentRow {
         n_tokens: count_tokens(&doc.text) as u64,
         ingested_at: seen,
         deleted: false,
+        text: doc.text.clone(),
     }
 }
 
@@ -570,17 +586,18 @@ mod tests {
         let guards = timely::execute(timely::Config::thread(), move |worker| {
             let model: Arc<dyn MemoryModel> = Arc::new(TaskModel::extractive());
             let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));
-            let (handles, output) = build(worker, &model, &embedder, config(), None, &handle);
+            let (handles, output) = build(worker, &model, &embedder, config(), &handle);
             let Handles {
                 mut input,
                 documents,
                 everything,
             } = handles;
             for (round, changes) in rounds.iter().enumerate() {
+                input.advance_to(round_time(round as u64, 0));
                 for (record, diff) in changes {
                     input.update(record.clone(), *diff);
                 }
-                input.advance_to(round as u64 + 1);
+                input.advance_to(round_time(round as u64 + 1, 0));
                 input.flush();
                 while documents.less_than(input.time()) || everything.less_than(input.time()) {
                     worker.step_or_park(Some(std::time::Duration::from_millis(5)));

@@ -1,37 +1,40 @@
-//! `memweave index`: discover the source, run the dataflow, write the tables, commit.
+//! `memweave index`: keeps the memory tables equal to what the source holds, one
+//! round at a time. A round finds what changed since the last one (or, for a
+//! process's first round, since the last checkpoint), feeds only that to the
+//! dataflow, applies the rows it changed to the tables (deletes, then appends)
+//! and commits a checkpoint naming every table's version.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures::StreamExt;
 use memweave_llm::cache::{CacheReport, CallCache};
-use memweave_llm::pool::PoolReport;
+use memweave_llm::pool::{PoolClient, PoolReport};
 use memweave_llm::{EmbedArgs, LlmArgs};
 use memweave_operators::build::{BuildConfig, Document};
-use memweave_operators::embed::Embedder;
-use memweave_operators::ingest::{self, IngestError, SourceFile};
+use memweave_operators::embed::{Embedder, EmbeddingRecord};
+use memweave_operators::ingest::{self, IngestError, RawDocument, SourceFile};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{
-    DocumentRow, EmbeddingRow, ErrorRow, LlmCallRow, Table, TableRow, TableStore, TableVersion,
-    TreeNodeRow, now_micros,
+    CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, LlmCallRow, PageRow,
+    RelationRow, SegmentRow, Table, TableRow, TableStore, TableVersion, TreeNodeRow, now_micros,
 };
 
-use crate::dataflow::{self, WorkerOutput};
 use crate::progress::Progress;
-use crate::source::{Listing, Source, SourceOptions};
+use crate::source::{Source, SourceOptions};
+use crate::state::{PreviousTables, RowChanges, TableChanges, TableState};
+use crate::workers::{InputChange, Workers};
 use crate::{Interrupted, UsageError};
 
-/// Files each worker reads per input epoch: small enough that progress is smooth
-/// and memory stays bounded, large enough that epochs are cheap.
-const FILES_PER_EPOCH: usize = 8;
-/// Epochs a worker may have in flight (read, memory not yet built): enough
-/// documents to keep a model pool busy, few enough to bound memory.
-const EPOCHS_IN_FLIGHT: usize = 8;
+/// Files (or messages) each worker gets per input epoch: small enough that
+/// progress is smooth and memory stays bounded, large enough that epochs are cheap.
+const ORIGINS_PER_EPOCH: usize = 8;
+/// Files read at once.
+const READS_IN_FLIGHT: usize = 16;
 /// Longest an interrupted build waits for the model calls in flight.
 const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
-/// Longest a worker sleeps waiting for model replies before checking again.
-const PARK: Duration = Duration::from_millis(20);
 
 #[derive(Debug, Clone)]
 pub struct IndexOptions {
@@ -56,7 +59,10 @@ pub struct IndexSummary {
     pub source: String,
     pub tables: String,
     pub epoch: u64,
+    /// Files (or messages) the run read.
     pub files: usize,
+    /// What `files` counts: "files" or "messages".
+    pub input_unit: &'static str,
     pub documents: usize,
     /// Documents new or changed since the previous checkpoint.
     pub changed: usize,
@@ -90,160 +96,710 @@ pub struct TreeShape {
     pub depth: u32,
 }
 
+/// One origin's share of the input (a file, or a streamed document): the
+/// document versions it holds, each with the time it was first seen, and the
+/// ingestion errors it caused.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OriginInput {
+    /// The file's version (ETag, size@mtime) when it was read.
+    pub version: Option<String>,
+    pub records: Vec<(Document, i64)>,
+    pub errors: Vec<ErrorRow>,
+}
+
+/// What a round changes: each origin's new input and the worker that holds
+/// it, or `None` where the origin is gone.
+pub type Updates = BTreeMap<String, Option<(usize, OriginInput)>>;
+
+/// A document's known version: content hash, version number, first seen.
+type KnownVersion = (String, u64, i64);
+
+/// What the last checkpoint held, until the process's first round has used it.
+#[derive(Debug)]
+struct Previous {
+    checkpoint: CheckpointRow,
+    tables: PreviousTables,
+    /// Owners whose vectors another embedder made: replaced in the first round.
+    stale_vectors: Vec<String>,
+}
+
+/// An indexing process: the model, the running dataflow workers, and what the
+/// tables hold.
+pub struct Indexer {
+    options: IndexOptions,
+    runtime: tokio::runtime::Runtime,
+    store: TableStore,
+    cache: Arc<CallCache>,
+    embedder: Arc<dyn Embedder>,
+    pool: Option<Arc<PoolClient>>,
+    backend: String,
+    workers: Workers,
+    progress: Arc<Mutex<Arc<Progress>>>,
+    state: TableState,
+    /// What the dataflow holds, by origin.
+    inputs: BTreeMap<String, OriginInput>,
+    /// Errors of the listing itself (files skipped for their type).
+    listing_errors: Vec<ErrorRow>,
+    previous: Option<Previous>,
+    /// Whether any checkpoint exists: the first commit writes whole tables.
+    committed: bool,
+    round: u64,
+    versions: HashMap<String, KnownVersion>,
+}
+
+impl std::fmt::Debug for Indexer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Indexer")
+            .field("tables", &self.store.root())
+            .field("round", &self.round)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Indexes `options.source` once: the tables end equal to what it holds now.
 pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
-    let started = Instant::now();
-    options.build.validate().map_err(UsageError)?;
     let source = Source::open(&options.source, &options.source_options)?;
-    let store = TableStore::new(&options.tables, options.storage_options.clone())
-        .map_err(|e| UsageError(e.to_string()))?;
-    store
-        .check_writable()
-        .map_err(|e| UsageError(e.to_string()))?;
-    // Model calls (and, for the extractive backend, the work itself) run here.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(options.workers.max(2))
-        .enable_all()
-        .build()?;
-    let cache = runtime
-        .block_on(CallCache::persistent(store.clone(), options.llm.cache_only))
-        .with_context(|| format!("reading the call cache under {}", store.root()))?;
-    let task_model = options.llm.model(Arc::clone(&cache)).map_err(UsageError)?;
-    let pool = task_model.pool().cloned();
-    let backend = task_model.backend().to_string();
-    let model: Arc<dyn MemoryModel> = Arc::new(task_model);
-    let embedder = runtime
-        .block_on(options.embed.embedder(&options.llm, Arc::clone(&cache)))
-        .map_err(UsageError)?;
-    runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache)));
-    let previous = runtime
-        .block_on(previous_documents(&store))
-        .with_context(|| format!("reading the previous checkpoint under {}", store.root()))?;
+    Indexer::open(options)?.index_files(&source)
+}
 
-    let discovery = runtime
-        .block_on(source.discover())
-        .with_context(|| format!("listing {}", source.name()))?;
-    let listing = Arc::new(Listing {
-        source,
-        files: discovery.files,
-    });
-    let (source, files) = (&listing.source, &listing.files);
-    tracing::info!(source = %source.name(), files = files.len(), workers = options.workers, "indexing");
-    let progress = Progress::new(files.len() as u64, options.interactive);
-    let outputs = run_dataflow(
-        options,
-        model,
-        Arc::clone(&embedder),
-        runtime.handle(),
-        &listing,
-        &previous,
-        &progress,
-    )?;
-    progress.finish();
-    if cache.is_closing() {
-        // Interrupted: documents whose calls were refused are not built, so this
-        // state must not be committed. Save the calls and stop.
-        runtime.block_on(cache.close(INTERRUPT_PATIENCE))?;
-        return Err(Interrupted.into());
+/// Indexes, then looks at the source every `every` and indexes what changed;
+/// the dataflow stays up between rounds, so a round costs what changed.
+/// Returns only on an error or a signal.
+pub fn watch(
+    options: &IndexOptions,
+    every: Duration,
+    mut report: impl FnMut(&IndexSummary),
+    mut interrupted_within: impl FnMut(Duration) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let source = Source::open(&options.source, &options.source_options)?;
+    let mut indexer = Indexer::open(options)?;
+    let mut versions = {
+        let summary = indexer.index_files(&source)?;
+        report(&summary);
+        summary.versions
+    };
+    loop {
+        tracing::info!(seconds = every.as_secs(), "watching the source for changes");
+        if interrupted_within(every)? {
+            return Err(Interrupted.into());
+        }
+        let listed = indexer.runtime.block_on(source.discover())?;
+        if Source::versions(&listed.files) != versions {
+            let summary = indexer.index_files(&source)?;
+            report(&summary);
+            versions = summary.versions;
+        }
     }
+}
 
-    let mut errors: Vec<ErrorRow> = discovery.rejected.iter().map(error_row).collect();
-    let mut merged = WorkerOutput::default();
-    for (output, ingest_errors) in outputs {
-        errors.extend(ingest_errors.iter().map(error_row));
-        merge(&mut merged.documents, output.documents);
-        merge(&mut merged.segments, output.segments);
-        merge(&mut merged.tree_nodes, output.tree_nodes);
-        merge(&mut merged.pages, output.pages);
-        merge(&mut merged.entities, output.entities);
-        merge(&mut merged.relations, output.relations);
-        merge(&mut merged.embeddings, output.embeddings);
-        merge(&mut merged.errors, output.errors);
-    }
-    errors.extend(rows(merged.errors));
-    errors.sort_by(|a, b| a.source.cmp(&b.source));
-    for error in &errors {
-        tracing::warn!(source = %error.source, kind = %error.kind, "{}", error.message);
-    }
-
-    let documents = rows(merged.documents);
-    let segments = rows(merged.segments);
-    let tree_nodes = rows(merged.tree_nodes);
-    let pages = rows(merged.pages);
-    let entities = rows(merged.entities);
-    let relations = rows(merged.relations);
-    let embeddings: Vec<EmbeddingRow> = rows(merged.embeddings)
-        .iter()
-        .map(|e| e.row(embedder.model()))
-        .collect();
-    let changed = documents
-        .iter()
-        .filter(|d| {
-            previous
-                .get(&d.doc_id)
-                .is_none_or(|p| p.content_hash != d.content_hash)
+impl Indexer {
+    /// Opens the tables (rolling back what a crashed run wrote after its last
+    /// checkpoint), the model and the embedder, and starts the workers.
+    pub fn open(options: &IndexOptions) -> anyhow::Result<Indexer> {
+        options.build.validate().map_err(UsageError)?;
+        let store = TableStore::new(&options.tables, options.storage_options.clone())
+            .map_err(|e| UsageError(e.to_string()))?;
+        store
+            .check_writable()
+            .map_err(|e| UsageError(e.to_string()))?;
+        // Model calls (and, for the extractive backend, the work itself) run here.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.workers.max(2))
+            .enable_all()
+            .build()?;
+        let cache = runtime
+            .block_on(CallCache::persistent(store.clone(), options.llm.cache_only))
+            .with_context(|| format!("reading the call cache under {}", store.root()))?;
+        let task_model = options.llm.model(Arc::clone(&cache)).map_err(UsageError)?;
+        let pool = task_model.pool().cloned();
+        let backend = task_model.backend().to_string();
+        let model: Arc<dyn MemoryModel> = Arc::new(task_model);
+        let embedder = runtime
+            .block_on(options.embed.embedder(&options.llm, Arc::clone(&cache)))
+            .map_err(UsageError)?;
+        runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache)));
+        let previous = runtime
+            .block_on(previous_tables(&store, embedder.model()))
+            .with_context(|| format!("reading the last checkpoint under {}", store.root()))?;
+        let versions = previous
+            .iter()
+            .flat_map(|p| &p.tables.documents)
+            .map(|d| {
+                let known = (d.content_hash.clone(), d.version, d.ingested_at);
+                (d.doc_id.clone(), known)
+            })
+            .collect();
+        let progress = Arc::new(Mutex::new(Progress::new(0, false)));
+        let workers = Workers::start(
+            timely::Config::process(options.workers.max(1)),
+            model,
+            Arc::clone(&embedder),
+            options.build,
+            runtime.handle(),
+            Arc::clone(&progress),
+        )?;
+        Ok(Indexer {
+            options: options.clone(),
+            committed: previous.is_some(),
+            previous,
+            runtime,
+            store,
+            cache,
+            embedder,
+            pool,
+            backend,
+            workers,
+            progress,
+            state: TableState::default(),
+            inputs: BTreeMap::new(),
+            listing_errors: Vec::new(),
+            round: 0,
+            versions,
         })
-        .count();
-    let current: HashSet<&str> = documents.iter().map(|d| d.doc_id.as_str()).collect();
-    let deleted = previous
-        .keys()
-        .filter(|id| !current.contains(id.as_str()))
-        .count();
-    let source_versions = Source::versions(files);
-    let source_positions = serde_json::json!({
-        "source": source.name(),
-        "files": files.len(),
-        "versions": &source_versions,
+    }
+
+    /// One round over a file or object-store source: files whose version is the
+    /// one last indexed are not read again; changed and new files are read and
+    /// their documents replace the old; removed files' documents are retracted.
+    pub fn index_files(&mut self, source: &Source) -> anyhow::Result<IndexSummary> {
+        let started = Instant::now();
+        let discovery = self
+            .runtime
+            .block_on(source.discover())
+            .with_context(|| format!("listing {}", source.name()))?;
+        let files = discovery.files;
+        // What the dataflow should hold for each file that need not be read.
+        let mut unchanged: HashMap<String, OriginInput> = match &self.previous {
+            Some(previous) => carried_over(previous, &source.name(), &files),
+            None => self
+                .inputs
+                .iter()
+                .filter(|(key, input)| {
+                    let now = files.iter().find(|f| &f.key == *key);
+                    input.version.is_some() && now.is_some_and(|f| f.version == input.version)
+                })
+                .map(|(key, input)| (key.clone(), input.clone()))
+                .collect(),
+        };
+        let to_read: Vec<&SourceFile> = files
+            .iter()
+            .filter(|f| !unchanged.contains_key(&f.key))
+            .collect();
+        tracing::info!(
+            source = %source.name(),
+            files = files.len(),
+            changed = to_read.len(),
+            workers = self.workers.peers(),
+            "indexing"
+        );
+        let read: Vec<(&SourceFile, Result<Vec<u8>, String>)> = self.runtime.block_on(
+            futures::stream::iter(to_read)
+                .map(|file| async move { (file, source.read(file).await) })
+                .buffered(READS_IN_FLIGHT)
+                .collect(),
+        );
+        let now = now_micros();
+        let mut read_inputs: HashMap<String, OriginInput> = HashMap::new();
+        for (file, bytes) in read {
+            let mut input = OriginInput {
+                version: file.version.clone(),
+                ..OriginInput::default()
+            };
+            for parsed in ingest::parse(file, bytes) {
+                match parsed {
+                    Ok(raw) => input.records.push(self.versioned(raw, now)),
+                    Err(error) => input.errors.push(error_row(&error)),
+                }
+            }
+            read_inputs.insert(file.key.clone(), input);
+        }
+        // Keys are sharded across workers by their place in the listing.
+        let updates: Updates = files
+            .iter()
+            .enumerate()
+            .map(|(index, file)| {
+                let input = read_inputs
+                    .remove(&file.key)
+                    .or_else(|| unchanged.remove(&file.key))
+                    .unwrap_or_default();
+                (
+                    file.key.clone(),
+                    Some((index % self.workers.peers(), input)),
+                )
+            })
+            .collect();
+        let listing_errors: Vec<ErrorRow> = discovery.rejected.iter().map(error_row).collect();
+        let positions = serde_json::json!({
+            "source": source.name(),
+            "files": files.len(),
+            "versions": Source::versions(&files),
+        });
+        let mut summary = self.round_of(
+            updates,
+            true,
+            Some(listing_errors),
+            positions.to_string(),
+            started,
+        )?;
+        summary.source = source.name();
+        summary.files = files.len();
+        summary.versions = Source::versions(&files);
+        Ok(summary)
+    }
+
+    /// Workers of this process.
+    pub fn peers(&self) -> usize {
+        self.workers.peers()
+    }
+
+    /// Runs `future` on the indexer's runtime.
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The last checkpoint's source positions, until the first round.
+    pub(crate) fn previous_positions(&self) -> Option<serde_json::Value> {
+        let previous = self.previous.as_ref()?;
+        serde_json::from_str(&previous.checkpoint.source_positions).ok()
+    }
+
+    /// For a stream's first round: the last checkpoint's documents (by id) and
+    /// ingestion errors (by the position they cite) as updates, each held by
+    /// the worker `peer_of` its source position.
+    pub(crate) fn carried_stream(&self, peer_of: impl Fn(&str) -> usize) -> Updates {
+        let Some(previous) = &self.previous else {
+            return Updates::new();
+        };
+        let mut updates = Updates::new();
+        for d in &previous.tables.documents {
+            let input = OriginInput {
+                records: vec![(document_of(d), d.ingested_at)],
+                ..OriginInput::default()
+            };
+            updates.insert(d.doc_id.clone(), Some((peer_of(&d.source_uri), input)));
+        }
+        for e in previous
+            .tables
+            .errors
+            .iter()
+            .filter(|e| e.stage == "ingest")
+        {
+            let input = OriginInput {
+                errors: vec![e.clone()],
+                ..OriginInput::default()
+            };
+            updates.insert(e.source.clone(), Some((peer_of(&e.source), input)));
+        }
+        updates
+    }
+
+    /// One round of a stream: `updates` name only the origins that changed.
+    pub(crate) fn stream_round(
+        &mut self,
+        updates: Updates,
+        positions: String,
+        started: Instant,
+    ) -> anyhow::Result<IndexSummary> {
+        self.round_of(updates, false, None, positions, started)
+    }
+
+    /// A re-read document keeps its version and first-seen time when its content
+    /// is unchanged, and gets the next version when it changed.
+    pub(crate) fn versioned(&self, raw: RawDocument, now: i64) -> (Document, i64) {
+        let mut doc = Document::new(raw, 1);
+        match self.versions.get(&doc.doc_id) {
+            Some((hash, version, seen)) if *hash == doc.content_hash => {
+                doc.version = *version;
+                (doc, *seen)
+            }
+            Some((_, version, _)) => {
+                doc.version = version + 1;
+                (doc, now)
+            }
+            None => (doc, now),
+        }
+    }
+
+    /// Runs one round. `updates` gives origins' new inputs (and the worker that
+    /// holds each), `None` for an origin gone; with `complete`, origins not in
+    /// `updates` are gone too (a listing names every file), else they are
+    /// unchanged (a stream names only what it changes). `listing_errors`, when
+    /// given, replace the errors of the last listing.
+    fn round_of(
+        &mut self,
+        updates: Updates,
+        complete: bool,
+        listing_errors: Option<Vec<ErrorRow>>,
+        positions: String,
+        started: Instant,
+    ) -> anyhow::Result<IndexSummary> {
+        let round = self.round;
+        let mut held = std::mem::take(&mut self.inputs);
+        let mut ingest_errors: HashMap<ErrorRow, isize> = HashMap::new();
+        let mut count = |errors: &[ErrorRow], diff: isize| {
+            for error in errors {
+                *ingest_errors.entry(error.clone()).or_insert(0) += diff;
+            }
+        };
+        if let Some(listing_errors) = listing_errors {
+            count(&self.listing_errors, -1);
+            count(&listing_errors, 1);
+            self.listing_errors = listing_errors;
+        }
+        // Each worker's changes, one entry per changed origin; retractions of
+        // origins gone go to the first.
+        let mut changes: Vec<Vec<Vec<InputChange>>> = vec![Vec::new(); self.workers.peers()];
+        let mut kept = BTreeMap::new();
+        let mut gone = Vec::new();
+        for (key, update) in updates {
+            let old = held.remove(&key).unwrap_or_default();
+            match update {
+                Some((peer, input)) => {
+                    if old != input {
+                        count(&old.errors, -1);
+                        count(&input.errors, 1);
+                        changes[peer].push(record_changes(old.records, &input.records));
+                    }
+                    kept.insert(key, input);
+                }
+                None => gone.push(old),
+            }
+        }
+        if complete {
+            gone.extend(std::mem::take(&mut held).into_values());
+        }
+        for old in gone {
+            count(&old.errors, -1);
+            changes[0].push(record_changes(old.records, &[]));
+        }
+        kept.append(&mut held);
+        self.inputs = kept;
+        let total: usize = changes.iter().map(Vec::len).sum();
+        let progress = Progress::new(total as u64, self.options.interactive);
+        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
+        for (peer, origins) in changes.into_iter().enumerate() {
+            for batch in origins.chunks(ORIGINS_PER_EPOCH) {
+                let records: Vec<InputChange> = batch.iter().flatten().cloned().collect();
+                self.workers.send(round, peer, batch.len(), records)?;
+            }
+        }
+        let outputs = self.workers.finish_round(round)?;
+        progress.finish();
+        if self.cache.is_closing() {
+            // Interrupted: documents whose calls were refused are not built, so
+            // this state must not be committed. Save the calls and stop.
+            self.runtime
+                .block_on(self.cache.close(INTERRUPT_PATIENCE))?;
+            return Err(Interrupted.into());
+        }
+        let mut table_changes = self.state.apply(outputs, ingest_errors);
+        let mut stale_vectors = Vec::new();
+        if let Some(previous) = self.previous.take() {
+            table_changes.relative_to(previous.tables, &self.state);
+            stale_vectors = previous.stale_vectors;
+        }
+        for error in &table_changes.errors.added {
+            tracing::warn!(source = %error.source, kind = %error.kind, "{}", error.message);
+        }
+        for removed in &table_changes.documents.removed {
+            self.versions.remove(&removed.doc_id);
+        }
+        for added in &table_changes.documents.added {
+            let known = (added.content_hash.clone(), added.version, added.ingested_at);
+            self.versions.insert(added.doc_id.clone(), known);
+        }
+        let epoch = self
+            .runtime
+            .block_on(self.commit(&table_changes, stale_vectors, positions))
+            .with_context(|| format!("writing the tables under {}", self.store.root()))?;
+        self.committed = true;
+        self.round += 1;
+        Ok(self.summary(&table_changes, epoch, started))
+    }
+
+    /// Applies one round's changes to the tables, then commits a checkpoint
+    /// naming every table's version; returns its epoch. The first commit under a
+    /// root writes whole tables (over whatever a crashed first run left).
+    async fn commit(
+        &self,
+        changes: &TableChanges,
+        stale_vectors: Vec<String>,
+        positions: String,
+    ) -> anyhow::Result<u64> {
+        let store = &self.store;
+        let whole = !self.committed;
+        let state = &self.state;
+        let model = self.embedder.model();
+        let mut vector_keys = keys(&changes.embeddings.removed, |e| e.owner_id.clone());
+        vector_keys.extend(stale_vectors);
+        let added_vectors: Vec<EmbeddingRow> = changes
+            .embeddings
+            .added
+            .iter()
+            .map(|e| e.row(model))
+            .collect();
+        let embeddings = if whole {
+            let rows: Vec<EmbeddingRow> = state.embeddings.rows().map(|e| e.row(model)).collect();
+            store.write_embeddings(&rows, self.embedder.dim()).await?
+        } else {
+            store
+                .apply_embedding_changes(&vector_keys, &added_vectors, self.embedder.dim())
+                .await?
+        };
+        let mut versions = vec![
+            write(
+                store,
+                &changes.documents,
+                whole.then(|| state.documents.rows()),
+            )
+            .await?,
+            write(
+                store,
+                &changes.segments,
+                whole.then(|| state.segments.rows()),
+            )
+            .await?,
+            write(
+                store,
+                &changes.tree_nodes,
+                whole.then(|| state.tree_nodes.rows()),
+            )
+            .await?,
+            write(store, &changes.pages, whole.then(|| state.pages.rows())).await?,
+            write(
+                store,
+                &changes.entities,
+                whole.then(|| state.entities.rows()),
+            )
+            .await?,
+            write(
+                store,
+                &changes.relations,
+                whole.then(|| state.relations.rows()),
+            )
+            .await?,
+            write(store, &changes.errors, whole.then(|| state.errors.rows())).await?,
+            TableVersion {
+                table: Table::Embeddings.name().to_string(),
+                version: embeddings,
+            },
+        ];
+        versions.push(match self.cache.finish().await? {
+            Some(version) => TableVersion {
+                table: Table::LlmCalls.name().to_string(),
+                version,
+            },
+            None => TableVersion {
+                table: Table::LlmCalls.name().to_string(),
+                version: store.write_rows::<LlmCallRow>(&[]).await?,
+            },
+        });
+        let checkpoint = store.commit_checkpoint(positions, versions).await?;
+        Ok(checkpoint.epoch)
+    }
+
+    fn summary(&self, changes: &TableChanges, epoch: u64, started: Instant) -> IndexSummary {
+        let state = &self.state;
+        let added: HashSet<&str> = changes
+            .documents
+            .added
+            .iter()
+            .map(|d| d.doc_id.as_str())
+            .collect();
+        let mut errors: Vec<ErrorRow> = state.errors.rows().cloned().collect();
+        errors.sort_by(|a, b| (&a.source, &a.error_id).cmp(&(&b.source, &b.error_id)));
+        let nodes: Vec<&TreeNodeRow> = state.tree_nodes.rows().collect();
+        IndexSummary {
+            source: String::new(),
+            tables: self.store.root().to_string(),
+            epoch,
+            files: 0,
+            input_unit: "files",
+            documents: state.documents.len(),
+            changed: changes.documents.added.len(),
+            deleted: changes
+                .documents
+                .removed
+                .iter()
+                .filter(|d| !added.contains(d.doc_id.as_str()))
+                .count(),
+            versions: BTreeMap::new(),
+            tokens: state.documents.rows().map(|d| d.n_tokens).sum(),
+            segments: state.segments.len(),
+            trees: tree_shapes(&nodes),
+            pages: state.pages.len(),
+            entities: state.entities.len(),
+            relations: state.relations.len(),
+            embeddings: state.embeddings.len(),
+            embedder: (self.embedder.model().to_string(), self.embedder.dim()),
+            errors,
+            wall: started.elapsed(),
+            backend: self.backend.clone(),
+            cache: self.cache.report(),
+            pool: self.pool.as_ref().map(|p| p.report()),
+        }
+    }
+}
+
+/// Retract the records of `old` that `new` lacks; insert those of `new` that
+/// `old` lacks. An unchanged document (same content, version and first-seen
+/// time) is neither.
+fn record_changes(old: Vec<(Document, i64)>, new: &[(Document, i64)]) -> Vec<InputChange> {
+    let kept: HashSet<&(Document, i64)> = new.iter().collect();
+    let had: HashSet<(Document, i64)> = old.iter().cloned().collect();
+    old.into_iter()
+        .filter(|r| !kept.contains(r))
+        .map(|r| (r, -1))
+        .chain(
+            new.iter()
+                .filter(|r| !had.contains(*r))
+                .map(|r| (r.clone(), 1)),
+        )
+        .collect()
+}
+
+/// Writes one table: its changes, or (`whole`) every row.
+async fn write<'a, R: TableRow + 'a>(
+    store: &TableStore,
+    changes: &RowChanges<R>,
+    whole: Option<impl Iterator<Item = &'a R>>,
+) -> anyhow::Result<TableVersion> {
+    let version = match whole {
+        Some(rows) => {
+            let rows: Vec<R> = rows.cloned().collect();
+            store.write_rows(&rows).await?
+        }
+        None => {
+            let removed = keys(&changes.removed, TableRow::key);
+            store.apply_changes(&removed, &changes.added).await?
+        }
+    };
+    Ok(TableVersion {
+        table: R::TABLE.name().to_string(),
+        version,
     })
-    .to_string();
-    let epoch = runtime
-        .block_on(async {
-            let versions = vec![
-                write_table(&store, &documents).await?,
-                write_table(&store, &segments).await?,
-                write_table(&store, &tree_nodes).await?,
-                write_table(&store, &pages).await?,
-                write_table(&store, &entities).await?,
-                write_table(&store, &relations).await?,
-                TableVersion {
-                    table: Table::Embeddings.name().to_string(),
-                    version: store.write_embeddings(&embeddings, embedder.dim()).await?,
-                },
-                match cache.finish().await? {
-                    Some(version) => TableVersion {
-                        table: Table::LlmCalls.name().to_string(),
-                        version,
-                    },
-                    None => write_table::<LlmCallRow>(&store, &[]).await?,
-                },
-                write_table(&store, &errors).await?,
-            ];
-            let checkpoint = store.commit_checkpoint(source_positions, versions).await?;
-            anyhow::Ok(checkpoint.epoch)
-        })
-        .with_context(|| format!("writing the tables under {}", store.root()))?;
+}
 
-    Ok(IndexSummary {
-        source: source.name(),
-        tables: store.root().to_string(),
-        epoch,
-        files: files.len(),
-        tokens: documents.iter().map(|d| d.n_tokens).sum(),
-        documents: documents.len(),
-        changed,
-        deleted,
-        versions: source_versions,
-        segments: segments.len(),
-        trees: tree_shapes(&tree_nodes),
-        pages: pages.len(),
-        entities: entities.len(),
-        relations: relations.len(),
-        embeddings: embeddings.len(),
-        embedder: (embedder.model().to_string(), embedder.dim()),
-        errors,
-        wall: started.elapsed(),
-        backend,
-        cache: cache.report(),
-        pool: pool.map(|p| p.report()),
+/// The distinct keys of `rows`, sorted.
+fn keys<R>(rows: &[R], key: impl Fn(&R) -> String) -> Vec<String> {
+    let mut keys: Vec<String> = rows.iter().map(key).collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// The newest checkpoint's tables, after rolling back table versions written
+/// after it by a run that did not commit.
+async fn previous_tables(store: &TableStore, model: &str) -> anyhow::Result<Option<Previous>> {
+    let Some(checkpoint) = store.latest_checkpoint().await? else {
+        return Ok(None);
+    };
+    let rolled_back = store.roll_back_to(&checkpoint).await?;
+    if !rolled_back.is_empty() {
+        let names: Vec<&str> = rolled_back.iter().map(|t| t.name()).collect();
+        tracing::warn!(
+            epoch = checkpoint.epoch,
+            tables = %names.join(", "),
+            "rolled back table versions a stopped run wrote after the last checkpoint"
+        );
+    }
+    let documents: Vec<DocumentRow> = store.read_at(&checkpoint).await.context(
+        "the tables may be from an older memweave; index into a new --out to rebuild them",
+    )?;
+    let vectors: Vec<EmbeddingRow> = store.read_at(&checkpoint).await?;
+    let (current, stale): (Vec<EmbeddingRow>, Vec<EmbeddingRow>) =
+        vectors.into_iter().partition(|e| e.model == model);
+    let tables = PreviousTables {
+        documents,
+        segments: store.read_at::<SegmentRow>(&checkpoint).await?,
+        tree_nodes: store.read_at::<TreeNodeRow>(&checkpoint).await?,
+        pages: store.read_at::<PageRow>(&checkpoint).await?,
+        entities: store.read_at::<EntityRow>(&checkpoint).await?,
+        relations: store.read_at::<RelationRow>(&checkpoint).await?,
+        embeddings: current
+            .iter()
+            .map(|e| EmbeddingRecord::new(&e.owner_id, &e.owner_kind, &e.vector))
+            .collect(),
+        errors: store.read_at::<ErrorRow>(&checkpoint).await?,
+    };
+    Ok(Some(Previous {
+        checkpoint,
+        tables,
+        stale_vectors: stale.into_iter().map(|e| e.owner_id).collect(),
+    }))
+}
+
+/// The inputs of the files whose version is the one the checkpoint recorded
+/// for this same source: their documents (text from the `documents` table) and
+/// ingestion errors, so they need not be read again.
+fn carried_over(
+    previous: &Previous,
+    source: &str,
+    files: &[SourceFile],
+) -> HashMap<String, OriginInput> {
+    let positions: serde_json::Value =
+        serde_json::from_str(&previous.checkpoint.source_positions).unwrap_or_default();
+    if positions["source"].as_str() != Some(source) {
+        return HashMap::new();
+    }
+    let versions = &positions["versions"];
+    let by_uri: HashMap<&str, &SourceFile> = files
+        .iter()
+        .filter(|f| f.version.is_some() && versions[&f.key].as_str() == f.version.as_deref())
+        .map(|f| (f.uri.as_str(), f))
+        .collect();
+    let mut carried: HashMap<String, OriginInput> = HashMap::new();
+    for d in &previous.tables.documents {
+        let Some(file) = file_of(&d.source_uri, &by_uri) else {
+            continue;
+        };
+        input_of(&mut carried, file)
+            .records
+            .push((document_of(d), d.ingested_at));
+    }
+    for e in &previous.tables.errors {
+        if e.stage == "ingest"
+            && let Some(file) = file_of(&e.source, &by_uri)
+        {
+            input_of(&mut carried, file).errors.push(e.clone());
+        }
+    }
+    carried
+}
+
+/// The dataflow's record of a document the tables hold.
+fn document_of(row: &DocumentRow) -> Document {
+    Document {
+        doc_id: row.doc_id.clone(),
+        version: row.version,
+        content_hash: row.content_hash.clone(),
+        source_uri: row.source_uri.clone(),
+        title: row.title.clone(),
+        text: row.text.clone(),
+    }
+}
+
+fn input_of<'m>(
+    inputs: &'m mut HashMap<String, OriginInput>,
+    file: &SourceFile,
+) -> &'m mut OriginInput {
+    inputs
+        .entry(file.key.clone())
+        .or_insert_with(|| OriginInput {
+            version: file.version.clone(),
+            ..OriginInput::default()
+        })
+}
+
+/// The file a document or error came from: its URI, or `URI:LINE` for a record
+/// of a JSON Lines file.
+fn file_of<'a>(uri: &str, files: &HashMap<&str, &'a SourceFile>) -> Option<&'a SourceFile> {
+    files.get(uri).copied().or_else(|| {
+        let (file, line) = uri.rsplit_once(':')?;
+        line.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| files.get(file).copied())
+            .flatten()
     })
 }
 
@@ -279,7 +835,7 @@ async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
     std::process::exit(130);
 }
 
-fn tree_shapes(nodes: &[TreeNodeRow]) -> BTreeMap<String, TreeShape> {
+fn tree_shapes(nodes: &[&TreeNodeRow]) -> BTreeMap<String, TreeShape> {
     let mut shapes: BTreeMap<String, TreeShape> = BTreeMap::new();
     for node in nodes {
         let shape = shapes.entry(node.tree.clone()).or_default();
@@ -288,148 +844,6 @@ fn tree_shapes(nodes: &[TreeNodeRow]) -> BTreeMap<String, TreeShape> {
         shape.depth = shape.depth.max(node.level);
     }
     shapes
-}
-
-async fn write_table<R: TableRow>(store: &TableStore, rows: &[R]) -> anyhow::Result<TableVersion> {
-    Ok(TableVersion {
-        table: R::TABLE.name().to_string(),
-        version: store.write_rows(rows).await?,
-    })
-}
-
-/// The documents of the newest checkpoint, by id: an unchanged document keeps its
-/// version and ingestion time, a changed one gets the next version.
-async fn previous_documents(store: &TableStore) -> anyhow::Result<HashMap<String, DocumentRow>> {
-    let Some(checkpoint) = store.latest_checkpoint().await? else {
-        return Ok(HashMap::new());
-    };
-    let documents: Vec<DocumentRow> = store.read_at(&checkpoint).await?;
-    Ok(documents
-        .into_iter()
-        .map(|d| (d.doc_id.clone(), d))
-        .collect())
-}
-
-type WorkerResult = (WorkerOutput, Vec<IngestError>);
-
-fn run_dataflow(
-    options: &IndexOptions,
-    model: Arc<dyn MemoryModel>,
-    embedder: Arc<dyn Embedder>,
-    runtime: &tokio::runtime::Handle,
-    listing: &Arc<Listing>,
-    previous: &HashMap<String, DocumentRow>,
-    progress: &Arc<Progress>,
-) -> anyhow::Result<Vec<WorkerResult>> {
-    let listing = Arc::clone(listing);
-    let previous = Arc::new(previous.clone());
-    let progress = Arc::clone(progress);
-    let config = options.build;
-    let now = now_micros();
-    let runtime = runtime.clone();
-    let guards = timely::execute(
-        timely::Config::process(options.workers.max(1)),
-        move |worker| {
-            let (index, peers) = (worker.index(), worker.peers());
-            let files = &listing.files;
-            let mine: Vec<&SourceFile> = files.iter().skip(index).step_by(peers).collect();
-            // The last input epoch of any worker: cross-document stages run there once.
-            let last_epoch =
-                (files.len().div_ceil(peers).div_ceil(FILES_PER_EPOCH) as u64).saturating_sub(1);
-            let (handles, output) = dataflow::build(
-                worker,
-                &model,
-                &embedder,
-                config,
-                Some(last_epoch),
-                &runtime,
-            );
-            let (mut input, probe) = (handles.input, handles.documents);
-            let mut failures = Vec::new();
-            // Epochs fed but not yet built: (epoch, files, documents).
-            let mut in_flight: VecDeque<(u64, usize, usize)> = VecDeque::new();
-            let report_built = |in_flight: &mut VecDeque<(u64, usize, usize)>| {
-                while let Some(&(epoch, files, documents)) = in_flight.front() {
-                    if probe.less_than(&epoch) {
-                        break;
-                    }
-                    progress.advance(files as u64, documents as u64);
-                    in_flight.pop_front();
-                }
-            };
-            for (epoch, batch) in mine.chunks(FILES_PER_EPOCH).enumerate() {
-                let mut documents = 0;
-                for file in batch {
-                    for loaded in ingest::parse(file, listing.source.read(file, &runtime)) {
-                        match loaded {
-                            Ok(raw) => {
-                                input.insert(versioned(raw, &previous, now));
-                                documents += 1;
-                            }
-                            Err(error) => failures.push(error),
-                        }
-                    }
-                }
-                let next = epoch as u64 + 1;
-                input.advance_to(next);
-                input.flush();
-                in_flight.push_back((next, batch.len(), documents));
-                worker.step();
-                report_built(&mut in_flight);
-                while in_flight.len() >= EPOCHS_IN_FLIGHT {
-                    worker.step_or_park(Some(PARK));
-                    report_built(&mut in_flight);
-                }
-            }
-            input.close();
-            while worker.step_or_park(Some(PARK)) {
-                report_built(&mut in_flight);
-            }
-            report_built(&mut in_flight);
-            let output = std::mem::take(&mut *output.borrow_mut());
-            (output, failures)
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("starting the dataflow: {e}"))?;
-    guards
-        .join()
-        .into_iter()
-        .map(|r| r.map_err(|e| anyhow::anyhow!("a dataflow worker failed: {e}")))
-        .collect()
-}
-
-fn versioned(
-    raw: ingest::RawDocument,
-    previous: &HashMap<String, DocumentRow>,
-    now: i64,
-) -> (Document, i64) {
-    let mut doc = Document::new(raw, 1);
-    match previous.get(&doc.doc_id) {
-        Some(prev) if prev.content_hash == doc.content_hash => {
-            doc.version = prev.version;
-            (doc, prev.ingested_at)
-        }
-        Some(prev) => {
-            doc.version = prev.version + 1;
-            (doc, now)
-        }
-        None => (doc, now),
-    }
-}
-
-fn merge<D: Eq + std::hash::Hash>(into: &mut HashMap<D, isize>, from: HashMap<D, isize>) {
-    for (row, count) in from {
-        *into.entry(row).or_insert(0) += count;
-    }
-}
-
-/// The rows present in a collection (positive multiplicity), each once.
-fn rows<D: Eq + std::hash::Hash>(counts: HashMap<D, isize>) -> Vec<D> {
-    counts
-        .into_iter()
-        .filter(|(_, count)| *count > 0)
-        .map(|(row, _)| row)
-        .collect()
 }
 
 fn error_row(error: &IngestError) -> ErrorRow {

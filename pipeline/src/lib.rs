@@ -4,8 +4,11 @@
 mod async_map;
 pub mod dataflow;
 pub mod index;
+pub mod kafka;
 pub mod progress;
 pub mod source;
+mod state;
+mod workers;
 
 /// A mistake in what the user asked for (a missing source, an unwritable tables
 /// root, bad sizes): the command reports it in one line and exits with code 2.

@@ -13,7 +13,8 @@ use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
-use memweave_pipeline::source::{Source, SourceOptions};
+use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
+use memweave_pipeline::source::SourceOptions;
 use memweave_pipeline::{Interrupted, UsageError};
 use memweave_query::{
     Answer, AskOptions, AskRequest, Models, Snapshot, Strategy, parse_storage_option,
@@ -54,8 +55,16 @@ enum Command {
     /// Formats: .txt, .md, .html/.htm (tags stripped) and .jsonl (one
     /// {"id", "text"} per line). Files that cannot be read become rows of the
     /// `errors` table and the run goes on. Re-running over the same SOURCE and
-    /// tables is idempotent: unchanged documents keep their ids and versions;
-    /// documents gone from SOURCE leave the tables.
+    /// tables reads only the files added or changed since the last run and
+    /// applies what changed to the tables: unchanged documents keep their ids
+    /// and versions and cost no model call; documents gone from SOURCE leave the
+    /// tables.
+    ///
+    /// SOURCE may also be a Kafka topic, kafka://HOST:PORT[,HOST:PORT…]/TOPIC,
+    /// whose messages are JSON changes: {"doc_id", "op": "upsert", "text" (or
+    /// "uri" of an object holding it), "metadata": {"title"}} or {"doc_id",
+    /// "op": "delete"}. Key them by doc_id. Offsets are kept in the checkpoint,
+    /// so a re-run resumes where the last one committed.
     Index {
         /// File, directory or object-store URL to index.
         source: String,
@@ -70,6 +79,14 @@ enum Command {
         /// or object was added, changed or removed; stop with Ctrl-C.
         #[arg(long, value_name = "SECONDS")]
         watch: Option<u64>,
+        /// Consumer group of a kafka:// SOURCE: its offsets show the lag of what
+        /// is committed to the tables (the checkpoint is what a restart reads).
+        #[arg(long, default_value = "memweave")]
+        group: String,
+        /// Keep consuming a kafka:// SOURCE; otherwise stop at the end offsets
+        /// seen at the start.
+        #[arg(long)]
+        follow: bool,
         /// Root of the memory tables: a path or an object-store URL (s3://…).
         #[arg(long, env = "MEMWEAVE_TABLES")]
         out: String,
@@ -191,25 +208,6 @@ enum Command {
     },
 }
 
-/// Indexes, then re-indexes whenever the source's listing changes; returns only
-/// on an error.
-fn watch_source(options: &IndexOptions, every: Duration) -> anyhow::Result<()> {
-    loop {
-        let summary = run_index(options)?;
-        print_summary(&summary);
-        tracing::info!(seconds = every.as_secs(), "watching the source for changes");
-        loop {
-            if interrupted_within(every)? {
-                return Err(Interrupted.into());
-            }
-            let now = Source::current_versions(&options.source, &options.source_options)?;
-            if now != summary.versions {
-                break;
-            }
-        }
-    }
-}
-
 /// Waits `every`; true when Ctrl-C or SIGTERM came first. (The builds' runtimes
 /// leave their signal handlers installed, so the default action no longer stops
 /// the process.)
@@ -248,6 +246,8 @@ fn main() -> ExitCode {
             s3_endpoint,
             source_options,
             watch,
+            group,
+            follow,
             out,
             workers,
             segment_tokens,
@@ -302,9 +302,28 @@ fn main() -> ExitCode {
                 embed,
                 interactive,
             };
+            let kafka = options.source.starts_with("kafka://");
             match watch {
+                _ if follow && !kafka => Err(UsageError(
+                    "--follow is for kafka:// sources; use --watch SECONDS for files and objects"
+                        .into(),
+                )
+                .into()),
+                Some(_) if kafka => Err(UsageError(
+                    "--watch is for files and objects; use --follow for kafka:// sources".into(),
+                )
+                .into()),
+                None if kafka => {
+                    let kafka = KafkaOptions { group, follow };
+                    index_kafka(&options, &kafka, print_summary)
+                }
                 None => run_index(&options).map(|summary| print_summary(&summary)),
-                Some(seconds) => watch_source(&options, Duration::from_secs(seconds.max(1))),
+                Some(seconds) => memweave_pipeline::index::watch(
+                    &options,
+                    Duration::from_secs(seconds.max(1)),
+                    print_summary,
+                    interrupted_within,
+                ),
             }
         }
         Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
@@ -394,7 +413,7 @@ fn print_summary(s: &IndexSummary) {
         "memweave index: done in {secs:.1}s, committed epoch {}",
         s.epoch
     );
-    println!("  source      {} ({} files)", s.source, s.files);
+    println!("  source      {} ({} {})", s.source, s.files, s.input_unit);
     println!("  tables      {}", s.tables);
     println!(
         "  documents   {} ({} new or changed, {} unchanged, {} deleted)",

@@ -25,13 +25,6 @@ pub struct SourceOptions {
     pub options: Vec<(String, String)>,
 }
 
-/// A source and the files it held when listed: what the workers read.
-#[derive(Debug)]
-pub struct Listing {
-    pub source: Source,
-    pub files: Vec<SourceFile>,
-}
-
 #[derive(Debug, Clone)]
 pub enum Source {
     Local(PathBuf),
@@ -138,27 +131,37 @@ impl Source {
         }
     }
 
-    /// The bytes of one discovered file, read on `runtime` for an object store.
-    pub fn read(
-        &self,
-        file: &SourceFile,
-        runtime: &tokio::runtime::Handle,
-    ) -> Result<Vec<u8>, String> {
+    /// The bytes of one discovered file.
+    pub async fn read(&self, file: &SourceFile) -> Result<Vec<u8>, String> {
         match self {
-            Source::Local(_) => std::fs::read(&file.uri).map_err(|e| e.to_string()),
+            Source::Local(_) => tokio::fs::read(&file.uri).await.map_err(|e| e.to_string()),
             Source::Objects { store, prefix, .. } => {
                 let location = file
                     .key
                     .split('/')
                     .fold(prefix.clone(), |path, part| path.join(part));
-                runtime.block_on(async {
-                    let object = store.get(&location).await.map_err(|e| e.to_string())?;
-                    object
-                        .bytes()
-                        .await
-                        .map(|b| b.to_vec())
-                        .map_err(|e| e.to_string())
-                })
+                let object = store.get(&location).await.map_err(|e| e.to_string())?;
+                object
+                    .bytes()
+                    .await
+                    .map(|b| b.to_vec())
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The bytes of the one file or object the source names (a Kafka message's
+    /// `uri`).
+    pub async fn read_whole(&self) -> Result<Vec<u8>, String> {
+        match self {
+            Source::Local(path) => tokio::fs::read(path).await.map_err(|e| e.to_string()),
+            Source::Objects { store, prefix, .. } => {
+                let object = store.get(prefix).await.map_err(|e| e.to_string())?;
+                object
+                    .bytes()
+                    .await
+                    .map(|b| b.to_vec())
+                    .map_err(|e| e.to_string())
             }
         }
     }

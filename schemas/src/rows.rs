@@ -36,6 +36,9 @@ pub struct DocumentRow {
     /// Microseconds since the Unix epoch, UTC.
     pub ingested_at: i64,
     pub deleted: bool,
+    /// The text the memories were built from: a later run rebuilds an unchanged
+    /// document from it without reading its source (or a Kafka message long gone).
+    pub text: String,
 }
 table_row!(DocumentRow, Table::Documents, doc_id);
 

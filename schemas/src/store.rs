@@ -129,18 +129,7 @@ impl TableStore {
         let table = Table::Embeddings;
         let mut sorted: Vec<&EmbeddingRow> = rows.iter().collect();
         sorted.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
-        if let Some(odd) = sorted.iter().find(|r| r.vector.len() != dim) {
-            return Err(StoreError::Invalid {
-                table,
-                message: format!(
-                    "the vector of {} has {} components, the table {dim}",
-                    odd.owner_id,
-                    odd.vector.len()
-                ),
-            });
-        }
-        let batch = serde_arrow::to_record_batch(&embeddings_fields(dim as i32), &sorted)
-            .map_err(|source| StoreError::Rows { table, source })?;
+        let batch = embeddings_batch(&sorted, dim)?;
         let version = self.write_batch(table, batch, WriteMode::Overwrite).await?;
         if rows.len() < VECTOR_INDEX_MIN_ROWS {
             return Ok(version);
@@ -177,6 +166,87 @@ impl TableStore {
             .await
             .map_err(|e| self.lance_error(table, e))?;
         Ok(dataset.version().version)
+    }
+
+    /// Applies one epoch's changes to `R`'s table: deletes the rows whose keys are
+    /// `removed`, then appends `added`; returns the table's version afterwards.
+    pub async fn apply_changes<R: TableRow>(&self, removed: &[String], added: &[R]) -> Result<u64> {
+        let refs: Vec<&R> = added.iter().collect();
+        let batch = (!added.is_empty())
+            .then(|| to_batch(R::TABLE, &refs))
+            .transpose()?;
+        self.apply_batch_changes(R::TABLE, removed, batch).await
+    }
+
+    /// [`TableStore::apply_changes`] for the `embeddings` table, whose vectors
+    /// have `dim` components.
+    pub async fn apply_embedding_changes(
+        &self,
+        removed: &[String],
+        added: &[EmbeddingRow],
+        dim: usize,
+    ) -> Result<u64> {
+        let batch = (!added.is_empty())
+            .then(|| embeddings_batch(&added.iter().collect::<Vec<_>>(), dim))
+            .transpose()?;
+        self.apply_batch_changes(Table::Embeddings, removed, batch)
+            .await
+    }
+
+    async fn apply_batch_changes(
+        &self,
+        table: Table,
+        removed: &[String],
+        added: Option<RecordBatch>,
+    ) -> Result<u64> {
+        let Some(mut dataset) = self.open(table, None).await? else {
+            let batch = added.unwrap_or_else(|| RecordBatch::new_empty(table.schema()));
+            return self.write_batch(table, batch, WriteMode::Create).await;
+        };
+        // A few thousand keys a predicate keeps each one quick to parse and plan.
+        for keys in removed.chunks(4096) {
+            let quoted: Vec<String> = keys
+                .iter()
+                .map(|k| format!("'{}'", k.replace('\'', "''")))
+                .collect();
+            dataset
+                .delete(&format!("{} IN ({})", table.key_column(), quoted.join(",")))
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+        }
+        match added {
+            Some(batch) => self.write_batch(table, batch, WriteMode::Append).await,
+            None => Ok(dataset.version().version),
+        }
+    }
+
+    /// Makes the versions `checkpoint` names the newest of their tables again,
+    /// undoing what a run that died between its table writes and its commit
+    /// left behind; returns the tables rolled back. `llm_calls` keeps its newer
+    /// versions: the calls saved before the crash are paid for and still valid.
+    pub async fn roll_back_to(&self, checkpoint: &CheckpointRow) -> Result<Vec<Table>> {
+        let mut rolled_back = Vec::new();
+        for table in Table::data_tables().filter(|t| *t != Table::LlmCalls) {
+            let Some(version) = checkpoint.version_of(table) else {
+                continue;
+            };
+            let Some(latest) = self.open(table, None).await? else {
+                continue;
+            };
+            if latest.version().version == version {
+                continue;
+            }
+            let mut named = latest
+                .checkout_version(version)
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+            named
+                .restore()
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+            rolled_back.push(table);
+        }
+        Ok(rolled_back)
     }
 
     /// Appends `rows` to `R`'s table (creating it), as a new version; returns it.
@@ -411,6 +481,24 @@ fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
         .and_then(|c| c.as_any().downcast_ref::<StringArray>())
 }
 
+/// Embedding rows as a batch whose vectors have `dim` components; a vector of
+/// another width is an error naming its owner.
+fn embeddings_batch(rows: &[&EmbeddingRow], dim: usize) -> Result<RecordBatch> {
+    let table = Table::Embeddings;
+    if let Some(odd) = rows.iter().find(|r| r.vector.len() != dim) {
+        return Err(StoreError::Invalid {
+            table,
+            message: format!(
+                "the vector of {} has {} components, the table {dim}",
+                odd.owner_id,
+                odd.vector.len()
+            ),
+        });
+    }
+    serde_arrow::to_record_batch(&embeddings_fields(dim as i32), &rows)
+        .map_err(|source| StoreError::Rows { table, source })
+}
+
 fn to_batch<R: TableRow>(table: Table, rows: &[&R]) -> Result<RecordBatch> {
     serde_arrow::to_record_batch(&table.fields(), &rows)
         .map_err(|source| StoreError::Rows { table, source })
@@ -444,6 +532,48 @@ mod tests {
             surprise: None,
             n_tokens: 3,
         }
+    }
+
+    #[tokio::test]
+    async fn changes_delete_by_key_then_append_and_a_crash_rolls_back_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let first = store
+            .write_rows(&[node("a", None), node("b", Some("a"))])
+            .await
+            .unwrap();
+        let mut changed = node("b", None);
+        changed.summary = "changed".into();
+        let second = store
+            .apply_changes(&["b".to_string()], &[changed.clone(), node("c", None)])
+            .await
+            .unwrap();
+        assert!(second > first);
+        let mut rows: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        rows.sort();
+        assert_eq!(rows, vec![node("a", None), changed, node("c", None)]);
+
+        let checkpoint = store
+            .commit_checkpoint(
+                "{}".into(),
+                vec![TableVersion {
+                    table: Table::TreeNodes.name().into(),
+                    version: second,
+                }],
+            )
+            .await
+            .unwrap();
+        // A run that dies after writing a table but before its commit.
+        store
+            .apply_changes::<TreeNodeRow>(&["a".to_string(), "c".to_string()], &[])
+            .await
+            .unwrap();
+        assert_eq!(store.read_rows::<TreeNodeRow>(None).await.unwrap().len(), 1);
+        let rolled = store.roll_back_to(&checkpoint).await.unwrap();
+        assert_eq!(rolled, vec![Table::TreeNodes]);
+        let mut back: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        back.sort();
+        assert_eq!(back, rows);
     }
 
     #[tokio::test]
@@ -537,6 +667,7 @@ mod tests {
                 n_tokens: 4,
                 ingested_at: 1_700_000_000_000_000,
                 deleted: false,
+                text: "Tïtle\n\nBody.".into(),
             }],
         )
         .await;

@@ -58,6 +58,22 @@ impl Table {
         }
     }
 
+    /// The column that identifies a row (each row type's `key`).
+    pub fn key_column(self) -> &'static str {
+        match self {
+            Table::Documents => "doc_id",
+            Table::Segments => "seg_id",
+            Table::TreeNodes => "node_id",
+            Table::Pages => "page_id",
+            Table::Entities => "entity_id",
+            Table::Relations => "relation_id",
+            Table::Embeddings => "owner_id",
+            Table::LlmCalls => "call_key",
+            Table::Errors => "error_id",
+            Table::Checkpoints => "epoch",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Table> {
         Self::ALL.into_iter().find(|t| t.name() == name)
     }
@@ -78,6 +94,7 @@ impl Table {
                 Field::new("n_tokens", DataType::UInt64, false),
                 timestamp("ingested_at"),
                 Field::new("deleted", DataType::Boolean, false),
+                utf8("text"),
             ],
             Table::Segments => vec![
                 utf8("seg_id"),

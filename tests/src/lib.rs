@@ -1,12 +1,13 @@
 //! Helpers of the end-to-end tests: where the binaries and the shared data are,
 //! running the commands, and reading the tables back.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use memweave_schemas::{
     CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, PageRow, RelationRow,
-    SegmentRow, TableStore, TreeNodeRow,
+    SegmentRow, TableRow, TableStore, TreeNodeRow,
 };
 
 pub fn workspace_root() -> PathBuf {
@@ -104,6 +105,9 @@ pub struct Tables {
     pub errors: Vec<ErrorRow>,
 }
 
+/// The tables of the newest checkpoint, each sorted by its key: after
+/// incremental rounds (deletes, then appends) a table's physical order reflects
+/// its history, not its content.
 pub fn read_tables(root: &Path) -> Tables {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -117,17 +121,22 @@ pub fn read_tables(root: &Path) -> Tables {
             .expect("checkpoints read")
             .expect("a checkpoint was committed");
         Tables {
-            documents: store.read_at(&checkpoint).await.expect("documents"),
-            segments: store.read_at(&checkpoint).await.expect("segments"),
-            tree_nodes: store.read_at(&checkpoint).await.expect("tree_nodes"),
-            pages: store.read_at(&checkpoint).await.expect("pages"),
-            entities: store.read_at(&checkpoint).await.expect("entities"),
-            relations: store.read_at(&checkpoint).await.expect("relations"),
-            embeddings: store.read_at(&checkpoint).await.expect("embeddings"),
-            errors: store.read_at(&checkpoint).await.expect("errors"),
+            documents: sorted(store.read_at(&checkpoint).await.expect("documents")),
+            segments: sorted(store.read_at(&checkpoint).await.expect("segments")),
+            tree_nodes: sorted(store.read_at(&checkpoint).await.expect("tree_nodes")),
+            pages: sorted(store.read_at(&checkpoint).await.expect("pages")),
+            entities: sorted(store.read_at(&checkpoint).await.expect("entities")),
+            relations: sorted(store.read_at(&checkpoint).await.expect("relations")),
+            embeddings: sorted(store.read_at(&checkpoint).await.expect("embeddings")),
+            errors: sorted(store.read_at(&checkpoint).await.expect("errors")),
             checkpoint,
         }
     })
+}
+
+fn sorted<R: TableRow>(mut rows: Vec<R>) -> Vec<R> {
+    rows.sort_by_cached_key(TableRow::key);
+    rows
 }
 
 /// The Python that has the external readers (pylance, duckdb) installed: the
@@ -274,6 +283,123 @@ impl S3Server {
 }
 
 impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real Kafka-protocol broker (tansu, installed by `scripts/bootstrap
+/// --tests`) keeping its log in SQLite under a temporary folder, on a loopback
+/// port, stopped on drop.
+pub struct KafkaBroker {
+    child: std::process::Child,
+    /// `127.0.0.1:PORT`, as clients and `kafka://` URLs name it.
+    pub brokers: String,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for KafkaBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaBroker")
+            .field("brokers", &self.brokers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaBroker {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let listener = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new("tansu")
+            .args(["broker", "--listener-url", &listener])
+            .args(["--advertised-listener-url", &listener])
+            // tansu reads the database path relative to its working directory.
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tansu runs (scripts/bootstrap --tests installs it: cargo install tansu)");
+        let broker = KafkaBroker {
+            child,
+            brokers: format!("127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "tansu did not listen");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        broker
+    }
+
+    /// Creates `topic` with `partitions` partitions (tansu creates none on its own).
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &self.brokers)
+                .create()
+                .expect("an admin client");
+        let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        let results =
+            futures::executor::block_on(admin.create_topics(&[new], &AdminOptions::new()))
+                .expect("the broker answers");
+        for result in results {
+            result.expect("the topic is created");
+        }
+    }
+
+    /// Produces `messages` (key, JSON payload) to `topic`, keyed so one
+    /// document's messages share a partition, and waits until all are stored.
+    pub fn produce(&self, topic: &str, messages: &[(&str, String)]) {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let producer: BaseProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create()
+            .expect("a producer");
+        for (key, payload) in messages {
+            producer
+                .send(BaseRecord::to(topic).key(*key).payload(payload))
+                .expect("the message is queued");
+        }
+        producer
+            .flush(std::time::Duration::from_secs(30))
+            .expect("the messages are stored");
+    }
+
+    /// The offsets `group` committed for `topic`'s partitions `0..partitions`.
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", group)
+            .create()
+            .expect("a consumer");
+        let mut wanted = rdkafka::TopicPartitionList::new();
+        for p in 0..partitions {
+            wanted.add_partition(topic, p);
+        }
+        let committed = consumer
+            .committed_offsets(wanted, std::time::Duration::from_secs(10))
+            .expect("committed offsets");
+        committed
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Drop for KafkaBroker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

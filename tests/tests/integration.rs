@@ -6,7 +6,9 @@
 mod integration {
     pub mod bad_input;
     pub mod external_readers;
+    pub mod incremental;
     pub mod indexing;
+    pub mod kafka;
     pub mod memories;
     pub mod model_pool;
     pub mod query;

@@ -1,0 +1,351 @@
+//! A Kafka topic as a source. Each message is one JSON change to one document:
+//!
+//! ```json
+//! {"doc_id": "handbook/intro", "op": "upsert", "text": "…", "metadata": {"title": "Intro"}}
+//! {"doc_id": "handbook/intro", "op": "upsert", "uri": "s3://bucket/handbook/intro.md"}
+//! {"doc_id": "handbook/intro", "op": "delete"}
+//! ```
+//!
+//! An upsert carries the text, or a `uri` (any source `memweave index` reads:
+//! a path, s3://, gs://, az://, file://) whose object holds it; `metadata.title`
+//! titles the document. Produce with `doc_id` as the message key, so one
+//! document's changes stay in one partition, in order. Messages are consumed in
+//! rounds; each round's changes flow through the running dataflow and are
+//! committed to the tables with the partitions' next offsets in the checkpoint.
+//! Only then are the offsets committed to the consumer group too (for lag
+//! monitoring): a restart resumes from the checkpoint, never from the group.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use memweave_operators::build::doc_id_of;
+use memweave_operators::ingest::{self, Format, RawDocument, SourceFile};
+use memweave_schemas::{ErrorRow, now_micros};
+use rdkafka::Message;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::BorrowedMessage;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::UsageError;
+use crate::index::{IndexOptions, IndexSummary, Indexer, OriginInput, Updates};
+use crate::source::Source;
+
+/// Most messages one round absorbs: a bound on a round's memory and on the work
+/// a crash makes a restart repeat (model calls excepted: they are cached).
+const MESSAGES_PER_ROUND: usize = 1000;
+/// How long a round waits for another message before committing what it has.
+const IDLE: Duration = Duration::from_millis(500);
+/// Longest a metadata or offset request to the brokers may take.
+const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to consume the topic.
+#[derive(Debug, Clone)]
+pub struct KafkaOptions {
+    /// The consumer group the committed offsets are reported under.
+    pub group: String,
+    /// Keep consuming; otherwise stop at the end offsets seen at the start.
+    pub follow: bool,
+}
+
+/// `kafka://BROKERS/TOPIC`, BROKERS being `host:port[,host:port…]`.
+#[derive(Debug, Clone, PartialEq)]
+struct TopicUrl {
+    brokers: String,
+    topic: String,
+}
+
+impl TopicUrl {
+    fn parse(url: &str) -> Result<TopicUrl, UsageError> {
+        let usage = || {
+            UsageError(format!(
+                "{url} is not a Kafka source: expected kafka://HOST:PORT[,HOST:PORT…]/TOPIC"
+            ))
+        };
+        let rest = url.strip_prefix("kafka://").ok_or_else(usage)?;
+        let (brokers, topic) = rest
+            .trim_end_matches('/')
+            .split_once('/')
+            .ok_or_else(usage)?;
+        if brokers.is_empty() || topic.is_empty() || topic.contains('/') {
+            return Err(usage());
+        }
+        Ok(TopicUrl {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+        })
+    }
+
+    /// The source as checkpoints name it: the topic, wherever its brokers are.
+    fn name(&self) -> String {
+        format!("kafka:{}", self.topic)
+    }
+
+    /// Where one message came from, as documents and errors cite it.
+    fn position(&self, partition: i32, offset: i64) -> String {
+        format!("kafka:{}/{partition}/{offset}", self.topic)
+    }
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Change {
+    doc_id: String,
+    op: Op,
+    text: Option<String>,
+    uri: Option<String>,
+    #[serde(default)]
+    metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Op {
+    Upsert,
+    Delete,
+}
+
+/// Consumes the topic in rounds until its end offsets at the start (or, with
+/// `follow`, until stopped), reporting each round.
+pub fn index_kafka(
+    options: &IndexOptions,
+    kafka: &KafkaOptions,
+    mut report: impl FnMut(&IndexSummary),
+) -> anyhow::Result<()> {
+    let url = TopicUrl::parse(&options.source)?;
+    let mut indexer = Indexer::open(options)?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &url.brokers)
+        .set("group.id", &kafka.group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .map_err(|e| UsageError(format!("{}: {e}", options.source)))?;
+    let metadata = consumer
+        .fetch_metadata(Some(&url.topic), BROKER_TIMEOUT)
+        .map_err(|e| UsageError(format!("{}: cannot reach the brokers: {e}", options.source)))?;
+    let partitions: Vec<i32> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == url.topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    if partitions.is_empty() {
+        return Err(UsageError(format!(
+            "topic {} does not exist on {} (memweave does not create topics)",
+            url.topic, url.brokers
+        ))
+        .into());
+    }
+    // Positions come from the last checkpoint written from this topic.
+    let previous = indexer
+        .previous_positions()
+        .filter(|p| p["source"].as_str() == Some(url.name().as_str()));
+    let mut next: BTreeMap<i32, i64> = partitions
+        .iter()
+        .filter_map(|p| {
+            let at = previous.as_ref()?["offsets"][p.to_string()].as_i64()?;
+            Some((*p, at))
+        })
+        .collect();
+    let mut assignment = TopicPartitionList::new();
+    for p in &partitions {
+        let offset = next
+            .get(p)
+            .map_or(Offset::Beginning, |&o| Offset::Offset(o));
+        assignment.add_partition_offset(&url.topic, *p, offset)?;
+    }
+    consumer.assign(&assignment)?;
+    // Without --follow, where to stop: the end of every partition now.
+    let mut ends = BTreeMap::new();
+    if !kafka.follow {
+        for p in &partitions {
+            let (low, high) = consumer.fetch_watermarks(&url.topic, *p, BROKER_TIMEOUT)?;
+            ends.insert(*p, high);
+            next.entry(*p).or_insert(low);
+        }
+    }
+    let peers = indexer.peers();
+    let peer_of = |partition: i32| partition.unsigned_abs() as usize % peers;
+    let mut updates = if previous.is_some() {
+        indexer.carried_stream(|position| {
+            let partition = position.rsplit('/').nth(1).and_then(|p| p.parse().ok());
+            peer_of(partition.unwrap_or(0))
+        })
+    } else {
+        Updates::new()
+    };
+    let caught_up = |next: &BTreeMap<i32, i64>| {
+        !kafka.follow
+            && ends
+                .iter()
+                .all(|(p, end)| next.get(p).is_some_and(|n| n >= end))
+    };
+    let mut rounds = 0;
+    loop {
+        let started = Instant::now();
+        let mut consumed = 0;
+        while consumed < MESSAGES_PER_ROUND && !caught_up(&next) {
+            match consumer.poll(IDLE) {
+                None if kafka.follow && consumed > 0 => break,
+                None => continue,
+                Some(Err(e)) => tracing::warn!("consuming {}: {e}", options.source),
+                Some(Ok(message)) => {
+                    let (partition, offset) = (message.partition(), message.offset());
+                    let (origin, input) = read_message(&url, &message, &indexer, options);
+                    updates.insert(origin, input.map(|i| (peer_of(partition), i)));
+                    next.insert(partition, offset + 1);
+                    consumed += 1;
+                }
+            }
+        }
+        if consumed > 0 || rounds == 0 {
+            let positions = serde_json::json!({
+                "source": url.name(),
+                "offsets": next.iter().map(|(p, o)| (p.to_string(), *o)).collect::<BTreeMap<_, _>>(),
+            });
+            let mut summary = indexer.stream_round(
+                std::mem::take(&mut updates),
+                positions.to_string(),
+                started,
+            )?;
+            summary.source = options.source.clone();
+            summary.files = consumed;
+            summary.input_unit = "messages";
+            report(&summary);
+            rounds += 1;
+            commit_offsets(&consumer, &url.topic, &next);
+        }
+        if caught_up(&next) {
+            return Ok(());
+        }
+    }
+}
+
+/// Reports the committed positions to the consumer group; a failure costs only
+/// lag monitoring (the checkpoint is what a restart reads), so it is logged.
+fn commit_offsets(consumer: &BaseConsumer, topic: &str, next: &BTreeMap<i32, i64>) {
+    let mut offsets = TopicPartitionList::new();
+    for (p, o) in next {
+        if let Err(e) = offsets.add_partition_offset(topic, *p, Offset::Offset(*o)) {
+            tracing::warn!("offset {o} of partition {p}: {e}");
+        }
+    }
+    if let Err(e) = consumer.commit(&offsets, CommitMode::Sync) {
+        tracing::warn!("committing offsets to the consumer group: {e}");
+    }
+}
+
+/// One message as an update: its document's new input (`None` to delete it), or
+/// an errors row for a message that is not a valid change, keyed by position.
+fn read_message(
+    url: &TopicUrl,
+    message: &BorrowedMessage<'_>,
+    indexer: &Indexer,
+    options: &IndexOptions,
+) -> (String, Option<OriginInput>) {
+    let position = url.position(message.partition(), message.offset());
+    let failed = |kind: &str, detail: String, doc_id: Option<String>| {
+        let error = ErrorRow::new("ingest", &position, doc_id, kind, &detail);
+        tracing::warn!(source = %position, kind, "{detail}");
+        let input = OriginInput {
+            errors: vec![error],
+            ..OriginInput::default()
+        };
+        (position.clone(), Some(input))
+    };
+    let change: Change = match serde_json::from_slice(message.payload().unwrap_or_default()) {
+        Ok(change) => change,
+        Err(e) => {
+            return failed(
+                "bad_message",
+                format!("expected {{\"doc_id\", \"op\", \"text\" | \"uri\", \"metadata\"}}: {e}"),
+                None,
+            );
+        }
+    };
+    let doc_id = doc_id_of(&change.doc_id);
+    let text = match (change.op, change.text, change.uri) {
+        (Op::Delete, None, None) => return (doc_id, None),
+        (Op::Delete, ..) => {
+            let detail = "a delete carries no text or uri".to_string();
+            return failed("bad_message", detail, Some(doc_id));
+        }
+        (Op::Upsert, Some(text), None) => Ok(text),
+        (Op::Upsert, None, Some(uri)) => read_uri(&uri, &change.doc_id, indexer, options),
+        (Op::Upsert, ..) => Err((
+            "bad_message",
+            "an upsert carries exactly one of text and uri".to_string(),
+        )),
+    };
+    let text = match text {
+        Ok(text) if text.trim().is_empty() => Err(("empty", "no text".to_string())),
+        other => other,
+    };
+    match text {
+        Ok(text) => {
+            let title = change
+                .metadata
+                .get("title")
+                .and_then(|t| t.as_str())
+                .unwrap_or(&change.doc_id)
+                .to_string();
+            let raw = RawDocument {
+                key: change.doc_id,
+                source_uri: position,
+                title,
+                text,
+            };
+            let input = OriginInput {
+                records: vec![indexer.versioned(raw, now_micros())],
+                ..OriginInput::default()
+            };
+            (doc_id, Some(input))
+        }
+        Err((kind, detail)) => failed(kind, detail, Some(doc_id)),
+    }
+}
+
+/// The text of the object an upsert points at, read like a file of its type.
+fn read_uri(
+    uri: &str,
+    key: &str,
+    indexer: &Indexer,
+    options: &IndexOptions,
+) -> Result<String, (&'static str, String)> {
+    let unreadable = |e: String| ("unreadable", format!("{uri}: {e}"));
+    let source = Source::open(uri, &options.source_options).map_err(|e| unreadable(e.0))?;
+    let bytes = indexer.block_on(source.read_whole());
+    let file = SourceFile {
+        uri: uri.to_string(),
+        key: key.to_string(),
+        format: Format::of(std::path::Path::new(uri)).unwrap_or(Format::Text),
+        version: None,
+    };
+    match ingest::parse(&file, bytes).into_iter().next() {
+        Some(Ok(raw)) => Ok(raw.text),
+        Some(Err(e)) => Err((e.kind, format!("{uri}: {}", e.message))),
+        None => Err(("empty", format!("{uri}: no text"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_brokers_and_one_topic() {
+        let url = TopicUrl::parse("kafka://a:9092,b:9092/docs").unwrap();
+        assert_eq!(url.brokers, "a:9092,b:9092");
+        assert_eq!(url.topic, "docs");
+        assert_eq!(url.position(2, 17), "kafka:docs/2/17");
+        for bad in [
+            "kafka://a:9092",
+            "kafka:///docs",
+            "kafka://a/b/c",
+            "s3://a/b",
+        ] {
+            assert!(TopicUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

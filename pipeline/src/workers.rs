@@ -1,0 +1,231 @@
+//! The dataflow's worker threads, kept alive across rounds: the main thread sends
+//! each worker its share of a round's input changes, then seals the round; each
+//! worker answers with the changes of its share of every table.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use memweave_operators::build::{BuildConfig, Document};
+use memweave_operators::embed::Embedder;
+use memweave_operators::model::MemoryModel;
+use timely::CommunicationConfig;
+use timely::worker::Worker;
+
+use crate::dataflow::{self, WorkerOutput, round_time};
+use crate::progress::Progress;
+
+/// Input epochs a worker may have in flight (fed, memory not yet built): enough
+/// documents to keep a model pool busy, few enough to bound memory.
+const EPOCHS_IN_FLIGHT: usize = 8;
+/// Longest a worker sleeps waiting for model replies or input before looking again.
+const PARK: Duration = Duration::from_millis(20);
+
+/// A change to the input collection: a document version (with the time it was
+/// first seen) inserted (+1) or retracted (-1).
+pub type InputChange = ((Document, i64), isize);
+
+enum ToWorker {
+    /// Changes for one input epoch; `origins` files or messages hold them.
+    Changes {
+        time: u64,
+        origins: usize,
+        changes: Vec<InputChange>,
+    },
+    /// Every change of the round is sent: finish it and report.
+    Seal { time: u64 },
+}
+
+/// The running workers of one process.
+pub struct Workers {
+    senders: Vec<SyncSender<ToWorker>>,
+    outputs: Receiver<anyhow::Result<WorkerOutput>>,
+    guards: Option<timely::communication::initialize::WorkerGuards<()>>,
+    /// Input epochs handed out in the current round.
+    epochs: u64,
+}
+
+impl std::fmt::Debug for Workers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workers")
+            .field("peers", &self.senders.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Workers {
+    /// Starts `config`'s workers, each building the indexing dataflow.
+    pub fn start(
+        config: timely::Config,
+        model: Arc<dyn MemoryModel>,
+        embedder: Arc<dyn Embedder>,
+        build: BuildConfig,
+        runtime: &tokio::runtime::Handle,
+        progress: Arc<Mutex<Arc<Progress>>>,
+    ) -> anyhow::Result<Workers> {
+        let local = match &config.communication {
+            CommunicationConfig::Thread => 1,
+            CommunicationConfig::Process(threads) | CommunicationConfig::ProcessBinary(threads) => {
+                *threads
+            }
+            CommunicationConfig::Cluster { threads, .. } => *threads,
+        };
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..local).map(|_| mpsc::sync_channel(1)).unzip();
+        let receivers: Mutex<Vec<Option<Receiver<ToWorker>>>> =
+            Mutex::new(receivers.into_iter().map(Some).collect());
+        let (output_sender, outputs) = mpsc::channel();
+        let output_sender = Mutex::new(output_sender);
+        let runtime = runtime.clone();
+        let guards = timely::execute(config, move |worker| {
+            // Global worker indices; this process's are consecutive.
+            let inbox =
+                receivers.lock().unwrap_or_else(|e| e.into_inner())[worker.index() % local].take();
+            let outbox = output_sender
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            let Some(inbox) = inbox else { return };
+            let (handles, output) = dataflow::build(worker, &model, &embedder, build, &runtime);
+            serve(worker, handles, &output, &inbox, &outbox, &progress);
+        })
+        .map_err(|e| anyhow::anyhow!("starting the dataflow workers: {e}"))?;
+        Ok(Workers {
+            senders,
+            outputs,
+            guards: Some(guards),
+            epochs: 0,
+        })
+    }
+
+    pub fn peers(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Sends one epoch of `round`'s changes to `worker`; blocks while the worker
+    /// has too much in flight (backpressure on reading).
+    pub fn send(
+        &mut self,
+        round: u64,
+        worker: usize,
+        origins: usize,
+        changes: Vec<InputChange>,
+    ) -> anyhow::Result<()> {
+        let time = round_time(round, self.epochs);
+        self.epochs += 1;
+        self.senders[worker]
+            .send(ToWorker::Changes {
+                time,
+                origins,
+                changes,
+            })
+            .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))
+    }
+
+    /// Seals `round` on every worker and gathers what each table gained and lost.
+    pub fn finish_round(&mut self, round: u64) -> anyhow::Result<Vec<WorkerOutput>> {
+        self.epochs = 0;
+        let time = round_time(round + 1, 0);
+        for sender in &self.senders {
+            sender
+                .send(ToWorker::Seal { time })
+                .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))?;
+        }
+        (0..self.senders.len())
+            .map(|_| {
+                self.outputs
+                    .recv()
+                    .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))?
+            })
+            .collect()
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        // Closing the inboxes lets every worker drain its dataflow and return.
+        self.senders.clear();
+        if let Some(guards) = self.guards.take() {
+            for result in guards.join() {
+                if let Err(e) = result {
+                    tracing::error!("a dataflow worker failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// One worker's loop: feed changes (at most `EPOCHS_IN_FLIGHT` epochs unbuilt),
+/// step the dataflow, and at each seal report the round's output changes.
+fn serve(
+    worker: &mut Worker,
+    handles: dataflow::Handles,
+    output: &std::rc::Rc<std::cell::RefCell<WorkerOutput>>,
+    inbox: &Receiver<ToWorker>,
+    outbox: &Sender<anyhow::Result<WorkerOutput>>,
+    progress: &Mutex<Arc<Progress>>,
+) {
+    let dataflow::Handles {
+        mut input,
+        documents,
+        everything,
+    } = handles;
+    // Epochs fed but not yet built: (end time, origins, documents).
+    let mut in_flight: VecDeque<(u64, usize, usize)> = VecDeque::new();
+    let report_built = |in_flight: &mut VecDeque<(u64, usize, usize)>| {
+        while let Some(&(end, origins, documents_in)) = in_flight.front() {
+            if documents.less_than(&end) {
+                break;
+            }
+            let progress = Arc::clone(&progress.lock().unwrap_or_else(|e| e.into_inner()));
+            progress.advance(origins as u64, documents_in as u64);
+            in_flight.pop_front();
+        }
+    };
+    loop {
+        if in_flight.len() >= EPOCHS_IN_FLIGHT {
+            worker.step_or_park(Some(PARK));
+            report_built(&mut in_flight);
+            continue;
+        }
+        match inbox.try_recv() {
+            Ok(ToWorker::Changes {
+                time,
+                origins,
+                changes,
+            }) => {
+                input.advance_to(time);
+                let inserted = changes.iter().filter(|(_, diff)| *diff > 0).count();
+                for (record, diff) in changes {
+                    input.update(record, diff);
+                }
+                input.advance_to(time + 1);
+                input.flush();
+                in_flight.push_back((time + 1, origins, inserted));
+                worker.step();
+                report_built(&mut in_flight);
+            }
+            Ok(ToWorker::Seal { time }) => {
+                input.advance_to(time);
+                input.flush();
+                while documents.less_than(&time) || everything.less_than(&time) {
+                    worker.step_or_park(Some(PARK));
+                    report_built(&mut in_flight);
+                }
+                report_built(&mut in_flight);
+                let changes = std::mem::take(&mut *output.borrow_mut());
+                if outbox.send(Ok(changes)).is_err() {
+                    break;
+                }
+            }
+            Err(TryRecvError::Empty) => {
+                worker.step_or_park(Some(PARK));
+                report_built(&mut in_flight);
+            }
+            Err(TryRecvError::Disconnected) => break,
+        }
+    }
+    input.close();
+    while worker.step_or_park(Some(PARK)) {}
+}

@@ -1,0 +1,269 @@
+//! Incremental maintenance: after any sequence of upserts and deletes, in one
+//! long-lived indexer or across restarts, the tables equal a from-scratch build
+//! of the final corpus, and an edit costs only the model calls of what changed.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use clap::Parser;
+use memweave_llm::{EmbedArgs, LlmArgs};
+use memweave_operators::build::BuildConfig;
+use memweave_operators::paginate::PageConfig;
+use memweave_operators::segment::SegmentConfig;
+use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
+use memweave_pipeline::source::{Source, SourceOptions};
+use memweave_tests::{Tables, index, read_calls, read_tables, stdout};
+use proptest::prelude::*;
+
+use super::shared::essay;
+
+#[derive(Parser)]
+struct ModelFlags {
+    #[command(flatten)]
+    llm: LlmArgs,
+    #[command(flatten)]
+    embed: EmbedArgs,
+}
+
+/// Small sizes, so a few paragraphs make several segments, pages and tree
+/// levels, and the corpus-level trees on.
+fn options(source: &Path, tables: &Path) -> IndexOptions {
+    let flags = ModelFlags::parse_from(["memweave"]);
+    IndexOptions {
+        source: source.to_string_lossy().into_owned(),
+        source_options: SourceOptions::default(),
+        tables: tables.to_string_lossy().into_owned(),
+        storage_options: HashMap::new(),
+        workers: 2,
+        build: BuildConfig {
+            corpus_tree: true,
+            ..BuildConfig::new(
+                SegmentConfig::around(60),
+                PageConfig {
+                    min_words: 40,
+                    max_words: 120,
+                    gist_word_budget: 0,
+                },
+                3,
+            )
+        },
+        llm: flags.llm,
+        embed: flags.embed,
+        interactive: false,
+    }
+}
+
+/// Row by row, ignoring what differs by history alone: when a document was
+/// first seen, how many versions it went through, and the checkpoint.
+fn comparable(t: &Tables) -> Tables {
+    let mut t = t.clone();
+    for d in &mut t.documents {
+        d.ingested_at = 0;
+        d.version = 0;
+    }
+    t.checkpoint.created_at = 0;
+    t.checkpoint.epoch = 0;
+    t.checkpoint.table_versions.clear();
+    t.checkpoint.source_positions.clear();
+    t
+}
+
+/// Paragraphs of four sentences of a real essay (its file has no blank lines),
+/// to compose documents from.
+fn paragraphs() -> Vec<String> {
+    let text = essay("addiction.txt").replace('\n', " ");
+    let sentences: Vec<&str> = text.split_inclusive(". ").collect();
+    sentences
+        .chunks(4)
+        .map(|s| s.concat().trim().to_string())
+        .take(12)
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Write document `doc` (a .txt or .md file) as these paragraphs.
+    Upsert {
+        doc: usize,
+        paras: Vec<usize>,
+    },
+    Delete {
+        doc: usize,
+    },
+    /// Write record `id` of the JSON Lines file as one paragraph.
+    UpsertRecord {
+        id: usize,
+        para: usize,
+    },
+    DeleteRecord {
+        id: usize,
+    },
+    /// Stop the indexer and start a new one over the same tables.
+    Restart,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..4usize, proptest::collection::vec(0..12usize, 1..5))
+            .prop_map(|(doc, paras)| Op::Upsert { doc, paras }),
+        2 => (0..4usize).prop_map(|doc| Op::Delete { doc }),
+        2 => (0..3usize, 0..12usize).prop_map(|(id, para)| Op::UpsertRecord { id, para }),
+        1 => (0..3usize).prop_map(|id| Op::DeleteRecord { id }),
+        1 => Just(Op::Restart),
+    ]
+}
+
+fn doc_path(source: &Path, doc: usize) -> std::path::PathBuf {
+    source.join(format!(
+        "doc{doc}.{}",
+        if doc.is_multiple_of(2) { "txt" } else { "md" }
+    ))
+}
+
+fn write_records(source: &Path, records: &BTreeMap<usize, usize>, paras: &[String]) {
+    let path = source.join("records.jsonl");
+    if records.is_empty() {
+        let _ = std::fs::remove_file(path);
+        return;
+    }
+    let lines: Vec<String> = records
+        .iter()
+        .map(|(id, para)| {
+            serde_json::json!({"id": format!("r{id}"), "text": paras[*para]}).to_string()
+        })
+        .collect();
+    std::fs::write(path, lines.join("\n")).unwrap();
+}
+
+fn incremental_equals_scratch(ops: &[Op]) {
+    let paras = paragraphs();
+    let dir = tempfile::tempdir().unwrap();
+    let (source, tables, scratch) = (
+        dir.path().join("source"),
+        dir.path().join("incremental"),
+        dir.path().join("scratch"),
+    );
+    std::fs::create_dir(&source).unwrap();
+    // A corpus to start from, so every op has something to change or delete.
+    for doc in 0..4 {
+        std::fs::write(doc_path(&source, doc), paras[doc * 3..][..3].join("\n\n")).unwrap();
+    }
+    let mut records: BTreeMap<usize, usize> = [(0, 0), (1, 5)].into();
+    write_records(&source, &records, &paras);
+    let live = options(&source, &tables);
+    let files = Source::open(&live.source, &SourceOptions::default()).unwrap();
+    let mut indexer = Indexer::open(&live).unwrap();
+    indexer.index_files(&files).unwrap();
+    for op in ops {
+        match op {
+            Op::Upsert { doc, paras: chosen } => {
+                let text: Vec<&str> = chosen.iter().map(|&p| paras[p].as_str()).collect();
+                std::fs::write(doc_path(&source, *doc), text.join("\n\n")).unwrap();
+            }
+            Op::Delete { doc } => {
+                let _ = std::fs::remove_file(doc_path(&source, *doc));
+            }
+            Op::UpsertRecord { id, para } => {
+                records.insert(*id, *para);
+                write_records(&source, &records, &paras);
+            }
+            Op::DeleteRecord { id } => {
+                records.remove(id);
+                write_records(&source, &records, &paras);
+            }
+            Op::Restart => {
+                drop(indexer);
+                indexer = Indexer::open(&live).unwrap();
+            }
+        }
+        indexer.index_files(&files).unwrap();
+    }
+    drop(indexer);
+    run_index(&options(&source, &scratch)).unwrap();
+    let (incremental, scratch) = (read_tables(&tables), read_tables(&scratch));
+    assert!(!scratch.documents.is_empty());
+    assert_eq!(
+        comparable(&incremental),
+        comparable(&scratch),
+        "after {ops:?}"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 16,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Any sequence of upserts and deletes (of files and of JSON Lines
+    /// records), absorbed one round at a time by a live indexer or by one
+    /// restarted on the tables, leaves the tables a from-scratch build writes.
+    #[test]
+    fn incremental_rounds_equal_a_build_from_scratch(
+        ops in proptest::collection::vec(op(), 1..8)
+    ) {
+        incremental_equals_scratch(&ops);
+    }
+}
+
+/// Editing one paragraph of one essay makes model calls for that essay alone
+/// (its changed segments, their ancestors, its pages from the edit on, its
+/// entities), plus the graph's cross-document merges; the other essays' rows
+/// are untouched and cost nothing.
+#[test]
+fn an_edit_costs_only_the_calls_of_what_changed() {
+    let (dir, archive) = super::shared::archive_of(&["gap.txt", "founders.txt", "want.txt"]);
+    let tables = dir.path().join("memory");
+    index(&archive, &tables, &["--segment-tokens", "200"]);
+    let before = read_tables(&tables);
+    let calls_before: HashSet<String> = read_calls(&tables)
+        .into_iter()
+        .map(|c| c.call_key)
+        .collect();
+    let text = essay("gap.txt");
+    let edited = text.replacen("money", "a great deal of money, as it happens,", 1);
+    assert_ne!(edited, text);
+    std::fs::write(archive.join("gap.txt"), edited).unwrap();
+    let run = index(&archive, &tables, &["--segment-tokens", "200"]);
+    assert!(
+        stdout(&run).contains("(1 new or changed, 2 unchanged, 0 deleted)"),
+        "{}",
+        stdout(&run)
+    );
+    let after = read_tables(&tables);
+    let gap = &after
+        .documents
+        .iter()
+        .find(|d| d.source_uri.ends_with("gap.txt"))
+        .unwrap()
+        .doc_id;
+    let new_calls: Vec<_> = read_calls(&tables)
+        .into_iter()
+        .filter(|c| !calls_before.contains(&c.call_key))
+        .collect();
+    assert!(!new_calls.is_empty(), "the edit made no model call");
+    for call in &new_calls {
+        assert!(
+            call.doc_id.as_ref().is_none_or(|d| d == gap),
+            "a call for an unedited document: {} {:?}",
+            call.task,
+            call.doc_id
+        );
+    }
+    let gap_segments = before.segments.iter().filter(|s| &s.doc_id == gap).count();
+    let per_doc_calls = new_calls.iter().filter(|c| c.doc_id.is_some()).count();
+    assert!(
+        per_doc_calls < gap_segments,
+        "{per_doc_calls} calls for the edit, {gap_segments} segments in the essay"
+    );
+    // The other essays' rows are the same rows.
+    let others = |t: &Tables| -> Vec<memweave_schemas::SegmentRow> {
+        t.segments
+            .iter()
+            .filter(|s| &s.doc_id != gap)
+            .cloned()
+            .collect()
+    };
+    assert_eq!(others(&before), others(&after));
+}

@@ -1,0 +1,230 @@
+//! Kafka sources, through a real Kafka-protocol broker (tansu).
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use memweave_tests::{
+    KafkaBroker, Tables, index, memweave, read_calls, read_tables, stderr, stdout,
+};
+
+use super::shared::essay;
+
+fn upsert(doc_id: &str, text: &str) -> (String, String) {
+    let message = serde_json::json!({
+        "doc_id": doc_id, "op": "upsert", "text": text, "metadata": {"title": doc_id}
+    });
+    (doc_id.to_string(), message.to_string())
+}
+
+fn delete(doc_id: &str) -> (String, String) {
+    let message = serde_json::json!({"doc_id": doc_id, "op": "delete"});
+    (doc_id.to_string(), message.to_string())
+}
+
+fn produce(broker: &KafkaBroker, messages: &[(String, String)]) {
+    let refs: Vec<(&str, String)> = messages
+        .iter()
+        .map(|(k, m)| (k.as_str(), m.clone()))
+        .collect();
+    broker.produce("docs", &refs);
+}
+
+fn index_topic(broker: &KafkaBroker, tables: &Path) -> std::process::Output {
+    let url = format!("kafka://{}/docs", broker.brokers);
+    let args = ["index", &url, "--group", "indexer"];
+    let output = memweave(
+        args.iter()
+            .map(|a| a.to_string())
+            .chain(["--out".to_string(), tables.to_string_lossy().into_owned()]),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    output
+}
+
+/// The per-document memories, which depend on the documents' ids and texts
+/// alone (not on where they came from).
+fn memories(t: &Tables) -> impl PartialEq + std::fmt::Debug {
+    (
+        t.segments.clone(),
+        t.tree_nodes.clone(),
+        t.pages.clone(),
+        t.entities.clone(),
+        t.relations.clone(),
+    )
+}
+
+/// Upserts (inline text and by uri), deletes and malformed messages flow from
+/// the topic into the tables; a second run resumes at the checkpoint's offsets,
+/// absorbs an edit and a delete, and leaves the memories a build of the same
+/// texts from files gives. The consumer group's offsets follow each commit.
+#[test]
+fn kafka_upserts_deletes_and_bad_messages_reach_the_tables() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("docs", 3);
+    let dir = tempfile::tempdir().unwrap();
+    let tables = dir.path().join("memory");
+    let want = dir.path().join("want.md");
+    std::fs::write(&want, essay("want.txt")).unwrap();
+    let by_uri = serde_json::json!({
+        "doc_id": "want.md", "op": "upsert", "uri": want.to_string_lossy()
+    });
+    produce(
+        &broker,
+        &[
+            upsert("gap.txt", &essay("gap.txt")),
+            upsert("founders.txt", &essay("founders.txt")),
+            ("want.md".into(), by_uri.to_string()),
+            ("junk".into(), "this is not JSON".into()),
+            ("x".into(), r#"{"doc_id": "x", "op": "rename"}"#.into()),
+            upsert("short-lived", "A document deleted right after it arrived."),
+            delete("short-lived"),
+        ],
+    );
+    index_topic(&broker, &tables);
+    let first = read_tables(&tables);
+    let mut titles: Vec<&str> = first.documents.iter().map(|d| d.title.as_str()).collect();
+    titles.sort();
+    assert_eq!(titles, ["founders.txt", "gap.txt", "want.md"]);
+    assert!(
+        first
+            .documents
+            .iter()
+            .all(|d| d.source_uri.starts_with("kafka:docs/"))
+    );
+    let bad: Vec<(&str, &str)> = first
+        .errors
+        .iter()
+        .map(|e| (e.kind.as_str(), e.source.as_str()))
+        .collect();
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(bad.iter().all(|(kind, source)| *kind == "bad_message"
+        && source.starts_with("kafka:docs/")
+        && source.split('/').count() == 3));
+    let positions: serde_json::Value =
+        serde_json::from_str(&first.checkpoint.source_positions).unwrap();
+    let offsets = positions["offsets"].as_object().unwrap();
+    let consumed: i64 = offsets.values().map(|o| o.as_i64().unwrap()).sum();
+    assert_eq!(consumed, 7, "{positions}");
+    let committed = broker.committed("indexer", "docs", 3);
+    for (p, o) in offsets {
+        let p: i32 = p.parse().unwrap();
+        let at = committed.get(&p).copied().unwrap_or(0);
+        assert_eq!(at, o.as_i64().unwrap(), "partition {p}");
+    }
+    let calls_before: HashSet<String> = read_calls(&tables)
+        .into_iter()
+        .map(|c| c.call_key)
+        .collect();
+
+    // An edit and a delete; the run reads only the new messages.
+    let edited = essay("gap.txt").replacen("money", "a great deal of money", 1);
+    produce(
+        &broker,
+        &[upsert("gap.txt", &edited), delete("founders.txt")],
+    );
+    let run = index_topic(&broker, &tables);
+    assert!(stdout(&run).contains("(2 messages)"), "{}", stdout(&run));
+    let second = read_tables(&tables);
+    let docs: Vec<(&str, u64)> = {
+        let mut d: Vec<(&str, u64)> = second
+            .documents
+            .iter()
+            .map(|d| (d.title.as_str(), d.version))
+            .collect();
+        d.sort();
+        d
+    };
+    assert_eq!(docs, [("gap.txt", 2), ("want.md", 1)]);
+    assert_eq!(
+        second.errors, first.errors,
+        "the bad messages stay reported"
+    );
+    let want_id = &second
+        .documents
+        .iter()
+        .find(|d| d.title == "want.md")
+        .unwrap()
+        .doc_id;
+    assert!(
+        read_calls(&tables)
+            .iter()
+            .filter(|c| !calls_before.contains(&c.call_key))
+            .all(|c| c.doc_id.as_ref() != Some(want_id)),
+        "the unchanged document cost model calls"
+    );
+
+    // The same texts as files: the same ids, so the same memories.
+    let files = dir.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    std::fs::write(files.join("gap.txt"), &edited).unwrap();
+    std::fs::write(files.join("want.md"), essay("want.txt")).unwrap();
+    let scratch = dir.path().join("scratch");
+    index(&files, &scratch, &[]);
+    let scratch = read_tables(&scratch);
+    assert_eq!(memories(&second), memories(&scratch));
+}
+
+/// A topic that does not exist is a one-line usage error.
+#[test]
+fn a_missing_topic_is_a_clear_error() {
+    let broker = KafkaBroker::start();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("kafka://{}/nowhere", broker.brokers);
+    let output = memweave([
+        "index",
+        &url,
+        "--out",
+        dir.path().join("m").to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("topic nowhere does not exist"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// `--follow` keeps consuming: a message produced while it runs reaches a
+/// checkpoint, and SIGTERM stops it with 130.
+#[test]
+fn follow_absorbs_messages_as_they_arrive_and_stops_on_sigterm() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("docs", 1);
+    produce(&broker, &[upsert("gap.txt", &essay("gap.txt"))]);
+    let dir = tempfile::tempdir().unwrap();
+    let tables = dir.path().join("memory");
+    let url = format!("kafka://{}/docs", broker.brokers);
+    let mut child = std::process::Command::new(memweave_tests::binary("memweave"))
+        .args(["--log-format", "json", "index", &url, "--follow", "--out"])
+        .arg(&tables)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let documents = |tables: &Path| -> usize {
+        if !tables.join("checkpoints.lance").exists() {
+            return 0;
+        }
+        read_tables(tables).documents.len()
+    };
+    let wait_for = |count: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while documents(&tables) != count {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never saw {count} documents"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    wait_for(1);
+    produce(&broker, &[upsert("founders.txt", &essay("founders.txt"))]);
+    wait_for(2);
+    let pid = child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+}
