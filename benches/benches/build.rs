@@ -50,6 +50,7 @@ fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary,
         llm: memweave_benches::llm_args(url),
         embed: EmbedArgs::default(),
         interactive: false,
+        cluster: memweave_pipeline::cluster::Cluster::default(),
     };
     let started = Instant::now();
     let summary = run_index(&options).unwrap();

@@ -156,6 +156,7 @@ fn index(source: &Path, tables: &Path) -> IndexSummary {
         llm: memweave_benches::llm_args(None),
         embed: embed_args(),
         interactive: false,
+        cluster: memweave_pipeline::cluster::Cluster::default(),
     };
     let summary = run_index(&options).unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);

@@ -11,6 +11,7 @@ use std::hash::Hash;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use differential_dataflow::AsCollection;
 use differential_dataflow::VecCollection;
 use differential_dataflow::input::{Input, InputSession};
 use memweave_operators::build::{BuildConfig, Document, MemoryRow, build_document};
@@ -27,6 +28,7 @@ use memweave_schemas::{
     DocumentRow, EntityRow, ErrorRow, PageRow, RelationRow, SegmentRow, TREE_MEMWALKER,
     TREE_RAPTOR, TreeNodeRow,
 };
+use timely::dataflow::operators::Exchange;
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
 
 use crate::async_map::map_async;
@@ -99,15 +101,20 @@ fn round_end(time: &u64) -> u64 {
 /// relation merging, corpus trees) see all of a round's epochs at the round's
 /// end: a bulk build resolves each name once, instead of once per epoch that
 /// added a document mentioning it (each time with a different prompt, which the
-/// cache cannot answer).
+/// cache cannot answer). With `gather`, every output row goes to worker 0.
 pub fn build(
     worker: &mut Worker,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
+    gather: bool,
     runtime: &tokio::runtime::Handle,
 ) -> (Handles, Rc<RefCell<WorkerOutput>>) {
     let output = Rc::new(RefCell::new(WorkerOutput::default()));
+    let sink = Sink {
+        output: Rc::clone(&output),
+        gather,
+    };
     let mut probe = ProbeHandle::new();
     let mut settled = ProbeHandle::new();
     let at = round_end;
@@ -222,21 +229,21 @@ pub fn build(
             _ => None,
         });
 
-        collect(document_rows, &output, |o| &mut o.documents, &mut probe);
-        collect(segments, &output, |o| &mut o.segments, &mut probe);
-        collect(pages, &output, |o| &mut o.pages, &mut probe);
-        collect(document_tree_nodes, &output, |o| &mut o.tree_nodes, &mut probe);
-        collect(doc_embeddings, &output, |o| &mut o.embeddings, &mut probe);
-        collect(duplicates.concat(build_errors), &output, |o| &mut o.errors, &mut probe);
+        sink.collect(document_rows, |o| &mut o.documents, &mut probe);
+        sink.collect(segments, |o| &mut o.segments, &mut probe);
+        sink.collect(pages, |o| &mut o.pages, &mut probe);
+        sink.collect(document_tree_nodes, |o| &mut o.tree_nodes, &mut probe);
+        sink.collect(doc_embeddings, |o| &mut o.embeddings, &mut probe);
+        sink.collect(duplicates.concat(build_errors), |o| &mut o.errors, &mut probe);
         // Across documents.
-        collect(entities, &output, |o| &mut o.entities, &mut settled);
-        collect(relations, &output, |o| &mut o.relations, &mut settled);
+        sink.collect(entities, |o| &mut o.entities, &mut settled);
+        sink.collect(relations, |o| &mut o.relations, &mut settled);
         if let Some(corpus) = corpus {
             let nodes = corpus.clone().flat_map(|row| match row {
                 MemoryRow::TreeNode(n) => Some(n),
                 _ => None,
             });
-            collect(nodes, &output, |o| &mut o.tree_nodes, &mut settled);
+            sink.collect(nodes, |o| &mut o.tree_nodes, &mut settled);
             embeddings = embeddings.concat(corpus.clone().flat_map(|row| match row {
                 MemoryRow::Embedding(e) => Some(e),
                 _ => None,
@@ -246,8 +253,8 @@ pub fn build(
                 _ => None,
             }));
         }
-        collect(embeddings, &output, |o| &mut o.embeddings, &mut settled);
-        collect(errors, &output, |o| &mut o.errors, &mut settled);
+        sink.collect(embeddings, |o| &mut o.embeddings, &mut settled);
+        sink.collect(errors, |o| &mut o.errors, &mut settled);
         input
     });
     let handles = Handles {
@@ -483,27 +490,41 @@ fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
     )
 }
 
-/// Accumulates a collection's updates into one map of the worker's output.
-fn collect<'scope, D>(
-    collection: VecCollection<'scope, u64, D, isize>,
-    output: &Rc<RefCell<WorkerOutput>>,
-    field: fn(&mut WorkerOutput) -> &mut HashMap<D, isize>,
-    probe: &mut ProbeHandle<u64>,
-) where
-    D: differential_dataflow::Data + Hash,
-{
-    let output = Rc::clone(output);
-    collection
-        .inspect(move |(row, _time, diff)| {
-            let mut output = output.borrow_mut();
-            let map = field(&mut output);
-            let count = map.entry(row.clone()).or_insert(0);
-            *count += diff;
-            if *count == 0 {
-                map.remove(row);
-            }
-        })
-        .probe_with(probe);
+/// Where output updates go: this worker's output maps, or (`gather`, when the
+/// workers span processes) worker 0's, so one process holds every row to write.
+struct Sink {
+    output: Rc<RefCell<WorkerOutput>>,
+    gather: bool,
+}
+
+impl Sink {
+    /// Accumulates a collection's updates into one map of the output.
+    fn collect<'scope, D>(
+        &self,
+        collection: VecCollection<'scope, u64, D, isize>,
+        field: fn(&mut WorkerOutput) -> &mut HashMap<D, isize>,
+        probe: &mut ProbeHandle<u64>,
+    ) where
+        D: differential_dataflow::ExchangeData + Hash,
+    {
+        let collection = if self.gather {
+            collection.inner.exchange(|_| 0).as_collection()
+        } else {
+            collection
+        };
+        let output = Rc::clone(&self.output);
+        collection
+            .inspect(move |(row, _time, diff)| {
+                let mut output = output.borrow_mut();
+                let map = field(&mut output);
+                let count = map.entry(row.clone()).or_insert(0);
+                *count += diff;
+                if *count == 0 {
+                    map.remove(row);
+                }
+            })
+            .probe_with(probe);
+    }
 }
 
 fn document_row(doc: &Document, seen: i64) -> DocumentRow {
@@ -586,7 +607,7 @@ mod tests {
         let guards = timely::execute(timely::Config::thread(), move |worker| {
             let model: Arc<dyn MemoryModel> = Arc::new(TaskModel::extractive());
             let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));
-            let (handles, output) = build(worker, &model, &embedder, config(), &handle);
+            let (handles, output) = build(worker, &model, &embedder, config(), false, &handle);
             let Handles {
                 mut input,
                 documents,

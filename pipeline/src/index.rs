@@ -22,6 +22,7 @@ use memweave_schemas::{
     RelationRow, SegmentRow, Table, TableRow, TableStore, TableVersion, TreeNodeRow, now_micros,
 };
 
+use crate::cluster::Cluster;
 use crate::progress::Progress;
 use crate::source::{Source, SourceOptions};
 use crate::state::{PreviousTables, RowChanges, TableChanges, TableState};
@@ -51,6 +52,8 @@ pub struct IndexOptions {
     pub embed: EmbedArgs,
     /// Draw a progress bar when stderr is a terminal.
     pub interactive: bool,
+    /// This process's place among the run's processes.
+    pub cluster: Cluster,
 }
 
 /// What a run did, for the closing summary.
@@ -63,6 +66,8 @@ pub struct IndexSummary {
     pub files: usize,
     /// What `files` counts: "files" or "messages".
     pub input_unit: &'static str,
+    /// False on a process other than 0 of a cluster: process 0 commits.
+    pub committed: bool,
     pub documents: usize,
     /// Documents new or changed since the previous checkpoint.
     pub changed: usize,
@@ -219,7 +224,11 @@ impl Indexer {
             .map_err(UsageError)?;
         runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache)));
         let previous = runtime
-            .block_on(previous_tables(&store, embedder.model()))
+            .block_on(previous_tables(
+                &store,
+                embedder.model(),
+                options.cluster.process == 0,
+            ))
             .with_context(|| format!("reading the last checkpoint under {}", store.root()))?;
         let versions = previous
             .iter()
@@ -231,7 +240,7 @@ impl Indexer {
             .collect();
         let progress = Arc::new(Mutex::new(Progress::new(0, false)));
         let workers = Workers::start(
-            timely::Config::process(options.workers.max(1)),
+            options.cluster.timely(options.workers.max(1)),
             model,
             Arc::clone(&embedder),
             options.build,
@@ -474,10 +483,18 @@ impl Indexer {
         }
         kept.append(&mut held);
         self.inputs = kept;
-        let total: usize = changes.iter().map(Vec::len).sum();
+        // Every process computes every change; each feeds its own workers' share.
+        let local = |peer: &usize| self.workers.is_local(*peer);
+        let total: usize = (0..changes.len())
+            .filter(local)
+            .map(|p| changes[p].len())
+            .sum();
         let progress = Progress::new(total as u64, self.options.interactive);
         *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
         for (peer, origins) in changes.into_iter().enumerate() {
+            if !self.workers.is_local(peer) {
+                continue;
+            }
             for batch in origins.chunks(ORIGINS_PER_EPOCH) {
                 let records: Vec<InputChange> = batch.iter().flatten().cloned().collect();
                 self.workers.send(round, peer, batch.len(), records)?;
@@ -508,12 +525,19 @@ impl Indexer {
             let known = (added.content_hash.clone(), added.version, added.ingested_at);
             self.versions.insert(added.doc_id.clone(), known);
         }
+        self.round += 1;
+        if self.options.cluster.process != 0 {
+            // Process 0 holds every row and commits; this one saves its calls.
+            self.runtime.block_on(self.cache.flush())?;
+            let mut summary = self.summary(&table_changes, 0, started);
+            summary.committed = false;
+            return Ok(summary);
+        }
         let epoch = self
             .runtime
             .block_on(self.commit(&table_changes, stale_vectors, positions))
             .with_context(|| format!("writing the tables under {}", self.store.root()))?;
         self.committed = true;
-        self.round += 1;
         Ok(self.summary(&table_changes, epoch, started))
     }
 
@@ -615,6 +639,7 @@ impl Indexer {
             epoch,
             files: 0,
             input_unit: "files",
+            committed: true,
             documents: state.documents.len(),
             changed: changes.documents.added.len(),
             deleted: changes
@@ -690,11 +715,20 @@ fn keys<R>(rows: &[R], key: impl Fn(&R) -> String) -> Vec<String> {
 
 /// The newest checkpoint's tables, after rolling back table versions written
 /// after it by a run that did not commit.
-async fn previous_tables(store: &TableStore, model: &str) -> anyhow::Result<Option<Previous>> {
+/// Only the process that commits (`roll_back`) rolls back.
+async fn previous_tables(
+    store: &TableStore,
+    model: &str,
+    roll_back: bool,
+) -> anyhow::Result<Option<Previous>> {
     let Some(checkpoint) = store.latest_checkpoint().await? else {
         return Ok(None);
     };
-    let rolled_back = store.roll_back_to(&checkpoint).await?;
+    let rolled_back = if roll_back {
+        store.roll_back_to(&checkpoint).await?
+    } else {
+        Vec::new()
+    };
     if !rolled_back.is_empty() {
         let names: Vec<&str> = rolled_back.iter().map(|t| t.name()).collect();
         tracing::warn!(

@@ -2,6 +2,7 @@
 //! every memory from a source, and the `memweave` command around it.
 
 mod async_map;
+pub mod cluster;
 pub mod dataflow;
 pub mod index;
 pub mod kafka;

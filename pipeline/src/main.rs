@@ -12,6 +12,7 @@ use memweave_operators::paginate::PageConfig;
 use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
+use memweave_pipeline::cluster::ClusterArgs;
 use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
 use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::source::SourceOptions;
@@ -65,7 +66,16 @@ enum Command {
     /// "uri" of an object holding it), "metadata": {"title"}} or {"doc_id",
     /// "op": "delete"}. Key them by doc_id. Offsets are kept in the checkpoint,
     /// so a re-run resumes where the last one committed.
+    ///
+    /// Across machines: start the same command on N hosts with -n N, -p 0…N-1
+    /// and -h HOSTFILE (their HOST:PORT addresses, one per line); on Kubernetes
+    /// the process index comes from the pod's ordinal and --peers names the
+    /// others. Process 0 writes the tables.
+    #[command(disable_help_flag = true)]
     Index {
+        /// Print help (-h is the hostfile, as for every timely program).
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
         /// File, directory or object-store URL to index.
         source: String,
         /// Endpoint of an S3-compatible server for an s3:// SOURCE (http:// allowed).
@@ -150,6 +160,8 @@ enum Command {
         llm: LlmArgs,
         #[command(flatten)]
         embed: EmbedArgs,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
     /// and pass back with --prompts DIR.
@@ -242,6 +254,8 @@ fn main() -> ExitCode {
     let interactive = matches!(cli.log_format, LogFormat::Text);
     let result = match cli.command {
         Command::Index {
+            help: _,
+            cluster,
             source,
             s3_endpoint,
             source_options,
@@ -267,64 +281,74 @@ fn main() -> ExitCode {
             llm,
             embed,
         } => {
-            let segments = SegmentConfig {
-                target_tokens: segment_tokens,
-                min_tokens: min_tokens.unwrap_or(SegmentConfig::around(segment_tokens).min_tokens),
-                max_tokens: max_tokens.unwrap_or(SegmentConfig::around(segment_tokens).max_tokens),
-            };
-            let pages = PageConfig {
-                min_words: page_min_words,
-                max_words: page_max_words,
-                gist_word_budget,
-            };
-            let options = IndexOptions {
-                source,
-                source_options: SourceOptions {
-                    s3_endpoint,
-                    options: source_options,
-                },
-                tables: out,
-                storage_options: storage_options.into_iter().collect(),
-                workers,
-                build: BuildConfig {
-                    memories,
-                    parent_max_tokens,
-                    corpus_tree,
-                    raptor: RaptorConfig {
-                        chunk_tokens,
-                        max_levels: raptor_max_levels,
-                        cluster_max_tokens,
-                        ..RaptorConfig::DEFAULT
+            cluster.resolve().map_err(anyhow::Error::from).and_then(|cluster| {
+                let segments = SegmentConfig {
+                    target_tokens: segment_tokens,
+                    min_tokens: min_tokens.unwrap_or(SegmentConfig::around(segment_tokens).min_tokens),
+                    max_tokens: max_tokens.unwrap_or(SegmentConfig::around(segment_tokens).max_tokens),
+                };
+                let pages = PageConfig {
+                    min_words: page_min_words,
+                    max_words: page_max_words,
+                    gist_word_budget,
+                };
+                let options = IndexOptions {
+                    source,
+                    source_options: SourceOptions {
+                        s3_endpoint,
+                        options: source_options,
                     },
-                    ..BuildConfig::new(segments, pages, max_children)
-                },
-                llm,
-                embed,
-                interactive,
-            };
-            let kafka = options.source.starts_with("kafka://");
-            match watch {
-                _ if follow && !kafka => Err(UsageError(
-                    "--follow is for kafka:// sources; use --watch SECONDS for files and objects"
-                        .into(),
-                )
-                .into()),
-                Some(_) if kafka => Err(UsageError(
-                    "--watch is for files and objects; use --follow for kafka:// sources".into(),
-                )
-                .into()),
-                None if kafka => {
-                    let kafka = KafkaOptions { group, follow };
-                    index_kafka(&options, &kafka, print_summary)
+                    tables: out,
+                    storage_options: storage_options.into_iter().collect(),
+                    workers,
+                    build: BuildConfig {
+                        memories,
+                        parent_max_tokens,
+                        corpus_tree,
+                        raptor: RaptorConfig {
+                            chunk_tokens,
+                            max_levels: raptor_max_levels,
+                            cluster_max_tokens,
+                            ..RaptorConfig::DEFAULT
+                        },
+                        ..BuildConfig::new(segments, pages, max_children)
+                    },
+                    llm,
+                    embed,
+                    interactive,
+                    cluster,
+                };
+                let kafka = options.source.starts_with("kafka://");
+                let several = options.cluster.processes() > 1;
+                match watch {
+                    _ if several && (kafka || follow || watch.is_some()) => Err(UsageError(
+                        "several processes (-n) index files and objects once; --watch, --follow \
+                         and kafka:// sources run in one process"
+                            .into(),
+                    )
+                    .into()),
+                    _ if follow && !kafka => Err(UsageError(
+                        "--follow is for kafka:// sources; use --watch SECONDS for files and objects"
+                            .into(),
+                    )
+                    .into()),
+                    Some(_) if kafka => Err(UsageError(
+                        "--watch is for files and objects; use --follow for kafka:// sources".into(),
+                    )
+                    .into()),
+                    None if kafka => {
+                        let kafka = KafkaOptions { group, follow };
+                        index_kafka(&options, &kafka, print_summary)
+                    }
+                    None => run_index(&options).map(|summary| print_summary(&summary)),
+                    Some(seconds) => memweave_pipeline::index::watch(
+                        &options,
+                        Duration::from_secs(seconds.max(1)),
+                        print_summary,
+                        interrupted_within,
+                    ),
                 }
-                None => run_index(&options).map(|summary| print_summary(&summary)),
-                Some(seconds) => memweave_pipeline::index::watch(
-                    &options,
-                    Duration::from_secs(seconds.max(1)),
-                    print_summary,
-                    interrupted_within,
-                ),
-            }
+            })
         }
         Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
             .map_err(|e| anyhow::Error::new(UsageError(format!("{}: {e}", dir.display()))))
@@ -409,6 +433,12 @@ fn print_summary(s: &IndexSummary) {
         .map(|(k, n)| format!("{k}: {n}"))
         .collect();
     let secs = s.wall.as_secs_f64();
+    if !s.committed {
+        println!(
+            "memweave index: this process's share built in {secs:.1}s; process 0 commits the tables"
+        );
+        return;
+    }
     println!(
         "memweave index: done in {secs:.1}s, committed epoch {}",
         s.epoch

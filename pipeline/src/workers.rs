@@ -42,6 +42,10 @@ pub struct Workers {
     senders: Vec<SyncSender<ToWorker>>,
     outputs: Receiver<anyhow::Result<WorkerOutput>>,
     guards: Option<timely::communication::initialize::WorkerGuards<()>>,
+    /// Global index of this process's first worker.
+    first: usize,
+    /// Workers of every process.
+    peers: usize,
     /// Input epochs handed out in the current round.
     epochs: u64,
 }
@@ -64,13 +68,19 @@ impl Workers {
         runtime: &tokio::runtime::Handle,
         progress: Arc<Mutex<Arc<Progress>>>,
     ) -> anyhow::Result<Workers> {
-        let local = match &config.communication {
-            CommunicationConfig::Thread => 1,
+        let (local, process, processes) = match &config.communication {
+            CommunicationConfig::Thread => (1, 0, 1),
             CommunicationConfig::Process(threads) | CommunicationConfig::ProcessBinary(threads) => {
-                *threads
+                (*threads, 0, 1)
             }
-            CommunicationConfig::Cluster { threads, .. } => *threads,
+            CommunicationConfig::Cluster {
+                threads,
+                process,
+                addresses,
+                ..
+            } => (*threads, *process, addresses.len()),
         };
+        let gather = processes > 1;
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..local).map(|_| mpsc::sync_channel(1)).unzip();
         let receivers: Mutex<Vec<Option<Receiver<ToWorker>>>> =
@@ -87,11 +97,14 @@ impl Workers {
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
             let Some(inbox) = inbox else { return };
-            let (handles, output) = dataflow::build(worker, &model, &embedder, build, &runtime);
+            let (handles, output) =
+                dataflow::build(worker, &model, &embedder, build, gather, &runtime);
             serve(worker, handles, &output, &inbox, &outbox, &progress);
         })
         .map_err(|e| anyhow::anyhow!("starting the dataflow workers: {e}"))?;
         Ok(Workers {
+            first: process * local,
+            peers: processes * local,
             senders,
             outputs,
             guards: Some(guards),
@@ -99,12 +112,19 @@ impl Workers {
         })
     }
 
+    /// Workers of every process: input is sharded over them all.
     pub fn peers(&self) -> usize {
-        self.senders.len()
+        self.peers
     }
 
-    /// Sends one epoch of `round`'s changes to `worker`; blocks while the worker
-    /// has too much in flight (backpressure on reading).
+    /// Whether worker `peer` (a global index) runs in this process.
+    pub fn is_local(&self, peer: usize) -> bool {
+        (self.first..self.first + self.senders.len()).contains(&peer)
+    }
+
+    /// Sends one epoch of `round`'s changes to `worker` (a global index of a
+    /// worker of this process); blocks while the worker has too much in flight
+    /// (backpressure on reading).
     pub fn send(
         &mut self,
         round: u64,
@@ -114,7 +134,7 @@ impl Workers {
     ) -> anyhow::Result<()> {
         let time = round_time(round, self.epochs);
         self.epochs += 1;
-        self.senders[worker]
+        self.senders[worker - self.first]
             .send(ToWorker::Changes {
                 time,
                 origins,

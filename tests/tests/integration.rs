@@ -5,6 +5,8 @@
 
 mod integration {
     pub mod bad_input;
+    pub mod cluster;
+    pub mod crash;
     pub mod external_readers;
     pub mod incremental;
     pub mod indexing;

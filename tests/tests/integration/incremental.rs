@@ -10,6 +10,7 @@ use memweave_llm::{EmbedArgs, LlmArgs};
 use memweave_operators::build::BuildConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::segment::SegmentConfig;
+use memweave_pipeline::cluster::Cluster;
 use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
 use memweave_pipeline::source::{Source, SourceOptions};
 use memweave_tests::{Tables, index, read_calls, read_tables, stdout};
@@ -50,6 +51,7 @@ fn options(source: &Path, tables: &Path) -> IndexOptions {
         llm: flags.llm,
         embed: flags.embed,
         interactive: false,
+        cluster: Cluster::default(),
     }
 }
 

@@ -59,7 +59,7 @@ fn memwalker_trees_have_the_configured_shape() {
 }
 
 /// Tables compared row by row, ignoring only ingestion times.
-fn comparable(t: &Tables) -> Tables {
+pub fn comparable(t: &Tables) -> Tables {
     let mut t = t.clone();
     for d in &mut t.documents {
         d.ingested_at = 0;
