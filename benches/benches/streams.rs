@@ -6,8 +6,9 @@
 //! and a live indexer absorbs it (`--watch`'s path), and a new process re-runs
 //! over the tables (a cron re-run's path). Prints model calls and wall time of
 //! each against the full build, the ratio, and the edit's calls by task.
-//! (b) pg-essays built by one process of one worker, then by two processes of
-//! one worker each (timely's cluster mode over loopback), fresh tables each.
+//! (b) pg-essays built by one process of one worker pinned to one core, then by
+//! two processes of one worker each, pinned to a core each (timely's cluster
+//! mode over loopback), fresh tables each.
 //! (c) the 1,000-document build killed (SIGKILL) half-way, then restarted:
 //! time from restart to committed, against the uninterrupted build.
 //!
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use memweave_llm::EmbedArgs;
 use memweave_operators::build::BuildConfig;
 use memweave_pipeline::cluster::Cluster;
-use memweave_pipeline::index::{IndexOptions, IndexSummary, Indexer, run_index};
+use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
 use memweave_pipeline::source::{Source, SourceOptions};
 use memweave_schemas::{LlmCallRow, TableStore};
 
@@ -66,10 +67,6 @@ fn thousand_documents(dir: &Path, count: usize) {
     }
 }
 
-fn made(summary: &IndexSummary) -> u64 {
-    summary.cache.calls - summary.cache.hits
-}
-
 fn calls(tables: &Path) -> Vec<LlmCallRow> {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = TableStore::local(tables).unwrap();
@@ -87,77 +84,64 @@ fn edit_cost(dir: &Path) {
     let started = Instant::now();
     let full = indexer.index_files(&files).unwrap();
     let full_wall = started.elapsed();
-    let before: HashSet<String> = calls(&tables).into_iter().map(|c| c.call_key).collect();
+    let built: HashSet<String> = calls(&tables).into_iter().map(|c| c.call_key).collect();
 
     let edited = source.join("doc0500.txt");
     let text = std::fs::read_to_string(&edited).unwrap();
-    let sentence_end = text.find(". ").unwrap();
-    let changed = format!(
-        "{} (as it turned out){}",
-        &text[..sentence_end],
-        &text[sentence_end..]
-    );
-    std::fs::write(&edited, changed).unwrap();
+    let at = text.find(". ").unwrap();
+    let edit = format!("{} (as it turned out){}", &text[..at], &text[at..]);
+    std::fs::write(&edited, &edit).unwrap();
     let started = Instant::now();
-    let live = indexer.index_files(&files).unwrap();
+    indexer.index_files(&files).unwrap();
     let live_wall = started.elapsed();
+    let after_live: Vec<LlmCallRow> = calls(&tables);
     let mut by_task: BTreeMap<String, usize> = BTreeMap::new();
-    for call in calls(&tables)
-        .into_iter()
-        .filter(|c| !before.contains(&c.call_key))
-    {
+    for call in after_live.iter().filter(|c| !built.contains(&c.call_key)) {
+        let scope = if call.doc_id.is_some() {
+            "document"
+        } else {
+            "corpus"
+        };
         *by_task
-            .entry(format!(
-                "{} ({})",
-                call.task,
-                if call.doc_id.is_some() {
-                    "document"
-                } else {
-                    "corpus"
-                }
-            ))
+            .entry(format!("{} ({scope})", call.task))
             .or_default() += 1;
     }
+    let live_calls = after_live.len() - built.len();
     drop(indexer);
 
-    // The same edit absorbed by a new process (the tables already hold it, so
-    // undo and redo it: re-run over the original, then over the edit).
+    // The same edit absorbed by a new process: undo it (a re-run over the
+    // original), then redo it in a process of its own.
     std::fs::write(&edited, &text).unwrap();
     run_index(&options).unwrap();
-    std::fs::write(
-        &edited,
-        format!(
-            "{} (as it turned out){}",
-            &text[..sentence_end],
-            &text[sentence_end..]
-        ),
-    )
-    .unwrap();
+    std::fs::write(&edited, &edit).unwrap();
+    let before_rerun = calls(&tables).len();
     let started = Instant::now();
-    let rerun = run_index(&options).unwrap();
+    run_index(&options).unwrap();
     let rerun_wall = started.elapsed();
+    let rerun_calls = calls(&tables).len() - before_rerun;
 
+    let ratio = |a: f64, b: f64| a / b;
     println!(
-        "(a) edit cost, {} documents, {} tokens",
+        "(a) edit cost: one sentence of one of {} documents ({} tokens)",
         full.documents, full.tokens
     );
     println!(
-        "    full build:        {:>6} model calls  {:>8.2} s",
-        made(&full),
+        "    full build:        {:>6} model calls  {:>8.3} s",
+        built.len(),
         full_wall.as_secs_f64()
     );
     println!(
-        "    edit, live:        {:>6} model calls  {:>8.3} s   calls {:.4} of the build, time {:.4}",
-        made(&live) - made(&full),
+        "    edit, live:        {:>6} model calls  {:>8.3} s   calls {:.5} of the build's, time {:.4}",
+        live_calls,
         live_wall.as_secs_f64(),
-        (made(&live) - made(&full)) as f64 / made(&full) as f64,
-        live_wall.as_secs_f64() / full_wall.as_secs_f64()
+        ratio(live_calls as f64, built.len() as f64),
+        ratio(live_wall.as_secs_f64(), full_wall.as_secs_f64())
     );
     println!(
-        "    edit, new process: {:>6} model calls  {:>8.3} s   time {:.4} of the build",
-        made(&rerun),
+        "    edit, new process: {:>6} model calls  {:>8.3} s   time {:.4} of the build's",
+        rerun_calls,
         rerun_wall.as_secs_f64(),
-        rerun_wall.as_secs_f64() / full_wall.as_secs_f64()
+        ratio(rerun_wall.as_secs_f64(), full_wall.as_secs_f64())
     );
     println!("    the live edit's calls by task: {by_task:?}");
 }
@@ -169,7 +153,28 @@ fn child(
     process: usize,
     addresses: &[String],
 ) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
+    pinned(None, source, tables, process, addresses)
+}
+
+/// [`child`], on one core (`taskset`) when `core` is given: one core per
+/// process, so the comparison is of processes, not of threads on shared cores.
+fn pinned(
+    core: Option<usize>,
+    source: &Path,
+    tables: &Path,
+    process: usize,
+    addresses: &[String],
+) -> std::process::Child {
+    let exe = std::env::current_exe().unwrap();
+    let mut command = match core {
+        Some(core) => {
+            let mut c = Command::new("taskset");
+            c.args(["-c", &core.to_string()]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    command
         .env(CHILD, "1")
         .env("SOURCE", source)
         .env("TABLES", tables)
@@ -207,7 +212,7 @@ fn scaling(dir: &Path) {
     let time = |tables: &Path, addresses: Vec<String>| -> Duration {
         let started = Instant::now();
         let processes: Vec<_> = (0..addresses.len().max(1))
-            .map(|p| child(&essays, tables, p, &addresses))
+            .map(|p| pinned(Some(p), &essays, tables, p, &addresses))
             .collect();
         for mut p in processes {
             assert!(p.wait().unwrap().success());
@@ -221,7 +226,7 @@ fn scaling(dir: &Path) {
     };
     let two = time(&dir.join("two"), (0..2).map(port).collect());
     println!(
-        "(b) pg-essays, 1 process x 1 worker: {:.2} s; 2 processes x 1 worker: {:.2} s; speed-up {:.2}x on {} cores",
+        "(b) pg-essays, 1 process x 1 worker on 1 core: {:.2} s; 2 processes x 1 worker, a core each: {:.2} s; speed-up {:.2}x ({} cores here)",
         one.as_secs_f64(),
         two.as_secs_f64(),
         one.as_secs_f64() / two.as_secs_f64(),

@@ -131,6 +131,9 @@ struct Previous {
 /// An indexing process: the model, the running dataflow workers, and what the
 /// tables hold.
 pub struct Indexer {
+    /// First, so the workers stop (dropped in field order) before the runtime
+    /// their futures run on.
+    workers: Workers,
     options: IndexOptions,
     runtime: tokio::runtime::Runtime,
     store: TableStore,
@@ -138,7 +141,6 @@ pub struct Indexer {
     embedder: Arc<dyn Embedder>,
     pool: Option<Arc<PoolClient>>,
     backend: String,
-    workers: Workers,
     progress: Arc<Mutex<Arc<Progress>>>,
     state: TableState,
     /// What the dataflow holds, by origin.
@@ -491,13 +493,23 @@ impl Indexer {
             .sum();
         let progress = Progress::new(total as u64, self.options.interactive);
         *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
-        for (peer, origins) in changes.into_iter().enumerate() {
-            if !self.workers.is_local(peer) {
-                continue;
-            }
-            for batch in origins.chunks(ORIGINS_PER_EPOCH) {
+        // Epoch by epoch, every worker of every process (each process computes
+        // the same count): a worker left behind would hold back everyone's
+        // progress, and with it their flow control.
+        let batches: Vec<Vec<&[Vec<InputChange>]>> = changes
+            .iter()
+            .map(|c| c.chunks(ORIGINS_PER_EPOCH).collect())
+            .collect();
+        let epochs = batches.iter().map(Vec::len).max().unwrap_or(0);
+        for epoch in 0..epochs {
+            for (peer, peer_batches) in batches.iter().enumerate() {
+                if !self.workers.is_local(peer) {
+                    continue;
+                }
+                let batch = peer_batches.get(epoch).copied().unwrap_or_default();
                 let records: Vec<InputChange> = batch.iter().flatten().cloned().collect();
-                self.workers.send(round, peer, batch.len(), records)?;
+                self.workers
+                    .send(round, epoch as u64, peer, batch.len(), records)?;
             }
         }
         let outputs = self.workers.finish_round(round)?;

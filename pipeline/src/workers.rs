@@ -46,8 +46,6 @@ pub struct Workers {
     first: usize,
     /// Workers of every process.
     peers: usize,
-    /// Input epochs handed out in the current round.
-    epochs: u64,
 }
 
 impl std::fmt::Debug for Workers {
@@ -108,7 +106,6 @@ impl Workers {
             senders,
             outputs,
             guards: Some(guards),
-            epochs: 0,
         })
     }
 
@@ -122,21 +119,21 @@ impl Workers {
         (self.first..self.first + self.senders.len()).contains(&peer)
     }
 
-    /// Sends one epoch of `round`'s changes to `worker` (a global index of a
-    /// worker of this process); blocks while the worker has too much in flight
-    /// (backpressure on reading).
+    /// Sends input epoch `epoch` of `round` to `worker` (a global index of a
+    /// worker of this process), with its changes (maybe none: every worker's
+    /// input must pass every epoch for any of them to complete). Blocks while
+    /// the worker has too much in flight (backpressure on reading).
     pub fn send(
         &mut self,
         round: u64,
+        epoch: u64,
         worker: usize,
         origins: usize,
         changes: Vec<InputChange>,
     ) -> anyhow::Result<()> {
-        let time = round_time(round, self.epochs);
-        self.epochs += 1;
         self.senders[worker - self.first]
             .send(ToWorker::Changes {
-                time,
+                time: round_time(round, epoch),
                 origins,
                 changes,
             })
@@ -145,7 +142,6 @@ impl Workers {
 
     /// Seals `round` on every worker and gathers what each table gained and lost.
     pub fn finish_round(&mut self, round: u64) -> anyhow::Result<Vec<WorkerOutput>> {
-        self.epochs = 0;
         let time = round_time(round + 1, 0);
         for sender in &self.senders {
             sender

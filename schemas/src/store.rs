@@ -106,7 +106,8 @@ impl TableStore {
             reason,
         };
         std::fs::create_dir_all(path).map_err(|e| fail(format!("cannot create: {e}")))?;
-        let probe = path.join(".memweave-write-probe");
+        // Named per process: the processes of a cluster check one root at once.
+        let probe = path.join(format!(".memweave-write-probe-{}", std::process::id()));
         std::fs::write(&probe, b"probe").map_err(|e| fail(format!("cannot write: {e}")))?;
         std::fs::remove_file(&probe).map_err(|e| fail(format!("cannot write: {e}")))?;
         Ok(())

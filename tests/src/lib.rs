@@ -214,6 +214,26 @@ pub fn openai_flags(url: &str) -> Vec<String> {
     .collect()
 }
 
+/// A loopback port nothing listens on (for a server a test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Waits (up to 30 s) until `server` accepts connections on loopback `port`.
+fn wait_listening(port: u16, server: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{server} did not listen"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Access key and secret the S3 server accepts.
 pub const S3_ACCESS_KEY: &str = "memweave-test";
 pub const S3_SECRET_KEY: &str = "memweave-test-secret";
@@ -234,10 +254,7 @@ impl S3Server {
         for bucket in buckets {
             std::fs::create_dir(root.path().join(bucket)).expect("a bucket folder");
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let child = Command::new("s3s-fs")
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--access-key", S3_ACCESS_KEY, "--secret-key", S3_SECRET_KEY])
@@ -251,14 +268,7 @@ impl S3Server {
             endpoint: format!("http://127.0.0.1:{port}"),
             root,
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "s3s-fs did not listen"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_listening(port, "s3s-fs");
         server
     }
 
@@ -310,10 +320,7 @@ impl std::fmt::Debug for KafkaBroker {
 impl KafkaBroker {
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = free_port();
         let listener = format!("tcp://127.0.0.1:{port}");
         let child = Command::new("tansu")
             .args(["broker", "--listener-url", &listener])
@@ -330,11 +337,7 @@ impl KafkaBroker {
             brokers: format!("127.0.0.1:{port}"),
             _dir: dir,
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "tansu did not listen");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_listening(port, "tansu");
         broker
     }
 

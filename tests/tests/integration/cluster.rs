@@ -2,17 +2,10 @@
 
 use std::process::{Command, Stdio};
 
-use memweave_tests::{binary, index, read_tables, stderr, stdout};
+use memweave_tests::{binary, free_port, index, read_tables, stderr, stdout};
 
 use super::indexing::comparable;
 use super::shared::archive_of;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
 
 /// Two processes of one worker each, connected over loopback, write the tables
 /// one process with two workers writes.

@@ -171,3 +171,48 @@ fn html_markdown_and_json_lines_become_documents() {
     assert!(!html.text.contains('<') && !html.text.contains("hidden"));
     assert!(t.errors.is_empty(), "{:?}", t.errors);
 }
+
+/// Many changed files, all held by one worker (every other file of the
+/// listing): the other worker's input keeps pace epoch by epoch, so the busy
+/// one's flow control never waits on it forever.
+#[test]
+fn many_changes_on_one_worker_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, tables) = (dir.path().join("src"), dir.path().join("memory"));
+    std::fs::create_dir(&source).unwrap();
+    let write = |i: usize, word: &str| {
+        let text = format!("Note {i} is about the {word} harbour and its lighthouse keepers.");
+        std::fs::write(source.join(format!("note{i:03}.txt")), text).unwrap();
+    };
+    for i in 0..200 {
+        write(i, "old");
+    }
+    let run = |expected: &str| {
+        let mut child = std::process::Command::new(memweave_tests::binary("memweave"))
+            .args(["--log-format", "json", "index"])
+            .arg(&source)
+            .arg("--out")
+            .arg(&tables)
+            .args(["-w", "2", "--memories", "memwalker"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("the build did not finish: a worker waits forever");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success());
+        assert!(stdout(&output).contains(expected), "{}", stdout(&output));
+    };
+    run("(200 new or changed, 0 unchanged, 0 deleted)");
+    for i in (0..200).step_by(2) {
+        write(i, "new");
+    }
+    run("(100 new or changed, 100 unchanged, 0 deleted)");
+}

@@ -1,13 +1,14 @@
 //! Answers from the CLI and from the query service, with their traces.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memweave_llm::sim::{Fault, SimConfig};
 use memweave_query::{Answer, Strategy};
-use memweave_tests::{SimServer, binary, memweave, memweave_ok, openai_flags, read_tables, stderr};
+use memweave_tests::{
+    SimServer, binary, free_port, memweave, memweave_ok, openai_flags, read_tables, stderr,
+};
 
 use super::shared::{archive_of, pg_essays};
 
@@ -322,14 +323,6 @@ fn current_thread() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn serve(tables: &str) -> (Server, String) {
