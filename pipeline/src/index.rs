@@ -279,23 +279,19 @@ impl Indexer {
             .block_on(source.discover())
             .with_context(|| format!("listing {}", source.name()))?;
         let files = discovery.files;
-        // What the dataflow should hold for each file that need not be read.
-        let mut unchanged: HashMap<String, OriginInput> = match &self.previous {
+        // A process's first round carries the checkpoint's unchanged files over
+        // from the tables; later rounds hold them in the dataflow already.
+        let mut carried = match &self.previous {
             Some(previous) => carried_over(previous, &source.name(), &files),
-            None => self
-                .inputs
-                .iter()
-                .filter(|(key, input)| {
-                    let now = files.iter().find(|f| &f.key == *key);
-                    input.version.is_some() && now.is_some_and(|f| f.version == input.version)
-                })
-                .map(|(key, input)| (key.clone(), input.clone()))
-                .collect(),
+            None => HashMap::new(),
         };
-        let to_read: Vec<&SourceFile> = files
-            .iter()
-            .filter(|f| !unchanged.contains_key(&f.key))
-            .collect();
+        let held = |file: &SourceFile| {
+            let input = carried
+                .get(&file.key)
+                .or_else(|| self.inputs.get(&file.key));
+            input.is_some_and(|i| i.version.is_some() && i.version == file.version)
+        };
+        let to_read: Vec<&SourceFile> = files.iter().filter(|f| !held(f)).collect();
         tracing::info!(
             source = %source.name(),
             files = files.len(),
@@ -324,21 +320,24 @@ impl Indexer {
             }
             read_inputs.insert(file.key.clone(), input);
         }
-        // Keys are sharded across workers by their place in the listing.
-        let updates: Updates = files
-            .iter()
-            .enumerate()
-            .map(|(index, file)| {
-                let input = read_inputs
-                    .remove(&file.key)
-                    .or_else(|| unchanged.remove(&file.key))
-                    .unwrap_or_default();
-                (
-                    file.key.clone(),
-                    Some((index % self.workers.peers(), input)),
-                )
-            })
-            .collect();
+        // Keys are sharded across workers by their place in the listing; files
+        // held and unchanged are not updates, files gone are (`None`).
+        let mut updates: Updates = Updates::new();
+        for (index, file) in files.iter().enumerate() {
+            let input = read_inputs
+                .remove(&file.key)
+                .or_else(|| carried.remove(&file.key));
+            if let Some(input) = input {
+                let peer = index % self.workers.peers();
+                updates.insert(file.key.clone(), Some((peer, input)));
+            }
+        }
+        let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
+        for key in self.inputs.keys() {
+            if !listed.contains(key.as_str()) {
+                updates.insert(key.clone(), None);
+            }
+        }
         let listing_errors: Vec<ErrorRow> = discovery.rejected.iter().map(error_row).collect();
         let positions = serde_json::json!({
             "source": source.name(),
@@ -347,7 +346,6 @@ impl Indexer {
         });
         let mut summary = self.round_of(
             updates,
-            true,
             Some(listing_errors),
             positions.to_string(),
             started,
@@ -411,7 +409,7 @@ impl Indexer {
         positions: String,
         started: Instant,
     ) -> anyhow::Result<IndexSummary> {
-        self.round_of(updates, false, None, positions, started)
+        self.round_of(updates, None, positions, started)
     }
 
     /// A re-read document keeps its version and first-seen time when its content
@@ -431,15 +429,13 @@ impl Indexer {
         }
     }
 
-    /// Runs one round. `updates` gives origins' new inputs (and the worker that
-    /// holds each), `None` for an origin gone; with `complete`, origins not in
-    /// `updates` are gone too (a listing names every file), else they are
-    /// unchanged (a stream names only what it changes). `listing_errors`, when
-    /// given, replace the errors of the last listing.
+    /// Runs one round. `updates` gives the new inputs of the origins that
+    /// changed (and the worker that holds each), `None` for an origin gone;
+    /// origins not in it are unchanged. `listing_errors`, when given, replace
+    /// the errors of the last listing.
     fn round_of(
         &mut self,
         updates: Updates,
-        complete: bool,
         listing_errors: Option<Vec<ErrorRow>>,
         positions: String,
         started: Instant,
@@ -475,9 +471,6 @@ impl Indexer {
                 }
                 None => gone.push(old),
             }
-        }
-        if complete {
-            gone.extend(std::mem::take(&mut held).into_values());
         }
         for old in gone {
             count(&old.errors, -1);
