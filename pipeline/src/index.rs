@@ -675,16 +675,17 @@ impl Indexer {
 /// `old` lacks. An unchanged document (same content, version and first-seen
 /// time) is neither.
 fn record_changes(old: Vec<(Document, i64)>, new: &[(Document, i64)]) -> Vec<InputChange> {
+    let had: HashSet<&(Document, i64)> = old.iter().collect();
+    let inserted: Vec<InputChange> = new
+        .iter()
+        .filter(|r| !had.contains(r))
+        .map(|r| (r.clone(), 1))
+        .collect();
     let kept: HashSet<&(Document, i64)> = new.iter().collect();
-    let had: HashSet<(Document, i64)> = old.iter().cloned().collect();
     old.into_iter()
         .filter(|r| !kept.contains(r))
         .map(|r| (r, -1))
-        .chain(
-            new.iter()
-                .filter(|r| !had.contains(*r))
-                .map(|r| (r.clone(), 1)),
-        )
+        .chain(inserted)
         .collect()
 }
 

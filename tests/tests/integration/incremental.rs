@@ -56,17 +56,12 @@ fn options(source: &Path, tables: &Path) -> IndexOptions {
 }
 
 /// Row by row, ignoring what differs by history alone: when a document was
-/// first seen, how many versions it went through, and the checkpoint.
+/// first seen (and the checkpoint), and how many versions it went through.
 fn comparable(t: &Tables) -> Tables {
-    let mut t = t.clone();
+    let mut t = super::indexing::comparable(t);
     for d in &mut t.documents {
-        d.ingested_at = 0;
         d.version = 0;
     }
-    t.checkpoint.created_at = 0;
-    t.checkpoint.epoch = 0;
-    t.checkpoint.table_versions.clear();
-    t.checkpoint.source_positions.clear();
     t
 }
 
