@@ -3,6 +3,14 @@
 //! Kubernetes, from the environment (the StatefulSet ordinal in the host name,
 //! peers from the headless service's name pattern).
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
+use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
+
 use crate::UsageError;
 
 /// Port of a peer address when the pattern names none.
@@ -41,21 +49,122 @@ impl Cluster {
         self.addresses.len().max(1)
     }
 
-    /// The timely configuration of this process with `threads` workers.
-    pub fn timely(&self, threads: usize) -> timely::Config {
+    /// Timely's communication for this process's `threads` workers: threads
+    /// alone, or connected to every other process. The connections are made
+    /// here rather than by timely, whose connect and accept loops sleep a whole
+    /// second between tries (a second of every run's start) and print to stdout.
+    pub fn communication(&self, threads: usize) -> anyhow::Result<Communication> {
         if self.addresses.len() <= 1 {
-            return timely::Config::process(threads);
+            return timely::CommunicationConfig::Process(threads)
+                .try_build()
+                .map_err(|e| anyhow::anyhow!("starting the dataflow workers: {e}"));
         }
-        timely::Config {
-            communication: timely::CommunicationConfig::Cluster {
-                threads,
-                process: self.process,
-                addresses: self.addresses.clone(),
-                report: false,
-                zerocopy: false,
-            },
-            worker: timely::WorkerConfig::default(),
+        let sockets = self.connect()?;
+        let hooks = timely::communication::Hooks::default();
+        let local = ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), None);
+        let (builders, guard) =
+            initialize_networking_from_sockets(local, sockets, self.process, threads, hooks)
+                .map_err(|e| anyhow::anyhow!("starting the cluster's network threads: {e}"))?;
+        let builders = builders.into_iter().map(AllocatorBuilder::Tcp).collect();
+        Ok((builders, Box::new(guard)))
+    }
+
+    /// A stream to every other process (`None` at this one's place): this
+    /// process connects to those before it and accepts those after it, each
+    /// connection opened by the connecting process's index.
+    fn connect(&self) -> anyhow::Result<Vec<Option<TcpStream>>> {
+        let me = self.process;
+        let mut sockets: Vec<Option<TcpStream>> = Vec::new();
+        for (index, address) in self.addresses.iter().enumerate().take(me) {
+            let mut stream = patiently(
+                || match TcpStream::connect(address) {
+                    Ok(stream) => Ok(Some(stream)),
+                    Err(_) => Ok(None),
+                },
+                || format!("waiting for process {index} at {address}"),
+            )?;
+            stream.set_nodelay(true)?;
+            stream.write_all(&(me as u64).to_be_bytes())?;
+            sockets.push(Some(stream));
         }
+        sockets.push(None);
+        let later = self.addresses.len() - me - 1;
+        if later == 0 {
+            return Ok(sockets);
+        }
+        let address = &self.addresses[me];
+        let listener = TcpListener::bind(address)
+            .with_context(|| format!("process {me} cannot listen on {address}"))?;
+        listener.set_nonblocking(true)?;
+        let mut accepted: Vec<Option<TcpStream>> = (0..later).map(|_| None).collect();
+        while accepted.iter().any(Option::is_none) {
+            let mut stream = patiently(
+                || match listener.accept() {
+                    Ok((stream, _)) => Ok(Some(stream)),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                    Err(e) => Err(e.into()),
+                },
+                || format!("process {me} waiting on {address} for the processes after it"),
+            )?;
+            // A stray connection (a port probe) must not stop the wait.
+            match handshake(&mut stream, me, &accepted) {
+                Ok(slot) => accepted[slot] = Some(stream),
+                Err(e) => tracing::warn!("{address}: ignoring a connection: {e:#}"),
+            }
+        }
+        sockets.extend(accepted);
+        Ok(sockets)
+    }
+}
+
+/// Reads the index a connecting process sends first; returns its place among
+/// the processes after `me` still awaited.
+fn handshake(
+    stream: &mut TcpStream,
+    me: usize,
+    awaited: &[Option<TcpStream>],
+) -> anyhow::Result<usize> {
+    stream.set_nonblocking(false)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(HANDSHAKE))?;
+    let mut index = [0; 8];
+    stream.read_exact(&mut index)?;
+    stream.set_read_timeout(None)?;
+    let index = u64::from_be_bytes(index);
+    usize::try_from(index)
+        .ok()
+        .and_then(|i| i.checked_sub(me + 1))
+        .filter(|&slot| awaited.get(slot).is_some_and(Option::is_none))
+        .with_context(|| format!("it claims to be process {index}"))
+}
+
+/// Timely's allocators for this process's workers, and what must live as long
+/// as they do (the network threads).
+pub type Communication = (Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>);
+
+/// How often a process tries again to reach another that is not up yet.
+const RETRY: Duration = Duration::from_millis(20);
+/// How long an accepted connection may take to say which process it is.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+/// How often the wait is logged.
+const WAIT_REPORT: Duration = Duration::from_secs(10);
+
+/// Tries `attempt` every [`RETRY`] until it yields, logging `waiting()` now and
+/// then: peers start in any order (on Kubernetes, minutes apart).
+fn patiently<T>(
+    mut attempt: impl FnMut() -> anyhow::Result<Option<T>>,
+    waiting: impl Fn() -> String,
+) -> anyhow::Result<T> {
+    let mut reported = Instant::now();
+    loop {
+        if let Some(value) = attempt()? {
+            return Ok(value);
+        }
+        if reported.elapsed() >= WAIT_REPORT {
+            tracing::info!("{}", waiting());
+            reported = Instant::now();
+        }
+        std::thread::sleep(RETRY);
     }
 }
 
@@ -174,5 +283,53 @@ mod tests {
             ..ClusterArgs::default()
         };
         assert!(outside.resolve().is_err());
+    }
+
+    /// Three processes started in any order connect pairwise, each stream at
+    /// its peer's place; a stray connection to a listener is ignored.
+    #[test]
+    fn processes_connect_in_any_order_and_ignore_strays() {
+        let ports: Vec<u16> = (0..3)
+            .map(|_| {
+                let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+                listener.local_addr().unwrap().port()
+            })
+            .collect();
+        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let start = |process: usize| {
+            let cluster = Cluster {
+                process,
+                addresses: addresses.clone(),
+            };
+            std::thread::spawn(move || {
+                let mut sockets = cluster.connect().unwrap();
+                // Each says who it is on every stream, then hears who is there.
+                for socket in sockets.iter_mut().flatten() {
+                    socket.write_all(&[process as u8]).unwrap();
+                }
+                sockets
+                    .iter_mut()
+                    .map(|socket| {
+                        socket.as_mut().map(|s| {
+                            let mut peer = [0];
+                            s.read_exact(&mut peer).unwrap();
+                            peer[0]
+                        })
+                    })
+                    .collect::<Vec<Option<u8>>>()
+            })
+        };
+        let first = start(0);
+        let stray = loop {
+            if let Ok(stream) = TcpStream::connect(&addresses[0]) {
+                break stream;
+            }
+            std::thread::sleep(RETRY);
+        };
+        drop(stray);
+        let (last, middle) = (start(2), start(1));
+        assert_eq!(first.join().unwrap(), [None, Some(1), Some(2)]);
+        assert_eq!(middle.join().unwrap(), [Some(0), None, Some(2)]);
+        assert_eq!(last.join().unwrap(), [Some(0), Some(1), None]);
     }
 }

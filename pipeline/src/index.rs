@@ -66,8 +66,6 @@ pub struct IndexSummary {
     pub files: usize,
     /// What `files` counts: "files" or "messages".
     pub input_unit: &'static str,
-    /// False on a process other than 0 of a cluster: process 0 commits.
-    pub committed: bool,
     pub documents: usize,
     /// Documents new or changed since the previous checkpoint.
     pub changed: usize,
@@ -87,10 +85,23 @@ pub struct IndexSummary {
     pub embedder: (String, usize),
     pub errors: Vec<ErrorRow>,
     pub wall: Duration,
+    /// Where `wall` went.
+    pub stages: Stages,
     pub backend: String,
     pub cache: CacheReport,
     /// The pool's counters, with the openai backend.
     pub pool: Option<PoolReport>,
+}
+
+/// A round's wall time by stage.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stages {
+    /// Listing and reading files (or consuming messages), parsing, diffing.
+    pub read: Duration,
+    /// The dataflow: every memory built (model calls, embeddings, clustering).
+    pub build: Duration,
+    /// Merging the rows and writing the tables and the checkpoint.
+    pub write: Duration,
 }
 
 /// How big one kind of tree came out.
@@ -131,17 +142,8 @@ struct Previous {
 /// An indexing process: the model, the running dataflow workers, and what the
 /// tables hold.
 pub struct Indexer {
-    /// First, so the workers stop (dropped in field order) before the runtime
-    /// their futures run on.
-    workers: Workers,
+    engine: Engine,
     options: IndexOptions,
-    runtime: tokio::runtime::Runtime,
-    store: TableStore,
-    cache: Arc<CallCache>,
-    embedder: Arc<dyn Embedder>,
-    pool: Option<Arc<PoolClient>>,
-    backend: String,
-    progress: Arc<Mutex<Arc<Progress>>>,
     state: TableState,
     /// What the dataflow holds, by origin.
     inputs: BTreeMap<String, OriginInput>,
@@ -157,7 +159,7 @@ pub struct Indexer {
 impl std::fmt::Debug for Indexer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Indexer")
-            .field("tables", &self.store.root())
+            .field("tables", &self.engine.store.root())
             .field("round", &self.round)
             .finish_non_exhaustive()
     }
@@ -190,7 +192,7 @@ pub fn watch(
         if interrupted_within(every)? {
             return Err(Interrupted.into());
         }
-        let listed = indexer.runtime.block_on(source.discover())?;
+        let listed = indexer.engine.runtime.block_on(source.discover())?;
         if Source::versions(&listed.files) != versions {
             let summary = indexer.index_files(&source)?;
             report(&summary);
@@ -199,10 +201,25 @@ pub fn watch(
     }
 }
 
-impl Indexer {
-    /// Opens the tables (rolling back what a crashed run wrote after its last
-    /// checkpoint), the model and the embedder, and starts the workers.
-    pub fn open(options: &IndexOptions) -> anyhow::Result<Indexer> {
+/// What every indexing process runs: the tables' store, the model behind its
+/// call cache, the embedder, and the dataflow workers.
+struct Engine {
+    /// First, so the workers stop (dropped in field order) before the runtime
+    /// their futures run on.
+    workers: Workers,
+    runtime: tokio::runtime::Runtime,
+    store: TableStore,
+    cache: Arc<CallCache>,
+    embedder: Arc<dyn Embedder>,
+    pool: Option<Arc<PoolClient>>,
+    backend: String,
+    progress: Arc<Mutex<Arc<Progress>>>,
+}
+
+impl Engine {
+    /// Opens the store and the call cache, the model and the embedder, and
+    /// starts this process's workers (which, in a cluster, wait for the others).
+    fn start(options: &IndexOptions) -> anyhow::Result<Engine> {
         options.build.validate().map_err(UsageError)?;
         let store = TableStore::new(&options.tables, options.storage_options.clone())
             .map_err(|e| UsageError(e.to_string()))?;
@@ -224,14 +241,98 @@ impl Indexer {
         let embedder = runtime
             .block_on(options.embed.embedder(&options.llm, Arc::clone(&cache)))
             .map_err(UsageError)?;
-        runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache)));
-        let previous = runtime
-            .block_on(previous_tables(
-                &store,
-                embedder.model(),
-                options.cluster.process == 0,
-            ))
-            .with_context(|| format!("reading the last checkpoint under {}", store.root()))?;
+        // A cluster's process 0 must close the dataflow the others compute in,
+        // so it stops through its main thread rather than exiting from here.
+        let exit = options.cluster.processes() == 1 || options.cluster.process != 0;
+        runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache), exit));
+        let progress = Arc::new(Mutex::new(Progress::new(0, false)));
+        let workers = Workers::start(
+            &options.cluster,
+            options.workers.max(1),
+            model,
+            Arc::clone(&embedder),
+            options.build,
+            runtime.handle(),
+            Arc::clone(&progress),
+        )?;
+        Ok(Engine {
+            workers,
+            runtime,
+            store,
+            cache,
+            embedder,
+            pool,
+            backend,
+            progress,
+        })
+    }
+}
+
+/// What a process other than 0 of a cluster did.
+#[derive(Debug, Clone)]
+pub struct ComputeSummary {
+    pub process: usize,
+    pub processes: usize,
+    /// Rounds this process saw end (a round ending as process 0 stops may go
+    /// unseen).
+    pub rounds: usize,
+    pub wall: Duration,
+    pub backend: String,
+    pub cache: CacheReport,
+    pub pool: Option<PoolReport>,
+}
+
+/// A process other than 0 of a cluster: its workers build the memories of the
+/// documents the dataflow hashes to them, whatever the source (process 0 reads
+/// it, gathers the rows and commits), until process 0 stops. Model calls are
+/// saved to the shared `llm_calls` table at the end of every round.
+pub fn compute(options: &IndexOptions) -> anyhow::Result<ComputeSummary> {
+    let started = Instant::now();
+    let mut engine = Engine::start(options)?;
+    tracing::info!(
+        process = options.cluster.process,
+        processes = options.cluster.processes(),
+        "computing this process's share; process 0 reads the source and commits"
+    );
+    let (runtime, cache) = (&engine.runtime, &engine.cache);
+    let mut rounds = 0;
+    let mut saved = Ok(());
+    engine.workers.follow_rounds(|| {
+        rounds += 1;
+        if saved.is_ok() {
+            saved = runtime.block_on(cache.flush()).map(drop);
+        }
+    })?;
+    saved?;
+    runtime.block_on(cache.finish())?;
+    Ok(ComputeSummary {
+        process: options.cluster.process,
+        processes: options.cluster.processes(),
+        rounds,
+        wall: started.elapsed(),
+        backend: engine.backend.clone(),
+        cache: engine.cache.report(),
+        pool: engine.pool.as_ref().map(|p| p.report()),
+    })
+}
+
+impl Indexer {
+    /// Opens the tables (rolling back what a crashed run wrote after its last
+    /// checkpoint), the model and the embedder, and starts the workers. In a
+    /// cluster, this is process 0; the others run [`compute`].
+    pub fn open(options: &IndexOptions) -> anyhow::Result<Indexer> {
+        anyhow::ensure!(
+            options.cluster.process == 0,
+            "process {} of a cluster computes; process 0 indexes",
+            options.cluster.process
+        );
+        let engine = Engine::start(options)?;
+        let previous = engine
+            .runtime
+            .block_on(previous_tables(&engine.store, engine.embedder.model()))
+            .with_context(|| {
+                format!("reading the last checkpoint under {}", engine.store.root())
+            })?;
         let versions = previous
             .iter()
             .flat_map(|p| &p.tables.documents)
@@ -240,27 +341,11 @@ impl Indexer {
                 (d.doc_id.clone(), known)
             })
             .collect();
-        let progress = Arc::new(Mutex::new(Progress::new(0, false)));
-        let workers = Workers::start(
-            options.cluster.timely(options.workers.max(1)),
-            model,
-            Arc::clone(&embedder),
-            options.build,
-            runtime.handle(),
-            Arc::clone(&progress),
-        )?;
         Ok(Indexer {
             options: options.clone(),
             committed: previous.is_some(),
             previous,
-            runtime,
-            store,
-            cache,
-            embedder,
-            pool,
-            backend,
-            workers,
-            progress,
+            engine,
             state: TableState::default(),
             inputs: BTreeMap::new(),
             listing_errors: Vec::new(),
@@ -275,6 +360,7 @@ impl Indexer {
     pub fn index_files(&mut self, source: &Source) -> anyhow::Result<IndexSummary> {
         let started = Instant::now();
         let discovery = self
+            .engine
             .runtime
             .block_on(source.discover())
             .with_context(|| format!("listing {}", source.name()))?;
@@ -296,10 +382,10 @@ impl Indexer {
             source = %source.name(),
             files = files.len(),
             changed = to_read.len(),
-            workers = self.workers.peers(),
+            workers = self.engine.workers.feeds(),
             "indexing"
         );
-        let read: Vec<(&SourceFile, Result<Vec<u8>, String>)> = self.runtime.block_on(
+        let read: Vec<(&SourceFile, Result<Vec<u8>, String>)> = self.engine.runtime.block_on(
             futures::stream::iter(to_read)
                 .map(|file| async move { (file, source.read(file).await) })
                 .buffered(READS_IN_FLIGHT)
@@ -328,7 +414,7 @@ impl Indexer {
                 .remove(&file.key)
                 .or_else(|| carried.remove(&file.key));
             if let Some(input) = input {
-                let peer = index % self.workers.peers();
+                let peer = index % self.engine.workers.feeds();
                 updates.insert(file.key.clone(), Some((peer, input)));
             }
         }
@@ -356,14 +442,19 @@ impl Indexer {
         Ok(summary)
     }
 
-    /// Workers of this process.
-    pub fn peers(&self) -> usize {
-        self.workers.peers()
+    /// Whether Ctrl-C or SIGTERM came: the run must stop without committing more.
+    pub fn interrupted(&self) -> bool {
+        self.engine.cache.is_closing()
+    }
+
+    /// Workers that take input: this process's.
+    pub fn feeds(&self) -> usize {
+        self.engine.workers.feeds()
     }
 
     /// Runs `future` on the indexer's runtime.
     pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.runtime.block_on(future)
+        self.engine.runtime.block_on(future)
     }
 
     /// The last checkpoint's source positions, until the first round.
@@ -441,6 +532,7 @@ impl Indexer {
         started: Instant,
     ) -> anyhow::Result<IndexSummary> {
         let round = self.round;
+        let read = started.elapsed();
         let mut held = std::mem::take(&mut self.inputs);
         let mut ingest_errors: HashMap<ErrorRow, isize> = HashMap::new();
         let mut count = |errors: &[ErrorRow], diff: isize| {
@@ -455,7 +547,7 @@ impl Indexer {
         }
         // Each worker's changes, one entry per changed origin; retractions of
         // origins gone go to the first.
-        let mut changes: Vec<Vec<Vec<InputChange>>> = vec![Vec::new(); self.workers.peers()];
+        let mut changes: Vec<Vec<Vec<InputChange>>> = vec![Vec::new(); self.engine.workers.feeds()];
         let mut kept = BTreeMap::new();
         let mut gone = Vec::new();
         for (key, update) in updates {
@@ -478,17 +570,15 @@ impl Indexer {
         }
         kept.append(&mut held);
         self.inputs = kept;
-        // Every process computes every change; each feeds its own workers' share.
-        let local = |peer: &usize| self.workers.is_local(*peer);
-        let total: usize = (0..changes.len())
-            .filter(local)
-            .map(|p| changes[p].len())
-            .sum();
+        let total: usize = changes.iter().map(Vec::len).sum();
         let progress = Progress::new(total as u64, self.options.interactive);
-        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
-        // Epoch by epoch, every worker of every process (each process computes
-        // the same count): a worker left behind would hold back everyone's
-        // progress, and with it their flow control.
+        *self
+            .engine
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
+        // Epoch by epoch, every worker: one left behind would hold back
+        // everyone's progress, and with it their flow control.
         let batches: Vec<Vec<&[Vec<InputChange>]>> = changes
             .iter()
             .map(|c| c.chunks(ORIGINS_PER_EPOCH).collect())
@@ -496,22 +586,22 @@ impl Indexer {
         let epochs = batches.iter().map(Vec::len).max().unwrap_or(0);
         for epoch in 0..epochs {
             for (peer, peer_batches) in batches.iter().enumerate() {
-                if !self.workers.is_local(peer) {
-                    continue;
-                }
                 let batch = peer_batches.get(epoch).copied().unwrap_or_default();
                 let records: Vec<InputChange> = batch.iter().flatten().cloned().collect();
-                self.workers
+                self.engine
+                    .workers
                     .send(round, epoch as u64, peer, batch.len(), records)?;
             }
         }
-        let outputs = self.workers.finish_round(round)?;
+        let outputs = self.engine.workers.finish_round(round)?;
+        let build = started.elapsed() - read;
         progress.finish();
-        if self.cache.is_closing() {
+        if self.engine.cache.is_closing() {
             // Interrupted: documents whose calls were refused are not built, so
             // this state must not be committed. Save the calls and stop.
-            self.runtime
-                .block_on(self.cache.close(INTERRUPT_PATIENCE))?;
+            self.engine
+                .runtime
+                .block_on(self.engine.cache.close(INTERRUPT_PATIENCE))?;
             return Err(Interrupted.into());
         }
         let mut table_changes = self.state.apply(outputs, ingest_errors);
@@ -531,19 +621,19 @@ impl Indexer {
             self.versions.insert(added.doc_id.clone(), known);
         }
         self.round += 1;
-        if self.options.cluster.process != 0 {
-            // Process 0 holds every row and commits; this one saves its calls.
-            self.runtime.block_on(self.cache.flush())?;
-            let mut summary = self.summary(&table_changes, 0, started);
-            summary.committed = false;
-            return Ok(summary);
-        }
         let epoch = self
+            .engine
             .runtime
             .block_on(self.commit(&table_changes, stale_vectors, positions))
-            .with_context(|| format!("writing the tables under {}", self.store.root()))?;
+            .with_context(|| format!("writing the tables under {}", self.engine.store.root()))?;
         self.committed = true;
-        Ok(self.summary(&table_changes, epoch, started))
+        let mut summary = self.summary(&table_changes, epoch, started);
+        summary.stages = Stages {
+            read,
+            build,
+            write: summary.wall - read - build,
+        };
+        Ok(summary)
     }
 
     /// Applies one round's changes to the tables, then commits a checkpoint
@@ -555,10 +645,10 @@ impl Indexer {
         stale_vectors: Vec<String>,
         positions: String,
     ) -> anyhow::Result<u64> {
-        let store = &self.store;
+        let store = &self.engine.store;
         let whole = !self.committed;
         let state = &self.state;
-        let model = self.embedder.model();
+        let model = self.engine.embedder.model();
         let mut vector_keys = keys(&changes.embeddings.removed, |e| e.owner_id.clone());
         vector_keys.extend(stale_vectors);
         let added_vectors: Vec<EmbeddingRow> = changes
@@ -569,10 +659,12 @@ impl Indexer {
             .collect();
         let embeddings = if whole {
             let rows: Vec<EmbeddingRow> = state.embeddings.rows().map(|e| e.row(model)).collect();
-            store.write_embeddings(&rows, self.embedder.dim()).await?
+            store
+                .write_embeddings(&rows, self.engine.embedder.dim())
+                .await?
         } else {
             store
-                .apply_embedding_changes(&vector_keys, &added_vectors, self.embedder.dim())
+                .apply_embedding_changes(&vector_keys, &added_vectors, self.engine.embedder.dim())
                 .await?
         };
         let mut versions = vec![
@@ -613,7 +705,7 @@ impl Indexer {
                 version: embeddings,
             },
         ];
-        versions.push(match self.cache.finish().await? {
+        versions.push(match self.engine.cache.finish().await? {
             Some(version) => TableVersion {
                 table: Table::LlmCalls.name().to_string(),
                 version,
@@ -640,11 +732,10 @@ impl Indexer {
         let nodes: Vec<&TreeNodeRow> = state.tree_nodes.rows().collect();
         IndexSummary {
             source: String::new(),
-            tables: self.store.root().to_string(),
+            tables: self.engine.store.root().to_string(),
             epoch,
             files: 0,
             input_unit: "files",
-            committed: true,
             documents: state.documents.len(),
             changed: changes.documents.added.len(),
             deleted: changes
@@ -661,12 +752,16 @@ impl Indexer {
             entities: state.entities.len(),
             relations: state.relations.len(),
             embeddings: state.embeddings.len(),
-            embedder: (self.embedder.model().to_string(), self.embedder.dim()),
+            embedder: (
+                self.engine.embedder.model().to_string(),
+                self.engine.embedder.dim(),
+            ),
             errors,
             wall: started.elapsed(),
-            backend: self.backend.clone(),
-            cache: self.cache.report(),
-            pool: self.pool.as_ref().map(|p| p.report()),
+            stages: Stages::default(),
+            backend: self.engine.backend.clone(),
+            cache: self.engine.cache.report(),
+            pool: self.engine.pool.as_ref().map(|p| p.report()),
         }
     }
 }
@@ -721,20 +816,11 @@ fn keys<R>(rows: &[R], key: impl Fn(&R) -> String) -> Vec<String> {
 
 /// The newest checkpoint's tables, after rolling back table versions written
 /// after it by a run that did not commit.
-/// Only the process that commits (`roll_back`) rolls back.
-async fn previous_tables(
-    store: &TableStore,
-    model: &str,
-    roll_back: bool,
-) -> anyhow::Result<Option<Previous>> {
+async fn previous_tables(store: &TableStore, model: &str) -> anyhow::Result<Option<Previous>> {
     let Some(checkpoint) = store.latest_checkpoint().await? else {
         return Ok(None);
     };
-    let rolled_back = if roll_back {
-        store.roll_back_to(&checkpoint).await?
-    } else {
-        Vec::new()
-    };
+    let rolled_back = store.roll_back_to(&checkpoint).await?;
     if !rolled_back.is_empty() {
         let names: Vec<&str> = rolled_back.iter().map(|t| t.name()).collect();
         tracing::warn!(
@@ -845,8 +931,9 @@ fn file_of<'a>(uri: &str, files: &HashMap<&str, &'a SourceFile>) -> Option<&'a S
 
 /// On Ctrl-C or SIGTERM: start no new model calls, let those in flight finish (up
 /// to 30 s), append them all to `llm_calls` so a restarted build pays for none of
-/// them again, then exit with 130.
-async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
+/// them again, then (`exit`) exit with 130; else the main thread, seeing the
+/// cache closed, stops.
+async fn save_calls_when_interrupted(cache: Arc<CallCache>, exit: bool) {
     let interrupted = async {
         #[cfg(unix)]
         {
@@ -872,7 +959,9 @@ async fn save_calls_when_interrupted(cache: Arc<CallCache>) {
         ),
         Err(e) => tracing::error!("could not save the model calls: {e:#}"),
     }
-    std::process::exit(130);
+    if exit {
+        std::process::exit(130);
+    }
 }
 
 fn tree_shapes(nodes: &[&TreeNodeRow]) -> BTreeMap<String, TreeShape> {

@@ -27,9 +27,9 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::UsageError;
 use crate::index::{IndexOptions, IndexSummary, Indexer, OriginInput, Updates};
 use crate::source::Source;
+use crate::{Interrupted, UsageError};
 
 /// Most messages one round absorbs: a bound on a round's memory and on the work
 /// a crash makes a restart repeat (model calls excepted: they are cached).
@@ -165,7 +165,7 @@ pub fn index_kafka(
             next.entry(*p).or_insert(low);
         }
     }
-    let peers = indexer.peers();
+    let peers = indexer.feeds();
     let peer_of = |partition: i32| partition.unsigned_abs() as usize % peers;
     let mut updates = if previous.is_some() {
         indexer.carried_stream(|position| {
@@ -186,6 +186,9 @@ pub fn index_kafka(
         let started = Instant::now();
         let mut consumed = 0;
         while consumed < MESSAGES_PER_ROUND && !caught_up(&next) {
+            if indexer.interrupted() {
+                return Err(Interrupted.into());
+            }
             match consumer.poll(IDLE) {
                 None if kafka.follow && consumed > 0 => break,
                 None => continue,

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use memweave_llm::cache::CacheReport;
+use memweave_llm::pool::PoolReport;
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
 use memweave_operators::build::{BuildConfig, Memories};
 use memweave_operators::paginate::PageConfig;
@@ -13,7 +15,9 @@ use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::cluster::ClusterArgs;
-use memweave_pipeline::index::{IndexOptions, IndexSummary, error_kinds, run_index};
+use memweave_pipeline::index::{
+    ComputeSummary, IndexOptions, IndexSummary, compute, error_kinds, run_index,
+};
 use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::source::SourceOptions;
 use memweave_pipeline::{Interrupted, UsageError};
@@ -70,7 +74,9 @@ enum Command {
     /// Across machines: start the same command on N hosts with -n N, -p 0…N-1
     /// and -h HOSTFILE (their HOST:PORT addresses, one per line); on Kubernetes
     /// the process index comes from the pod's ordinal and --peers names the
-    /// others. Process 0 writes the tables.
+    /// others. Process 0 reads SOURCE (files, objects or Kafka; --watch and
+    /// --follow too) and writes the tables; the others build their share of
+    /// the memories and stop when process 0 does.
     #[command(disable_help_flag = true)]
     Index {
         /// Print help (-h is the hostfile, as for every timely program).
@@ -319,14 +325,7 @@ fn main() -> ExitCode {
                     cluster,
                 };
                 let kafka = options.source.starts_with("kafka://");
-                let several = options.cluster.processes() > 1;
                 match watch {
-                    _ if several && (kafka || follow || watch.is_some()) => Err(UsageError(
-                        "several processes (-n) index files and objects once; --watch, --follow \
-                         and kafka:// sources run in one process"
-                            .into(),
-                    )
-                    .into()),
                     _ if follow && !kafka => Err(UsageError(
                         "--follow is for kafka:// sources; use --watch SECONDS for files and objects"
                             .into(),
@@ -336,6 +335,9 @@ fn main() -> ExitCode {
                         "--watch is for files and objects; use --follow for kafka:// sources".into(),
                     )
                     .into()),
+                    _ if options.cluster.process != 0 => {
+                        compute(&options).map(|summary| print_compute_summary(&summary))
+                    }
                     None if kafka => {
                         let kafka = KafkaOptions { group, follow };
                         index_kafka(&options, &kafka, print_summary)
@@ -433,12 +435,6 @@ fn print_summary(s: &IndexSummary) {
         .map(|(k, n)| format!("{k}: {n}"))
         .collect();
     let secs = s.wall.as_secs_f64();
-    if !s.committed {
-        println!(
-            "memweave index: this process's share built in {secs:.1}s; process 0 commits the tables"
-        );
-        return;
-    }
     println!(
         "memweave index: done in {secs:.1}s, committed epoch {}",
         s.epoch
@@ -476,11 +472,39 @@ fn print_summary(s: &IndexSummary) {
             kinds.join(", ")
         );
     }
+    print_model(&s.backend, &s.cache, s.pool.as_ref());
     println!(
-        "  model       {}: {} calls, {} answered from the cache",
-        s.backend, s.cache.calls, s.cache.hits
+        "  time        read {:.1}s, build {:.1}s, write {:.1}s",
+        s.stages.read.as_secs_f64(),
+        s.stages.build.as_secs_f64(),
+        s.stages.write.as_secs_f64()
     );
-    if let Some(pool) = &s.pool {
+    println!(
+        "  throughput  {:.1} documents/s",
+        s.documents as f64 / secs.max(1e-3)
+    );
+}
+
+#[allow(clippy::print_stdout)]
+fn print_compute_summary(s: &ComputeSummary) {
+    println!(
+        "memweave index: process {} of {} stopped after {:.1}s ({} rounds seen end); process 0 read the source and committed the tables",
+        s.process,
+        s.processes,
+        s.wall.as_secs_f64(),
+        s.rounds
+    );
+    print_model(&s.backend, &s.cache, s.pool.as_ref());
+}
+
+/// The model's lines of a summary: calls, cache hits, and the pool's counters.
+#[allow(clippy::print_stdout)]
+fn print_model(backend: &str, cache: &CacheReport, pool: Option<&PoolReport>) {
+    println!(
+        "  model       {backend}: {} calls, {} answered from the cache",
+        cache.calls, cache.hits
+    );
+    if let Some(pool) = pool {
         println!(
             "  pool        {} requests ({} retried: {} rate-limited, {} server errors, {} timeouts, {} malformed; {} cut off by the output budget and asked again), {} tokens in, {} out, peak {} in flight",
             pool.requests,
@@ -495,10 +519,6 @@ fn print_summary(s: &IndexSummary) {
             pool.peak_in_flight
         );
     }
-    println!(
-        "  throughput  {:.1} documents/s",
-        s.documents as f64 / secs.max(1e-3)
-    );
 }
 
 fn ask(

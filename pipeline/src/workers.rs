@@ -1,6 +1,11 @@
 //! The dataflow's worker threads, kept alive across rounds: the main thread sends
 //! each worker its share of a round's input changes, then seals the round; each
 //! worker answers with the changes of its share of every table.
+//!
+//! In a cluster only process 0 feeds input (the dataflow spreads documents over
+//! every process's workers by document id) and gathers the output; the workers
+//! of the other processes close their inputs and compute until process 0 closes
+//! its own, reporting each round they see finished.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
@@ -10,9 +15,9 @@ use std::time::Duration;
 use memweave_operators::build::{BuildConfig, Document};
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
-use timely::CommunicationConfig;
 use timely::worker::Worker;
 
+use crate::cluster::Cluster;
 use crate::dataflow::{self, WorkerOutput, round_time};
 use crate::progress::Progress;
 
@@ -39,13 +44,12 @@ enum ToWorker {
 
 /// The running workers of one process.
 pub struct Workers {
+    /// Empty in a process other than 0: it takes no input.
     senders: Vec<SyncSender<ToWorker>>,
     outputs: Receiver<anyhow::Result<WorkerOutput>>,
     guards: Option<timely::communication::initialize::WorkerGuards<()>>,
-    /// Global index of this process's first worker.
-    first: usize,
-    /// Workers of every process.
-    peers: usize,
+    /// This process's workers.
+    local: usize,
 }
 
 impl std::fmt::Debug for Workers {
@@ -59,70 +63,76 @@ impl std::fmt::Debug for Workers {
 impl Workers {
     /// Starts `config`'s workers, each building the indexing dataflow.
     pub fn start(
-        config: timely::Config,
+        cluster: &Cluster,
+        local: usize,
         model: Arc<dyn MemoryModel>,
         embedder: Arc<dyn Embedder>,
         build: BuildConfig,
         runtime: &tokio::runtime::Handle,
         progress: Arc<Mutex<Arc<Progress>>>,
     ) -> anyhow::Result<Workers> {
-        let (local, process, processes) = match &config.communication {
-            CommunicationConfig::Thread => (1, 0, 1),
-            CommunicationConfig::Process(threads) | CommunicationConfig::ProcessBinary(threads) => {
-                (*threads, 0, 1)
-            }
-            CommunicationConfig::Cluster {
-                threads,
-                process,
-                addresses,
-                ..
-            } => (*threads, *process, addresses.len()),
-        };
-        let gather = processes > 1;
+        let process = cluster.process;
+        let gather = cluster.processes() > 1;
+        let feeds = if process == 0 { local } else { 0 };
         let (senders, receivers): (Vec<_>, Vec<_>) =
-            (0..local).map(|_| mpsc::sync_channel(1)).unzip();
+            (0..feeds).map(|_| mpsc::sync_channel(1)).unzip();
         let receivers: Mutex<Vec<Option<Receiver<ToWorker>>>> =
             Mutex::new(receivers.into_iter().map(Some).collect());
         let (output_sender, outputs) = mpsc::channel();
         let output_sender = Mutex::new(output_sender);
         let runtime = runtime.clone();
-        let guards = timely::execute(config, move |worker| {
-            // Global worker indices; this process's are consecutive.
-            let inbox =
-                receivers.lock().unwrap_or_else(|e| e.into_inner())[worker.index() % local].take();
+        let (builders, network) = cluster.communication(local)?;
+        let config = timely::WorkerConfig::default();
+        let guards = timely::execute::execute_from(builders, network, config, move |worker| {
             let outbox = output_sender
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            let Some(inbox) = inbox else { return };
             let (handles, output) =
                 dataflow::build(worker, &model, &embedder, build, gather, &runtime);
-            serve(worker, handles, &output, &inbox, &outbox, &progress);
+            if process != 0 {
+                return compute(worker, handles, &outbox);
+            }
+            // Global worker indices; process 0's are 0..local.
+            let inbox = receivers.lock().unwrap_or_else(|e| e.into_inner())[worker.index()].take();
+            if let Some(inbox) = inbox {
+                serve(worker, handles, &output, &inbox, &outbox, &progress);
+            }
         })
         .map_err(|e| anyhow::anyhow!("starting the dataflow workers: {e}"))?;
         Ok(Workers {
-            first: process * local,
-            peers: processes * local,
+            local,
             senders,
             outputs,
             guards: Some(guards),
         })
     }
 
-    /// Workers of every process: input is sharded over them all.
-    pub fn peers(&self) -> usize {
-        self.peers
+    /// Workers that take input (this process's, in process 0).
+    pub fn feeds(&self) -> usize {
+        self.senders.len()
     }
 
-    /// Whether worker `peer` (a global index) runs in this process.
-    pub fn is_local(&self, peer: usize) -> bool {
-        (self.first..self.first + self.senders.len()).contains(&peer)
+    /// In a process other than 0: waits for the rounds process 0 feeds, calling
+    /// `finished` once per round this process's workers have all seen end, and
+    /// returns when process 0 closes the input (or a worker fails).
+    pub fn follow_rounds(&mut self, mut finished: impl FnMut()) -> anyhow::Result<()> {
+        let mut reports = 0;
+        // Each worker drops its sender when its dataflow completes.
+        while let Ok(report) = self.outputs.recv() {
+            report?;
+            reports += 1;
+            if reports % self.local == 0 {
+                finished();
+            }
+        }
+        Ok(())
     }
 
-    /// Sends input epoch `epoch` of `round` to `worker` (a global index of a
-    /// worker of this process), with its changes (maybe none: every worker's
-    /// input must pass every epoch for any of them to complete). Blocks while
-    /// the worker has too much in flight (backpressure on reading).
+    /// Sends input epoch `epoch` of `round` to `worker`, with its changes (maybe
+    /// none: every worker's input must pass every epoch for any of them to
+    /// complete). Blocks while the worker has too much in flight (backpressure
+    /// on reading).
     pub fn send(
         &mut self,
         round: u64,
@@ -131,7 +141,7 @@ impl Workers {
         origins: usize,
         changes: Vec<InputChange>,
     ) -> anyhow::Result<()> {
-        self.senders[worker - self.first]
+        self.senders[worker]
             .send(ToWorker::Changes {
                 time: round_time(round, epoch),
                 origins,
@@ -244,4 +254,28 @@ fn serve(
     }
     input.close();
     while worker.step_or_park(Some(PARK)) {}
+}
+
+/// The loop of a worker of a process other than 0: no input of its own, it
+/// computes its share (documents hashed to it) and reports each round that
+/// ends, until process 0 closes its input and the dataflow completes.
+fn compute(
+    worker: &mut Worker,
+    handles: dataflow::Handles,
+    outbox: &Sender<anyhow::Result<WorkerOutput>>,
+) {
+    let dataflow::Handles {
+        input, everything, ..
+    } = handles;
+    input.close();
+    let mut round = 0;
+    while worker.step_or_park(Some(PARK)) {
+        // The first time no update of `round` can still arrive.
+        while !everything.less_than(&round_time(round + 1, 0)) && !everything.done() {
+            round += 1;
+            if outbox.send(Ok(WorkerOutput::default())).is_err() {
+                return;
+            }
+        }
+    }
 }

@@ -91,6 +91,57 @@ pub fn index(source: &Path, tables: &Path, extra: &[&str]) -> Output {
     memweave_ok(args)
 }
 
+/// A cluster of `processes` indexing processes over loopback: every one runs
+/// `memweave index ARGS -n N -p P -h HOSTFILE` (the hostfile written under
+/// `dir`), spawned with piped output; returns them in process order.
+pub fn spawn_cluster(dir: &Path, processes: usize, args: &[String]) -> Vec<std::process::Child> {
+    let hostfile = dir.join(format!("hosts-{}", free_port()));
+    let hosts: String = (0..processes)
+        .map(|_| format!("127.0.0.1:{}\n", free_port()))
+        .collect();
+    std::fs::write(&hostfile, hosts).expect("the hostfile is written");
+    (0..processes)
+        .map(|p| {
+            Command::new(binary("memweave"))
+                .args(["--log-format", "json", "index"])
+                .args(args)
+                .args(["-n", &processes.to_string(), "-p", &p.to_string(), "-h"])
+                .arg(&hostfile)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("memweave starts")
+        })
+        .collect()
+}
+
+/// Runs [`spawn_cluster`] to the end; insists every process succeeds.
+pub fn index_cluster(dir: &Path, processes: usize, args: &[String]) -> Vec<Output> {
+    spawn_cluster(dir, processes, args)
+        .into_iter()
+        .map(|child| {
+            let output = child.wait_with_output().expect("memweave runs");
+            assert!(output.status.success(), "{}", stderr(&output));
+            output
+        })
+        .collect()
+}
+
+/// The model calls a summary printed (`model  BACKEND: N calls, …`).
+pub fn calls_made(output: &Output) -> u64 {
+    let text = stdout(output);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("model "))
+        .unwrap_or_else(|| panic!("no model line in {text}"));
+    let (_, after) = line.split_once(": ").expect("model line has a colon");
+    after
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no call count in {line}"))
+}
+
 /// The tables of one checkpoint, read back with the project's own store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tables {
@@ -109,18 +160,20 @@ pub struct Tables {
 /// incremental rounds (deletes, then appends) a table's physical order reflects
 /// its history, not its content.
 pub fn read_tables(root: &Path) -> Tables {
+    try_read_tables(root).expect("a checkpoint was committed")
+}
+
+/// [`read_tables`], or `None` before the first checkpoint (the tables of a
+/// first build may exist, being written, before it commits).
+pub fn try_read_tables(root: &Path) -> Option<Tables> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
     runtime.block_on(async {
         let store = TableStore::local(root).expect("a store");
-        let checkpoint = store
-            .latest_checkpoint()
-            .await
-            .expect("checkpoints read")
-            .expect("a checkpoint was committed");
-        Tables {
+        let checkpoint = store.latest_checkpoint().await.expect("checkpoints read")?;
+        Some(Tables {
             documents: sorted(store.read_at(&checkpoint).await.expect("documents")),
             segments: sorted(store.read_at(&checkpoint).await.expect("segments")),
             tree_nodes: sorted(store.read_at(&checkpoint).await.expect("tree_nodes")),
@@ -130,7 +183,7 @@ pub fn read_tables(root: &Path) -> Tables {
             embeddings: sorted(store.read_at(&checkpoint).await.expect("embeddings")),
             errors: sorted(store.read_at(&checkpoint).await.expect("errors")),
             checkpoint,
-        }
+        })
     })
 }
 

@@ -4,9 +4,11 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use memweave_tests::{
-    KafkaBroker, Tables, index, memweave, read_calls, read_tables, stderr, stdout,
+    KafkaBroker, Tables, calls_made, index, index_cluster, memweave, read_calls, read_tables,
+    stderr, stdout, try_read_tables,
 };
 
+use super::indexing::comparable;
 use super::shared::essay;
 
 fn upsert(doc_id: &str, text: &str) -> (String, String) {
@@ -201,12 +203,8 @@ fn follow_absorbs_messages_as_they_arrive_and_stops_on_sigterm() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let documents = |tables: &Path| -> usize {
-        if !tables.join("checkpoints.lance").exists() {
-            return 0;
-        }
-        read_tables(tables).documents.len()
-    };
+    let documents =
+        |tables: &Path| -> usize { try_read_tables(tables).map_or(0, |t| t.documents.len()) };
     let wait_for = |count: usize| {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         while documents(&tables) != count {
@@ -227,4 +225,53 @@ fn follow_absorbs_messages_as_they_arrive_and_stops_on_sigterm() {
         .unwrap();
     assert!(killed.success());
     assert_eq!(child.wait().unwrap().code(), Some(130));
+}
+
+/// Two processes consume a topic as one does: the same tables after a first
+/// run and after a second that absorbs an edit and a delete.
+#[test]
+fn a_cluster_consumes_a_topic_as_one_process_does() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("docs", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    let url = format!("kafka://{}/docs", broker.brokers);
+    let run_both = || {
+        index_topic(&broker, &one);
+        let args: Vec<String> = [url.as_str(), "--group", "cluster", "--out"]
+            .iter()
+            .map(|a| a.to_string())
+            .chain([two.display().to_string(), "-w".into(), "1".into()])
+            .collect();
+        let outputs = index_cluster(dir.path(), 2, &args);
+        assert!(calls_made(&outputs[1]) > 0, "{}", stdout(&outputs[1]));
+        let (a, b) = (read_tables(&one), read_tables(&two));
+        assert_eq!(comparable(&a), comparable(&b));
+        b
+    };
+    produce(
+        &broker,
+        &[
+            upsert("gap.txt", &essay("gap.txt")),
+            upsert("founders.txt", &essay("founders.txt")),
+            upsert("want.txt", &essay("want.txt")),
+            ("junk".into(), "this is not JSON".into()),
+        ],
+    );
+    let first = run_both();
+    assert_eq!(first.documents.len(), 3);
+    assert_eq!(first.errors.len(), 1);
+    let edited = essay("gap.txt").replacen("money", "a great deal of money", 1);
+    produce(
+        &broker,
+        &[upsert("gap.txt", &edited), delete("founders.txt")],
+    );
+    let second = run_both();
+    let mut docs: Vec<(&str, u64)> = second
+        .documents
+        .iter()
+        .map(|d| (d.title.as_str(), d.version))
+        .collect();
+    docs.sort();
+    assert_eq!(docs, [("gap.txt", 2), ("want.txt", 1)]);
 }
