@@ -127,6 +127,29 @@ pub fn index_cluster(dir: &Path, processes: usize, args: &[String]) -> Vec<Outpu
         .collect()
 }
 
+/// What a running child prints, line by line.
+#[derive(Debug)]
+pub struct Printed(std::io::Lines<std::io::BufReader<std::process::ChildStdout>>);
+
+impl Printed {
+    /// Takes `child`'s piped stdout.
+    pub fn of(child: &mut std::process::Child) -> Self {
+        use std::io::BufRead;
+        let stdout = child.stdout.take().expect("stdout is piped");
+        Printed(std::io::BufReader::new(stdout).lines())
+    }
+
+    /// Reads until a line containing `text`; panics if the child exits first.
+    pub fn wait_for(&mut self, text: &str) {
+        for line in self.0.by_ref() {
+            if line.expect("stdout reads").contains(text) {
+                return;
+            }
+        }
+        panic!("the child exited before printing {text:?}");
+    }
+}
+
 /// The model calls a summary printed (`model  BACKEND: N calls, …`).
 pub fn calls_made(output: &Output) -> u64 {
     let text = stdout(output);

@@ -1,10 +1,9 @@
 //! Several indexing processes, one dataflow (timely's cluster mode).
 
-use std::io::{BufRead, BufReader};
 use std::process::Command;
 
 use memweave_tests::{
-    binary, calls_made, index, index_cluster, read_tables, spawn_cluster, stderr, stdout,
+    Printed, binary, calls_made, index, index_cluster, read_tables, spawn_cluster, stderr, stdout,
 };
 
 use super::indexing::comparable;
@@ -69,20 +68,12 @@ fn a_cluster_follows_a_watched_folder() {
         2,
         &args(&archive, &tables, &["-w", "1", "--watch", "1"]),
     );
-    let mut lines = BufReader::new(processes[0].stdout.take().unwrap()).lines();
-    let mut wait_for = |text: &str| {
-        for line in lines.by_ref() {
-            if line.unwrap().contains(text) {
-                return;
-            }
-        }
-        panic!("process 0 exited before printing {text:?}");
-    };
-    wait_for("committed epoch 1");
+    let mut printed = Printed::of(&mut processes[0]);
+    printed.wait_for("committed epoch 1");
     assert_eq!(read_tables(&tables).documents.len(), 3);
     std::fs::write(archive.join("vw.txt"), essay("vw.txt")).unwrap();
     std::fs::remove_file(archive.join("founders.txt")).unwrap();
-    wait_for("committed epoch 2");
+    printed.wait_for("committed epoch 2");
     let watched = read_tables(&tables);
     let fresh = dir.path().join("fresh");
     index(&archive, &fresh, &["-w", "2"]);

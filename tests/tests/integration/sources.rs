@@ -132,7 +132,6 @@ fn refused_credentials_are_a_clear_error() {
 /// stops on SIGTERM with exit code 130.
 #[test]
 fn watch_indexes_again_when_a_file_arrives_and_stops_on_sigterm() {
-    use std::io::{BufRead, BufReader};
     let (dir, source) = archive_of(&["gap.txt"]);
     let tables = dir.path().join("memory");
     let mut child = std::process::Command::new(memweave_tests::binary("memweave"))
@@ -145,19 +144,11 @@ fn watch_indexes_again_when_a_file_arrives_and_stops_on_sigterm() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut wait_for = |text: &str| {
-        for line in lines.by_ref() {
-            if line.unwrap().contains(text) {
-                return;
-            }
-        }
-        panic!("the watcher exited before printing {text:?}");
-    };
-    wait_for("committed epoch 1");
+    let mut printed = memweave_tests::Printed::of(&mut child);
+    printed.wait_for("committed epoch 1");
     assert_eq!(read_tables(&tables).documents.len(), 1);
     std::fs::write(source.join("vw.txt"), essay("vw.txt")).unwrap();
-    wait_for("committed epoch 2");
+    printed.wait_for("committed epoch 2");
     let after = read_tables(&tables);
     assert_eq!(after.checkpoint.epoch, 2);
     assert_eq!(after.documents.len(), 2);
