@@ -1,6 +1,7 @@
 //! The memweave indexing pipeline: a timely + differential dataflow that builds
 //! every memory from a source, and the `memweave` command around it.
 
+pub mod analytics;
 mod async_map;
 pub mod cluster;
 pub mod dataflow;

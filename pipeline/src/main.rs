@@ -14,6 +14,9 @@ use memweave_operators::paginate::PageConfig;
 use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
+use memweave_pipeline::analytics::catalog::Catalog;
+use memweave_pipeline::analytics::export::{self, ExportSummary};
+use memweave_pipeline::analytics::sql::{self, Format as SqlFormat};
 use memweave_pipeline::cluster::ClusterArgs;
 use memweave_pipeline::index::{
     ComputeSummary, IndexOptions, IndexSummary, compute, error_kinds, run_index,
@@ -168,6 +171,61 @@ enum Command {
         embed: EmbedArgs,
         #[command(flatten)]
         cluster: ClusterArgs,
+    },
+    /// Run a SQL query over the memory tables (DataFusion SQL).
+    ///
+    /// Every table of the newest checkpoint (or of --version EPOCH) is there by
+    /// name: documents, segments, tree_nodes, pages, entities, relations,
+    /// embeddings, llm_calls, errors, checkpoints. For example:
+    ///
+    ///   memweave sql "SELECT task, count(*), sum(tokens_in) FROM llm_calls GROUP BY task" --tables ./memory
+    ///
+    /// A query DataFusion refuses exits with 2 and DataFusion's message.
+    Sql {
+        /// The query.
+        query: String,
+        /// Root of the memory tables.
+        #[arg(long, env = "MEMWEAVE_TABLES")]
+        tables: String,
+        /// Query the tables as checkpoint EPOCH committed them (time travel).
+        #[arg(long, value_name = "EPOCH")]
+        version: Option<u64>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: SqlFormat,
+        /// Write the rows to FILE rather than stdout (required for parquet).
+        #[arg(long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Object-store setting KEY=VALUE for the tables; repeatable.
+        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        storage_options: Vec<(String, String)>,
+    },
+    /// Export every memory table of one checkpoint as Parquet (zstd): URL/TABLE.parquet.
+    ///
+    /// URL is a local folder or any object-store URL (s3://, gs://, az://,
+    /// file://), with credentials from the usual environment variables. The
+    /// files are readable by DuckDB, pandas/pyarrow and Spark, and carry the
+    /// checkpoint's epoch in their metadata (memweave.epoch).
+    Export {
+        /// Root of the memory tables.
+        #[arg(long, env = "MEMWEAVE_TABLES")]
+        tables: String,
+        /// Where to write the files.
+        #[arg(long, value_name = "URL")]
+        to: String,
+        #[arg(long, value_enum, default_value = "parquet")]
+        format: ExportFormat,
+        /// Export checkpoint EPOCH rather than the newest.
+        #[arg(long, value_name = "EPOCH")]
+        version: Option<u64>,
+        /// Endpoint of an S3-compatible server for an s3:// URL (http:// allowed).
+        #[arg(long, env = "MEMWEAVE_S3_ENDPOINT")]
+        s3_endpoint: Option<String>,
+        /// Object-store setting KEY=VALUE for URL; repeatable.
+        #[arg(long = "to-option", value_parser = parse_storage_option)]
+        to_options: Vec<(String, String)>,
+        /// Object-store setting KEY=VALUE for the tables; repeatable.
+        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        storage_options: Vec<(String, String)>,
     },
     /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
     /// and pass back with --prompts DIR.
@@ -352,6 +410,44 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::Sql {
+            query,
+            tables,
+            version,
+            format,
+            output,
+            storage_options,
+        } => analytics_runtime().and_then(|runtime| {
+            runtime.block_on(async {
+                let catalog = open_catalog(&tables, storage_options, version).await?;
+                let frame = sql::plan(&catalog, &query).await?;
+                let rows = sql::write(frame, format, output.as_deref()).await?;
+                if let Some(output) = &output {
+                    tracing::info!(rows, file = %output.display(), "wrote the query's rows");
+                }
+                Ok(())
+            })
+        }),
+        Command::Export {
+            tables,
+            to,
+            format: ExportFormat::Parquet,
+            version,
+            s3_endpoint,
+            to_options,
+            storage_options,
+        } => analytics_runtime().and_then(|runtime| {
+            runtime.block_on(async {
+                let catalog = open_catalog(&tables, storage_options, version).await?;
+                let options = SourceOptions {
+                    s3_endpoint,
+                    options: to_options,
+                };
+                let summary = export::export(&catalog, &to, &options).await?;
+                print_export(&summary);
+                Ok(())
+            })
+        }),
         Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
             .map_err(|e| anyhow::Error::new(UsageError(format!("{}: {e}", dir.display()))))
             .map(|()| tracing::info!(dir = %dir.display(), "wrote the built-in prompt templates")),
@@ -410,6 +506,36 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+    }
+}
+
+/// The formats `memweave export` writes.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    Parquet,
+}
+
+fn analytics_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+async fn open_catalog(
+    tables: &str,
+    storage_options: Vec<(String, String)>,
+    version: Option<u64>,
+) -> anyhow::Result<Catalog> {
+    let store = TableStore::new(tables, storage_options.into_iter().collect())
+        .map_err(|e| UsageError(e.to_string()))?;
+    Catalog::open(store, version).await
+}
+
+#[allow(clippy::print_stdout)]
+fn print_export(summary: &ExportSummary) {
+    println!("memweave export: checkpoint {}", summary.epoch);
+    for (file, rows) in &summary.files {
+        println!("  {rows:>9} rows  {file}");
     }
 }
 

@@ -25,6 +25,40 @@ pub struct SourceOptions {
     pub options: Vec<(String, String)>,
 }
 
+/// The object store behind `spec` (a URL, or with `local_paths` a local
+/// folder, created if missing) and the prefix in it, with settings from the
+/// cloud SDKs' environment variables and `options`. `what` names the flag in
+/// errors.
+pub fn object_store_at(
+    what: &str,
+    spec: &str,
+    options: &SourceOptions,
+    local_paths: bool,
+) -> Result<(Arc<dyn ObjectStore>, ObjectPath), UsageError> {
+    if local_paths && !spec.contains("://") {
+        std::fs::create_dir_all(spec).map_err(|e| UsageError(format!("{what} {spec}: {e}")))?;
+        let store = object_store::local::LocalFileSystem::new_with_prefix(spec)
+            .map_err(|e| UsageError(format!("{what} {spec}: {e}")))?;
+        return Ok((Arc::new(store), ObjectPath::default()));
+    }
+    let parsed = url::Url::parse(spec)
+        .map_err(|e| UsageError(format!("{what} {spec} is not a valid URL: {e}")))?;
+    let mut settings: Vec<(String, String)> = std::env::vars()
+        .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect();
+    if let Some(endpoint) = &options.s3_endpoint {
+        settings.push(("aws_endpoint".into(), endpoint.clone()));
+        if endpoint.starts_with("http://") {
+            settings.push(("aws_allow_http".into(), "true".into()));
+        }
+    }
+    settings.extend(options.options.iter().cloned());
+    let (store, prefix) = object_store::parse_url_opts(&parsed, settings)
+        .map_err(|e| UsageError(format!("{what} {spec}: {e}")))?;
+    Ok((Arc::from(store), prefix))
+}
+
 #[derive(Debug, Clone)]
 pub enum Source {
     Local(PathBuf),
@@ -52,24 +86,10 @@ impl Source {
             })?;
             return Ok(Source::Local(path));
         }
-        let parsed = url::Url::parse(spec)
-            .map_err(|e| UsageError(format!("source {spec} is not a valid URL: {e}")))?;
-        let mut settings: Vec<(String, String)> = std::env::vars()
-            .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
-            .map(|(k, v)| (k.to_ascii_lowercase(), v))
-            .collect();
-        if let Some(endpoint) = &options.s3_endpoint {
-            settings.push(("aws_endpoint".into(), endpoint.clone()));
-            if endpoint.starts_with("http://") {
-                settings.push(("aws_allow_http".into(), "true".into()));
-            }
-        }
-        settings.extend(options.options.iter().cloned());
-        let (store, prefix) = object_store::parse_url_opts(&parsed, settings)
-            .map_err(|e| UsageError(format!("source {spec}: {e}")))?;
+        let (store, prefix) = object_store_at("source", spec, options, false)?;
         Ok(Source::Objects {
             url: spec.trim_end_matches('/').to_string(),
-            store: Arc::from(store),
+            store,
             prefix,
         })
     }

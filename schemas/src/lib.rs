@@ -11,5 +11,5 @@ pub mod tables;
 
 pub use ids::content_id;
 pub use rows::*;
-pub use store::{StoreError, TableStore};
+pub use store::{StoreError, TableStore, to_batch};
 pub use tables::Table;

@@ -135,7 +135,7 @@ impl TableStore {
         if rows.len() < VECTOR_INDEX_MIN_ROWS {
             return Ok(version);
         }
-        let Some(mut dataset) = self.open(table, Some(version)).await? else {
+        let Some(mut dataset) = self.dataset(table, Some(version)).await? else {
             return Ok(version);
         };
         // About √n partitions: a query probes a few of them, each about √n vectors.
@@ -157,7 +157,7 @@ impl TableStore {
         let uri = self.table_uri(table);
         let schema = batch.schema();
         let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-        let exists = self.open(table, None).await?.is_some();
+        let exists = self.dataset(table, None).await?.is_some();
         let params = WriteParams {
             mode: if exists { mode } else { WriteMode::Create },
             store_params: Some(self.store_params()),
@@ -200,7 +200,7 @@ impl TableStore {
         removed: &[String],
         added: Option<RecordBatch>,
     ) -> Result<u64> {
-        let Some(mut dataset) = self.open(table, None).await? else {
+        let Some(mut dataset) = self.dataset(table, None).await? else {
             let batch = added.unwrap_or_else(|| RecordBatch::new_empty(table.schema()));
             return self.write_batch(table, batch, WriteMode::Create).await;
         };
@@ -231,7 +231,7 @@ impl TableStore {
             let Some(version) = checkpoint.version_of(table) else {
                 continue;
             };
-            let Some(latest) = self.open(table, None).await? else {
+            let Some(latest) = self.dataset(table, None).await? else {
                 continue;
             };
             if latest.version().version == version {
@@ -260,7 +260,7 @@ impl TableStore {
     /// The newest version of `table`, if it exists.
     pub async fn table_version(&self, table: Table) -> Result<Option<u64>> {
         Ok(self
-            .open(table, None)
+            .dataset(table, None)
             .await?
             .map(|dataset| dataset.version().version))
     }
@@ -279,7 +279,7 @@ impl TableStore {
         if keys.is_empty() {
             return Ok(found);
         }
-        let Some(dataset) = self.open(table, None).await? else {
+        let Some(dataset) = self.dataset(table, None).await? else {
             return Ok(found);
         };
         // Keys are content ids (hex); anything else cannot be in the table.
@@ -326,7 +326,7 @@ impl TableStore {
         column: &str,
         mut each: impl FnMut(&str),
     ) -> Result<()> {
-        let Some(dataset) = self.open(table, None).await? else {
+        let Some(dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
         let mut scan = dataset.scan();
@@ -351,7 +351,7 @@ impl TableStore {
     /// Creates the B-tree index on `column` of `table`, or folds the fragments
     /// appended since into it, so key lookups stay index-backed as the table grows.
     pub async fn index_key(&self, table: Table, column: &str) -> Result<()> {
-        let Some(mut dataset) = self.open(table, None).await? else {
+        let Some(mut dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
         let name = format!("{column}_btree");
@@ -382,7 +382,7 @@ impl TableStore {
     /// All rows of `R`'s table at `version` (the newest when `None`); no rows when
     /// the table does not exist yet.
     pub async fn read_rows<R: TableRow>(&self, version: Option<u64>) -> Result<Vec<R>> {
-        let Some(dataset) = self.open(R::TABLE, version).await? else {
+        let Some(dataset) = self.dataset(R::TABLE, version).await? else {
             return Ok(Vec::new());
         };
         let batches: Vec<RecordBatch> = dataset
@@ -443,7 +443,9 @@ impl TableStore {
         Ok(row)
     }
 
-    async fn open(&self, table: Table, version: Option<u64>) -> Result<Option<Dataset>> {
+    /// The Lance dataset of `table` (at `version`, else the newest), or `None`
+    /// where the table was never written.
+    pub async fn dataset(&self, table: Table, version: Option<u64>) -> Result<Option<Dataset>> {
         let uri = self.table_uri(table);
         let mut builder =
             DatasetBuilder::from_uri(&uri).with_storage_options(self.storage_options.clone());
@@ -500,7 +502,8 @@ fn embeddings_batch(rows: &[&EmbeddingRow], dim: usize) -> Result<RecordBatch> {
         .map_err(|source| StoreError::Rows { table, source })
 }
 
-fn to_batch<R: TableRow>(table: Table, rows: &[&R]) -> Result<RecordBatch> {
+/// `rows` of `table` as one Arrow batch with the table's declared schema.
+pub fn to_batch<R: TableRow>(table: Table, rows: &[&R]) -> Result<RecordBatch> {
     serde_arrow::to_record_batch(&table.fields(), &rows)
         .map_err(|source| StoreError::Rows { table, source })
 }

@@ -356,9 +356,16 @@ impl S3Server {
     /// Runs `memweave index URL --out TABLES --s3-endpoint …` with `secret` as
     /// the credentials' secret key (AWS_* in the environment, as users pass them).
     pub fn index(&self, url: &str, tables: &Path, secret: &str) -> Output {
+        let tables = tables.display().to_string();
+        self.memweave(&["index", url, "--out", &tables], secret)
+    }
+
+    /// Runs `memweave ARGS --s3-endpoint …` with `secret` as the credentials'
+    /// secret key.
+    pub fn memweave(&self, args: &[&str], secret: &str) -> Output {
         Command::new(binary("memweave"))
-            .args(["--log-format", "json", "index", url, "--out"])
-            .arg(tables)
+            .args(["--log-format", "json"])
+            .args(args)
             .args(["--s3-endpoint", &self.endpoint])
             .env("AWS_ACCESS_KEY_ID", S3_ACCESS_KEY)
             .env("AWS_SECRET_ACCESS_KEY", secret)

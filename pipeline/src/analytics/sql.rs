@@ -1,0 +1,137 @@
+//! `memweave sql`: one query over the tables of a checkpoint, written as a
+//! table, CSV, a JSON array of row objects, or Parquet.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::error::DataFusionError;
+use datafusion::prelude::DataFrame;
+use futures::StreamExt;
+use parquet::arrow::ArrowWriter;
+
+use super::catalog::Catalog;
+use super::export::writer_properties;
+use crate::UsageError;
+
+/// How `memweave sql` writes its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned columns for a terminal.
+    Table,
+    /// CSV with a header row.
+    Csv,
+    /// A JSON array of row objects (nulls written as null).
+    Json,
+    /// A Parquet file (needs --output).
+    Parquet,
+}
+
+/// Plans `sql` against the catalog. A query DataFusion refuses is a usage
+/// error carrying DataFusion's message.
+pub async fn plan(catalog: &Catalog, sql: &str) -> anyhow::Result<DataFrame> {
+    catalog.context.sql(sql).await.map_err(query_error)
+}
+
+/// Runs `frame` and writes its rows as `format` to `output` (stdout without
+/// one); returns how many rows were written.
+pub async fn write(frame: DataFrame, format: Format, output: Option<&Path>) -> anyhow::Result<u64> {
+    if format == Format::Parquet && output.is_none() {
+        return Err(UsageError("--format parquet writes a file: give --output FILE".into()).into());
+    }
+    let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+    let mut stream = frame.execute_stream().await.map_err(query_error)?;
+    let sink: Box<dyn Write + Send> = match output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|e| UsageError(format!("--output {}: {e}", path.display())))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout())),
+    };
+    let mut writer = RowWriter::new(format, sink, schema)?;
+    let mut rows = 0;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(query_error)?;
+        rows += batch.num_rows() as u64;
+        writer.write(batch)?;
+    }
+    writer.finish(rows)?;
+    Ok(rows)
+}
+
+/// A query's error: DataFusion's own message; exit code 2 unless reading the
+/// tables failed.
+fn query_error(error: DataFusionError) -> anyhow::Error {
+    match error {
+        DataFusionError::IoError(_)
+        | DataFusionError::ObjectStore(_)
+        | DataFusionError::External(_) => anyhow::Error::new(error).context("running the query"),
+        error => UsageError(error.to_string()).into(),
+    }
+}
+
+enum RowWriter {
+    /// Pretty-printing needs every row (column widths).
+    Table(Box<dyn Write + Send>, SchemaRef, Vec<RecordBatch>),
+    Csv(arrow::csv::Writer<Box<dyn Write + Send>>),
+    Json(arrow::json::Writer<Box<dyn Write + Send>, arrow::json::writer::JsonArray>),
+    Parquet(ArrowWriter<Box<dyn Write + Send>>),
+}
+
+impl RowWriter {
+    fn new(format: Format, sink: Box<dyn Write + Send>, schema: SchemaRef) -> anyhow::Result<Self> {
+        Ok(match format {
+            Format::Table => RowWriter::Table(sink, schema, Vec::new()),
+            Format::Csv => RowWriter::Csv(
+                arrow::csv::WriterBuilder::new()
+                    .with_header(true)
+                    .build(sink),
+            ),
+            Format::Json => RowWriter::Json(
+                arrow::json::WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build(sink),
+            ),
+            Format::Parquet => RowWriter::Parquet(ArrowWriter::try_new(
+                sink,
+                schema,
+                Some(writer_properties(None)),
+            )?),
+        })
+    }
+
+    fn write(&mut self, batch: RecordBatch) -> anyhow::Result<()> {
+        match self {
+            RowWriter::Table(_, _, batches) => batches.push(batch),
+            RowWriter::Csv(writer) => writer.write(&batch)?,
+            RowWriter::Json(writer) => writer.write(&batch)?,
+            RowWriter::Parquet(writer) => writer.write(&batch)?,
+        }
+        Ok(())
+    }
+
+    fn finish(self, rows: u64) -> anyhow::Result<()> {
+        match self {
+            RowWriter::Table(mut sink, schema, batches) => {
+                let table =
+                    arrow::util::pretty::pretty_format_batches_with_schema(schema, &batches)?;
+                writeln!(sink, "{table}")?;
+                writeln!(sink, "({rows} row{})", if rows == 1 { "" } else { "s" })?;
+                sink.flush()?;
+            }
+            RowWriter::Csv(writer) => writer.into_inner().flush()?,
+            RowWriter::Json(mut writer) => {
+                writer.finish()?;
+                let mut sink = writer.into_inner();
+                writeln!(sink)?;
+                sink.flush()?;
+            }
+            RowWriter::Parquet(writer) => {
+                writer.close()?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,280 @@
+//! `memweave sql` and `memweave export`: DataFusion over the tables of one
+//! checkpoint, and Parquet files other programs read back.
+
+use std::path::Path;
+use std::process::Command;
+
+use memweave_schemas::Table;
+use memweave_tests::{
+    S3_ACCESS_KEY, S3_SECRET_KEY, S3Server, Tables, index, memweave, memweave_ok, python,
+    read_calls, read_tables, stderr, stdout,
+};
+
+use super::shared::{archive_of, pg_essays};
+
+/// Rows of `query` as JSON objects.
+fn sql(tables: &Path, query: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args = vec![
+        "sql".to_string(),
+        query.to_string(),
+        "--tables".into(),
+        tables.display().to_string(),
+        "--format".into(),
+        "json".into(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let output = memweave_ok(args);
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&output)))
+}
+
+fn count(tables: &Path, table: &str, extra: &[&str]) -> u64 {
+    let rows = sql(tables, &format!("SELECT count(*) AS n FROM {table}"), extra);
+    rows[0]["n"].as_u64().unwrap()
+}
+
+/// Rows each table holds, as the project's own reader sees them.
+fn row_counts(t: &Tables, root: &Path) -> Vec<(&'static str, u64)> {
+    vec![
+        ("documents", t.documents.len() as u64),
+        ("segments", t.segments.len() as u64),
+        ("tree_nodes", t.tree_nodes.len() as u64),
+        ("pages", t.pages.len() as u64),
+        ("entities", t.entities.len() as u64),
+        ("relations", t.relations.len() as u64),
+        ("embeddings", t.embeddings.len() as u64),
+        ("llm_calls", read_calls(root).len() as u64),
+        ("errors", t.errors.len() as u64),
+        ("checkpoints", t.checkpoint.epoch),
+    ]
+}
+
+const PYLANCE_COUNTS: &str = r#"
+import json, sys, lance
+root, versions = sys.argv[1], json.loads(sys.argv[2])
+print(json.dumps({t: lance.dataset(f"{root}/{t}.lance", version=v).count_rows() for t, v in versions.items()}))
+"#;
+
+/// Every table is registered by name at the checkpoint's version: counts equal
+/// the tables' rows, pylance's count at the same versions, and a join and
+/// grouping agree with the rows they summarise.
+#[test]
+fn sql_sees_every_table_at_the_checkpoint() {
+    let built = pg_essays();
+    let t = &built.read;
+    let versions: serde_json::Map<String, serde_json::Value> = t
+        .checkpoint
+        .table_versions
+        .iter()
+        .map(|v| (v.table.clone(), v.version.into()))
+        .collect();
+    let output = Command::new(python())
+        .args([
+            "-c",
+            PYLANCE_COUNTS,
+            built.tables.to_str().unwrap(),
+            &serde_json::Value::Object(versions).to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let pylance: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for (table, rows) in row_counts(t, &built.tables) {
+        assert_eq!(count(&built.tables, table, &[]), rows, "{table}");
+        if table != "checkpoints" {
+            assert_eq!(pylance[table], rows, "pylance, {table}");
+        }
+    }
+    let per_doc = sql(
+        &built.tables,
+        "SELECT d.doc_id, count(s.seg_id) AS segments, sum(s.n_tokens) AS tokens \
+         FROM documents d JOIN segments s ON s.doc_id = d.doc_id \
+         GROUP BY d.doc_id ORDER BY tokens DESC, d.doc_id",
+        &[],
+    );
+    assert_eq!(per_doc.len(), t.documents.len());
+    let top = t
+        .documents
+        .iter()
+        .map(|d| {
+            let tokens: u64 = t
+                .segments
+                .iter()
+                .filter(|s| s.doc_id == d.doc_id)
+                .map(|s| u64::from(s.n_tokens))
+                .sum();
+            (tokens, std::cmp::Reverse(d.doc_id.clone()))
+        })
+        .max()
+        .unwrap();
+    assert_eq!(per_doc[0]["tokens"], top.0);
+    assert_eq!(per_doc[0]["doc_id"], top.1.0.as_str());
+}
+
+/// `--version EPOCH` queries the tables as an older checkpoint committed them;
+/// a query DataFusion refuses exits 2 with its message; parquet output is a
+/// file DuckDB reads.
+#[test]
+fn sql_travels_in_time_and_refuses_bad_queries() {
+    let (dir, archive) = archive_of(&["gap.txt", "founders.txt"]);
+    let tables = dir.path().join("memory");
+    index(&archive, &tables, &[]);
+    std::fs::remove_file(archive.join("founders.txt")).unwrap();
+    index(&archive, &tables, &[]);
+    assert_eq!(count(&tables, "documents", &[]), 1);
+    assert_eq!(count(&tables, "documents", &["--version", "1"]), 2);
+    assert_eq!(count(&tables, "checkpoints", &["--version", "1"]), 1);
+    assert_eq!(count(&tables, "checkpoints", &[]), 2);
+
+    let root = tables.display().to_string();
+    let bad = memweave(["sql", "SELEC 1", "--tables", &root]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("SQL error"), "{}", stderr(&bad));
+    let unknown = memweave(["sql", "SELECT nope FROM documents", "--tables", &root]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(stderr(&unknown).contains("nope"), "{}", stderr(&unknown));
+    let gone = memweave(["sql", "SELECT 1", "--tables", &root, "--version", "9"]);
+    assert_eq!(gone.status.code(), Some(2));
+    assert!(
+        stderr(&gone).contains("checkpoints are 1 to 2"),
+        "{}",
+        stderr(&gone)
+    );
+
+    let file = dir.path().join("segments.parquet");
+    memweave_ok([
+        "sql",
+        "SELECT seg_id, n_tokens FROM segments",
+        "--tables",
+        &root,
+        "--format",
+        "parquet",
+        "--output",
+        file.to_str().unwrap(),
+    ]);
+    let read = Command::new(python())
+        .args([
+            "-c",
+            "import duckdb, sys; print(duckdb.sql(f\"SELECT count(*), sum(n_tokens) FROM '{sys.argv[1]}'\").fetchall()[0][1])",
+            file.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(read.status.success(), "{}", stderr(&read));
+    let tokens: u64 = read_tables(&tables)
+        .segments
+        .iter()
+        .map(|s| u64::from(s.n_tokens))
+        .sum();
+    assert_eq!(stdout(&read).trim(), tokens.to_string());
+}
+
+/// For each table: row count and a checksum of its sorted keys, from the
+/// exported Parquet file (pyarrow; a folder, or s3://… through an endpoint)
+/// and from the Lance dataset at the checkpoint's version (pylance); the
+/// files' epoch metadata and compression; DuckDB's count of one file.
+const READ_EXPORT: &str = r#"
+import hashlib, json, sys
+import pyarrow.parquet as pq, pyarrow.fs as pafs, duckdb, lance
+exported, tables, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+fs = None
+if exported.startswith("s3://"):
+    s3 = spec["s3"]
+    fs = pafs.S3FileSystem(endpoint_override=s3["endpoint"], access_key=s3["key"], secret_key=s3["secret"], region="us-east-1", scheme="http")
+    exported = exported[len("s3://"):]
+def digest(column):
+    return hashlib.sha256("\n".join(sorted(str(v) for v in column.to_pylist())).encode()).hexdigest()
+out = {}
+for table, key in spec["keys"].items():
+    path = f"{exported}/{table}.parquet"
+    t = pq.read_table(path, filesystem=fs)
+    meta = pq.read_metadata(path, filesystem=fs)
+    ds = lance.dataset(f"{tables}/{table}.lance", version=spec["versions"].get(table))
+    out[table] = {
+        "rows": t.num_rows,
+        "keys": digest(t.column(key)),
+        "lance_rows": ds.count_rows(),
+        "lance_keys": digest(ds.to_table(columns=[key]).column(key)),
+        "epoch": meta.metadata[b"memweave.epoch"].decode(),
+        "zstd": all(meta.row_group(g).column(c).compression == "ZSTD"
+                    for g in range(meta.num_row_groups) for c in range(meta.num_columns)),
+    }
+if fs is None:
+    out["duckdb_documents"] = duckdb.sql(f"SELECT count(*) FROM '{exported}/documents.parquet'").fetchall()[0][0]
+print(json.dumps(out))
+"#;
+
+/// Reads an export back and checks it against the tables of `root`.
+fn check_export(root: &Path, exported: &str, s3: Option<&serde_json::Value>) {
+    let t = read_tables(root);
+    let keys: serde_json::Map<String, serde_json::Value> = Table::ALL
+        .iter()
+        .map(|t| (t.name().to_string(), t.key_column().into()))
+        .collect();
+    let versions: serde_json::Map<String, serde_json::Value> = t
+        .checkpoint
+        .table_versions
+        .iter()
+        .map(|v| (v.table.clone(), v.version.into()))
+        .collect();
+    let spec = serde_json::json!({"keys": keys, "versions": versions, "s3": s3});
+    let output = Command::new(python())
+        .args([
+            "-c",
+            READ_EXPORT,
+            exported,
+            root.to_str().unwrap(),
+            &spec.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let read: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for (table, rows) in row_counts(&t, root) {
+        let file = &read[table];
+        assert_eq!(file["rows"], rows, "{table} rows");
+        assert_eq!(file["lance_rows"], rows, "{table} rows in lance");
+        assert_eq!(file["keys"], file["lance_keys"], "{table} keys");
+        assert_eq!(file["epoch"], t.checkpoint.epoch.to_string(), "{table}");
+        assert_eq!(file["zstd"], true, "{table}");
+    }
+    if s3.is_none() {
+        assert_eq!(read["duckdb_documents"], t.documents.len());
+    }
+}
+
+/// An export to a folder and to an S3 bucket round-trips every table: the
+/// same rows and keys as the checkpoint's Lance versions; an older
+/// checkpoint exports its own rows.
+#[test]
+fn export_round_trips_to_a_folder_and_to_s3() {
+    let built = pg_essays();
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("parquet");
+    let root = built.tables.to_str().unwrap();
+    let run = memweave_ok([
+        "export",
+        "--tables",
+        root,
+        "--to",
+        folder.to_str().unwrap(),
+        "--format",
+        "parquet",
+    ]);
+    assert!(
+        stdout(&run).contains("documents.parquet"),
+        "{}",
+        stdout(&run)
+    );
+    check_export(&built.tables, folder.to_str().unwrap(), None);
+
+    let s3 = S3Server::start(&["exports"]);
+    let export = ["export", "--tables", root, "--to", "s3://exports/pg"];
+    let output = s3.memweave(&export, S3_SECRET_KEY);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let credentials = serde_json::json!({
+        "endpoint": s3.endpoint,
+        "key": S3_ACCESS_KEY,
+        "secret": S3_SECRET_KEY,
+    });
+    check_export(&built.tables, "s3://exports/pg", Some(&credentials));
+}
