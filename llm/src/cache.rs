@@ -10,7 +10,7 @@
 //! New rows are appended every [`FLUSH_INTERVAL`], so a run that is killed loses at
 //! most that much finished work.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -93,6 +93,20 @@ pub struct CallCache {
     /// Set when the process is stopping: no new calls start.
     closing: std::sync::atomic::AtomicBool,
     in_flight: AtomicU64,
+    /// Calls made and answered from the cache, by (stage, task), since the
+    /// last [`CallCache::take_stats`].
+    stats: Mutex<BTreeMap<(String, String), TaskStats>>,
+}
+
+/// What one stage's task asked of the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskStats {
+    /// Calls made (paid for).
+    pub calls: u64,
+    /// Calls answered from `llm_calls` or by an identical call of this process.
+    pub cache_hits: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
 }
 
 impl CallCache {
@@ -131,6 +145,7 @@ impl CallCache {
             flushed: AtomicU64::new(0),
             closing: std::sync::atomic::AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
+            stats: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -250,8 +265,22 @@ impl CallCache {
             })
             .await?
             .clone();
+        let made = made.into_inner().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+            let counts = stats
+                .entry((cx.stage.to_string(), task.to_string()))
+                .or_default();
+            match &made {
+                Some(call) => {
+                    counts.calls += 1;
+                    counts.tokens_in += u64::from(call.tokens_in);
+                    counts.tokens_out += u64::from(call.tokens_out);
+                }
+                None => counts.cache_hits += 1,
+            }
+        }
         if let Some(ledger) = &cx.ledger {
-            let made = made.into_inner().unwrap_or_else(|e| e.into_inner());
             ledger.note(made.unwrap_or_else(|| ModelCall {
                 task: task.to_string(),
                 tokens_in: 0,
@@ -279,6 +308,11 @@ impl CallCache {
         let (sender, receiver) = oneshot::channel();
         lookups.send((key.to_string(), sender)).ok()?;
         receiver.await.ok().flatten()
+    }
+
+    /// The calls made and answered per (stage, task) since the last time.
+    pub fn take_stats(&self) -> BTreeMap<(String, String), TaskStats> {
+        std::mem::take(&mut *self.stats.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Appends the calls made since the last flush to `llm_calls`; returns the

@@ -18,8 +18,9 @@ use memweave_operators::embed::{Embedder, EmbeddingRecord};
 use memweave_operators::ingest::{self, IngestError, RawDocument, SourceFile};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{
-    CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, LlmCallRow, PageRow,
-    RelationRow, SegmentRow, Table, TableRow, TableStore, TableVersion, TreeNodeRow, now_micros,
+    CallStatRow, CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, LlmCallRow,
+    PageRow, RelationRow, SegmentRow, Table, TableRow, TableStore, TableVersion, TreeNodeRow,
+    now_micros,
 };
 
 use crate::cluster::Cluster;
@@ -715,8 +716,43 @@ impl Indexer {
                 version: store.write_rows::<LlmCallRow>(&[]).await?,
             },
         });
+        versions.push(self.write_call_stats(whole).await?);
         let checkpoint = store.commit_checkpoint(positions, versions).await?;
         Ok(checkpoint.epoch)
+    }
+
+    /// Appends what this round asked of the model, per stage and task, under the
+    /// epoch the round's checkpoint will have (process 0 alone commits); the
+    /// first commit under a root (`whole`) replaces what a crashed run left.
+    async fn write_call_stats(&self, whole: bool) -> anyhow::Result<TableVersion> {
+        let store = &self.engine.store;
+        let epoch = store.latest_checkpoint().await?.map_or(1, |c| c.epoch + 1);
+        let rows: Vec<CallStatRow> = self
+            .engine
+            .cache
+            .take_stats()
+            .into_iter()
+            .map(|((stage, task), stats)| CallStatRow {
+                stat_id: format!("{epoch}/{stage}/{task}"),
+                epoch,
+                stage,
+                task,
+                calls: stats.calls,
+                cache_hits: stats.cache_hits,
+                tokens_in: stats.tokens_in,
+                tokens_out: stats.tokens_out,
+            })
+            .collect();
+        let version = match store.table_version(Table::CallStats).await? {
+            Some(_) if whole => store.write_rows(&rows).await?,
+            Some(version) if rows.is_empty() => version,
+            Some(_) => store.append_rows(&rows).await?,
+            None => store.write_rows(&rows).await?,
+        };
+        Ok(TableVersion {
+            table: Table::CallStats.name().to_string(),
+            version,
+        })
     }
 
     fn summary(&self, changes: &TableChanges, epoch: u64, started: Instant) -> IndexSummary {

@@ -16,6 +16,7 @@ use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::analytics::catalog::Catalog;
 use memweave_pipeline::analytics::export::{self, ExportSummary};
+use memweave_pipeline::analytics::report;
 use memweave_pipeline::analytics::sql::{self, Format as SqlFormat};
 use memweave_pipeline::cluster::ClusterArgs;
 use memweave_pipeline::index::{
@@ -223,6 +224,25 @@ enum Command {
         /// Object-store setting KEY=VALUE for URL; repeatable.
         #[arg(long = "to-option", value_parser = parse_storage_option)]
         to_options: Vec<(String, String)>,
+        /// Object-store setting KEY=VALUE for the tables; repeatable.
+        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        storage_options: Vec<(String, String)>,
+    },
+    /// What a memory holds and what it cost, from the tables alone: documents and
+    /// tokens, rows per table, model calls, tokens and cache hits per task and per
+    /// memory kind, the most expensive documents, errors, tree shapes, graph
+    /// density and the gists' compression rate. Every number is a SQL query over
+    /// the tables (in --json's "queries"), to check or extend with memweave sql.
+    Report {
+        /// Root of the memory tables.
+        #[arg(long, env = "MEMWEAVE_TABLES")]
+        tables: String,
+        /// Report on checkpoint EPOCH rather than the newest.
+        #[arg(long, value_name = "EPOCH")]
+        version: Option<u64>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
         /// Object-store setting KEY=VALUE for the tables; repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
@@ -448,6 +468,19 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }),
+        Command::Report {
+            tables,
+            version,
+            json,
+            storage_options,
+        } => analytics_runtime().and_then(|runtime| {
+            runtime.block_on(async {
+                let catalog = open_catalog(&tables, storage_options, version).await?;
+                let report = report::report(&catalog).await?;
+                print_report(&report, json);
+                Ok(())
+            })
+        }),
         Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
             .map_err(|e| anyhow::Error::new(UsageError(format!("{}: {e}", dir.display()))))
             .map(|()| tracing::info!(dir = %dir.display(), "wrote the built-in prompt templates")),
@@ -529,6 +562,17 @@ async fn open_catalog(
     let store = TableStore::new(tables, storage_options.into_iter().collect())
         .map_err(|e| UsageError(e.to_string()))?;
     Catalog::open(store, version).await
+}
+
+/// Prints the report; a closed stdout (`| head`) ends it quietly.
+fn print_report(report: &serde_json::Value, json: bool) {
+    use std::io::Write;
+    let text = if json {
+        format!("{report:#}\n")
+    } else {
+        report::text(report)
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
 
 #[allow(clippy::print_stdout)]

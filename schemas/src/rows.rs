@@ -154,6 +154,23 @@ pub struct LlmCallRow {
 }
 table_row!(LlmCallRow, Table::LlmCalls, call_key);
 
+/// What one round asked the model for, by stage (memory kind) and task: calls
+/// made, calls answered from the cache, and the made calls' tokens.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CallStatRow {
+    /// `EPOCH/STAGE/TASK`.
+    pub stat_id: String,
+    /// The checkpoint that committed the round.
+    pub epoch: u64,
+    pub stage: String,
+    pub task: String,
+    pub calls: u64,
+    pub cache_hits: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+}
+table_row!(CallStatRow, Table::CallStats, stat_id);
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ErrorRow {
     pub error_id: String,

@@ -16,6 +16,8 @@ pub enum Table {
     Relations,
     Embeddings,
     LlmCalls,
+    /// Model calls made and answered from the cache, per round, stage and task.
+    CallStats,
     Errors,
     Checkpoints,
 }
@@ -25,7 +27,7 @@ pub enum Table {
 pub const DEFAULT_EMBEDDING_DIM: i32 = 256;
 
 impl Table {
-    pub const ALL: [Table; 10] = [
+    pub const ALL: [Table; 11] = [
         Table::Documents,
         Table::Segments,
         Table::TreeNodes,
@@ -34,6 +36,7 @@ impl Table {
         Table::Relations,
         Table::Embeddings,
         Table::LlmCalls,
+        Table::CallStats,
         Table::Errors,
         Table::Checkpoints,
     ];
@@ -53,6 +56,7 @@ impl Table {
             Table::Relations => "relations",
             Table::Embeddings => "embeddings",
             Table::LlmCalls => "llm_calls",
+            Table::CallStats => "call_stats",
             Table::Errors => "errors",
             Table::Checkpoints => "checkpoints",
         }
@@ -69,6 +73,7 @@ impl Table {
             Table::Relations => "relation_id",
             Table::Embeddings => "owner_id",
             Table::LlmCalls => "call_key",
+            Table::CallStats => "stat_id",
             Table::Errors => "error_id",
             Table::Checkpoints => "epoch",
         }
@@ -157,6 +162,16 @@ impl Table {
                 Field::new("tokens_out", DataType::UInt32, false),
                 Field::new("latency_ms", DataType::UInt32, false),
                 timestamp("created_at"),
+            ],
+            Table::CallStats => vec![
+                utf8("stat_id"),
+                Field::new("epoch", DataType::UInt64, false),
+                utf8("stage"),
+                utf8("task"),
+                Field::new("calls", DataType::UInt64, false),
+                Field::new("cache_hits", DataType::UInt64, false),
+                Field::new("tokens_in", DataType::UInt64, false),
+                Field::new("tokens_out", DataType::UInt64, false),
             ],
             Table::Errors => vec![
                 utf8("error_id"),

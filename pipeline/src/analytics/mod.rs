@@ -3,4 +3,5 @@
 
 pub mod catalog;
 pub mod export;
+pub mod report;
 pub mod sql;

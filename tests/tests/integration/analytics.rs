@@ -278,3 +278,107 @@ fn export_round_trips_to_a_folder_and_to_s3() {
     });
     check_export(&built.tables, "s3://exports/pg", Some(&credentials));
 }
+
+/// Every number of `memweave report --json` is what its SQL returns through
+/// `memweave sql`, and agrees with the rows read back by the project's own
+/// reader: documents, tokens, rows per table, calls per task, errors, tree
+/// depths, the gists' compression rate.
+#[test]
+fn report_numbers_are_the_sql_that_defines_them() {
+    let built = pg_essays();
+    let root = built.tables.to_str().unwrap();
+    let output = memweave_ok(["report", "--tables", root, "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let queries = report["queries"].as_object().unwrap();
+    assert!(queries.len() >= 10, "{queries:?}");
+    for (name, query) in queries {
+        let rows = sql(&built.tables, query.as_str().unwrap(), &[]);
+        let section = match &report[name] {
+            serde_json::Value::Array(list) => list.clone(),
+            single => vec![single.clone()],
+        };
+        assert_eq!(section, rows, "section {name}");
+    }
+
+    let t = &built.read;
+    assert_eq!(report["overview"]["documents"], t.documents.len());
+    let tokens: u64 = t.documents.iter().map(|d| d.n_tokens).sum();
+    assert_eq!(report["overview"]["tokens"], tokens);
+    for (table, rows) in row_counts(t, &built.tables) {
+        let row = report["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["table"] == table)
+            .unwrap_or_else(|| panic!("no {table} in the report"));
+        assert_eq!(row["rows"], rows, "{table}");
+    }
+    let calls = read_calls(&built.tables);
+    for row in report["calls_by_task"].as_array().unwrap() {
+        let task = row["task"].as_str().unwrap();
+        let paid: Vec<_> = calls.iter().filter(|c| c.task == task).collect();
+        assert_eq!(row["calls"], paid.len(), "{task}");
+        let tokens_in: u64 = paid.iter().map(|c| u64::from(c.tokens_in)).sum();
+        assert_eq!(row["tokens_in"], tokens_in, "{task}");
+    }
+    for tree in report["trees"].as_array().unwrap() {
+        let name = tree["tree"].as_str().unwrap();
+        let depth = t
+            .tree_nodes
+            .iter()
+            .filter(|n| n.tree == name)
+            .map(|n| n.level)
+            .max()
+            .unwrap();
+        assert_eq!(tree["max_depth"], depth, "{name}");
+    }
+    let words = |text: &str| text.split_whitespace().count() as f64;
+    let page_words: f64 = t.pages.iter().map(|p| words(&p.text)).sum();
+    let gist_words: f64 = t.pages.iter().map(|p| words(&p.gist)).sum();
+    let rate = report["gists"]["compression_rate"].as_f64().unwrap();
+    assert!(
+        (rate - 100.0 * (1.0 - gist_words / page_words)).abs() < 1e-6,
+        "{rate}"
+    );
+    assert_eq!(report["errors"], serde_json::json!([]));
+
+    let text = memweave_ok(["report", "--tables", root]);
+    let text = stdout(&text);
+    assert!(
+        text.contains(&format!("documents   {}", t.documents.len())),
+        "{text}"
+    );
+    assert!(text.contains("compression rate"), "{text}");
+}
+
+/// A re-run over the same files pays for nothing: its round's `call_stats`
+/// rows are all cache hits, and the report adds them per task.
+#[test]
+fn call_stats_count_cache_hits_per_round() {
+    let (dir, archive) = archive_of(&["gap.txt"]);
+    let tables = dir.path().join("memory");
+    index(&archive, &tables, &[]);
+    index(&archive, &tables, &[]);
+    let per_epoch = sql(
+        &tables,
+        "SELECT epoch, sum(calls) AS calls, sum(cache_hits) AS hits FROM call_stats \
+         GROUP BY epoch ORDER BY epoch",
+        &[],
+    );
+    assert_eq!(per_epoch.len(), 2, "{per_epoch:?}");
+    assert_eq!(per_epoch[0]["calls"], read_calls(&tables).len());
+    assert_eq!(per_epoch[1]["calls"], 0);
+    assert!(per_epoch[1]["hits"].as_u64().unwrap() > 0, "{per_epoch:?}");
+    let root = tables.display().to_string();
+    let report: serde_json::Value =
+        serde_json::from_slice(&memweave_ok(["report", "--tables", &root, "--json"]).stdout)
+            .unwrap();
+    let hits: u64 = report["calls_by_task"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cache_hits"].as_u64().unwrap())
+        .sum();
+    let all_hits: u64 = per_epoch.iter().map(|r| r["hits"].as_u64().unwrap()).sum();
+    assert_eq!(hits, all_hits);
+}

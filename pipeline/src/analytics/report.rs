@@ -1,0 +1,261 @@
+//! `memweave report`: what a memory holds and what it cost, from the tables
+//! alone. Every number is the result of one of [`QUERIES`], run over the
+//! checkpoint's tables, so anyone can check (or extend) it with `memweave sql`.
+
+use std::fmt::Write as _;
+
+use serde_json::{Map, Value};
+
+use super::catalog::Catalog;
+
+/// Each section of the report and the SQL that defines it. Sections whose
+/// name is in [`SINGLE_ROW`] are one row; the others are lists.
+pub const QUERIES: [(&str, &str); 11] = [
+    (
+        "overview",
+        "SELECT count(*) AS documents, coalesce(sum(n_tokens), 0) AS tokens FROM documents",
+    ),
+    (
+        "density",
+        "SELECT CASE WHEN t.tokens = 0 THEN NULL ELSE e.n * 1000.0 / t.tokens END AS entities_per_1k_tokens, \
+                CASE WHEN t.tokens = 0 THEN NULL ELSE r.n * 1000.0 / t.tokens END AS relations_per_1k_tokens \
+         FROM (SELECT count(*) AS n FROM entities) e, (SELECT count(*) AS n FROM relations) r, \
+              (SELECT coalesce(sum(n_tokens), 0) AS tokens FROM documents) t",
+    ),
+    (
+        "gists",
+        "SELECT coalesce(sum(regexp_count(text, '\\S+')), 0) AS page_words, \
+                coalesce(sum(regexp_count(gist, '\\S+')), 0) AS gist_words, \
+                100.0 * (1.0 - CAST(sum(regexp_count(gist, '\\S+')) AS DOUBLE) \
+                               / CAST(sum(regexp_count(text, '\\S+')) AS DOUBLE)) AS compression_rate \
+         FROM pages",
+    ),
+    (
+        "rows",
+        "SELECT * FROM (SELECT 'documents' AS \"table\", count(*) AS rows FROM documents \
+         UNION ALL SELECT 'segments', count(*) FROM segments \
+         UNION ALL SELECT 'tree_nodes', count(*) FROM tree_nodes \
+         UNION ALL SELECT 'pages', count(*) FROM pages \
+         UNION ALL SELECT 'entities', count(*) FROM entities \
+         UNION ALL SELECT 'relations', count(*) FROM relations \
+         UNION ALL SELECT 'embeddings', count(*) FROM embeddings \
+         UNION ALL SELECT 'llm_calls', count(*) FROM llm_calls \
+         UNION ALL SELECT 'call_stats', count(*) FROM call_stats \
+         UNION ALL SELECT 'errors', count(*) FROM errors \
+         UNION ALL SELECT 'checkpoints', count(*) FROM checkpoints) ORDER BY \"table\"",
+    ),
+    ("calls_by_task", CALLS_BY_TASK),
+    ("calls_by_memory", CALLS_BY_MEMORY),
+    (
+        "expensive_documents",
+        "SELECT c.doc_id, d.title, count(*) AS calls, \
+                sum(CAST(c.tokens_in AS BIGINT) + CAST(c.tokens_out AS BIGINT)) AS tokens \
+         FROM llm_calls c LEFT JOIN documents d ON d.doc_id = c.doc_id \
+         WHERE c.doc_id IS NOT NULL GROUP BY c.doc_id, d.title \
+         ORDER BY tokens DESC, c.doc_id LIMIT 10",
+    ),
+    (
+        "errors",
+        "SELECT stage, kind, count(*) AS errors FROM errors \
+         GROUP BY stage, kind ORDER BY errors DESC, stage, kind",
+    ),
+    (
+        "trees",
+        "SELECT tree, count(*) AS nodes, count(*) FILTER (WHERE parent_id IS NULL) AS roots, \
+                max(level) AS max_depth, \
+                avg(cardinality(child_ids)) FILTER (WHERE cardinality(child_ids) > 0) AS mean_fanout, \
+                max(cardinality(child_ids)) AS max_fanout \
+         FROM tree_nodes GROUP BY tree ORDER BY tree",
+    ),
+    (
+        "tree_depths",
+        "SELECT tree, level AS depth, count(*) AS trees FROM tree_nodes \
+         WHERE parent_id IS NULL GROUP BY tree, level ORDER BY tree, depth",
+    ),
+    (
+        "calls_over_time",
+        "SELECT date_trunc('minute', created_at) AS minute, count(*) AS calls, \
+                sum(CAST(tokens_in AS BIGINT) + CAST(tokens_out AS BIGINT)) AS tokens \
+         FROM llm_calls GROUP BY 1 ORDER BY 1",
+    ),
+];
+
+/// Sections that are one row (an object in the JSON, not a list).
+const SINGLE_ROW: [&str; 3] = ["overview", "density", "gists"];
+
+/// Calls paid for (`llm_calls`, every run) and answered from the cache
+/// (`call_stats`), per pipeline task.
+const CALLS_BY_TASK: &str = "WITH paid AS (SELECT task, count(*) AS calls, \
+        sum(CAST(tokens_in AS BIGINT)) AS tokens_in, sum(CAST(tokens_out AS BIGINT)) AS tokens_out \
+        FROM llm_calls GROUP BY task), \
+     hits AS (SELECT task, sum(cache_hits) AS cache_hits FROM call_stats GROUP BY task) \
+     SELECT coalesce(paid.task, hits.task) AS task, coalesce(paid.calls, 0) AS calls, \
+            coalesce(paid.tokens_in, 0) AS tokens_in, coalesce(paid.tokens_out, 0) AS tokens_out, \
+            coalesce(hits.cache_hits, 0) AS cache_hits \
+     FROM paid FULL OUTER JOIN hits ON paid.task = hits.task \
+     ORDER BY tokens_in + tokens_out DESC, task";
+
+/// The same per memory kind (the `stage` a call was made for).
+const CALLS_BY_MEMORY: &str = "WITH paid AS (SELECT stage, count(*) AS calls, \
+        sum(CAST(tokens_in AS BIGINT)) AS tokens_in, sum(CAST(tokens_out AS BIGINT)) AS tokens_out \
+        FROM llm_calls GROUP BY stage), \
+     hits AS (SELECT stage, sum(cache_hits) AS cache_hits FROM call_stats GROUP BY stage) \
+     SELECT coalesce(paid.stage, hits.stage) AS memory, coalesce(paid.calls, 0) AS calls, \
+            coalesce(paid.tokens_in, 0) AS tokens_in, coalesce(paid.tokens_out, 0) AS tokens_out, \
+            coalesce(hits.cache_hits, 0) AS cache_hits \
+     FROM paid FULL OUTER JOIN hits ON paid.stage = hits.stage \
+     ORDER BY tokens_in + tokens_out DESC, memory";
+
+/// Runs every query; the report as JSON: `tables`, `epoch`, one member per
+/// section, and `queries` (each section's SQL).
+pub async fn report(catalog: &Catalog) -> anyhow::Result<Value> {
+    let mut out = Map::new();
+    out.insert("tables".into(), catalog.store().root().into());
+    out.insert("epoch".into(), catalog.checkpoint.epoch.into());
+    for (name, sql) in QUERIES {
+        let rows = rows_of(catalog, sql)
+            .await
+            .map_err(|e| e.context(format!("the report's {name} query")))?;
+        let section = if SINGLE_ROW.contains(&name) {
+            rows.into_iter().next().unwrap_or(Value::Null)
+        } else {
+            Value::Array(rows)
+        };
+        out.insert(name.into(), section);
+    }
+    let queries: Map<String, Value> = QUERIES
+        .iter()
+        .map(|(name, sql)| ((*name).to_string(), (*sql).into()))
+        .collect();
+    out.insert("queries".into(), Value::Object(queries));
+    Ok(Value::Object(out))
+}
+
+/// A query's rows as JSON objects (as `memweave sql --format json` writes them).
+async fn rows_of(catalog: &Catalog, sql: &str) -> anyhow::Result<Vec<Value>> {
+    let batches = catalog.context.sql(sql).await?.collect().await?;
+    let mut writer = arrow::json::WriterBuilder::new()
+        .with_explicit_nulls(true)
+        .build::<_, arrow::json::writer::JsonArray>(Vec::new());
+    for batch in &batches {
+        writer.write(batch)?;
+    }
+    writer.finish()?;
+    Ok(serde_json::from_slice(&writer.into_inner())?)
+}
+
+/// The report as one screen of text.
+pub fn text(report: &Value) -> String {
+    let mut out = String::new();
+    let o = &report["overview"];
+    let _ = writeln!(
+        out,
+        "memweave report: {} (checkpoint {})",
+        report["tables"].as_str().unwrap_or_default(),
+        report["epoch"]
+    );
+    let _ = writeln!(
+        out,
+        "  documents   {} ({} tokens)",
+        o["documents"], o["tokens"]
+    );
+    let rows: Vec<String> = list(report, "rows")
+        .map(|r| format!("{} {}", r["table"].as_str().unwrap_or_default(), r["rows"]))
+        .collect();
+    let _ = writeln!(out, "  rows        {}", rows.join(", "));
+    let d = &report["density"];
+    let _ = writeln!(
+        out,
+        "  graph       {} entities and {} relations per 1,000 tokens",
+        decimal(&d["entities_per_1k_tokens"]),
+        decimal(&d["relations_per_1k_tokens"])
+    );
+    let g = &report["gists"];
+    let _ = writeln!(
+        out,
+        "  gists       {} words for {} words of pages: compression rate {}%",
+        g["gist_words"],
+        g["page_words"],
+        decimal(&g["compression_rate"])
+    );
+    let _ = writeln!(
+        out,
+        "  trees       tree        nodes  roots  depth  fan-out (mean, max)"
+    );
+    for t in list(report, "trees") {
+        let _ = writeln!(
+            out,
+            "              {:<10} {:>6} {:>6} {:>6}  {}, {}",
+            t["tree"].as_str().unwrap_or_default(),
+            text_of(&t["nodes"]),
+            text_of(&t["roots"]),
+            text_of(&t["max_depth"]),
+            decimal(&t["mean_fanout"]),
+            text_of(&t["max_fanout"])
+        );
+    }
+    for (title, section, key) in [
+        ("calls by memory", "calls_by_memory", "memory"),
+        ("calls by task", "calls_by_task", "task"),
+    ] {
+        let _ = writeln!(
+            out,
+            "  {title:<22}     calls  cache hits   tokens in  tokens out"
+        );
+        for c in list(report, section) {
+            let _ = writeln!(
+                out,
+                "    {:<22} {:>9} {:>11} {:>11} {:>11}",
+                c[key].as_str().unwrap_or_default(),
+                text_of(&c["calls"]),
+                text_of(&c["cache_hits"]),
+                text_of(&c["tokens_in"]),
+                text_of(&c["tokens_out"])
+            );
+        }
+    }
+    let _ = writeln!(out, "  most expensive documents (tokens in + out, calls)");
+    for doc in list(report, "expensive_documents") {
+        let title: String = doc["title"]
+            .as_str()
+            .unwrap_or("(deleted)")
+            .chars()
+            .take(48)
+            .collect();
+        let (tokens, calls) = (text_of(&doc["tokens"]), text_of(&doc["calls"]));
+        let _ = writeln!(out, "    {tokens:>9} {calls:>6}  {title}");
+    }
+    let errors: Vec<String> = list(report, "errors")
+        .map(|e| {
+            format!(
+                "{}/{}: {}",
+                e["stage"].as_str().unwrap_or_default(),
+                e["kind"].as_str().unwrap_or_default(),
+                e["errors"]
+            )
+        })
+        .collect();
+    let errors = if errors.is_empty() {
+        "none".to_string()
+    } else {
+        errors.join(", ")
+    };
+    let _ = writeln!(out, "  errors      {errors}");
+    out
+}
+
+fn list<'a>(report: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
+    report[section].as_array().into_iter().flatten()
+}
+
+/// A value as text (padding applies to it, not to a JSON value).
+fn text_of(value: &Value) -> String {
+    value.to_string()
+}
+
+/// A number with two decimals, or "-" where there is none.
+fn decimal(value: &Value) -> String {
+    value
+        .as_f64()
+        .map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
+}
