@@ -14,6 +14,7 @@ use memweave_operators::paginate::PageConfig;
 use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
+use memweave_pipeline::analytics;
 use memweave_pipeline::analytics::catalog::Catalog;
 use memweave_pipeline::analytics::export::{self, ExportSummary};
 use memweave_pipeline::analytics::report;
@@ -243,6 +244,9 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Also write the report as a self-contained HTML page with charts.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
         /// Object-store setting KEY=VALUE for the tables; repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
@@ -472,11 +476,17 @@ fn main() -> ExitCode {
             tables,
             version,
             json,
+            html,
             storage_options,
         } => analytics_runtime().and_then(|runtime| {
             runtime.block_on(async {
                 let catalog = open_catalog(&tables, storage_options, version).await?;
                 let report = report::report(&catalog).await?;
+                if let Some(file) = &html {
+                    std::fs::write(file, analytics::html::html(&report))
+                        .map_err(|e| UsageError(format!("--html {}: {e}", file.display())))?;
+                    tracing::info!(file = %file.display(), "wrote the HTML report");
+                }
                 print_report(&report, json);
                 Ok(())
             })

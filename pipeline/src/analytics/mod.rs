@@ -3,5 +3,6 @@
 
 pub mod catalog;
 pub mod export;
+pub mod html;
 pub mod report;
 pub mod sql;

@@ -382,3 +382,69 @@ fn call_stats_count_cache_hits_per_round() {
     let all_hits: u64 = per_epoch.iter().map(|r| r["hits"].as_u64().unwrap()).sum();
     assert_eq!(hits, all_hits);
 }
+
+/// `--html` writes one self-contained page a headless browser (Debian's
+/// chromium, installed by the test command) renders: the figures, a bar per
+/// task in the tokens chart, a bar per minute of calls, a bar per tree depth.
+#[test]
+fn the_html_report_renders_in_a_headless_browser() {
+    let built = pg_essays();
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let root = built.tables.to_str().unwrap();
+    let output = memweave_ok([
+        "report",
+        "--tables",
+        root,
+        "--json",
+        "--html",
+        page.to_str().unwrap(),
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("http://") && !html.contains("https://") && !html.contains("<script"),
+        "the page must stand alone"
+    );
+    let browser = |args: &[&str]| {
+        let output = Command::new("chromium")
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .args(args)
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("chromium runs (scripts/test installs it)");
+        assert!(output.status.success(), "{}", stderr(&output));
+        output
+    };
+    let dom = stdout(&browser(&["--dump-dom"]));
+    let bars = |chart: &str| -> usize {
+        let start = dom
+            .find(&format!("id=\"{chart}\""))
+            .unwrap_or_else(|| panic!("no {chart}"));
+        let end = start + dom[start..].find("</svg>").unwrap();
+        dom[start..end].matches("class=\"in\"").count()
+            + dom[start..end].matches("class=\"bar\"").count()
+    };
+    let len = |section: &str| report[section].as_array().unwrap().len();
+    assert_eq!(bars("tokens-per-task"), len("calls_by_task"));
+    assert_eq!(bars("calls-over-time"), len("calls_over_time"));
+    assert_eq!(bars("tree-depths"), len("tree_depths"));
+    let documents = format!("<b>{}</b>", built.read.documents.len());
+    assert!(dom.contains(&documents), "the figures are on the page");
+    let shot = dir.path().join("report.png");
+    browser(&[
+        "--window-size=1200,1600",
+        &format!("--screenshot={}", shot.display()),
+    ]);
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 20_000,
+        "{} bytes",
+        png.len()
+    );
+}

@@ -1,0 +1,266 @@
+//! The report as one self-contained HTML page: its numbers, and three charts
+//! drawn as inline SVG (tokens per task, calls over time, tree depths), so the
+//! page needs no script, font or file beside it.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}\
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}\
+table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}\
+td:first-child,th:first-child{text-align:left}.figures td{text-align:left}\
+svg text{font:12px system-ui,sans-serif;fill:#222}.in{fill:#4c78a8}.out{fill:#f58518}.bar{fill:#54a24b}";
+
+/// Width of a chart's plotting area, and of the label column beside bars.
+const WIDTH: f64 = 640.0;
+const LABEL: f64 = 170.0;
+
+pub fn html(report: &Value) -> String {
+    let mut page = String::new();
+    let title = format!(
+        "memweave report: {} (checkpoint {})",
+        report["tables"].as_str().unwrap_or_default(),
+        report["epoch"]
+    );
+    let _ = write!(
+        page,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{}</title><style>{STYLE}</style></head><body><h1>{}</h1>",
+        escape(&title),
+        escape(&title)
+    );
+    let (o, d, g) = (&report["overview"], &report["density"], &report["gists"]);
+    let figures = [
+        ("Documents", o["documents"].to_string()),
+        ("Tokens indexed", o["tokens"].to_string()),
+        (
+            "Entities per 1,000 tokens",
+            decimal(&d["entities_per_1k_tokens"]),
+        ),
+        (
+            "Relations per 1,000 tokens",
+            decimal(&d["relations_per_1k_tokens"]),
+        ),
+        (
+            "Gist compression rate (ReadAgent's CR)",
+            format!("{}%", decimal(&g["compression_rate"])),
+        ),
+    ];
+    page.push_str("<table class=\"figures\">");
+    for (name, value) in figures {
+        let _ = write!(
+            page,
+            "<tr><td>{name}</td><td><b>{}</b></td></tr>",
+            escape(&value)
+        );
+    }
+    page.push_str("</table>");
+
+    page.push_str(
+        "<h2>Tokens per task (<span style=\"color:#4c78a8\">in</span>, <span style=\"color:#f58518\">out</span>)</h2>",
+    );
+    let tasks: Vec<(String, f64, f64)> = list(report, "calls_by_task")
+        .map(|r| {
+            (
+                text(&r["task"]),
+                number(&r["tokens_in"]),
+                number(&r["tokens_out"]),
+            )
+        })
+        .collect();
+    page.push_str(&stacked_bars("tokens-per-task", &tasks));
+
+    page.push_str("<h2>Model calls over time (per minute)</h2>");
+    let minutes: Vec<(String, f64)> = list(report, "calls_over_time")
+        .map(|r| (text(&r["minute"]), number(&r["calls"])))
+        .collect();
+    page.push_str(&columns("calls-over-time", &minutes));
+
+    page.push_str("<h2>Tree depths (trees per depth)</h2>");
+    let depths: Vec<(String, f64, f64)> = list(report, "tree_depths")
+        .map(|r| {
+            (
+                format!("{} depth {}", text(&r["tree"]), r["depth"]),
+                number(&r["trees"]),
+                0.0,
+            )
+        })
+        .collect();
+    page.push_str(&stacked_bars("tree-depths", &depths));
+
+    for (heading, section, columns) in [
+        (
+            "Calls by memory",
+            "calls_by_memory",
+            &["memory", "calls", "cache_hits", "tokens_in", "tokens_out"][..],
+        ),
+        (
+            "Calls by task",
+            "calls_by_task",
+            &["task", "calls", "cache_hits", "tokens_in", "tokens_out"][..],
+        ),
+        (
+            "Most expensive documents",
+            "expensive_documents",
+            &["title", "calls", "tokens"][..],
+        ),
+        (
+            "Trees",
+            "trees",
+            &[
+                "tree",
+                "nodes",
+                "roots",
+                "max_depth",
+                "mean_fanout",
+                "max_fanout",
+            ][..],
+        ),
+        ("Errors", "errors", &["stage", "kind", "errors"][..]),
+        ("Rows per table", "rows", &["table", "rows"][..]),
+    ] {
+        let _ = write!(page, "<h2>{heading}</h2>");
+        page.push_str(&table(list(report, section), columns));
+    }
+    page.push_str("</body></html>\n");
+    page
+}
+
+/// Horizontal bars, one per row: a label, then `first` and `second` stacked
+/// (classes `in` and `out`), scaled to the largest total.
+fn stacked_bars(id: &str, rows: &[(String, f64, f64)]) -> String {
+    let height = 22.0;
+    let max = rows
+        .iter()
+        .map(|(_, a, b)| a + b)
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let total_height = height * rows.len().max(1) as f64;
+    let mut svg = format!(
+        "<svg id=\"{id}\" width=\"{}\" height=\"{total_height}\" role=\"img\">",
+        LABEL + WIDTH + 90.0
+    );
+    for (i, (label, first, second)) in rows.iter().enumerate() {
+        let y = i as f64 * height;
+        let (w1, w2) = (first / max * WIDTH, second / max * WIDTH);
+        let _ = write!(
+            svg,
+            "<text x=\"0\" y=\"{}\">{}</text><rect class=\"in\" x=\"{LABEL}\" y=\"{}\" width=\"{w1:.1}\" height=\"{}\" data-value=\"{first}\"/>",
+            y + 15.0,
+            escape(label),
+            y + 3.0,
+            height - 6.0
+        );
+        if *second > 0.0 {
+            let _ = write!(
+                svg,
+                "<rect class=\"out\" x=\"{:.1}\" y=\"{}\" width=\"{w2:.1}\" height=\"{}\" data-value=\"{second}\"/>",
+                LABEL + w1,
+                y + 3.0,
+                height - 6.0
+            );
+        }
+        let _ = write!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\">{}</text>",
+            LABEL + w1 + w2 + 6.0,
+            y + 15.0,
+            first + second
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Vertical bars over time, scaled to the largest; the first and last labels
+/// under the axis.
+fn columns(id: &str, rows: &[(String, f64)]) -> String {
+    let (plot, base) = (160.0, 180.0);
+    let max = rows.iter().map(|(_, v)| *v).fold(0.0, f64::max).max(1.0);
+    // A short build fits in a minute or two: bars stay bars, not blocks.
+    let step = (WIDTH / rows.len().max(1) as f64).min(40.0);
+    let mut svg = format!(
+        "<svg id=\"{id}\" width=\"{}\" height=\"{}\" role=\"img\">",
+        WIDTH + 40.0,
+        base + 40.0
+    );
+    let _ = write!(svg, "<text x=\"0\" y=\"12\">{max}</text>");
+    for (i, (_, value)) in rows.iter().enumerate() {
+        let h = value / max * plot;
+        let _ = write!(
+            svg,
+            "<rect class=\"bar\" x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{h:.1}\" data-value=\"{value}\"/>",
+            40.0 + i as f64 * step,
+            base - h,
+            (step - 2.0).max(1.0)
+        );
+    }
+    if let Some(first) = rows.first() {
+        let _ = write!(
+            svg,
+            "<text x=\"40\" y=\"{}\">{}</text>",
+            base + 16.0,
+            escape(&first.0)
+        );
+    }
+    if let Some(last) = rows.last().filter(|_| rows.len() > 1) {
+        let _ = write!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            40.0 + rows.len() as f64 * step,
+            base + 32.0,
+            escape(&last.0)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+fn table<'a>(rows: impl Iterator<Item = &'a Value>, columns: &[&str]) -> String {
+    let mut html = String::from("<table><tr>");
+    for column in columns {
+        let _ = write!(html, "<th>{}</th>", column.replace('_', " "));
+    }
+    html.push_str("</tr>");
+    for row in rows {
+        html.push_str("<tr>");
+        for column in columns {
+            let value = match &row[*column] {
+                Value::Number(n) if n.is_f64() => decimal(&row[*column]),
+                Value::Null => "-".to_string(),
+                other => text(other),
+            };
+            let _ = write!(html, "<td>{}</td>", escape(&value));
+        }
+        html.push_str("</tr>");
+    }
+    html.push_str("</table>");
+    html
+}
+
+fn list<'a>(report: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
+    report[section].as_array().into_iter().flatten()
+}
+
+fn text(value: &Value) -> String {
+    value
+        .as_str()
+        .map_or_else(|| value.to_string(), str::to_string)
+}
+
+fn number(value: &Value) -> f64 {
+    value.as_f64().unwrap_or(0.0)
+}
+
+fn decimal(value: &Value) -> String {
+    value
+        .as_f64()
+        .map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
