@@ -51,6 +51,7 @@ fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary,
         embed: EmbedArgs::default(),
         interactive: false,
         cluster: memweave_pipeline::cluster::Cluster::default(),
+        metrics_listen: None,
     };
     let started = Instant::now();
     let summary = run_index(&options).unwrap();

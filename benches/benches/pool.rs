@@ -60,6 +60,7 @@ fn run(label: &str, fault_rate: f64) {
         embed: memweave_llm::EmbedArgs::default(),
         interactive: false,
         cluster: memweave_pipeline::cluster::Cluster::default(),
+        metrics_listen: None,
     };
     // Busy slots every 100 ms, to show where the pool idles (ramp-up, tail).
     let sampler = std::sync::Arc::clone(&sim);

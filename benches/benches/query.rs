@@ -157,6 +157,7 @@ fn index(source: &Path, tables: &Path) -> IndexSummary {
         embed: embed_args(),
         interactive: false,
         cluster: memweave_pipeline::cluster::Cluster::default(),
+        metrics_listen: None,
     };
     let summary = run_index(&options).unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);

@@ -53,6 +53,7 @@ fn options(source: &Path, tables: &Path, cluster: Cluster, llm: Option<&str>) ->
         embed: EmbedArgs::default(),
         interactive: false,
         cluster,
+        metrics_listen: None,
     }
 }
 

@@ -94,8 +94,9 @@ pub struct CallCache {
     closing: std::sync::atomic::AtomicBool,
     in_flight: AtomicU64,
     /// Calls made and answered from the cache, by (stage, task), since the
-    /// last [`CallCache::take_stats`].
+    /// process started; and what [`CallCache::take_stats`] last returned up to.
     stats: Mutex<BTreeMap<(String, String), TaskStats>>,
+    taken: Mutex<BTreeMap<(String, String), TaskStats>>,
 }
 
 /// What one stage's task asked of the model.
@@ -146,6 +147,7 @@ impl CallCache {
             closing: std::sync::atomic::AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
             stats: Mutex::new(BTreeMap::new()),
+            taken: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -312,7 +314,34 @@ impl CallCache {
 
     /// The calls made and answered per (stage, task) since the last time.
     pub fn take_stats(&self) -> BTreeMap<(String, String), TaskStats> {
-        std::mem::take(&mut *self.stats.lock().unwrap_or_else(|e| e.into_inner()))
+        let total = self.stats_total();
+        let mut taken = self.taken.lock().unwrap_or_else(|e| e.into_inner());
+        let since = total
+            .iter()
+            .map(|(key, now)| {
+                let before = taken.get(key).copied().unwrap_or_default();
+                let delta = TaskStats {
+                    calls: now.calls - before.calls,
+                    cache_hits: now.cache_hits - before.cache_hits,
+                    tokens_in: now.tokens_in - before.tokens_in,
+                    tokens_out: now.tokens_out - before.tokens_out,
+                };
+                (key.clone(), delta)
+            })
+            .filter(|(_, delta)| *delta != TaskStats::default())
+            .collect();
+        *taken = total;
+        since
+    }
+
+    /// The calls made and answered per (stage, task) since the process started.
+    pub fn stats_total(&self) -> BTreeMap<(String, String), TaskStats> {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Calls started and not yet answered.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::SeqCst)
     }
 
     /// Appends the calls made since the last flush to `llm_calls`; returns the

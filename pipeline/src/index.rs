@@ -23,7 +23,12 @@ use memweave_schemas::{
     now_micros,
 };
 
+use memweave_query::analytics::catalog::Catalog;
+use memweave_query::analytics::metrics::prometheus;
+use memweave_query::analytics::report::report;
+
 use crate::cluster::Cluster;
+use crate::metrics::IndexMetrics;
 use crate::progress::Progress;
 use crate::source::{Source, SourceOptions};
 use crate::state::{PreviousTables, RowChanges, TableChanges, TableState};
@@ -55,6 +60,8 @@ pub struct IndexOptions {
     pub interactive: bool,
     /// This process's place among the run's processes.
     pub cluster: Cluster,
+    /// Serve Prometheus metrics on this address while indexing.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// What a run did, for the closing summary.
@@ -144,6 +151,8 @@ struct Previous {
 /// tables hold.
 pub struct Indexer {
     engine: Engine,
+    /// What `/metrics` shows, with `--metrics-listen`.
+    metrics: Option<Arc<IndexMetrics>>,
     options: IndexOptions,
     state: TableState,
     /// What the dataflow holds, by origin.
@@ -342,7 +351,19 @@ impl Indexer {
                 (d.doc_id.clone(), known)
             })
             .collect();
+        let metrics = match options.metrics_listen {
+            Some(address) => {
+                let metrics =
+                    IndexMetrics::new(Arc::clone(&engine.cache), Arc::clone(&engine.progress));
+                engine
+                    .runtime
+                    .block_on(crate::metrics::serve(address, Arc::clone(&metrics)))?;
+                Some(metrics)
+            }
+            None => None,
+        };
         Ok(Indexer {
+            metrics,
             options: options.clone(),
             committed: previous.is_some(),
             previous,
@@ -628,6 +649,16 @@ impl Indexer {
             .block_on(self.commit(&table_changes, stale_vectors, positions))
             .with_context(|| format!("writing the tables under {}", self.engine.store.root()))?;
         self.committed = true;
+        if let Some(metrics) = &self.metrics {
+            let memory = self.engine.runtime.block_on(async {
+                let catalog = Catalog::open(self.engine.store.clone(), Some(epoch)).await?;
+                anyhow::Ok(prometheus(&report(&catalog).await?))
+            });
+            match memory {
+                Ok(memory) => metrics.committed(epoch, memory),
+                Err(e) => tracing::warn!("the memory's report for /metrics failed: {e:#}"),
+            }
+        }
         let mut summary = self.summary(&table_changes, epoch, started);
         summary.stages = Stages {
             read,

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod dataflow;
 pub mod index;
 pub mod kafka;
+pub mod metrics;
 pub mod progress;
 pub mod source;
 mod state;

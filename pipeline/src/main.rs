@@ -15,9 +15,7 @@ use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::analytics;
-use memweave_pipeline::analytics::catalog::Catalog;
 use memweave_pipeline::analytics::export::{self, ExportSummary};
-use memweave_pipeline::analytics::report;
 use memweave_pipeline::analytics::sql::{self, Format as SqlFormat};
 use memweave_pipeline::cluster::ClusterArgs;
 use memweave_pipeline::index::{
@@ -26,6 +24,8 @@ use memweave_pipeline::index::{
 use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::source::SourceOptions;
 use memweave_pipeline::{Interrupted, UsageError};
+use memweave_query::analytics::catalog::{Catalog, CatalogError};
+use memweave_query::analytics::report;
 use memweave_query::{
     Answer, AskOptions, AskRequest, Models, Snapshot, Strategy, parse_storage_option,
 };
@@ -173,6 +173,11 @@ enum Command {
         embed: EmbedArgs,
         #[command(flatten)]
         cluster: ClusterArgs,
+        /// Serve Prometheus metrics (/metrics) on ADDR while indexing, e.g.
+        /// 0.0.0.0:9464: the round's progress, model calls and tokens per stage,
+        /// the last commit, and the committed memory's report.
+        #[arg(long, value_name = "ADDR")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Run a SQL query over the memory tables (DataFusion SQL).
     ///
@@ -344,6 +349,7 @@ fn main() -> ExitCode {
         Command::Index {
             help: _,
             cluster,
+            metrics_listen,
             source,
             s3_endpoint,
             source_options,
@@ -405,6 +411,7 @@ fn main() -> ExitCode {
                     embed,
                     interactive,
                     cluster,
+                    metrics_listen,
                 };
                 let kafka = options.source.starts_with("kafka://");
                 match watch {
@@ -571,7 +578,10 @@ async fn open_catalog(
 ) -> anyhow::Result<Catalog> {
     let store = TableStore::new(tables, storage_options.into_iter().collect())
         .map_err(|e| UsageError(e.to_string()))?;
-    Catalog::open(store, version).await
+    Catalog::open(store, version).await.map_err(|e| match e {
+        CatalogError::Tables(e) => e,
+        usage => UsageError(usage.to_string()).into(),
+    })
 }
 
 /// Prints the report; a closed stdout (`| head`) ends it quietly.

@@ -78,6 +78,15 @@ impl Progress {
         }
     }
 
+    /// Files (or messages) of the round done, of them all, and documents built.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.files.load(Ordering::Relaxed),
+            self.total_files,
+            self.documents.load(Ordering::Relaxed),
+        )
+    }
+
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();

@@ -22,6 +22,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
+use crate::analytics::catalog::Catalog;
+use crate::analytics::metrics::prometheus;
+use crate::analytics::report::report;
 use crate::navigate::{AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Models, Strategy, ask};
 use crate::snapshot::Snapshot;
 
@@ -66,6 +69,8 @@ pub struct ServiceState {
     embedder: Arc<dyn Embedder>,
     limits: Limits,
     metrics: Mutex<Metrics>,
+    /// The served checkpoint's report as Prometheus gauges.
+    memory_metrics: RwLock<String>,
 }
 
 /// Answers by strategy and status, and the seconds they took.
@@ -89,6 +94,7 @@ impl ServiceState {
             embedder,
             limits,
             metrics: Mutex::new(Metrics::default()),
+            memory_metrics: RwLock::new(String::new()),
         })
     }
 
@@ -109,6 +115,10 @@ impl ServiceState {
             "serving checkpoint"
         );
         *self.snapshot.write().await = Some(Arc::new(snapshot));
+        match memory_metrics(&self.store, checkpoint.epoch).await {
+            Ok(text) => *self.memory_metrics.write().await = text,
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "the memory's report failed"),
+        }
         Ok(Some(checkpoint.epoch))
     }
 
@@ -403,8 +413,15 @@ async fn ready_handler(State(state): State<Arc<ServiceState>>) -> Response {
     }
 }
 
+/// The report's numbers for checkpoint `epoch`, as Prometheus text.
+async fn memory_metrics(store: &TableStore, epoch: u64) -> anyhow::Result<String> {
+    let catalog = Catalog::open(store.clone(), Some(epoch)).await?;
+    Ok(prometheus(&report(&catalog).await?))
+}
+
 async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
     let epoch = state.snapshot.read().await.as_ref().map(|s| s.epoch);
+    let memory = state.memory_metrics.read().await.clone();
     let metrics = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
     let mut text = String::from(
         "# HELP memweave_query_answers_total Ask requests by strategy and HTTP status.\n# TYPE memweave_query_answers_total counter\n",
@@ -425,6 +442,7 @@ async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
         "memweave_query_epoch {}\n",
         epoch.map_or(-1, |e| e as i64)
     ));
+    text.push_str(&memory);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

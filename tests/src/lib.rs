@@ -150,6 +150,13 @@ impl Printed {
     }
 }
 
+/// The value of one sample (`NAME{LABELS}` exactly as exposed) in Prometheus
+/// text.
+pub fn metric(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// The model calls a summary printed (`model  BACKEND: N calls, …`).
 pub fn calls_made(output: &Output) -> u64 {
     let text = stdout(output);

@@ -9,8 +9,8 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use super::catalog::Catalog;
 use crate::source::{SourceOptions, object_store_at};
+use memweave_query::analytics::catalog::Catalog;
 
 /// Row groups close at this many bytes (Spark's and Hive's block size), so
 /// readers can split the big text tables without a group per handful of rows.

@@ -1,8 +1,7 @@
-//! Analytics over the memory tables, as of one checkpoint: SQL (DataFusion
-//! over the Lance datasets), Parquet export, and the cost and coverage report.
+//! Analytics commands over the memory tables, as of one checkpoint (the catalog
+//! and the report live in `memweave_query::analytics`): SQL output, Parquet
+//! export, and the report as an HTML page.
 
-pub mod catalog;
 pub mod export;
 pub mod html;
-pub mod report;
 pub mod sql;

@@ -12,9 +12,9 @@ use datafusion::prelude::DataFrame;
 use futures::StreamExt;
 use parquet::arrow::ArrowWriter;
 
-use super::catalog::Catalog;
 use super::export::writer_properties;
 use crate::UsageError;
+use memweave_query::analytics::catalog::Catalog;
 
 /// How `memweave sql` writes its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -448,3 +448,60 @@ fn the_html_report_renders_in_a_headless_browser() {
         png.len()
     );
 }
+
+/// `memweave index --metrics-listen` serves Prometheus metrics while it runs:
+/// after the first commit, the epoch, every call this process made (by stage
+/// and task), and the committed memory's report.
+#[test]
+fn the_indexer_serves_metrics_while_it_runs() {
+    let (dir, archive) = archive_of(&["gap.txt", "founders.txt"]);
+    let tables = dir.path().join("memory");
+    let address = format!("127.0.0.1:{}", memweave_tests::free_port());
+    let mut child = Command::new(memweave_tests::binary("memweave"))
+        .args(["--log-format", "json", "index"])
+        .arg(&archive)
+        .arg("--out")
+        .arg(&tables)
+        .args(["--watch", "1", "--metrics-listen", &address])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    memweave_tests::Printed::of(&mut child).wait_for("committed epoch 1");
+    let metrics = http_get(&address, "/metrics");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let value = |sample: &str| memweave_tests::metric(&metrics, sample);
+    assert_eq!(value("memweave_index_epoch"), Some(1.0), "{metrics}");
+    let t = read_tables(&tables);
+    assert_eq!(
+        value("memweave_memory_documents"),
+        Some(t.documents.len() as f64)
+    );
+    let made: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("memweave_llm_calls_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(made, read_calls(&tables).len() as f64, "{metrics}");
+    assert_eq!(value("memweave_llm_calls_in_flight"), Some(0.0));
+    assert_eq!(value("memweave_index_queue_depth"), Some(0.0));
+}
+
+/// A plain HTTP/1.1 GET on loopback; the body.
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}

@@ -52,6 +52,7 @@ fn options(source: &Path, tables: &Path) -> IndexOptions {
         embed: flags.embed,
         interactive: false,
         cluster: Cluster::default(),
+        metrics_listen: None,
     }
 }
 

@@ -523,6 +523,10 @@ fn every_strategy_asks_the_model_the_same_over_http() {
 fn the_api_rejects_bad_requests_and_serves_the_memory() {
     let tables = pg_essays().tables.to_str().unwrap().to_string();
     let t = &pg_essays().read;
+    let gists = memweave_tests::read_calls(pg_essays().tables.as_path())
+        .iter()
+        .filter(|c| c.task == "gist_page")
+        .count();
     let (_server, base) = serve(&tables);
     let runtime = current_thread();
     runtime.block_on(async {
@@ -634,6 +638,11 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
             "{metrics}"
         );
         assert!(metrics.contains("memweave_query_epoch 1"), "{metrics}");
+        // The memory's report, as gauges: the same numbers as the tables.
+        let documents = memweave_tests::metric(&metrics, "memweave_memory_documents");
+        assert_eq!(documents, Some(t.documents.len() as f64), "{metrics}");
+        let sample = "memweave_memory_task_calls{task=\"gist_page\"}";
+        assert_eq!(memweave_tests::metric(&metrics, sample), Some(gists as f64));
 
         let (status, body) = get("/openapi.json".into()).await;
         assert_eq!(status, 200);

@@ -1,0 +1,108 @@
+//! Every memory table as of one checkpoint, registered by name in a DataFusion
+//! session: each table at the version the checkpoint names (so a query never
+//! sees half a round), `checkpoints` up to that epoch.
+
+use std::sync::Arc;
+
+use datafusion::datasource::MemTable;
+use datafusion::prelude::SessionContext;
+use lance::datafusion::LanceTableProvider;
+use memweave_schemas::{CheckpointRow, Table, TableStore, to_batch};
+
+/// Why a catalog could not be opened: the first two are the caller's to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("no checkpoint under {root}: index into it first (memweave index SOURCE --out {root})")]
+    NoCheckpoint { root: String },
+    #[error("no checkpoint {epoch} under {root}: its checkpoints are 1 to {newest}")]
+    NoSuchEpoch {
+        root: String,
+        epoch: u64,
+        newest: u64,
+    },
+    #[error(transparent)]
+    Tables(#[from] anyhow::Error),
+}
+
+/// A session over one checkpoint's tables.
+pub struct Catalog {
+    pub checkpoint: CheckpointRow,
+    pub context: SessionContext,
+    store: TableStore,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("root", &self.store.root())
+            .field("epoch", &self.checkpoint.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Catalog {
+    /// The tables of checkpoint `epoch`, else of the newest.
+    pub async fn open(store: TableStore, epoch: Option<u64>) -> Result<Catalog, CatalogError> {
+        let mut checkpoints: Vec<CheckpointRow> =
+            store.read_rows(None).await.map_err(anyhow::Error::from)?;
+        checkpoints.sort_by_key(|c| c.epoch);
+        let root = store.root().to_string();
+        let Some(newest) = checkpoints.last().map(|c| c.epoch) else {
+            return Err(CatalogError::NoCheckpoint { root });
+        };
+        let epoch = epoch.unwrap_or(newest);
+        let Some(at) = checkpoints.iter().position(|c| c.epoch == epoch) else {
+            return Err(CatalogError::NoSuchEpoch {
+                root,
+                epoch,
+                newest,
+            });
+        };
+        checkpoints.truncate(at + 1);
+        let checkpoint = checkpoints[at].clone();
+        let context = register(&store, &checkpoint, &checkpoints)
+            .await
+            .map_err(CatalogError::Tables)?;
+        Ok(Catalog {
+            checkpoint,
+            context,
+            store,
+        })
+    }
+
+    pub fn store(&self) -> &TableStore {
+        &self.store
+    }
+}
+
+/// A session with the tables of `checkpoint` and the `checkpoints` up to it.
+async fn register(
+    store: &TableStore,
+    checkpoint: &CheckpointRow,
+    checkpoints: &[CheckpointRow],
+) -> anyhow::Result<SessionContext> {
+    let context = SessionContext::new();
+    for table in Table::data_tables() {
+        let provider: Arc<dyn datafusion::catalog::TableProvider> =
+            match checkpoint.version_of(table) {
+                Some(version) => {
+                    let dataset = store.dataset(table, Some(version)).await?.ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "{}: version {version} of {} is gone",
+                            store.root(),
+                            table.name()
+                        )
+                    })?;
+                    Arc::new(LanceTableProvider::new(Arc::new(dataset), false, false))
+                }
+                // A table the checkpoint does not name has no rows in it.
+                None => Arc::new(MemTable::try_new(table.schema(), vec![vec![]])?),
+            };
+        context.register_table(table.name(), provider)?;
+    }
+    let rows: Vec<&CheckpointRow> = checkpoints.iter().collect();
+    let batch = to_batch(Table::Checkpoints, &rows)?;
+    let checkpoints = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+    context.register_table(Table::Checkpoints.name(), Arc::new(checkpoints))?;
+    Ok(context)
+}
