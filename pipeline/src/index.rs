@@ -304,6 +304,13 @@ pub fn compute(options: &IndexOptions) -> anyhow::Result<ComputeSummary> {
         processes = options.cluster.processes(),
         "computing this process's share; process 0 reads the source and commits"
     );
+    // This process's model calls; the round and the memory are process 0's.
+    if let Some(address) = options.metrics_listen {
+        let metrics = IndexMetrics::new(Arc::clone(&engine.cache), Arc::clone(&engine.progress));
+        engine
+            .runtime
+            .block_on(crate::metrics::serve(address, metrics))?;
+    }
     let (runtime, cache) = (&engine.runtime, &engine.cache);
     let mut rounds = 0;
     let mut saved = Ok(());
@@ -355,9 +362,10 @@ impl Indexer {
             Some(address) => {
                 let metrics =
                     IndexMetrics::new(Arc::clone(&engine.cache), Arc::clone(&engine.progress));
+                let served = Arc::clone(&metrics);
                 engine
                     .runtime
-                    .block_on(crate::metrics::serve(address, Arc::clone(&metrics)))?;
+                    .block_on(crate::metrics::serve(address, served))?;
                 Some(metrics)
             }
             None => None,

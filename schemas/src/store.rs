@@ -758,6 +758,20 @@ mod tests {
         .await;
         round_trip(
             &store,
+            vec![CallStatRow {
+                stat_id: "1/raptor/summarize_with_facts".into(),
+                epoch: 1,
+                stage: "raptor".into(),
+                task: "summarize_with_facts".into(),
+                calls: 3,
+                cache_hits: 4,
+                tokens_in: 500,
+                tokens_out: 60,
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
             vec![ErrorRow::new(
                 "ingest",
                 "x.bin",
