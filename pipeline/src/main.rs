@@ -87,7 +87,8 @@ enum Command {
         /// Print help (-h is the hostfile, as for every timely program).
         #[arg(long, action = clap::ArgAction::Help)]
         help: Option<bool>,
-        /// File, directory or object-store URL to index.
+        /// File, directory, object-store URL or kafka:// topic to index.
+        #[arg(env = "MEMWEAVE_SOURCE")]
         source: String,
         /// Endpoint of an S3-compatible server for an s3:// SOURCE (http:// allowed).
         #[arg(long, env = "MEMWEAVE_S3_ENDPOINT")]

@@ -8,6 +8,7 @@ mod integration {
     pub mod bad_input;
     pub mod cluster;
     pub mod crash;
+    pub mod deploy;
     pub mod external_readers;
     pub mod incremental;
     pub mod indexing;
