@@ -93,8 +93,15 @@ impl Cluster {
             return Ok(sockets);
         }
         let address = &self.addresses[me];
-        let listener = TcpListener::bind(address)
-            .with_context(|| format!("process {me} cannot listen on {address}"))?;
+        // A pod's own DNS name may resolve only a moment after it starts.
+        let started = Instant::now();
+        let mut binding = TcpListener::bind(address);
+        while binding.is_err() && started.elapsed() < BIND_PATIENCE {
+            std::thread::sleep(RETRY);
+            binding = TcpListener::bind(address);
+        }
+        let listener =
+            binding.with_context(|| format!("process {me} cannot listen on {address}"))?;
         listener.set_nonblocking(true)?;
         let mut accepted: Vec<Option<TcpStream>> = (0..later).map(|_| None).collect();
         while accepted.iter().any(Option::is_none) {
@@ -144,6 +151,8 @@ pub type Communication = (Vec<AllocatorBuilder>, Box<dyn std::any::Any + Send>);
 
 /// How often a process tries again to reach another that is not up yet.
 const RETRY: Duration = Duration::from_millis(20);
+/// How long a process retries listening on its own address.
+const BIND_PATIENCE: Duration = Duration::from_secs(60);
 /// How long an accepted connection may take to say which process it is.
 const HANDSHAKE: Duration = Duration::from_secs(10);
 /// How often the wait is logged.

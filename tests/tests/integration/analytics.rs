@@ -243,8 +243,7 @@ fn check_export(root: &Path, exported: &str, s3: Option<&serde_json::Value>) {
 }
 
 /// An export to a folder and to an S3 bucket round-trips every table: the
-/// same rows and keys as the checkpoint's Lance versions; an older
-/// checkpoint exports its own rows.
+/// same rows and keys as the checkpoint's Lance versions.
 #[test]
 fn export_round_trips_to_a_folder_and_to_s3() {
     let built = pg_essays();
