@@ -17,6 +17,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use memweave_llm::cache::CallCache;
+use memweave_query::analytics::metrics::by_direction;
 
 use crate::progress::Progress;
 
@@ -132,19 +133,11 @@ impl IndexMetrics {
             "Model calls answered from the cache, per stage and task.",
             &by(|s| s.cache_hits),
         );
-        let mut tokens = by(|s| s.tokens_in);
-        tokens
-            .iter_mut()
-            .for_each(|(l, _)| l.insert_str(l.len() - 1, ",direction=\"in\""));
-        let mut out = by(|s| s.tokens_out);
-        out.iter_mut()
-            .for_each(|(l, _)| l.insert_str(l.len() - 1, ",direction=\"out\""));
-        tokens.extend(out);
         metric(
             "memweave_llm_tokens_total",
             "counter",
             "Model tokens of the calls made, per stage, task and direction.",
-            &tokens,
+            &by_direction(by(|s| s.tokens_in), by(|s| s.tokens_out)),
         );
         metric(
             "memweave_llm_calls_saved_total",

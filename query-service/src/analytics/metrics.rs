@@ -66,19 +66,13 @@ pub fn prometheus(report: &Value) -> String {
             &format!("Model calls answered from the cache, per {by}."),
             labelled(report, section, &[label], "cache_hits"),
         );
-        let mut tokens = labelled(report, section, &[label], "tokens_in");
-        for (labels, _) in &mut tokens {
-            labels.insert_str(labels.len() - 1, ",direction=\"in\"");
-        }
-        let mut out = labelled(report, section, &[label], "tokens_out");
-        for (labels, _) in &mut out {
-            labels.insert_str(labels.len() - 1, ",direction=\"out\"");
-        }
-        tokens.extend(out);
         gauge(
             &format!("{by}_tokens"),
             &format!("Model tokens paid for, per {by} and direction."),
-            tokens,
+            by_direction(
+                labelled(report, section, &[label], "tokens_in"),
+                labelled(report, section, &[label], "tokens_out"),
+            ),
         );
     }
     gauge(
@@ -106,6 +100,25 @@ pub fn prometheus(report: &Value) -> String {
 
 /// One sample per row of `section`: labels from `labels`' columns, the value
 /// from `value`'s.
+/// Token samples of both directions, each labelled `direction="in"` or
+/// `"out"` after its other labels (`{…}`, never empty).
+pub fn by_direction<V>(
+    tokens_in: Vec<(String, V)>,
+    tokens_out: Vec<(String, V)>,
+) -> Vec<(String, V)> {
+    let label = |direction: &'static str| {
+        move |(labels, value): (String, V)| {
+            let inner = labels.trim_end_matches('}');
+            (format!("{inner},direction=\"{direction}\"}}"), value)
+        }
+    };
+    tokens_in
+        .into_iter()
+        .map(label("in"))
+        .chain(tokens_out.into_iter().map(label("out")))
+        .collect()
+}
+
 fn one(value: &Value) -> Vec<(String, &Value)> {
     vec![(String::new(), value)]
 }
@@ -136,4 +149,24 @@ fn escape(value: &str) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_samples_carry_their_direction_after_their_labels() {
+        let samples = by_direction(
+            vec![("{task=\"gist_page\"}".to_string(), 5)],
+            vec![("{task=\"gist_page\"}".to_string(), 2)],
+        );
+        assert_eq!(
+            samples,
+            [
+                ("{task=\"gist_page\",direction=\"in\"}".to_string(), 5),
+                ("{task=\"gist_page\",direction=\"out\"}".to_string(), 2),
+            ]
+        );
+    }
 }
