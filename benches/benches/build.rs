@@ -52,6 +52,7 @@ fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary,
         interactive: false,
         cluster: memweave_pipeline::cluster::Cluster::default(),
         metrics_listen: None,
+        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
     };
     let started = Instant::now();
     let summary = run_index(&options).unwrap();

@@ -158,6 +158,7 @@ fn index(source: &Path, tables: &Path) -> IndexSummary {
         interactive: false,
         cluster: memweave_pipeline::cluster::Cluster::default(),
         metrics_listen: None,
+        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
     };
     let summary = run_index(&options).unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);

@@ -54,6 +54,7 @@ fn options(source: &Path, tables: &Path, cluster: Cluster, llm: Option<&str>) ->
         interactive: false,
         cluster,
         metrics_listen: None,
+        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
     }
 }
 

@@ -10,6 +10,7 @@
 //! relations from several documents are merged again.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use memweave_schemas::{EntityRow, RelationRow, SegmentRow, content_id};
 use serde::{Deserialize, Serialize};
@@ -69,10 +70,29 @@ pub struct DocRelation {
     pub target_key: String,
     pub description: String,
     pub seg_ids: Vec<String>,
-    /// The document's summary: the merge prompt's background.
-    pub summary: String,
+    /// The document's summary: the merge prompt's background. Shared by the
+    /// document's relations (and by the dataflow's copies of each), so the
+    /// cross-document stages hold it once per document, not per relation.
+    #[serde(with = "shared_text")]
+    pub summary: Arc<str>,
     /// The head of the first segment it came from: its evidence in a merge.
-    pub evidence: String,
+    #[serde(with = "shared_text")]
+    pub evidence: Arc<str>,
+}
+
+/// Serde for a text shared by several records (`Arc<str>`), as a plain string.
+mod shared_text {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(text: &Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(text)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(deserializer).map(Arc::from)
+    }
 }
 
 /// Which entity a document's entity became.
@@ -216,8 +236,15 @@ pub async fn document_graph(
         })
         .collect();
 
+    let background: Arc<str> = Arc::from(background);
+    // A segment's head is the evidence of every relation first found in it.
+    let heads: HashMap<usize, Arc<str>> = relations
+        .values()
+        .map(|found| found[0].0)
+        .map(|i| (i, Arc::from(head_words(&segments[i].text, EVIDENCE_WORDS))))
+        .collect();
     let doc_relations = all_in_order(relations.into_iter().map(|((source, target), found)| {
-        let cx = &cx;
+        let (cx, background, heads) = (&cx, &background, &heads);
         async move {
             let evidence: Vec<(String, String)> = found
                 .iter()
@@ -236,8 +263,8 @@ pub async fn document_graph(
                 target_key: target,
                 description,
                 seg_ids,
-                summary: background.to_string(),
-                evidence: head_words(&segments[found[0].0].text, EVIDENCE_WORDS),
+                summary: Arc::clone(background),
+                evidence: Arc::clone(&heads[&found[0].0]),
             })
         }
     }))
@@ -408,10 +435,10 @@ pub async fn merge_relations_across(
     model: &dyn MemoryModel,
 ) -> StepResult<RelationRow> {
     let cx = CallContext::corpus(STAGE);
-    let summary = found.first().map_or("", |r| r.summary.as_str());
+    let summary = found.first().map_or("", |r| &*r.summary);
     let evidence = found
         .iter()
-        .map(|r| (r.evidence.clone(), r.description.clone()))
+        .map(|r| (r.evidence.to_string(), r.description.clone()))
         .collect();
     let description = merge_balanced(model, &cx, summary, evidence).await?;
     Ok(relation_row(source_id, target_id, found, description))

@@ -6,13 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use differential_dataflow::{AsCollection, Data, VecCollection};
 use futures::FutureExt;
 use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Capability;
 use timely::dataflow::operators::generic::operator::Operator;
+
+use crate::progress::StageProgress;
 
 /// A finished future: its update's time and multiplicity, and its outputs (or the
 /// panic message of a future that panicked).
@@ -21,10 +23,12 @@ type Finished<O> = (u64, isize, Result<Vec<O>, String>);
 /// Maps every update `(d, t, r)` of `collection` to `(o, t, r)` for each `o` in
 /// `logic(d).await`. `logic` must be a function of `d` alone (retractions call it
 /// again and must get the same outputs; the call cache makes model calls so).
+/// Each update's future counts as one unit of the stage `name` in `stages`.
 pub fn map_async<'scope, D, O, F, Fut>(
     collection: VecCollection<'scope, u64, D, isize>,
     runtime: tokio::runtime::Handle,
-    name: &str,
+    name: &'static str,
+    stages: &Arc<StageProgress>,
     logic: F,
 ) -> VecCollection<'scope, u64, O, isize>
 where
@@ -34,6 +38,7 @@ where
     Fut: Future<Output = Vec<O>> + Send + 'static,
 {
     let worker = collection.inner.scope().worker();
+    let stages = Arc::clone(stages);
     collection
         .inner
         .unary_frontier::<timely::container::CapacityContainerBuilder<Vec<(O, u64, isize)>>, _, _, _>(
@@ -51,6 +56,7 @@ where
                                 .entry(time)
                                 .or_insert_with(|| (capability.delayed(&time, output.output_index()), 0))
                                 .1 += 1;
+                            stages.started(name, 1);
                             let future = AssertUnwindSafe(logic(data)).catch_unwind();
                             let done = done_tx.clone();
                             let activator = activator.clone();
@@ -66,6 +72,7 @@ where
                         let outputs = outputs.unwrap_or_else(|message| {
                             panic!("a future of the asynchronous map panicked: {message}")
                         });
+                        stages.done(name, 1);
                         let entry = pending
                             .get_mut(&time)
                             .expect("every finished future was registered at its time");

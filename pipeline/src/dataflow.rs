@@ -6,7 +6,7 @@
 //! through every derived table and recomputes only what depends on it.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -25,27 +25,19 @@ use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
 use memweave_operators::tokens::count_tokens;
 use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{
-    DocumentRow, EntityRow, ErrorRow, PageRow, RelationRow, SegmentRow, TREE_MEMWALKER,
-    TREE_RAPTOR, TreeNodeRow,
+    DocumentRow, EntityRow, ErrorRow, RelationRow, TREE_MEMWALKER, TREE_RAPTOR, TreeNodeRow,
 };
-use timely::dataflow::operators::Exchange;
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::Stream;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::generic::operator::Operator;
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
+use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
 use crate::async_map::map_async;
+use crate::progress::StageProgress;
+use crate::write::{Batch, OutRow, RoundWriter, StagedPart};
 use timely::worker::Worker;
-
-/// The rows one worker's share of the dataflow produced, with their multiplicities.
-#[derive(Debug, Default)]
-pub struct WorkerOutput {
-    pub documents: HashMap<DocumentRow, isize>,
-    pub segments: HashMap<SegmentRow, isize>,
-    pub tree_nodes: HashMap<TreeNodeRow, isize>,
-    pub pages: HashMap<PageRow, isize>,
-    pub entities: HashMap<EntityRow, isize>,
-    pub relations: HashMap<RelationRow, isize>,
-    pub embeddings: HashMap<EmbeddingRecord, isize>,
-    pub errors: HashMap<ErrorRow, isize>,
-}
 
 /// What the cross-document graph stages produce.
 #[derive(
@@ -62,13 +54,15 @@ enum GraphRow {
 /// A document as the input collection holds it, with the time it was first seen.
 pub type DocumentInput = InputSession<u64, (Document, i64), isize>;
 
-/// The dataflow's handles: its input, and probes that tell when an input epoch
-/// has been fully processed per document (`documents`) and across documents
-/// (`everything`: the graph and the corpus trees too).
+/// The dataflow's handles: its input; probes that tell when an input epoch
+/// has been fully processed per document (`documents`) and when a round's
+/// rows are all staged, every stage of every worker (`everything`); and, at
+/// worker 0, what every worker staged.
 pub struct Handles {
     pub input: DocumentInput,
     pub documents: ProbeHandle<u64>,
     pub everything: ProbeHandle<u64>,
+    pub staged: Rc<RefCell<Vec<Result<StagedPart, String>>>>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -96,46 +90,37 @@ fn round_end(time: &u64) -> u64 {
     time | ((1 << EPOCH_BITS) - 1)
 }
 
-/// Builds the indexing dataflow in `worker`; returns its handles and the shared
-/// output. The stages that see many documents at once (entity resolution,
-/// relation merging, corpus trees) see all of a round's epochs at the round's
-/// end: a bulk build resolves each name once, instead of once per epoch that
-/// added a document mentioning it (each time with a different prompt, which the
-/// cache cannot answer). With `gather`, every output row goes to worker 0.
+/// Builds the indexing dataflow in `worker`; returns its handles. The stages
+/// that see many documents at once (entity resolution, relation merging,
+/// corpus trees) see all of a round's epochs at the round's end: a bulk build
+/// resolves each name once, instead of once per epoch that added a document
+/// mentioning it (each time with a different prompt, which the cache cannot
+/// answer). Every worker stages its own output rows with `writer`; what it
+/// staged goes to worker 0.
 pub fn build(
     worker: &mut Worker,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
-    gather: bool,
+    writer: &Arc<RoundWriter>,
     runtime: &tokio::runtime::Handle,
-) -> (Handles, Rc<RefCell<WorkerOutput>>) {
-    let output = Rc::new(RefCell::new(WorkerOutput::default()));
-    let sink = Sink {
-        output: Rc::clone(&output),
-        gather,
-    };
-    let mut probe = ProbeHandle::new();
-    let mut settled = ProbeHandle::new();
+    stages: &Arc<StageProgress>,
+) -> Handles {
+    let staged = Rc::new(RefCell::new(Vec::new()));
+    let probe = ProbeHandle::new();
+    let settled = ProbeHandle::new();
     let at = round_end;
     let input = worker.dataflow::<u64, _, _>(|scope| {
         let (input, raw) = scope.new_collection::<(Document, i64), isize>();
 
-        // One version per doc_id: two sources claiming one id keep the first (by
-        // source), and the others become errors rather than vanish.
-        let claimed = raw
-            .map(|(doc, seen)| (doc.doc_id.clone(), (doc, seen)))
-            .reduce_named("ClaimDocId", |_doc_id, claims, out| {
-                let mut claims: Vec<&(Document, i64)> = claims.iter().map(|(d, _)| *d).collect();
-                claims.sort_by(|a, b| a.0.source_uri.cmp(&b.0.source_uri));
-                let (winner, rest) = claims.split_first().expect("reduce groups are never empty");
-                out.push((Ok((*winner).clone()), 1));
-                for (loser, _) in rest {
-                    out.push((Err(duplicate_error(loser, &winner.0)), 1));
-                }
-            });
-        let documents = claimed.clone().flat_map(|(_, claim)| claim.ok());
-        let duplicates = claimed.flat_map(|(_, claim)| claim.err());
+        // Input carries one version per document id (the main thread settles
+        // claims); documents spread over every worker of every process by id.
+        // No stage arranges them: a text lives in the dataflow only while its
+        // memory is built.
+        let documents = raw
+            .inner
+            .exchange(|((doc, _), _, _)| hash_of(&doc.doc_id))
+            .as_collection();
 
         let document_rows = documents
             .clone()
@@ -152,6 +137,7 @@ pub fn build(
             docs,
             runtime.clone(),
             "BuildMemory",
+            stages,
             move |doc: Document| {
                 let model = Arc::clone(&doc_model);
                 let embedder = Arc::clone(&doc_embedder);
@@ -199,6 +185,7 @@ pub fn build(
                 embedder,
                 config,
                 runtime,
+                stages,
             )
         });
         let build_errors = memory.flat_map(|row| match row {
@@ -211,6 +198,7 @@ pub fn build(
             &graph_model,
             embedder,
             runtime,
+            stages,
         );
         let entities = graph.clone().flat_map(|row| match row {
             GraphRow::Entity(e) => Some(e),
@@ -220,49 +208,50 @@ pub fn build(
             GraphRow::Relation(r) => Some(r),
             _ => None,
         });
-        let mut embeddings = graph.clone().flat_map(|row| match row {
+        let embeddings = graph.clone().flat_map(|row| match row {
             GraphRow::Embedding(e) => Some(e),
             _ => None,
         });
-        let mut errors = graph.flat_map(|row| match row {
+        let errors = graph.flat_map(|row| match row {
             GraphRow::Error(e) => Some(e),
             _ => None,
         });
 
-        sink.collect(document_rows, |o| &mut o.documents, &mut probe);
-        sink.collect(segments, |o| &mut o.segments, &mut probe);
-        sink.collect(pages, |o| &mut o.pages, &mut probe);
-        sink.collect(document_tree_nodes, |o| &mut o.tree_nodes, &mut probe);
-        sink.collect(doc_embeddings, |o| &mut o.embeddings, &mut probe);
-        sink.collect(duplicates.concat(build_errors), |o| &mut o.errors, &mut probe);
-        // Across documents.
-        sink.collect(entities, |o| &mut o.entities, &mut settled);
-        sink.collect(relations, |o| &mut o.relations, &mut settled);
+        // Per document, then across documents (at the round's end).
+        let mut rows = document_rows
+            .map(OutRow::Document)
+            .concat(segments.map(OutRow::Segment))
+            .concat(pages.map(OutRow::Page))
+            .concat(document_tree_nodes.map(OutRow::TreeNode))
+            .concat(doc_embeddings.map(OutRow::Embedding))
+            .concat(build_errors.map(OutRow::Error))
+            .probe_with(&probe)
+            .concat(entities.map(OutRow::Entity))
+            .concat(relations.map(OutRow::Relation));
         if let Some(corpus) = corpus {
-            let nodes = corpus.clone().flat_map(|row| match row {
-                MemoryRow::TreeNode(n) => Some(n),
-                _ => None,
-            });
-            sink.collect(nodes, |o| &mut o.tree_nodes, &mut settled);
-            embeddings = embeddings.concat(corpus.clone().flat_map(|row| match row {
-                MemoryRow::Embedding(e) => Some(e),
-                _ => None,
-            }));
-            errors = errors.concat(corpus.flat_map(|row| match row {
-                MemoryRow::Error(e) => Some(e),
+            rows = rows.concat(corpus.flat_map(|row| match row {
+                MemoryRow::TreeNode(n) => Some(OutRow::TreeNode(n)),
+                MemoryRow::Embedding(e) => Some(OutRow::Embedding(e)),
+                MemoryRow::Error(e) => Some(OutRow::Error(e)),
                 _ => None,
             }));
         }
-        sink.collect(embeddings, |o| &mut o.embeddings, &mut settled);
-        sink.collect(errors, |o| &mut o.errors, &mut settled);
+        let rows = rows
+            .concat(embeddings.map(OutRow::Embedding))
+            .concat(errors.map(OutRow::Error));
+        let collected = Rc::clone(&staged);
+        write_rows(rows, Arc::clone(writer), runtime.clone())
+            .exchange(|_| 0)
+            .inspect(move |part| collected.borrow_mut().push(part.clone()))
+            .probe_with(&settled);
         input
     });
-    let handles = Handles {
+    Handles {
         input,
         documents: probe,
         everything: settled,
-    };
-    (handles, output)
+        staged,
+    }
 }
 
 /// The corpus-level trees, rebuilt over every document root whenever one
@@ -276,6 +265,7 @@ fn corpus_trees<'scope>(
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
     runtime: &tokio::runtime::Handle,
+    stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, MemoryRow, isize> {
     let roots = |tree: &'static str| document_roots.clone().filter(move |n| n.tree == tree);
     let memwalker_roots = roots(TREE_MEMWALKER)
@@ -291,6 +281,7 @@ fn corpus_trees<'scope>(
         memwalker_roots,
         runtime.clone(),
         "MemWalkerCorpusTree",
+        stages,
         move |roots| {
             let model = Arc::clone(&memwalker_model);
             async move {
@@ -326,6 +317,7 @@ fn corpus_trees<'scope>(
         raptor_roots,
         runtime.clone(),
         "RaptorCorpusTree",
+        stages,
         move |roots: Vec<(TreeNodeRow, EmbeddingRecord)>| {
             let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
             async move {
@@ -375,6 +367,7 @@ fn graph_stages<'scope>(
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     runtime: &tokio::runtime::Handle,
+    stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, GraphRow, isize> {
     let by_name = doc_entities
         .map(|e| (e.key.clone(), e))
@@ -389,6 +382,7 @@ fn graph_stages<'scope>(
         by_name,
         runtime.clone(),
         "ResolveEntities",
+        stages,
         move |mentions: Vec<DocEntity>| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             async move {
@@ -449,6 +443,7 @@ fn graph_stages<'scope>(
         by_pair,
         runtime.clone(),
         "MergeRelations",
+        stages,
         move |((source_id, target_id), found): ((String, String), Vec<DocRelation>)| {
             let model = Arc::clone(&model_r);
             async move {
@@ -490,41 +485,96 @@ fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
     )
 }
 
-/// Where output updates go: this worker's output maps, or (`gather`, when the
-/// workers span processes) worker 0's, so one process holds every row to write.
-struct Sink {
-    output: Rc<RefCell<WorkerOutput>>,
-    gather: bool,
+/// Stages output rows where they are produced (see [`crate::write`]): each
+/// round's rows are buffered and written as a batch whenever
+/// [`RoundWriter::batch_rows`] have gathered, and the rest once the round's input is complete. What each
+/// batch staged is emitted at the round's end time, so the output's frontier
+/// passes a round only when every row of it is staged.
+fn write_rows<'scope>(
+    rows: VecCollection<'scope, u64, OutRow, isize>,
+    writer: Arc<RoundWriter>,
+    runtime: tokio::runtime::Handle,
+) -> Stream<'scope, u64, Vec<Result<StagedPart, String>>> {
+    let worker = rows.inner.scope().worker();
+    rows.inner
+        .unary_frontier::<CapacityContainerBuilder<Vec<Result<StagedPart, String>>>, _, _, _>(
+            Pipeline,
+            "StageRows",
+            move |_initial, info| {
+                let activator = worker.sync_activator_for(info.address.to_vec());
+                let (done_tx, done_rx) = std::sync::mpsc::channel();
+                // Per round (by its end time): the capability to emit at it, the
+                // rows not yet written, batches being written, and whether the
+                // round's input is complete.
+                let mut rounds: BTreeMap<u64, PendingRound> = BTreeMap::new();
+                move |(input, frontier), output| {
+                    let mut full = Vec::new();
+                    input.for_each(|capability, updates| {
+                        for (row, time, diff) in updates.drain(..) {
+                            let end = round_end(&time);
+                            let round = rounds.entry(end).or_insert_with(|| PendingRound {
+                                capability: capability.delayed(&end, output.output_index()),
+                                rows: Batch::new(),
+                                writing: 0,
+                            });
+                            let count = round.rows.entry(row).or_insert(0);
+                            *count += diff;
+                            if round.rows.len() >= writer.batch_rows() {
+                                full.push(end);
+                            }
+                        }
+                    });
+                    let complete: Vec<u64> = rounds
+                        .keys()
+                        .copied()
+                        .filter(|end| !frontier.less_equal(end))
+                        .collect();
+                    for end in full.into_iter().chain(complete.iter().copied()) {
+                        let Some(round) = rounds.get_mut(&end) else {
+                            continue;
+                        };
+                        round.rows.retain(|_, diff| *diff != 0);
+                        if round.rows.is_empty() {
+                            continue;
+                        }
+                        let batch = std::mem::take(&mut round.rows);
+                        round.writing += 1;
+                        // Waiting here for a free write holds the worker, and so
+                        // its input, back until the disk catches up.
+                        let permit = runtime.block_on(writer.permit());
+                        let (writer, done, activator) =
+                            (Arc::clone(&writer), done_tx.clone(), activator.clone());
+                        runtime.spawn(async move {
+                            let staged = writer.stage(batch).await.map_err(|e| format!("{e:#}"));
+                            drop(permit);
+                            // The operator is gone only when the dataflow is.
+                            let _ = done.send((end, staged));
+                            let _ = activator.activate();
+                        });
+                    }
+                    while let Ok((end, staged)) = done_rx.try_recv() {
+                        let round = rounds.get_mut(&end).expect("a round writing is pending");
+                        output.session(&round.capability).give(staged);
+                        round.writing -= 1;
+                    }
+                    for end in complete {
+                        if rounds
+                            .get(&end)
+                            .is_some_and(|r| r.writing == 0 && r.rows.is_empty())
+                        {
+                            rounds.remove(&end);
+                        }
+                    }
+                }
+            },
+        )
 }
 
-impl Sink {
-    /// Accumulates a collection's updates into one map of the output.
-    fn collect<'scope, D>(
-        &self,
-        collection: VecCollection<'scope, u64, D, isize>,
-        field: fn(&mut WorkerOutput) -> &mut HashMap<D, isize>,
-        probe: &mut ProbeHandle<u64>,
-    ) where
-        D: differential_dataflow::ExchangeData + Hash,
-    {
-        let collection = if self.gather {
-            collection.inner.exchange(|_| 0).as_collection()
-        } else {
-            collection
-        };
-        let output = Rc::clone(&self.output);
-        collection
-            .inspect(move |(row, _time, diff)| {
-                let mut output = output.borrow_mut();
-                let map = field(&mut output);
-                let count = map.entry(row.clone()).or_insert(0);
-                *count += diff;
-                if *count == 0 {
-                    map.remove(row);
-                }
-            })
-            .probe_with(probe);
-    }
+/// A round's rows at one worker's [`write_rows`], until all are staged.
+struct PendingRound {
+    capability: Capability<u64>,
+    rows: Batch,
+    writing: usize,
 }
 
 fn document_row(doc: &Document, seen: i64) -> DocumentRow {
@@ -542,17 +592,13 @@ fn document_row(doc: &Document, seen: i64) -> DocumentRow {
     }
 }
 
-fn duplicate_error(loser: &Document, winner: &Document) -> ErrorRow {
-    ErrorRow::new(
-        "ingest",
-        &loser.source_uri,
-        Some(loser.doc_id.clone()),
-        "duplicate_id",
-        &format!(
-            "document id already taken by {}; this copy was not indexed",
-            winner.source_uri
-        ),
-    )
+/// Where a document's id sends it: the same worker for every version, and for
+/// any number of workers.
+fn hash_of(doc_id: &str) -> u64 {
+    let digest = blake3::hash(doc_id.as_bytes());
+    let mut first = [0; 8];
+    first.copy_from_slice(&digest.as_bytes()[..8]);
+    u64::from_le_bytes(first)
 }
 
 #[cfg(test)]
@@ -565,6 +611,7 @@ mod tests {
     use memweave_operators::ingest::RawDocument;
     use memweave_operators::paginate::PageConfig;
     use memweave_operators::segment::SegmentConfig;
+    use memweave_schemas::{PageRow, SegmentRow, TableStore};
 
     use super::*;
 
@@ -599,21 +646,50 @@ mod tests {
             .join(" ")
     }
 
-    /// Runs `rounds` of input changes through the dataflow on one worker and
-    /// returns the accumulated output after the last round.
-    fn run(rounds: Vec<Vec<((Document, i64), isize)>>) -> WorkerOutput {
+    /// The memory tables' rows after the last round.
+    struct Output {
+        documents: Vec<DocumentRow>,
+        segments: Vec<SegmentRow>,
+        tree_nodes: Vec<TreeNodeRow>,
+        pages: Vec<PageRow>,
+    }
+
+    /// Runs `rounds` of input changes through the dataflow on one worker,
+    /// committing each round's staged rows to tables in a temporary folder,
+    /// and reads the tables after the last.
+    fn run(rounds: Vec<Vec<((Document, i64), isize)>>) -> Output {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let store = TableStore::local(dir.path()).expect("a store");
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let handle = runtime.handle().clone();
+        let stages = StageProgress::new();
+        let writer = Arc::new(RoundWriter::new(
+            store.clone(),
+            ("hashing".into(), 32),
+            stages,
+            64,
+        ));
         let guards = timely::execute(timely::Config::thread(), move |worker| {
             let model: Arc<dyn MemoryModel> = Arc::new(TaskModel::extractive());
             let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));
-            let (handles, output) = build(worker, &model, &embedder, config(), false, &handle);
+            let stages = StageProgress::new();
+            let handles = build(
+                worker,
+                &model,
+                &embedder,
+                config(),
+                &writer,
+                &handle,
+                &stages,
+            );
             let Handles {
                 mut input,
                 documents,
                 everything,
+                staged,
             } = handles;
             for (round, changes) in rounds.iter().enumerate() {
+                handle.block_on(writer.prepare()).expect("tables");
                 input.advance_to(round_time(round as u64, 0));
                 for (record, diff) in changes {
                     input.update(record.clone(), *diff);
@@ -623,15 +699,29 @@ mod tests {
                 while documents.less_than(input.time()) || everything.less_than(input.time()) {
                     worker.step_or_park(Some(std::time::Duration::from_millis(5)));
                 }
+                let parts: Vec<StagedPart> = std::mem::take(&mut *staged.borrow_mut())
+                    .into_iter()
+                    .collect::<Result<_, _>>()
+                    .expect("rows staged");
+                handle
+                    .block_on(writer.commit(round == 0, parts))
+                    .expect("a commit");
             }
-            std::mem::take(&mut *output.borrow_mut())
         })
         .expect("the dataflow starts");
         guards
             .join()
             .pop()
             .expect("one worker")
-            .expect("the worker succeeds")
+            .expect("the worker succeeds");
+        runtime.block_on(async {
+            Output {
+                documents: store.read_rows(None).await.expect("documents"),
+                segments: store.read_rows(None).await.expect("segments"),
+                tree_nodes: store.read_rows(None).await.expect("tree_nodes"),
+                pages: store.read_rows(None).await.expect("pages"),
+            }
+        })
     }
 
     #[test]
@@ -647,19 +737,19 @@ mod tests {
             .into_iter()
             .chain(segment_rows(&new, &config().chunks()))
             .collect();
-        let got: HashSet<SegmentRow> = output.segments.keys().cloned().collect();
+        let got: HashSet<SegmentRow> = output.segments.iter().cloned().collect();
         assert_eq!(got, expected);
-        assert!(output.segments.values().all(|&m| m == 1));
+        assert_eq!(output.segments.len(), expected.len(), "each row once");
         assert_eq!(output.documents.len(), 1);
-        let row = output.documents.keys().next().expect("one document");
+        let row = &output.documents[0];
         assert_eq!((row.version, row.ingested_at), (2, 5));
         assert!(
             output
                 .tree_nodes
-                .keys()
+                .iter()
                 .all(|n| n.summary.contains("lighthouses"))
         );
-        assert!(output.pages.keys().all(|p| p.text.contains("lighthouses")));
+        assert!(output.pages.iter().all(|p| p.text.contains("lighthouses")));
     }
 
     #[test]
@@ -670,24 +760,5 @@ mod tests {
         assert!(output.segments.is_empty());
         assert!(output.tree_nodes.is_empty());
         assert!(output.pages.is_empty());
-    }
-
-    #[test]
-    fn two_sources_claiming_one_id_keep_the_first_and_report_the_other() {
-        let first = document("same", "a.jsonl:1", &prose("tides"), 1);
-        let second = document("same", "b.jsonl:1", &prose("ships"), 1);
-        let output = run(vec![vec![((second, 0), 1), ((first, 0), 1)]]);
-        assert_eq!(output.documents.len(), 1);
-        assert_eq!(
-            output.documents.keys().next().expect("a row").source_uri,
-            "a.jsonl:1"
-        );
-        let errors: Vec<&ErrorRow> = output.errors.keys().collect();
-        assert_eq!(errors.len(), 1);
-        assert_eq!(
-            (errors[0].kind.as_str(), errors[0].source.as_str()),
-            ("duplicate_id", "b.jsonl:1")
-        );
-        assert!(output.segments.keys().all(|s| s.text.contains("tides")));
     }
 }

@@ -9,17 +9,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{TimestampMicrosecondType, UInt32Type, UInt64Type};
 use futures::StreamExt;
 use memweave_llm::cache::{CacheReport, CallCache};
 use memweave_llm::pool::{PoolClient, PoolReport};
 use memweave_llm::{EmbedArgs, LlmArgs};
 use memweave_operators::build::{BuildConfig, Document};
-use memweave_operators::embed::{Embedder, EmbeddingRecord};
+use memweave_operators::embed::Embedder;
 use memweave_operators::ingest::{self, IngestError, RawDocument, SourceFile};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{
-    CallStatRow, CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, LlmCallRow,
-    PageRow, RelationRow, SegmentRow, Table, TableRow, TableStore, TableVersion, TreeNodeRow,
+    CallStatRow, CheckpointRow, DocumentRow, ErrorRow, LlmCallRow, Table, TableStore, TableVersion,
     now_micros,
 };
 
@@ -29,10 +30,13 @@ use memweave_query::analytics::report::report;
 
 use crate::cluster::Cluster;
 use crate::metrics::IndexMetrics;
-use crate::progress::Progress;
+use crate::origins::{Held, Origins, Record};
+use crate::positions::Positions;
+use crate::progress::{Progress, StageProgress};
 use crate::source::{Source, SourceOptions};
-use crate::state::{PreviousTables, RowChanges, TableChanges, TableState};
+
 use crate::workers::{InputChange, Workers};
+use crate::write::{OutRow, RoundChanges, RoundWriter, StagedPart};
 use crate::{Interrupted, UsageError};
 
 /// Files (or messages) each worker gets per input epoch: small enough that
@@ -62,7 +66,13 @@ pub struct IndexOptions {
     pub cluster: Cluster,
     /// Serve Prometheus metrics on this address while indexing.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Output rows a worker gathers before writing them as data files.
+    pub write_batch_rows: usize,
 }
+
+/// Rows per written batch unless told otherwise: data files large enough that
+/// a table of millions of rows has hundreds of them, not tens of thousands.
+pub const DEFAULT_WRITE_BATCH_ROWS: usize = 32_768;
 
 /// What a run did, for the closing summary.
 #[derive(Debug, Clone)]
@@ -95,6 +105,8 @@ pub struct IndexSummary {
     pub wall: Duration,
     /// Where `wall` went.
     pub stages: Stages,
+    /// Rows the round wrote, all tables together.
+    pub rows_written: u64,
     pub backend: String,
     pub cache: CacheReport,
     /// The pool's counters, with the openai backend.
@@ -108,7 +120,9 @@ pub struct Stages {
     pub read: Duration,
     /// The dataflow: every memory built (model calls, embeddings, clustering).
     pub build: Duration,
-    /// Merging the rows and writing the tables and the checkpoint.
+    /// After the dataflow: the last rows' writes, the deletes, the commit of
+    /// every table and the checkpoint. (Rows are written while the dataflow
+    /// builds; that time is in `build`.)
     pub write: Duration,
 }
 
@@ -120,31 +134,45 @@ pub struct TreeShape {
     pub depth: u32,
 }
 
-/// One origin's share of the input (a file, or a streamed document): the
-/// document versions it holds, each with the time it was first seen, and the
-/// ingestion errors it caused.
+/// What a round is told about one origin (a file, or a streamed document).
+#[derive(Debug)]
+pub(crate) enum Update {
+    /// Its new input, texts included (a streamed message).
+    Ready(Fresh),
+    /// A file to read when its epoch is fed.
+    Read(SourceFile),
+    /// Its input as the last checkpoint left it, for a new process's first
+    /// round: texts are read from the `documents` table when fed.
+    Carried(Held),
+    /// The origin is gone.
+    Gone,
+}
+
+/// An origin's input as just read: its documents with their texts, each with
+/// the time it was first seen, and the ingestion errors it caused.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct OriginInput {
+pub struct Fresh {
     /// The file's version (ETag, size@mtime) when it was read.
     pub version: Option<String>,
     pub records: Vec<(Document, i64)>,
     pub errors: Vec<ErrorRow>,
 }
 
-/// What a round changes: each origin's new input and the worker that holds
-/// it, or `None` where the origin is gone.
-pub type Updates = BTreeMap<String, Option<(usize, OriginInput)>>;
+/// What a round changes, by origin: the worker that feeds it and its update.
+/// Origins not named are unchanged.
+pub(crate) type Updates = BTreeMap<String, (usize, Update)>;
 
 /// A document's known version: content hash, version number, first seen.
 type KnownVersion = (String, u64, i64);
 
-/// What the last checkpoint held, until the process's first round has used it.
+/// What the last checkpoint held, until the process's first round has used it:
+/// the documents (without their texts) and ingestion errors the source's
+/// unchanged files carry over.
 #[derive(Debug)]
 struct Previous {
     checkpoint: CheckpointRow,
-    tables: PreviousTables,
-    /// Owners whose vectors another embedder made: replaced in the first round.
-    stale_vectors: Vec<String>,
+    documents: Vec<Record>,
+    ingest_errors: Vec<ErrorRow>,
 }
 
 /// An indexing process: the model, the running dataflow workers, and what the
@@ -154,14 +182,14 @@ pub struct Indexer {
     /// What `/metrics` shows, with `--metrics-listen`.
     metrics: Option<Arc<IndexMetrics>>,
     options: IndexOptions,
-    state: TableState,
     /// What the dataflow holds, by origin.
-    inputs: BTreeMap<String, OriginInput>,
+    origins: Origins,
+    /// The `documents` table's version at the last checkpoint: where texts to
+    /// retract or carry over are read.
+    documents_version: Option<u64>,
     /// Errors of the listing itself (files skipped for their type).
     listing_errors: Vec<ErrorRow>,
     previous: Option<Previous>,
-    /// Whether any checkpoint exists: the first commit writes whole tables.
-    committed: bool,
     round: u64,
     versions: HashMap<String, KnownVersion>,
 }
@@ -224,6 +252,10 @@ struct Engine {
     pool: Option<Arc<PoolClient>>,
     backend: String,
     progress: Arc<Mutex<Arc<Progress>>>,
+    /// Each stage's work in the round, reported while any is pending.
+    stages: Arc<StageProgress>,
+    /// Stages this process's rows; process 0's commits the rounds.
+    writer: Arc<RoundWriter>,
 }
 
 impl Engine {
@@ -256,6 +288,14 @@ impl Engine {
         let exit = options.cluster.processes() == 1 || options.cluster.process != 0;
         runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache), exit));
         let progress = Arc::new(Mutex::new(Progress::new(0, false)));
+        let stages = StageProgress::new();
+        stages.spawn_reporter(runtime.handle());
+        let writer = Arc::new(RoundWriter::new(
+            store.clone(),
+            (embedder.model().to_string(), embedder.dim()),
+            Arc::clone(&stages),
+            options.write_batch_rows.max(1),
+        ));
         let workers = Workers::start(
             &options.cluster,
             options.workers.max(1),
@@ -264,6 +304,8 @@ impl Engine {
             options.build,
             runtime.handle(),
             Arc::clone(&progress),
+            Arc::clone(&stages),
+            Arc::clone(&writer),
         )?;
         Ok(Engine {
             workers,
@@ -274,6 +316,8 @@ impl Engine {
             pool,
             backend,
             progress,
+            stages,
+            writer,
         })
     }
 }
@@ -346,18 +390,21 @@ impl Indexer {
         let engine = Engine::start(options)?;
         let previous = engine
             .runtime
-            .block_on(previous_tables(&engine.store, engine.embedder.model()))
+            .block_on(previous_tables(&engine.store))
             .with_context(|| {
                 format!("reading the last checkpoint under {}", engine.store.root())
             })?;
         let versions = previous
             .iter()
-            .flat_map(|p| &p.tables.documents)
+            .flat_map(|p| &p.documents)
             .map(|d| {
-                let known = (d.content_hash.clone(), d.version, d.ingested_at);
+                let known = (d.content_hash.clone(), d.version, d.seen);
                 (d.doc_id.clone(), known)
             })
             .collect();
+        let documents_version = previous
+            .as_ref()
+            .and_then(|p| p.checkpoint.version_of(Table::Documents));
         let metrics = match options.metrics_listen {
             Some(address) => {
                 let metrics =
@@ -373,11 +420,10 @@ impl Indexer {
         Ok(Indexer {
             metrics,
             options: options.clone(),
-            committed: previous.is_some(),
             previous,
             engine,
-            state: TableState::default(),
-            inputs: BTreeMap::new(),
+            origins: Origins::default(),
+            documents_version,
             listing_errors: Vec::new(),
             round: 0,
             versions,
@@ -401,32 +447,77 @@ impl Indexer {
             Some(previous) => carried_over(previous, &source.name(), &files),
             None => HashMap::new(),
         };
-        let held = |file: &SourceFile| {
-            let input = carried
+        let unchanged = |file: &SourceFile| {
+            self.origins
                 .get(&file.key)
-                .or_else(|| self.inputs.get(&file.key));
-            input.is_some_and(|i| i.version.is_some() && i.version == file.version)
+                .is_some_and(|held| held.version.is_some() && held.version == file.version)
         };
-        let to_read: Vec<&SourceFile> = files.iter().filter(|f| !held(f)).collect();
+        // Keys are sharded across workers by their place in the listing; files
+        // held and unchanged are not updates, files gone are.
+        let mut updates = Updates::new();
+        for (index, file) in files.iter().enumerate() {
+            let peer = index % self.engine.workers.feeds();
+            let update = match carried.remove(&file.key) {
+                Some(held) => Update::Carried(held),
+                None if unchanged(file) => continue,
+                None => Update::Read(file.clone()),
+            };
+            updates.insert(file.key.clone(), (peer, update));
+        }
+        let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
+        for key in self.origins.keys() {
+            if !listed.contains(key.as_str()) {
+                updates.insert(key.clone(), (0, Update::Gone));
+            }
+        }
+        let reading = updates
+            .values()
+            .filter(|(_, u)| matches!(u, Update::Read(_)))
+            .count();
         tracing::info!(
             source = %source.name(),
             files = files.len(),
-            changed = to_read.len(),
+            changed = reading,
             workers = self.engine.workers.feeds(),
             "indexing"
         );
+        let listing_errors: Vec<ErrorRow> = discovery.rejected.iter().map(error_row).collect();
+        let positions = Positions::Files {
+            source: source.name(),
+            files: files.len(),
+            versions: Source::versions(&files),
+        };
+        let listing = Listing {
+            source,
+            files: files.iter().map(|f| (f.key.clone(), f)).collect(),
+        };
+        let mut summary = self.round_of(
+            updates,
+            Some(listing_errors),
+            &positions,
+            started,
+            Some(&listing),
+        )?;
+        summary.source = source.name();
+        summary.files = files.len();
+        summary.versions = Source::versions(&files);
+        Ok(summary)
+    }
+
+    /// Reads `files` (at most [`READS_IN_FLIGHT`] at once) into their inputs.
+    fn read_files(&self, source: &Source, files: Vec<&SourceFile>) -> HashMap<String, Fresh> {
         let read: Vec<(&SourceFile, Result<Vec<u8>, String>)> = self.engine.runtime.block_on(
-            futures::stream::iter(to_read)
+            futures::stream::iter(files)
                 .map(|file| async move { (file, source.read(file).await) })
                 .buffered(READS_IN_FLIGHT)
                 .collect(),
         );
         let now = now_micros();
-        let mut read_inputs: HashMap<String, OriginInput> = HashMap::new();
+        let mut inputs = HashMap::new();
         for (file, bytes) in read {
-            let mut input = OriginInput {
+            let mut input = Fresh {
                 version: file.version.clone(),
-                ..OriginInput::default()
+                ..Fresh::default()
             };
             for parsed in ingest::parse(file, bytes) {
                 match parsed {
@@ -434,42 +525,9 @@ impl Indexer {
                     Err(error) => input.errors.push(error_row(&error)),
                 }
             }
-            read_inputs.insert(file.key.clone(), input);
+            inputs.insert(file.key.clone(), input);
         }
-        // Keys are sharded across workers by their place in the listing; files
-        // held and unchanged are not updates, files gone are (`None`).
-        let mut updates: Updates = Updates::new();
-        for (index, file) in files.iter().enumerate() {
-            let input = read_inputs
-                .remove(&file.key)
-                .or_else(|| carried.remove(&file.key));
-            if let Some(input) = input {
-                let peer = index % self.engine.workers.feeds();
-                updates.insert(file.key.clone(), Some((peer, input)));
-            }
-        }
-        let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
-        for key in self.inputs.keys() {
-            if !listed.contains(key.as_str()) {
-                updates.insert(key.clone(), None);
-            }
-        }
-        let listing_errors: Vec<ErrorRow> = discovery.rejected.iter().map(error_row).collect();
-        let positions = serde_json::json!({
-            "source": source.name(),
-            "files": files.len(),
-            "versions": Source::versions(&files),
-        });
-        let mut summary = self.round_of(
-            updates,
-            Some(listing_errors),
-            positions.to_string(),
-            started,
-        )?;
-        summary.source = source.name();
-        summary.files = files.len();
-        summary.versions = Source::versions(&files);
-        Ok(summary)
+        inputs
     }
 
     /// Whether Ctrl-C or SIGTERM came: the run must stop without committing more.
@@ -488,9 +546,9 @@ impl Indexer {
     }
 
     /// The last checkpoint's source positions, until the first round.
-    pub(crate) fn previous_positions(&self) -> Option<serde_json::Value> {
+    pub(crate) fn previous_positions(&self) -> Option<Positions> {
         let previous = self.previous.as_ref()?;
-        serde_json::from_str(&previous.checkpoint.source_positions).ok()
+        Positions::parse(&previous.checkpoint.source_positions)
     }
 
     /// For a stream's first round: the last checkpoint's documents (by id) and
@@ -501,24 +559,25 @@ impl Indexer {
             return Updates::new();
         };
         let mut updates = Updates::new();
-        for d in &previous.tables.documents {
-            let input = OriginInput {
-                records: vec![(document_of(d), d.ingested_at)],
-                ..OriginInput::default()
+        for d in &previous.documents {
+            let held = Held {
+                records: vec![d.clone()],
+                ..Held::default()
             };
-            updates.insert(d.doc_id.clone(), Some((peer_of(&d.source_uri), input)));
+            updates.insert(
+                d.doc_id.clone(),
+                (peer_of(&d.source_uri), Update::Carried(held)),
+            );
         }
-        for e in previous
-            .tables
-            .errors
-            .iter()
-            .filter(|e| e.stage == "ingest")
-        {
-            let input = OriginInput {
+        for e in &previous.ingest_errors {
+            let held = Held {
                 errors: vec![e.clone()],
-                ..OriginInput::default()
+                ..Held::default()
             };
-            updates.insert(e.source.clone(), Some((peer_of(&e.source), input)));
+            updates.insert(
+                e.source.clone(),
+                (peer_of(&e.source), Update::Carried(held)),
+            );
         }
         updates
     }
@@ -527,10 +586,10 @@ impl Indexer {
     pub(crate) fn stream_round(
         &mut self,
         updates: Updates,
-        positions: String,
+        positions: &Positions,
         started: Instant,
     ) -> anyhow::Result<IndexSummary> {
-        self.round_of(updates, None, positions, started)
+        self.round_of(updates, None, positions, started, None)
     }
 
     /// A re-read document keeps its version and first-seen time when its content
@@ -550,124 +609,111 @@ impl Indexer {
         }
     }
 
-    /// Runs one round. `updates` gives the new inputs of the origins that
-    /// changed (and the worker that holds each), `None` for an origin gone;
-    /// origins not in it are unchanged. `listing_errors`, when given, replace
-    /// the errors of the last listing.
+    /// Runs one round. `updates` names the origins that changed (and the
+    /// worker that feeds each); `listing_errors`, when given, replace the
+    /// errors of the last listing; `listing` is where files are read.
     fn round_of(
         &mut self,
         updates: Updates,
         listing_errors: Option<Vec<ErrorRow>>,
-        positions: String,
+        positions: &Positions,
         started: Instant,
+        listing: Option<&Listing<'_>>,
     ) -> anyhow::Result<IndexSummary> {
         let round = self.round;
         let read = started.elapsed();
-        let mut held = std::mem::take(&mut self.inputs);
         let mut ingest_errors: HashMap<ErrorRow, isize> = HashMap::new();
-        let mut count = |errors: &[ErrorRow], diff: isize| {
-            for error in errors {
-                *ingest_errors.entry(error.clone()).or_insert(0) += diff;
-            }
-        };
         if let Some(listing_errors) = listing_errors {
-            count(&self.listing_errors, -1);
-            count(&listing_errors, 1);
+            count(&mut ingest_errors, &self.listing_errors, -1);
+            count(&mut ingest_errors, &listing_errors, 1);
             self.listing_errors = listing_errors;
         }
-        // Each worker's changes, one entry per changed origin; retractions of
-        // origins gone go to the first.
-        let mut changes: Vec<Vec<Vec<InputChange>>> = vec![Vec::new(); self.engine.workers.feeds()];
-        let mut kept = BTreeMap::new();
-        let mut gone = Vec::new();
-        for (key, update) in updates {
-            let old = held.remove(&key).unwrap_or_default();
-            match update {
-                Some((peer, input)) => {
-                    if old != input {
-                        count(&old.errors, -1);
-                        count(&input.errors, 1);
-                        changes[peer].push(record_changes(old.records, &input.records));
-                    }
-                    kept.insert(key, input);
-                }
-                None => gone.push(old),
-            }
-        }
-        for old in gone {
-            count(&old.errors, -1);
-            changes[0].push(record_changes(old.records, &[]));
-        }
-        kept.append(&mut held);
-        self.inputs = kept;
-        let total: usize = changes.iter().map(Vec::len).sum();
-        let progress = Progress::new(total as u64, self.options.interactive);
+        let progress = Progress::new(updates.len() as u64, self.options.interactive);
         *self
             .engine
             .progress
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
+        // The dataflow of a process's first round starts empty and is fed every
+        // document: its rows replace the tables' rather than change them.
+        let replace = round == 0;
+        self.engine.stages.reset();
+        self.engine.runtime.block_on(self.engine.writer.prepare())?;
         // Epoch by epoch, every worker: one left behind would hold back
-        // everyone's progress, and with it their flow control.
-        let batches: Vec<Vec<&[Vec<InputChange>]>> = changes
+        // everyone's progress, and with it their flow control. Each epoch's
+        // files are read as it is fed, so texts are held only while in flight.
+        let feeds = self.engine.workers.feeds();
+        let mut queues: Vec<Vec<(String, Update)>> = (0..feeds).map(|_| Vec::new()).collect();
+        for (key, (peer, update)) in updates {
+            queues[peer].push((key, update));
+        }
+        let epochs = queues
             .iter()
-            .map(|c| c.chunks(ORIGINS_PER_EPOCH).collect())
-            .collect();
-        let epochs = batches.iter().map(Vec::len).max().unwrap_or(0);
+            .map(|q| q.len().div_ceil(ORIGINS_PER_EPOCH))
+            .max()
+            .unwrap_or(0);
+        let mut queues: Vec<_> = queues.into_iter().map(Vec::into_iter).collect();
         for epoch in 0..epochs {
-            for (peer, peer_batches) in batches.iter().enumerate() {
-                let batch = peer_batches.get(epoch).copied().unwrap_or_default();
-                let records: Vec<InputChange> = batch.iter().flatten().cloned().collect();
+            for (peer, queue) in queues.iter_mut().enumerate() {
+                let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
+                let origins = batch.len();
+                let changes = self.feed(batch, &mut ingest_errors, listing)?;
                 self.engine
                     .workers
-                    .send(round, epoch as u64, peer, batch.len(), records)?;
+                    .send(round, epoch as u64, peer, origins, changes)?;
             }
         }
-        let outputs = self.engine.workers.finish_round(round)?;
+        let mut parts = self.engine.workers.finish_round(round)?;
         let build = started.elapsed() - read;
         progress.finish();
         if self.engine.cache.is_closing() {
             // Interrupted: documents whose calls were refused are not built, so
-            // this state must not be committed. Save the calls and stop.
+            // this round must not be committed. Save the calls and stop.
             self.engine
                 .runtime
                 .block_on(self.engine.cache.close(INTERRUPT_PATIENCE))?;
             return Err(Interrupted.into());
         }
-        let mut table_changes = self.state.apply(outputs, ingest_errors);
-        let mut stale_vectors = Vec::new();
-        if let Some(previous) = self.previous.take() {
-            table_changes.relative_to(previous.tables, &self.state);
-            stale_vectors = previous.stale_vectors;
+        ingest_errors.retain(|_, diff| *diff != 0);
+        if !ingest_errors.is_empty() {
+            let batch = ingest_errors
+                .into_iter()
+                .map(|(row, diff)| (OutRow::Error(row), diff))
+                .collect();
+            parts.push(
+                self.engine
+                    .runtime
+                    .block_on(self.engine.writer.stage(batch))?,
+            );
         }
-        for error in &table_changes.errors.added {
-            tracing::warn!(source = %error.source, kind = %error.kind, "{}", error.message);
-        }
-        for removed in &table_changes.documents.removed {
-            self.versions.remove(&removed.doc_id);
-        }
-        for added in &table_changes.documents.added {
-            let known = (added.content_hash.clone(), added.version, added.ingested_at);
-            self.versions.insert(added.doc_id.clone(), known);
-        }
-        self.round += 1;
-        let epoch = self
+        self.previous = None;
+        tracing::info!(round, "committing the round");
+        let (checkpoint, changes) = self
             .engine
             .runtime
-            .block_on(self.commit(&table_changes, stale_vectors, positions))
+            .block_on(self.commit(replace, parts, positions))
             .with_context(|| format!("writing the tables under {}", self.engine.store.root()))?;
-        self.committed = true;
+        self.round += 1;
+        self.documents_version = checkpoint.version_of(Table::Documents);
+        for error in &changes.errors_added {
+            tracing::warn!(source = %error.source, kind = %error.kind, "{}", error.message);
+        }
+        let (changed, deleted) = self.note_versions(&changes, replace);
         if let Some(metrics) = &self.metrics {
             let memory = self.engine.runtime.block_on(async {
-                let catalog = Catalog::open(self.engine.store.clone(), Some(epoch)).await?;
+                let catalog =
+                    Catalog::open(self.engine.store.clone(), Some(checkpoint.epoch)).await?;
                 anyhow::Ok(prometheus(&report(&catalog).await?))
             });
             match memory {
-                Ok(memory) => metrics.committed(epoch, memory),
+                Ok(memory) => metrics.committed(checkpoint.epoch, memory),
                 Err(e) => tracing::warn!("the memory's report for /metrics failed: {e:#}"),
             }
         }
-        let mut summary = self.summary(&table_changes, epoch, started);
+        let mut summary = self.summary(&checkpoint, started)?;
+        summary.changed = changed;
+        summary.deleted = deleted;
+        summary.rows_written = changes.rows_written;
         summary.stages = Stages {
             read,
             build,
@@ -676,75 +722,138 @@ impl Indexer {
         Ok(summary)
     }
 
-    /// Applies one round's changes to the tables, then commits a checkpoint
-    /// naming every table's version; returns its epoch. The first commit under a
-    /// root writes whole tables (over whatever a crashed first run left).
+    /// One epoch's share of a round: reads its files, updates the origins, and
+    /// returns the dataflow's input changes. Texts not read now come from the
+    /// `documents` table as last committed (documents carried over, and every
+    /// version retracted) or, for a claim that has just become its id's
+    /// document, from its file read again.
+    fn feed(
+        &mut self,
+        batch: Vec<(String, Update)>,
+        errors: &mut HashMap<ErrorRow, isize>,
+        listing: Option<&Listing<'_>>,
+    ) -> anyhow::Result<Vec<InputChange>> {
+        let files: Vec<&SourceFile> = batch
+            .iter()
+            .filter_map(|(_, update)| match update {
+                Update::Read(file) => Some(file),
+                _ => None,
+            })
+            .collect();
+        let mut read = match (files.is_empty(), listing) {
+            (true, _) => HashMap::new(),
+            (false, Some(listing)) => self.read_files(listing.source, files),
+            (false, None) => anyhow::bail!("a stream's round has no files to read"),
+        };
+        // Texts read now, by document id and source.
+        let mut texts: HashMap<(String, String), String> = HashMap::new();
+        let (mut retract, mut insert) = (Vec::new(), Vec::new());
+        for (key, update) in batch {
+            let held = match update {
+                Update::Gone => None,
+                Update::Carried(held) => Some(held),
+                Update::Ready(fresh) => Some(hold(fresh, &mut texts)),
+                Update::Read(_) => read.remove(&key).map(|fresh| hold(fresh, &mut texts)),
+            };
+            let moves = self.origins.update(&key, held);
+            for (row, diff) in moves.errors {
+                *errors.entry(row).or_insert(0) += diff;
+            }
+            retract.extend(moves.retract);
+            insert.extend(moves.insert);
+        }
+        let wanted: Vec<String> = retract
+            .iter()
+            .chain(
+                insert
+                    .iter()
+                    .filter(|r| !texts.contains_key(&(r.doc_id.clone(), r.source_uri.clone()))),
+            )
+            .map(|r| r.doc_id.clone())
+            .collect();
+        let stored: HashMap<String, DocumentRow> = match (wanted.is_empty(), self.documents_version)
+        {
+            (false, Some(version)) => self
+                .engine
+                .runtime
+                .block_on(
+                    self.engine
+                        .store
+                        .rows_with_keys::<DocumentRow>(version, &wanted),
+                )?
+                .into_iter()
+                .map(|row| (row.doc_id.clone(), row))
+                .collect(),
+            _ => HashMap::new(),
+        };
+        let stored_text = |record: &Record| {
+            stored
+                .get(&record.doc_id)
+                .filter(|row| Record::of_row(row) == *record)
+                .map(|row| row.text.clone())
+        };
+        let mut changes = Vec::with_capacity(retract.len() + insert.len());
+        for record in retract {
+            let text = stored_text(&record).with_context(|| {
+                format!(
+                    "the documents table does not hold version {} of {} ({}) to retract",
+                    record.version, record.doc_id, record.source_uri
+                )
+            })?;
+            changes.push((record.with_text(text), -1));
+        }
+        for record in insert {
+            let key = (record.doc_id.clone(), record.source_uri.clone());
+            let text = match texts.remove(&key).or_else(|| stored_text(&record)) {
+                Some(text) => text,
+                None => self.read_again(&record, listing)?,
+            };
+            changes.push((record.with_text(text), 1));
+        }
+        Ok(changes)
+    }
+
+    /// The text of a claim that has become its id's document (the claim that
+    /// held the id is gone): read from its file again.
+    fn read_again(&self, record: &Record, listing: Option<&Listing<'_>>) -> anyhow::Result<String> {
+        let origin = self.origins.origin_of(record);
+        let file = origin
+            .zip(listing)
+            .and_then(|(o, l)| Some((l.files.get(o)?, l)));
+        let Some((file, listing)) = file else {
+            anyhow::bail!(
+                "no text to index for {} ({})",
+                record.doc_id,
+                record.source_uri
+            );
+        };
+        let fresh = self.read_files(listing.source, vec![file]);
+        fresh
+            .into_values()
+            .flat_map(|f| f.records)
+            .find(|(doc, _)| doc.doc_id == record.doc_id && doc.source_uri == record.source_uri)
+            .filter(|(doc, _)| doc.content_hash == record.content_hash)
+            .map(|(doc, _)| doc.text)
+            .with_context(|| {
+                format!(
+                    "{} changed while it was indexed; run again",
+                    record.source_uri
+                )
+            })
+    }
+
+    /// Commits the round: every memory table's staged rows and deletes (see
+    /// [`RoundWriter::commit`]; `replace` replaces each table's rows), the
+    /// model's calls and their counts, then a checkpoint naming every table's
+    /// version; returns its epoch and what changed.
     async fn commit(
         &self,
-        changes: &TableChanges,
-        stale_vectors: Vec<String>,
-        positions: String,
-    ) -> anyhow::Result<u64> {
+        replace: bool,
+        parts: Vec<StagedPart>,
+        positions: &Positions,
+    ) -> anyhow::Result<(CheckpointRow, RoundChanges)> {
         let store = &self.engine.store;
-        let whole = !self.committed;
-        let state = &self.state;
-        let model = self.engine.embedder.model();
-        let mut vector_keys = keys(&changes.embeddings.removed, |e| e.owner_id.clone());
-        vector_keys.extend(stale_vectors);
-        let added_vectors: Vec<EmbeddingRow> = changes
-            .embeddings
-            .added
-            .iter()
-            .map(|e| e.row(model))
-            .collect();
-        let embeddings = if whole {
-            let rows: Vec<EmbeddingRow> = state.embeddings.rows().map(|e| e.row(model)).collect();
-            store
-                .write_embeddings(&rows, self.engine.embedder.dim())
-                .await?
-        } else {
-            store
-                .apply_embedding_changes(&vector_keys, &added_vectors, self.engine.embedder.dim())
-                .await?
-        };
-        let mut versions = vec![
-            write(
-                store,
-                &changes.documents,
-                whole.then(|| state.documents.rows()),
-            )
-            .await?,
-            write(
-                store,
-                &changes.segments,
-                whole.then(|| state.segments.rows()),
-            )
-            .await?,
-            write(
-                store,
-                &changes.tree_nodes,
-                whole.then(|| state.tree_nodes.rows()),
-            )
-            .await?,
-            write(store, &changes.pages, whole.then(|| state.pages.rows())).await?,
-            write(
-                store,
-                &changes.entities,
-                whole.then(|| state.entities.rows()),
-            )
-            .await?,
-            write(
-                store,
-                &changes.relations,
-                whole.then(|| state.relations.rows()),
-            )
-            .await?,
-            write(store, &changes.errors, whole.then(|| state.errors.rows())).await?,
-            TableVersion {
-                table: Table::Embeddings.name().to_string(),
-                version: embeddings,
-            },
-        ];
+        let (mut versions, changes) = self.engine.writer.commit(replace, parts).await?;
         versions.push(match self.engine.cache.finish().await? {
             Some(version) => TableVersion {
                 table: Table::LlmCalls.name().to_string(),
@@ -755,9 +864,12 @@ impl Indexer {
                 version: store.write_rows::<LlmCallRow>(&[]).await?,
             },
         });
-        versions.push(self.write_call_stats(whole).await?);
-        let checkpoint = store.commit_checkpoint(positions, versions).await?;
-        Ok(checkpoint.epoch)
+        let first = store.latest_checkpoint().await?.is_none();
+        versions.push(self.write_call_stats(first).await?);
+        let checkpoint = store
+            .commit_checkpoint(positions.record(), versions)
+            .await?;
+        Ok((checkpoint, changes))
     }
 
     /// Appends what this round asked of the model, per stage and task, under the
@@ -794,39 +906,93 @@ impl Indexer {
         })
     }
 
-    fn summary(&self, changes: &TableChanges, epoch: u64, started: Instant) -> IndexSummary {
-        let state = &self.state;
-        let added: HashSet<&str> = changes
-            .documents
-            .added
+    /// Notes the versions of the documents a round added and removed; returns
+    /// how many documents are new or changed, and how many are gone. A
+    /// `replace` round (a process's first) added every document: against the
+    /// last checkpoint's versions, only those whose version changed count, and
+    /// the checkpoint's documents it did not add are gone.
+    fn note_versions(&mut self, changes: &RoundChanges, replace: bool) -> (usize, usize) {
+        let added: HashMap<&str, KnownVersion> = changes
+            .documents_added
             .iter()
-            .map(|d| d.doc_id.as_str())
+            .map(|d| {
+                let known = (d.content_hash.clone(), d.version, d.ingested_at);
+                (d.doc_id.as_str(), known)
+            })
             .collect();
-        let mut errors: Vec<ErrorRow> = state.errors.rows().cloned().collect();
+        let (changed, deleted) = if replace {
+            let changed = added
+                .iter()
+                .filter(|(id, known)| self.versions.get(**id) != Some(known))
+                .count();
+            let deleted = self
+                .versions
+                .keys()
+                .filter(|id| !added.contains_key(id.as_str()))
+                .count();
+            self.versions.clear();
+            (changed, deleted)
+        } else {
+            let removed: HashSet<&str> = changes
+                .documents_removed
+                .iter()
+                .map(String::as_str)
+                .filter(|id| !added.contains_key(id))
+                .collect();
+            for id in &removed {
+                self.versions.remove(*id);
+            }
+            (added.len(), removed.len())
+        };
+        for (id, known) in added {
+            self.versions.insert(id.to_string(), known);
+        }
+        (changed, deleted)
+    }
+
+    /// The summary of the memory at `checkpoint`, from its tables (row counts
+    /// from Lance's metadata; tokens and tree shapes from a scan of three
+    /// small columns). What the round changed is the caller's to fill in.
+    fn summary(
+        &self,
+        checkpoint: &CheckpointRow,
+        started: Instant,
+    ) -> anyhow::Result<IndexSummary> {
+        let store = &self.engine.store;
+        let (counts, tokens, trees, mut errors) = self.engine.runtime.block_on(async {
+            let mut counts = HashMap::new();
+            for table in Table::memory_tables() {
+                counts.insert(table, store.count_at(table, checkpoint).await? as usize);
+            }
+            let mut tokens = 0;
+            store
+                .scan_at(Table::Documents, checkpoint, &["n_tokens"], |batch| {
+                    tokens += u64_column(batch, "n_tokens").iter().flatten().sum::<u64>();
+                })
+                .await?;
+            let trees = tree_shapes(store, checkpoint).await?;
+            let errors: Vec<ErrorRow> = store.read_at(checkpoint).await?;
+            anyhow::Ok((counts, tokens, trees, errors))
+        })?;
         errors.sort_by(|a, b| (&a.source, &a.error_id).cmp(&(&b.source, &b.error_id)));
-        let nodes: Vec<&TreeNodeRow> = state.tree_nodes.rows().collect();
-        IndexSummary {
+        let count = |table| counts.get(&table).copied().unwrap_or(0);
+        Ok(IndexSummary {
             source: String::new(),
-            tables: self.engine.store.root().to_string(),
-            epoch,
+            tables: store.root().to_string(),
+            epoch: checkpoint.epoch,
             files: 0,
             input_unit: "files",
-            documents: state.documents.len(),
-            changed: changes.documents.added.len(),
-            deleted: changes
-                .documents
-                .removed
-                .iter()
-                .filter(|d| !added.contains(d.doc_id.as_str()))
-                .count(),
+            documents: count(Table::Documents),
+            changed: 0,
+            deleted: 0,
             versions: BTreeMap::new(),
-            tokens: state.documents.rows().map(|d| d.n_tokens).sum(),
-            segments: state.segments.len(),
-            trees: tree_shapes(&nodes),
-            pages: state.pages.len(),
-            entities: state.entities.len(),
-            relations: state.relations.len(),
-            embeddings: state.embeddings.len(),
+            tokens,
+            segments: count(Table::Segments),
+            trees,
+            pages: count(Table::Pages),
+            entities: count(Table::Entities),
+            relations: count(Table::Relations),
+            embeddings: count(Table::Embeddings),
             embedder: (
                 self.engine.embedder.model().to_string(),
                 self.engine.embedder.dim(),
@@ -834,64 +1000,48 @@ impl Indexer {
             errors,
             wall: started.elapsed(),
             stages: Stages::default(),
+            rows_written: 0,
             backend: self.engine.backend.clone(),
             cache: self.engine.cache.report(),
             pool: self.engine.pool.as_ref().map(|p| p.report()),
-        }
+        })
     }
 }
 
-/// Retract the records of `old` that `new` lacks; insert those of `new` that
-/// `old` lacks. An unchanged document (same content, version and first-seen
-/// time) is neither.
-fn record_changes(old: Vec<(Document, i64)>, new: &[(Document, i64)]) -> Vec<InputChange> {
-    let had: HashSet<&(Document, i64)> = old.iter().collect();
-    let inserted: Vec<InputChange> = new
-        .iter()
-        .filter(|r| !had.contains(r))
-        .map(|r| (r.clone(), 1))
+/// An origin's input as held: its documents without their texts, which go to
+/// `texts` by document id and source.
+fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), String>) -> Held {
+    let records = fresh
+        .records
+        .into_iter()
+        .map(|(doc, seen)| {
+            let record = Record::of(&doc, seen);
+            texts.insert((doc.doc_id, doc.source_uri), doc.text);
+            record
+        })
         .collect();
-    let kept: HashSet<&(Document, i64)> = new.iter().collect();
-    old.into_iter()
-        .filter(|r| !kept.contains(r))
-        .map(|r| (r, -1))
-        .chain(inserted)
-        .collect()
+    Held {
+        version: fresh.version,
+        records,
+        errors: fresh.errors,
+    }
 }
 
-/// Writes one table: its changes, or (`whole`) every row.
-async fn write<'a, R: TableRow + 'a>(
-    store: &TableStore,
-    changes: &RowChanges<R>,
-    whole: Option<impl Iterator<Item = &'a R>>,
-) -> anyhow::Result<TableVersion> {
-    let version = match whole {
-        Some(rows) => {
-            let rows: Vec<R> = rows.cloned().collect();
-            store.write_rows(&rows).await?
-        }
-        None => {
-            let removed = keys(&changes.removed, TableRow::key);
-            store.apply_changes(&removed, &changes.added).await?
-        }
-    };
-    Ok(TableVersion {
-        table: R::TABLE.name().to_string(),
-        version,
-    })
+fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) {
+    for row in rows {
+        *errors.entry(row.clone()).or_insert(0) += diff;
+    }
 }
 
-/// The distinct keys of `rows`, sorted.
-fn keys<R>(rows: &[R], key: impl Fn(&R) -> String) -> Vec<String> {
-    let mut keys: Vec<String> = rows.iter().map(key).collect();
-    keys.sort();
-    keys.dedup();
-    keys
+/// Where a round reads files: the source, and its listing by key.
+pub(crate) struct Listing<'a> {
+    source: &'a Source,
+    files: HashMap<String, &'a SourceFile>,
 }
 
-/// The newest checkpoint's tables, after rolling back table versions written
-/// after it by a run that did not commit.
-async fn previous_tables(store: &TableStore, model: &str) -> anyhow::Result<Option<Previous>> {
+/// The newest checkpoint's documents and ingestion errors, after rolling back
+/// table versions written after it by a run that did not commit.
+async fn previous_tables(store: &TableStore) -> anyhow::Result<Option<Previous>> {
     let Some(checkpoint) = store.latest_checkpoint().await? else {
         return Ok(None);
     };
@@ -904,92 +1054,115 @@ async fn previous_tables(store: &TableStore, model: &str) -> anyhow::Result<Opti
             "rolled back table versions a stopped run wrote after the last checkpoint"
         );
     }
-    let documents: Vec<DocumentRow> = store.read_at(&checkpoint).await.context(
+    let documents = document_records(store, &checkpoint).await.context(
         "the tables may be from an older memweave; index into a new --out to rebuild them",
     )?;
-    let vectors: Vec<EmbeddingRow> = store.read_at(&checkpoint).await?;
-    let (current, stale): (Vec<EmbeddingRow>, Vec<EmbeddingRow>) =
-        vectors.into_iter().partition(|e| e.model == model);
-    let tables = PreviousTables {
-        documents,
-        segments: store.read_at::<SegmentRow>(&checkpoint).await?,
-        tree_nodes: store.read_at::<TreeNodeRow>(&checkpoint).await?,
-        pages: store.read_at::<PageRow>(&checkpoint).await?,
-        entities: store.read_at::<EntityRow>(&checkpoint).await?,
-        relations: store.read_at::<RelationRow>(&checkpoint).await?,
-        embeddings: current
-            .iter()
-            .map(|e| EmbeddingRecord::new(&e.owner_id, &e.owner_kind, &e.vector))
-            .collect(),
-        errors: store.read_at::<ErrorRow>(&checkpoint).await?,
-    };
+    let errors: Vec<ErrorRow> = store.read_at(&checkpoint).await?;
+    // Duplicate ids are the origins' claims' to report, not a file's.
+    let ingest_errors = errors
+        .into_iter()
+        .filter(|e| e.stage == "ingest" && e.kind != "duplicate_id")
+        .collect();
     Ok(Some(Previous {
         checkpoint,
-        tables,
-        stale_vectors: stale.into_iter().map(|e| e.owner_id).collect(),
+        documents,
+        ingest_errors,
     }))
 }
 
+/// Every document at `checkpoint`, without its text (the one column read
+/// again only when a document is fed or retracted).
+async fn document_records(
+    store: &TableStore,
+    checkpoint: &CheckpointRow,
+) -> anyhow::Result<Vec<Record>> {
+    let columns = [
+        "doc_id",
+        "version",
+        "content_hash",
+        "source_uri",
+        "title",
+        "ingested_at",
+    ];
+    let mut records = Vec::new();
+    let mut failed = None;
+    store
+        .scan_at(Table::Documents, checkpoint, &columns, |batch| {
+            let strings = |name: &str| {
+                batch
+                    .column_by_name(name)
+                    .and_then(|c| c.as_string_opt::<i32>())
+            };
+            let (Some(ids), Some(hashes), Some(uris), Some(titles), Some(versions), Some(seen)) = (
+                strings("doc_id"),
+                strings("content_hash"),
+                strings("source_uri"),
+                strings("title"),
+                batch
+                    .column_by_name("version")
+                    .and_then(|c| c.as_primitive_opt::<UInt64Type>()),
+                batch
+                    .column_by_name("ingested_at")
+                    .and_then(|c| c.as_primitive_opt::<TimestampMicrosecondType>()),
+            ) else {
+                failed = Some(batch.schema());
+                return;
+            };
+            records.extend((0..batch.num_rows()).map(|row| Record {
+                doc_id: ids.value(row).to_string(),
+                version: versions.value(row),
+                content_hash: hashes.value(row).to_string(),
+                source_uri: uris.value(row).to_string(),
+                title: titles.value(row).to_string(),
+                seen: seen.value(row),
+            }));
+        })
+        .await?;
+    if let Some(schema) = failed {
+        anyhow::bail!("the documents table's columns are not memweave's: {schema:?}");
+    }
+    Ok(records)
+}
+
 /// The inputs of the files whose version is the one the checkpoint recorded
-/// for this same source: their documents (text from the `documents` table) and
-/// ingestion errors, so they need not be read again.
-fn carried_over(
-    previous: &Previous,
-    source: &str,
-    files: &[SourceFile],
-) -> HashMap<String, OriginInput> {
-    let positions: serde_json::Value =
-        serde_json::from_str(&previous.checkpoint.source_positions).unwrap_or_default();
-    if positions["source"].as_str() != Some(source) {
+/// for this same source: their documents (without texts) and ingestion
+/// errors, so they need not be read again.
+fn carried_over(previous: &Previous, source: &str, files: &[SourceFile]) -> HashMap<String, Held> {
+    let Some(Positions::Files {
+        source: recorded,
+        versions,
+        ..
+    }) = Positions::parse(&previous.checkpoint.source_positions)
+    else {
+        return HashMap::new();
+    };
+    if recorded != source {
         return HashMap::new();
     }
-    let versions = &positions["versions"];
     let by_uri: HashMap<&str, &SourceFile> = files
         .iter()
-        .filter(|f| f.version.is_some() && versions[&f.key].as_str() == f.version.as_deref())
+        .filter(|f| f.version.is_some() && versions.get(&f.key) == f.version.as_ref())
         .map(|f| (f.uri.as_str(), f))
         .collect();
-    let mut carried: HashMap<String, OriginInput> = HashMap::new();
-    for d in &previous.tables.documents {
-        let Some(file) = file_of(&d.source_uri, &by_uri) else {
-            continue;
-        };
-        input_of(&mut carried, file)
-            .records
-            .push((document_of(d), d.ingested_at));
+    let mut carried: HashMap<String, Held> = HashMap::new();
+    for d in &previous.documents {
+        if let Some(file) = file_of(&d.source_uri, &by_uri) {
+            carried_input(&mut carried, file).records.push(d.clone());
+        }
     }
-    for e in &previous.tables.errors {
-        if e.stage == "ingest"
-            && let Some(file) = file_of(&e.source, &by_uri)
-        {
-            input_of(&mut carried, file).errors.push(e.clone());
+    for e in &previous.ingest_errors {
+        if let Some(file) = file_of(&e.source, &by_uri) {
+            carried_input(&mut carried, file).errors.push(e.clone());
         }
     }
     carried
 }
 
-/// The dataflow's record of a document the tables hold.
-fn document_of(row: &DocumentRow) -> Document {
-    Document {
-        doc_id: row.doc_id.clone(),
-        version: row.version,
-        content_hash: row.content_hash.clone(),
-        source_uri: row.source_uri.clone(),
-        title: row.title.clone(),
-        text: row.text.clone(),
-    }
-}
-
-fn input_of<'m>(
-    inputs: &'m mut HashMap<String, OriginInput>,
-    file: &SourceFile,
-) -> &'m mut OriginInput {
-    inputs
-        .entry(file.key.clone())
-        .or_insert_with(|| OriginInput {
-            version: file.version.clone(),
-            ..OriginInput::default()
-        })
+fn carried_input<'m>(carried: &'m mut HashMap<String, Held>, file: &SourceFile) -> &'m mut Held {
+    carried.entry(file.key.clone()).or_insert_with(|| Held {
+        version: file.version.clone(),
+        ..Held::default()
+    })
 }
 
 /// The file a document or error came from: its URI, or `URI:LINE` for a record
@@ -1039,15 +1212,47 @@ async fn save_calls_when_interrupted(cache: Arc<CallCache>, exit: bool) {
     }
 }
 
-fn tree_shapes(nodes: &[&TreeNodeRow]) -> BTreeMap<String, TreeShape> {
+/// Nodes, roots and depth of each kind of tree at `checkpoint`.
+async fn tree_shapes(
+    store: &TableStore,
+    checkpoint: &CheckpointRow,
+) -> anyhow::Result<BTreeMap<String, TreeShape>> {
     let mut shapes: BTreeMap<String, TreeShape> = BTreeMap::new();
-    for node in nodes {
-        let shape = shapes.entry(node.tree.clone()).or_default();
-        shape.nodes += 1;
-        shape.roots += usize::from(node.parent_id.is_none());
-        shape.depth = shape.depth.max(node.level);
-    }
-    shapes
+    let columns = ["tree", "parent_id", "level"];
+    store
+        .scan_at(Table::TreeNodes, checkpoint, &columns, |batch| {
+            let (Some(trees), Some(parents), Some(levels)) = (
+                batch
+                    .column_by_name("tree")
+                    .and_then(|c| c.as_string_opt::<i32>()),
+                batch
+                    .column_by_name("parent_id")
+                    .and_then(|c| c.as_string_opt::<i32>()),
+                batch
+                    .column_by_name("level")
+                    .and_then(|c| c.as_primitive_opt::<UInt32Type>()),
+            ) else {
+                return;
+            };
+            for row in 0..batch.num_rows() {
+                let shape = shapes.entry(trees.value(row).to_string()).or_default();
+                shape.nodes += 1;
+                shape.roots += usize::from(parents.is_null(row));
+                shape.depth = shape.depth.max(levels.value(row));
+            }
+        })
+        .await?;
+    Ok(shapes)
+}
+
+/// The values of the `UInt64` column `name` of `batch` (none if it has no
+/// such column).
+fn u64_column(batch: &RecordBatch, name: &str) -> Vec<Option<u64>> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+        .map(|c| c.iter().collect())
+        .unwrap_or_default()
 }
 
 fn error_row(error: &IngestError) -> ErrorRow {

@@ -27,7 +27,8 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::index::{IndexOptions, IndexSummary, Indexer, OriginInput, Updates};
+use crate::index::{Fresh, IndexOptions, IndexSummary, Indexer, Update, Updates};
+use crate::positions::Positions;
 use crate::source::Source;
 use crate::{Interrupted, UsageError};
 
@@ -138,15 +139,13 @@ pub fn index_kafka(
         .into());
     }
     // Positions come from the last checkpoint written from this topic.
-    let previous = indexer
-        .previous_positions()
-        .filter(|p| p["source"].as_str() == Some(url.name().as_str()));
+    let previous = match indexer.previous_positions() {
+        Some(Positions::Kafka { source, offsets }) if source == url.name() => Some(offsets),
+        _ => None,
+    };
     let mut next: BTreeMap<i32, i64> = partitions
         .iter()
-        .filter_map(|p| {
-            let at = previous.as_ref()?["offsets"][p.to_string()].as_i64()?;
-            Some((*p, at))
-        })
+        .filter_map(|p| Some((*p, *previous.as_ref()?.get(p)?)))
         .collect();
     let mut assignment = TopicPartitionList::new();
     for p in &partitions {
@@ -195,23 +194,20 @@ pub fn index_kafka(
                 Some(Err(e)) => tracing::warn!("consuming {}: {e}", options.source),
                 Some(Ok(message)) => {
                     let (partition, offset) = (message.partition(), message.offset());
-                    let (origin, input) = read_message(&url, &message, &indexer, options);
-                    updates.insert(origin, input.map(|i| (peer_of(partition), i)));
+                    let (origin, update) = read_message(&url, &message, &indexer, options);
+                    updates.insert(origin, (peer_of(partition), update));
                     next.insert(partition, offset + 1);
                     consumed += 1;
                 }
             }
         }
         if consumed > 0 || rounds == 0 {
-            let positions = serde_json::json!({
-                "source": url.name(),
-                "offsets": next.iter().map(|(p, o)| (p.to_string(), *o)).collect::<BTreeMap<_, _>>(),
-            });
-            let mut summary = indexer.stream_round(
-                std::mem::take(&mut updates),
-                positions.to_string(),
-                started,
-            )?;
+            let positions = Positions::Kafka {
+                source: url.name(),
+                offsets: next.clone(),
+            };
+            let mut summary =
+                indexer.stream_round(std::mem::take(&mut updates), &positions, started)?;
             summary.source = options.source.clone();
             summary.files = consumed;
             summary.input_unit = "messages";
@@ -246,16 +242,16 @@ fn read_message(
     message: &BorrowedMessage<'_>,
     indexer: &Indexer,
     options: &IndexOptions,
-) -> (String, Option<OriginInput>) {
+) -> (String, Update) {
     let position = url.position(message.partition(), message.offset());
     let failed = |kind: &str, detail: String, doc_id: Option<String>| {
         let error = ErrorRow::new("ingest", &position, doc_id, kind, &detail);
         tracing::warn!(source = %position, kind, "{detail}");
-        let input = OriginInput {
+        let input = Fresh {
             errors: vec![error],
-            ..OriginInput::default()
+            ..Fresh::default()
         };
-        (position.clone(), Some(input))
+        (position.clone(), Update::Ready(input))
     };
     let change: Change = match serde_json::from_slice(message.payload().unwrap_or_default()) {
         Ok(change) => change,
@@ -269,7 +265,7 @@ fn read_message(
     };
     let doc_id = doc_id_of(&change.doc_id);
     let text = match (change.op, change.text, change.uri) {
-        (Op::Delete, None, None) => return (doc_id, None),
+        (Op::Delete, None, None) => return (doc_id, Update::Gone),
         (Op::Delete, ..) => {
             let detail = "a delete carries no text or uri".to_string();
             return failed("bad_message", detail, Some(doc_id));
@@ -299,11 +295,11 @@ fn read_message(
                 title,
                 text,
             };
-            let input = OriginInput {
+            let input = Fresh {
                 records: vec![indexer.versioned(raw, now_micros())],
-                ..OriginInput::default()
+                ..Fresh::default()
             };
-            (doc_id, Some(input))
+            (doc_id, Update::Ready(input))
         }
         Err((kind, detail)) => failed(kind, detail, Some(doc_id)),
     }

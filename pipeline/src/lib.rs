@@ -8,10 +8,12 @@ pub mod dataflow;
 pub mod index;
 pub mod kafka;
 pub mod metrics;
+mod origins;
+mod positions;
 pub mod progress;
 pub mod source;
-mod state;
 mod workers;
+mod write;
 
 /// A mistake in what the user asked for (a missing source, an unwritable tables
 /// root, bad sizes): the command reports it in one line and exits with code 2.

@@ -19,7 +19,8 @@ use memweave_pipeline::analytics::export::{self, ExportSummary};
 use memweave_pipeline::analytics::sql::{self, Format as SqlFormat};
 use memweave_pipeline::cluster::ClusterArgs;
 use memweave_pipeline::index::{
-    ComputeSummary, IndexOptions, IndexSummary, compute, error_kinds, run_index,
+    ComputeSummary, DEFAULT_WRITE_BATCH_ROWS, IndexOptions, IndexSummary, compute, error_kinds,
+    run_index,
 };
 use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::source::SourceOptions;
@@ -179,6 +180,10 @@ enum Command {
         /// the last commit, and the committed memory's report.
         #[arg(long, value_name = "ADDR")]
         metrics_listen: Option<std::net::SocketAddr>,
+        /// Output rows each worker gathers before writing them as data files:
+        /// bigger batches make fewer, larger files and hold more rows in memory.
+        #[arg(long, value_name = "ROWS", default_value_t = DEFAULT_WRITE_BATCH_ROWS, value_parser = clap::value_parser!(usize))]
+        write_batch_rows: usize,
     },
     /// Run a SQL query over the memory tables (DataFusion SQL).
     ///
@@ -351,6 +356,7 @@ fn main() -> ExitCode {
             help: _,
             cluster,
             metrics_listen,
+            write_batch_rows,
             source,
             s3_endpoint,
             source_options,
@@ -413,6 +419,7 @@ fn main() -> ExitCode {
                     interactive,
                     cluster,
                     metrics_listen,
+                    write_batch_rows,
                 };
                 let kafka = options.source.starts_with("kafka://");
                 match watch {
@@ -669,6 +676,10 @@ fn print_summary(s: &IndexSummary) {
         s.stages.read.as_secs_f64(),
         s.stages.build.as_secs_f64(),
         s.stages.write.as_secs_f64()
+    );
+    println!(
+        "  written     {} rows, staged while the dataflow built",
+        s.rows_written
     );
     println!(
         "  throughput  {:.1} documents/s",

@@ -93,3 +93,138 @@ impl Progress {
         }
     }
 }
+
+/// How often a round's stages are reported while any has work pending: well
+/// inside the minute a long run may go without a progress line.
+const STAGES_EVERY: Duration = Duration::from_secs(10);
+
+/// The work of a round's stages as done of started: each asynchronous stage
+/// of the dataflow (`BuildMemory`, `ResolveEntities`, `MergeRelations`, the
+/// corpus trees), the writes of output batches and the commit of each table.
+/// A stage's total grows as work reaches it; once its input is complete (the
+/// cross-document stages see a round at once) it is the real total.
+#[derive(Debug, Default)]
+pub struct StageProgress {
+    stages: Mutex<Vec<(&'static str, StageCount)>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct StageCount {
+    started: u64,
+    done: u64,
+    since: Instant,
+}
+
+/// One stage's counts at a moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageState {
+    pub stage: &'static str,
+    pub done: u64,
+    pub total: u64,
+    /// Seconds to finish at the stage's rate so far, once it has one.
+    pub eta_secs: Option<f64>,
+}
+
+impl StageProgress {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// `n` more units of work reached `stage`.
+    pub fn started(&self, stage: &'static str, n: u64) {
+        self.update(stage, |c| c.started += n);
+    }
+
+    /// `n` units of `stage`'s work are done.
+    pub fn done(&self, stage: &'static str, n: u64) {
+        self.update(stage, |c| c.done += n);
+    }
+
+    fn update(&self, stage: &'static str, change: impl FnOnce(&mut StageCount)) {
+        let mut stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        let index = match stages.iter().position(|(s, _)| *s == stage) {
+            Some(index) => index,
+            None => {
+                let count = StageCount {
+                    started: 0,
+                    done: 0,
+                    since: Instant::now(),
+                };
+                stages.push((stage, count));
+                stages.len() - 1
+            }
+        };
+        change(&mut stages[index].1);
+    }
+
+    /// Forgets the last round's counts.
+    pub fn reset(&self) {
+        self.stages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// Every stage's counts, in the order work first reached them.
+    pub fn states(&self) -> Vec<StageState> {
+        let stages = self.stages.lock().unwrap_or_else(|e| e.into_inner());
+        stages
+            .iter()
+            .map(|(stage, c)| {
+                let rate = c.done as f64 / c.since.elapsed().as_secs_f64().max(1e-3);
+                StageState {
+                    stage,
+                    done: c.done,
+                    total: c.started,
+                    eta_secs: (c.done > 0).then(|| (c.started - c.done) as f64 / rate),
+                }
+            })
+            .collect()
+    }
+
+    /// Logs each stage with work pending every [`STAGES_EVERY`], until the
+    /// runtime stops.
+    pub fn spawn_reporter(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+        let stages = Arc::clone(self);
+        runtime.spawn(async move {
+            let mut every = tokio::time::interval(STAGES_EVERY);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                for state in stages.states() {
+                    if state.done < state.total {
+                        tracing::info!(
+                            stage = state.stage,
+                            done = state.done,
+                            total = state.total,
+                            eta_secs = state.eta_secs.map(|s| format!("{s:.0}")),
+                            "round progress"
+                        );
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_count_done_of_started_in_the_order_they_began() {
+        let stages = StageProgress::new();
+        stages.started("BuildMemory", 4);
+        stages.started("write", 1);
+        stages.done("BuildMemory", 3);
+        stages.started("BuildMemory", 2);
+        let states = stages.states();
+        let counts: Vec<(&str, u64, u64)> =
+            states.iter().map(|s| (s.stage, s.done, s.total)).collect();
+        assert_eq!(counts, vec![("BuildMemory", 3, 6), ("write", 0, 1)]);
+        assert!(states[0].eta_secs.is_some_and(|s| s >= 0.0));
+        assert_eq!(states[1].eta_secs, None, "no rate before anything is done");
+        stages.reset();
+        assert!(stages.states().is_empty());
+    }
+}

@@ -18,8 +18,9 @@ use memweave_operators::model::MemoryModel;
 use timely::worker::Worker;
 
 use crate::cluster::Cluster;
-use crate::dataflow::{self, WorkerOutput, round_time};
-use crate::progress::Progress;
+use crate::dataflow::{self, round_time};
+use crate::progress::{Progress, StageProgress};
+use crate::write::{RoundWriter, StagedPart};
 
 /// Input epochs a worker may have in flight (fed, memory not yet built): enough
 /// documents to keep a model pool busy, few enough to bound memory.
@@ -46,7 +47,9 @@ enum ToWorker {
 pub struct Workers {
     /// Empty in a process other than 0: it takes no input.
     senders: Vec<SyncSender<ToWorker>>,
-    outputs: Receiver<anyhow::Result<WorkerOutput>>,
+    /// One message per worker per round it finished: what was staged (all
+    /// workers' parts, at worker 0), or its failure.
+    outputs: Receiver<anyhow::Result<Vec<StagedPart>>>,
     guards: Option<timely::communication::initialize::WorkerGuards<()>>,
     /// This process's workers.
     local: usize,
@@ -61,7 +64,9 @@ impl std::fmt::Debug for Workers {
 }
 
 impl Workers {
-    /// Starts `config`'s workers, each building the indexing dataflow.
+    /// Starts `config`'s workers, each building the indexing dataflow and
+    /// staging its output rows with `writer`.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         cluster: &Cluster,
         local: usize,
@@ -70,9 +75,10 @@ impl Workers {
         build: BuildConfig,
         runtime: &tokio::runtime::Handle,
         progress: Arc<Mutex<Arc<Progress>>>,
+        stages: Arc<StageProgress>,
+        writer: Arc<RoundWriter>,
     ) -> anyhow::Result<Workers> {
         let process = cluster.process;
-        let gather = cluster.processes() > 1;
         let feeds = if process == 0 { local } else { 0 };
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..feeds).map(|_| mpsc::sync_channel(1)).unzip();
@@ -88,15 +94,15 @@ impl Workers {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            let (handles, output) =
-                dataflow::build(worker, &model, &embedder, build, gather, &runtime);
+            let handles =
+                dataflow::build(worker, &model, &embedder, build, &writer, &runtime, &stages);
             if process != 0 {
                 return compute(worker, handles, &outbox);
             }
             // Global worker indices; process 0's are 0..local.
             let inbox = receivers.lock().unwrap_or_else(|e| e.into_inner())[worker.index()].take();
             if let Some(inbox) = inbox {
-                serve(worker, handles, &output, &inbox, &outbox, &progress);
+                serve(worker, handles, &inbox, &outbox, &progress);
             }
         })
         .map_err(|e| anyhow::anyhow!("starting the dataflow workers: {e}"))?;
@@ -150,21 +156,24 @@ impl Workers {
             .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))
     }
 
-    /// Seals `round` on every worker and gathers what each table gained and lost.
-    pub fn finish_round(&mut self, round: u64) -> anyhow::Result<Vec<WorkerOutput>> {
+    /// Seals `round` on every worker and returns what every worker of every
+    /// process staged, once all of it is.
+    pub fn finish_round(&mut self, round: u64) -> anyhow::Result<Vec<StagedPart>> {
         let time = round_time(round + 1, 0);
         for sender in &self.senders {
             sender
                 .send(ToWorker::Seal { time })
                 .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))?;
         }
-        (0..self.senders.len())
-            .map(|_| {
-                self.outputs
-                    .recv()
-                    .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))?
-            })
-            .collect()
+        let mut parts = Vec::new();
+        for _ in 0..self.senders.len() {
+            let report = self
+                .outputs
+                .recv()
+                .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))?;
+            parts.extend(report?);
+        }
+        Ok(parts)
     }
 }
 
@@ -183,19 +192,20 @@ impl Drop for Workers {
 }
 
 /// One worker's loop: feed changes (at most `EPOCHS_IN_FLIGHT` epochs unbuilt),
-/// step the dataflow, and at each seal report the round's output changes.
+/// step the dataflow, and at each seal, once every row of the round is
+/// staged, report what was (worker 0 collects every worker's).
 fn serve(
     worker: &mut Worker,
     handles: dataflow::Handles,
-    output: &std::rc::Rc<std::cell::RefCell<WorkerOutput>>,
     inbox: &Receiver<ToWorker>,
-    outbox: &Sender<anyhow::Result<WorkerOutput>>,
+    outbox: &Sender<anyhow::Result<Vec<StagedPart>>>,
     progress: &Mutex<Arc<Progress>>,
 ) {
     let dataflow::Handles {
         mut input,
         documents,
         everything,
+        staged,
     } = handles;
     // Epochs fed but not yet built: (end time, origins, documents).
     let mut in_flight: VecDeque<(u64, usize, usize)> = VecDeque::new();
@@ -240,8 +250,12 @@ fn serve(
                     report_built(&mut in_flight);
                 }
                 report_built(&mut in_flight);
-                let changes = std::mem::take(&mut *output.borrow_mut());
-                if outbox.send(Ok(changes)).is_err() {
+                let parts: Result<Vec<StagedPart>, String> =
+                    std::mem::take(&mut *staged.borrow_mut())
+                        .into_iter()
+                        .collect();
+                let report = parts.map_err(|e| anyhow::anyhow!("staging rows: {e}"));
+                if outbox.send(report).is_err() {
                     break;
                 }
             }
@@ -262,7 +276,7 @@ fn serve(
 fn compute(
     worker: &mut Worker,
     handles: dataflow::Handles,
-    outbox: &Sender<anyhow::Result<WorkerOutput>>,
+    outbox: &Sender<anyhow::Result<Vec<StagedPart>>>,
 ) {
     let dataflow::Handles {
         input, everything, ..
@@ -273,7 +287,7 @@ fn compute(
         // The first time no update of `round` can still arrive.
         while !everything.less_than(&round_time(round + 1, 0)) && !everything.done() {
             round += 1;
-            if outbox.send(Ok(WorkerOutput::default())).is_err() {
+            if outbox.send(Ok(Vec::new())).is_err() {
                 return;
             }
         }

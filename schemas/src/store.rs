@@ -13,10 +13,13 @@ use std::sync::Arc;
 use arrow_array::{Array, RecordBatch, RecordBatchIterator, StringArray};
 use futures::TryStreamExt;
 use lance::dataset::builder::DatasetBuilder;
-use lance::dataset::{Dataset, WriteMode, WriteParams};
+use lance::dataset::optimize::{CompactionOptions, compact_files};
+use lance::dataset::transaction::{Operation, TransactionBuilder};
+use lance::dataset::{CommitBuilder, Dataset, InsertBuilder, WriteMode, WriteParams};
 use lance::index::DatasetIndexExt;
 use lance::index::vector::VectorIndexParams;
 use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+pub use lance::table::format::Fragment;
 use lance_index::IndexType;
 use lance_index::optimize::OptimizeOptions;
 use lance_index::scalar::ScalarIndexParams;
@@ -52,6 +55,11 @@ pub enum StoreError {
 /// Fewest vectors the `embeddings` table is indexed at: below it a scan of
 /// every vector is as fast as probing an index.
 pub const VECTOR_INDEX_MIN_ROWS: usize = 1024;
+
+/// Data files a table may have before a commit compacts it: few enough that
+/// a scan opens a handful of files per thousand rows, many enough that most
+/// commits compact nothing.
+pub const COMPACT_AT_FRAGMENTS: usize = 64;
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
@@ -138,16 +146,7 @@ impl TableStore {
         let Some(mut dataset) = self.dataset(table, Some(version)).await? else {
             return Ok(version);
         };
-        // About √n partitions: a query probes a few of them, each about √n vectors.
-        let partitions = (rows.len() as f64).sqrt().round() as usize;
-        dataset
-            .create_index(
-                &["vector"],
-                IndexType::Vector,
-                Some("vector_ivf".to_string()),
-                &VectorIndexParams::ivf_flat(partitions, DistanceType::Cosine),
-                true,
-            )
+        create_vector_index(&mut dataset, rows.len())
             .await
             .map_err(|e| self.lance_error(table, e))?;
         Ok(dataset.version().version)
@@ -204,21 +203,165 @@ impl TableStore {
             let batch = added.unwrap_or_else(|| RecordBatch::new_empty(table.schema()));
             return self.write_batch(table, batch, WriteMode::Create).await;
         };
-        // A few thousand keys a predicate keeps each one quick to parse and plan.
-        for keys in removed.chunks(4096) {
-            let quoted: Vec<String> = keys
-                .iter()
-                .map(|k| format!("'{}'", k.replace('\'', "''")))
-                .collect();
-            dataset
-                .delete(&format!("{} IN ({})", table.key_column(), quoted.join(",")))
-                .await
-                .map_err(|e| self.lance_error(table, e))?;
-        }
+        delete_keys(&mut dataset, table, removed)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
         match added {
             Some(batch) => self.write_batch(table, batch, WriteMode::Append).await,
             None => Ok(dataset.version().version),
         }
+    }
+
+    /// Writes `rows` as data files of `R`'s table without making them part of
+    /// any version: they stay invisible to every reader until
+    /// [`TableStore::commit_staged`] names them, so a run that dies before its
+    /// commit leaves nothing anyone sees. The table must exist
+    /// ([`TableStore::create_if_missing`]).
+    pub async fn stage_rows<R: TableRow>(&self, rows: &[&R]) -> Result<Vec<Fragment>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.stage_batch(R::TABLE, to_batch(R::TABLE, rows)?).await
+    }
+
+    /// [`TableStore::stage_rows`] for the `embeddings` table, whose vectors have
+    /// `dim` components.
+    pub async fn stage_embeddings(
+        &self,
+        rows: &[&EmbeddingRow],
+        dim: usize,
+    ) -> Result<Vec<Fragment>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.stage_batch(Table::Embeddings, embeddings_batch(rows, dim)?)
+            .await
+    }
+
+    async fn stage_batch(&self, table: Table, batch: RecordBatch) -> Result<Vec<Fragment>> {
+        let uri = self.table_uri(table);
+        let params = WriteParams {
+            mode: WriteMode::Append,
+            store_params: Some(self.store_params()),
+            ..Default::default()
+        };
+        let transaction = InsertBuilder::new(uri.as_str())
+            .with_params(&params)
+            .execute_uncommitted(vec![batch])
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        match transaction.operation {
+            Operation::Append { fragments } => Ok(fragments),
+            other => Err(StoreError::Invalid {
+                table,
+                message: format!("staging rows made a {other} transaction, not an append"),
+            }),
+        }
+    }
+
+    /// Creates `table` with no rows (the `embeddings` table with vectors of
+    /// `dim` components) where it does not exist yet, so rows can be staged
+    /// into it.
+    pub async fn create_if_missing(&self, table: Table, dim: usize) -> Result<()> {
+        if self.dataset(table, None).await?.is_some() {
+            return Ok(());
+        }
+        let schema = if table == Table::Embeddings {
+            Arc::new(arrow_schema::Schema::new(embeddings_fields(dim as i32)))
+        } else {
+            table.schema()
+        };
+        self.write_batch(table, RecordBatch::new_empty(schema), WriteMode::Create)
+            .await
+            .map(drop)
+    }
+
+    /// Applies a round to `table`: deletes the rows whose keys are `removed`
+    /// (every row, with `replace`), then makes the staged `fragments` part of
+    /// the table, each step one version; returns the last. The deletes see only
+    /// rows of earlier versions, never the staged ones.
+    pub async fn commit_staged(
+        &self,
+        table: Table,
+        removed: &[String],
+        replace: bool,
+        fragments: Vec<Fragment>,
+    ) -> Result<u64> {
+        let Some(mut dataset) = self.dataset(table, None).await? else {
+            return Err(StoreError::Invalid {
+                table,
+                message: "rows were staged into a table that does not exist".into(),
+            });
+        };
+        if replace {
+            if dataset
+                .count_rows(None)
+                .await
+                .map_err(|e| self.lance_error(table, e))?
+                > 0
+            {
+                dataset
+                    .delete("true")
+                    .await
+                    .map_err(|e| self.lance_error(table, e))?;
+            }
+        } else {
+            delete_keys(&mut dataset, table, removed)
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+        }
+        if fragments.is_empty() {
+            return Ok(dataset.version().version);
+        }
+        let transaction =
+            TransactionBuilder::new(dataset.version().version, Operation::Append { fragments })
+                .build();
+        let committed = CommitBuilder::new(Arc::new(dataset))
+            .with_store_params(self.store_params())
+            .execute(transaction)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(committed.version().version)
+    }
+
+    /// Rewrites `table`'s small data files into large ones once it has more
+    /// than [`COMPACT_AT_FRAGMENTS`] of them (rounds of a long `--watch` or
+    /// `--follow` add a few each), and drops rows deleted since. A new
+    /// version: earlier ones stay readable, so checkpoints keep their time
+    /// travel. Returns the table's version.
+    pub async fn compact_if_fragmented(&self, table: Table) -> Result<u64> {
+        let Some(mut dataset) = self.dataset(table, None).await? else {
+            return Err(StoreError::Invalid {
+                table,
+                message: "compacting a table that does not exist".into(),
+            });
+        };
+        if dataset.count_fragments() > COMPACT_AT_FRAGMENTS {
+            compact_files(&mut dataset, CompactionOptions::default(), None)
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+        }
+        Ok(dataset.version().version)
+    }
+
+    /// Indexes the vectors of the `embeddings` table (IVF, cosine) once there
+    /// are enough of them that an index beats a scan; returns the version.
+    pub async fn index_vectors(&self) -> Result<Option<u64>> {
+        let table = Table::Embeddings;
+        let Some(mut dataset) = self.dataset(table, None).await? else {
+            return Ok(None);
+        };
+        let rows = dataset
+            .count_rows(None)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if rows < VECTOR_INDEX_MIN_ROWS {
+            return Ok(Some(dataset.version().version));
+        }
+        create_vector_index(&mut dataset, rows)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(Some(dataset.version().version))
     }
 
     /// Makes the versions `checkpoint` names the newest of their tables again,
@@ -405,6 +548,97 @@ impl TableStore {
         Ok(rows)
     }
 
+    /// Rows of `table` at the version `checkpoint` names (from the fragments'
+    /// metadata where no row is deleted; no scan).
+    pub async fn count_at(&self, table: Table, checkpoint: &CheckpointRow) -> Result<u64> {
+        let Some(dataset) = self.dataset_at(table, checkpoint).await? else {
+            return Ok(0);
+        };
+        let rows = dataset
+            .count_rows(None)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(rows as u64)
+    }
+
+    /// Calls `each` with every batch of `columns` of `table` at the version
+    /// `checkpoint` names, reading those columns only.
+    pub async fn scan_at(
+        &self,
+        table: Table,
+        checkpoint: &CheckpointRow,
+        columns: &[&str],
+        mut each: impl FnMut(&RecordBatch),
+    ) -> Result<()> {
+        let Some(dataset) = self.dataset_at(table, checkpoint).await? else {
+            return Ok(());
+        };
+        let mut scan = dataset.scan();
+        scan.project(columns)
+            .map_err(|e| self.lance_error(table, e))?;
+        let mut stream = scan
+            .try_into_stream()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| self.lance_error(table, e))?
+        {
+            each(&batch);
+        }
+        Ok(())
+    }
+
+    async fn dataset_at(
+        &self,
+        table: Table,
+        checkpoint: &CheckpointRow,
+    ) -> Result<Option<Dataset>> {
+        let version = checkpoint
+            .version_of(table)
+            .ok_or(StoreError::MissingTable {
+                epoch: checkpoint.epoch,
+                table,
+            })?;
+        self.dataset(table, Some(version)).await
+    }
+
+    /// The rows of `R`'s table at `version` whose key is one of `keys`.
+    pub async fn rows_with_keys<R: TableRow>(
+        &self,
+        version: u64,
+        keys: &[String],
+    ) -> Result<Vec<R>> {
+        let table = R::TABLE;
+        let Some(dataset) = self.dataset(table, Some(version)).await? else {
+            return Ok(Vec::new());
+        };
+        let mut rows = Vec::new();
+        for keys in keys.chunks(4096) {
+            let quoted: Vec<String> = keys
+                .iter()
+                .map(|k| format!("'{}'", k.replace('\'', "''")))
+                .collect();
+            let mut scan = dataset.scan();
+            scan.filter(&format!("{} IN ({})", table.key_column(), quoted.join(",")))
+                .map_err(|e| self.lance_error(table, e))?;
+            let batches: Vec<RecordBatch> = scan
+                .try_into_stream()
+                .await
+                .map_err(|e| self.lance_error(table, e))?
+                .try_collect()
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+            for batch in &batches {
+                let part: Vec<R> = serde_arrow::from_record_batch(batch)
+                    .map_err(|source| StoreError::Rows { table, source })?;
+                rows.extend(part);
+            }
+        }
+        Ok(rows)
+    }
+
     /// The rows of `R`'s table at the version `checkpoint` names.
     pub async fn read_at<R: TableRow>(&self, checkpoint: &CheckpointRow) -> Result<Vec<R>> {
         let version = checkpoint
@@ -475,6 +709,37 @@ impl TableStore {
             source: Box::new(source),
         }
     }
+}
+
+/// Deletes the rows of `table` whose key is one of `keys`.
+async fn delete_keys(dataset: &mut Dataset, table: Table, keys: &[String]) -> lance::Result<()> {
+    // A few thousand keys a predicate keeps each one quick to parse and plan.
+    for keys in keys.chunks(4096) {
+        let quoted: Vec<String> = keys
+            .iter()
+            .map(|k| format!("'{}'", k.replace('\'', "''")))
+            .collect();
+        dataset
+            .delete(&format!("{} IN ({})", table.key_column(), quoted.join(",")))
+            .await?;
+    }
+    Ok(())
+}
+
+/// The IVF_FLAT cosine index over `rows` vectors.
+async fn create_vector_index(dataset: &mut Dataset, rows: usize) -> lance::Result<()> {
+    // About √n partitions: a query probes a few of them, each about √n vectors.
+    let partitions = (rows as f64).sqrt().round() as usize;
+    dataset
+        .create_index(
+            &["vector"],
+            IndexType::Vector,
+            Some("vector_ivf".to_string()),
+            &VectorIndexParams::ivf_flat(partitions, DistanceType::Cosine),
+            true,
+        )
+        .await
+        .map(drop)
 }
 
 /// The string column `name` of `batch`, if it has one.
@@ -578,6 +843,91 @@ mod tests {
         let mut back: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
         back.sort();
         assert_eq!(back, rows);
+    }
+
+    #[tokio::test]
+    async fn staged_rows_are_invisible_until_a_commit_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let base = store
+            .commit_staged(
+                Table::TreeNodes,
+                &[],
+                false,
+                store
+                    .stage_rows(&[&node("a", None), &node("b", None)])
+                    .await
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        // A round stages a changed "b" in two batches and removes the old one.
+        let mut changed = node("b", Some("a"));
+        changed.summary = "changed".into();
+        let mut fragments = store.stage_rows(&[&changed]).await.unwrap();
+        fragments.extend(store.stage_rows(&[&node("c", None)]).await.unwrap());
+        let before: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(before.len(), 2, "staged rows are not in the table");
+        assert_eq!(
+            store.table_version(Table::TreeNodes).await.unwrap(),
+            Some(base)
+        );
+        // The delete sees the committed "b" only, not the staged one.
+        store
+            .commit_staged(Table::TreeNodes, &["b".to_string()], false, fragments)
+            .await
+            .unwrap();
+        let mut rows: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        rows.sort();
+        assert_eq!(rows, vec![node("a", None), changed, node("c", None)]);
+        // Replacing deletes every row before adding the staged ones.
+        let only = store.stage_rows(&[&node("d", None)]).await.unwrap();
+        store
+            .commit_staged(Table::TreeNodes, &[], true, only)
+            .await
+            .unwrap();
+        let rows: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(rows, vec![node("d", None)]);
+        let old: Vec<TreeNodeRow> = store.read_rows(Some(base)).await.unwrap();
+        assert_eq!(old.len(), 2, "earlier versions stay readable");
+    }
+
+    #[tokio::test]
+    async fn a_fragmented_table_is_compacted_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let mut fragments = Vec::new();
+        for i in 0..=COMPACT_AT_FRAGMENTS {
+            fragments.extend(
+                store
+                    .stage_rows(&[&node(&format!("n{i:03}"), None)])
+                    .await
+                    .unwrap(),
+            );
+        }
+        let committed = store
+            .commit_staged(Table::TreeNodes, &[], false, fragments)
+            .await
+            .unwrap();
+        let count = |version| {
+            let store = store.clone();
+            async move {
+                store
+                    .dataset(Table::TreeNodes, Some(version))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .count_fragments()
+            }
+        };
+        assert!(count(committed).await > COMPACT_AT_FRAGMENTS);
+        let compacted = store.compact_if_fragmented(Table::TreeNodes).await.unwrap();
+        assert!(compacted > committed);
+        assert!(count(compacted).await < COMPACT_AT_FRAGMENTS);
+        let rows: Vec<TreeNodeRow> = store.read_rows(Some(compacted)).await.unwrap();
+        assert_eq!(rows.len(), COMPACT_AT_FRAGMENTS + 1);
     }
 
     #[tokio::test]

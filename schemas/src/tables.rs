@@ -6,7 +6,9 @@ use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUni
 
 /// Every table memweave writes under a root URL, in the order a commit writes them:
 /// `checkpoints` last, because a checkpoint names the versions of all the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Table {
     Documents,
     Segments,
@@ -40,6 +42,14 @@ impl Table {
         Table::Errors,
         Table::Checkpoints,
     ];
+
+    /// The tables the indexing dataflow fills, rows derived from the source:
+    /// everything but the model's calls, their counts and the checkpoints.
+    pub fn memory_tables() -> impl Iterator<Item = Table> {
+        Self::ALL
+            .into_iter()
+            .filter(|t| !matches!(t, Table::LlmCalls | Table::CallStats | Table::Checkpoints))
+    }
 
     /// The data tables: everything but `checkpoints`.
     pub fn data_tables() -> impl Iterator<Item = Table> {

@@ -1,6 +1,9 @@
 //! Several indexing processes, one dataflow (timely's cluster mode).
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 use memweave_tests::{
     Printed, binary, calls_made, index, index_cluster, read_tables, spawn_cluster, stderr, stdout,
@@ -9,7 +12,7 @@ use memweave_tests::{
 use super::indexing::comparable;
 use super::shared::{archive_of, essay};
 
-fn args(source: &std::path::Path, tables: &std::path::Path, extra: &[&str]) -> Vec<String> {
+fn args(source: &Path, tables: &Path, extra: &[&str]) -> Vec<String> {
     let mut args = vec![
         source.display().to_string(),
         "--out".into(),
@@ -89,6 +92,102 @@ fn a_cluster_follows_a_watched_folder() {
     let second = processes.next().unwrap().wait_with_output().unwrap();
     assert!(second.status.success(), "{}", stderr(&second));
     assert!(calls_made(&second) > 0, "{}", stdout(&second));
+}
+
+/// Every process writes its own rows' data files, and only process 0's commit
+/// makes them visible: a compute process killed after it staged rows and
+/// before the commit leaves the tables at their last checkpoint, and a re-run
+/// ends with the tables of an uninterrupted run.
+#[test]
+fn a_process_killed_after_staging_its_rows_leaves_nothing_visible() {
+    let (dir, archive) = archive_of(&["gap.txt", "founders.txt", "want.txt"]);
+    let (tables, reference) = (dir.path().join("memory"), dir.path().join("reference"));
+    index(&archive, &tables, &["-w", "2"]);
+    index(&archive, &reference, &["-w", "2"]);
+    let committed = read_tables(&tables);
+    // The round the crash interrupts: a new document and an edited one.
+    std::fs::write(archive.join("vw.txt"), essay("vw.txt")).unwrap();
+    let edited = essay("want.txt").replacen("want", "really want", 1);
+    std::fs::write(archive.join("want.txt"), edited).unwrap();
+    index(&archive, &reference, &["-w", "2"]);
+    let files_before = data_files(&tables);
+
+    // Small batches, so process 1 stages rows long before the round ends.
+    let extra = ["-w", "1", "--write-batch-rows", "8"];
+    let mut processes = spawn_cluster(dir.path(), 2, &args(&archive, &tables, &extra));
+    // Process 0's output is read to its end, so a full pipe never holds it up.
+    let drains: Vec<_> = [
+        processes[0]
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
+        processes[0]
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|mut pipe| std::thread::spawn(move || std::io::copy(&mut pipe, &mut std::io::sink())))
+    .collect();
+    let staged = first_line_with(&mut processes[1], "staged a batch of rows");
+    assert!(staged.is_some(), "process 1 staged no rows before it ended");
+    processes[1].kill().unwrap();
+    processes[1].wait().unwrap();
+    // Without its peer, process 0 stops without committing.
+    let first = wait_at_most(&mut processes[0], Duration::from_secs(120));
+    for drain in drains {
+        let _ = drain.join();
+    }
+    assert!(!first.success(), "process 0 committed without its peer");
+    assert!(
+        data_files(&tables) > files_before,
+        "the killed run wrote data files"
+    );
+    let after_crash = read_tables(&tables);
+    assert_eq!(after_crash.checkpoint.epoch, committed.checkpoint.epoch);
+    assert_eq!(
+        after_crash, committed,
+        "what the crashed run wrote is not visible"
+    );
+
+    index_cluster(dir.path(), 2, &args(&archive, &tables, &extra));
+    assert_eq!(
+        comparable(&read_tables(&tables)),
+        comparable(&read_tables(&reference))
+    );
+}
+
+/// Data files of every table under `tables`, committed or not.
+fn data_files(tables: &Path) -> usize {
+    std::fs::read_dir(tables)
+        .unwrap()
+        .filter_map(|table| std::fs::read_dir(table.unwrap().path().join("data")).ok())
+        .map(Iterator::count)
+        .sum()
+}
+
+/// Reads `child`'s stderr until a line containing `text` (returned), or its end.
+fn first_line_with(child: &mut Child, text: &str) -> Option<String> {
+    let stderr = child.stderr.take().unwrap();
+    BufReader::new(stderr)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.contains(text))
+}
+
+fn wait_at_most(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("process 0 did not stop within {limit:?} after its peer was killed");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A process index outside the cluster is a usage error naming it.

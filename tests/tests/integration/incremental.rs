@@ -53,6 +53,7 @@ fn options(source: &Path, tables: &Path) -> IndexOptions {
         interactive: false,
         cluster: Cluster::default(),
         metrics_listen: None,
+        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
     }
 }
 

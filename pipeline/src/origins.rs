@@ -1,0 +1,280 @@
+//! What the dataflow holds, origin by origin (a file, or a streamed
+//! document), and which version each document id stands for: the main
+//! thread's record of the input in ids, hashes and metadata. Texts are not
+//! kept here: a document's text is read when it is fed and, to retract it, read
+//! back from the `documents` table.
+//!
+//! Several origins may claim one document id (two JSON Lines records with the
+//! same id); the claim with the first source (by URI) is the document, the
+//! others are `duplicate_id` errors. Deciding that here, rather than in the
+//! dataflow, keeps texts out of the dataflow's arrangements.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use memweave_operators::build::Document;
+use memweave_schemas::{DocumentRow, ErrorRow};
+
+/// One version of one document, as held: everything but its text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Record {
+    pub doc_id: String,
+    pub version: u64,
+    pub content_hash: String,
+    pub source_uri: String,
+    pub title: String,
+    /// When this content was first seen.
+    pub seen: i64,
+}
+
+impl Record {
+    pub fn of(doc: &Document, seen: i64) -> Record {
+        Record {
+            doc_id: doc.doc_id.clone(),
+            version: doc.version,
+            content_hash: doc.content_hash.clone(),
+            source_uri: doc.source_uri.clone(),
+            title: doc.title.clone(),
+            seen,
+        }
+    }
+
+    /// The record of a document the tables hold.
+    pub fn of_row(row: &DocumentRow) -> Record {
+        Record {
+            doc_id: row.doc_id.clone(),
+            version: row.version,
+            content_hash: row.content_hash.clone(),
+            source_uri: row.source_uri.clone(),
+            title: row.title.clone(),
+            seen: row.ingested_at,
+        }
+    }
+
+    /// The dataflow's input record, given the document's text.
+    pub fn with_text(&self, text: String) -> (Document, i64) {
+        let doc = Document {
+            doc_id: self.doc_id.clone(),
+            version: self.version,
+            content_hash: self.content_hash.clone(),
+            source_uri: self.source_uri.clone(),
+            title: self.title.clone(),
+            text,
+        };
+        (doc, self.seen)
+    }
+}
+
+/// One origin's share of the input: the document versions it holds and the
+/// ingestion errors it caused.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Held {
+    /// The file's version (ETag, size@mtime) when it was read.
+    pub version: Option<String>,
+    pub records: Vec<Record>,
+    pub errors: Vec<ErrorRow>,
+}
+
+/// How one origin's change moves the dataflow's input and the errors table.
+#[derive(Debug, Default, PartialEq)]
+pub struct Moves {
+    /// Versions the dataflow holds and must let go of.
+    pub retract: Vec<Record>,
+    /// Versions the dataflow must take.
+    pub insert: Vec<Record>,
+    /// Rows of the errors table that come (+1) and go (-1): ingestion errors
+    /// and duplicate ids.
+    pub errors: HashMap<ErrorRow, isize>,
+}
+
+/// Every origin's input, and the claims on each document id.
+#[derive(Debug, Default)]
+pub struct Origins {
+    held: BTreeMap<String, Held>,
+    /// By document id, by source URI: the origin that claims it, and the version.
+    claims: HashMap<String, BTreeMap<String, (String, Record)>>,
+}
+
+impl Origins {
+    pub fn get(&self, origin: &str) -> Option<&Held> {
+        self.held.get(origin)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.held.keys()
+    }
+
+    /// Replaces `origin`'s input with `new` (`None`: the origin is gone).
+    pub fn update(&mut self, origin: &str, new: Option<Held>) -> Moves {
+        let old = self.held.remove(origin).unwrap_or_default();
+        let mut moves = Moves::default();
+        if new.as_ref() == Some(&old) {
+            self.held.insert(origin.to_string(), old);
+            return moves;
+        }
+        let new = new.unwrap_or_default();
+        count(&mut moves.errors, &old.errors, -1);
+        count(&mut moves.errors, &new.errors, 1);
+        let affected: BTreeSet<String> = old
+            .records
+            .iter()
+            .chain(&new.records)
+            .map(|r| r.doc_id.clone())
+            .collect();
+        let before: Vec<(Option<Record>, Vec<ErrorRow>)> =
+            affected.iter().map(|id| self.claimed(id)).collect();
+        for record in &old.records {
+            if let Some(claims) = self.claims.get_mut(&record.doc_id) {
+                claims.retain(|uri, (by, _)| !(by == origin && *uri == record.source_uri));
+                if claims.is_empty() {
+                    self.claims.remove(&record.doc_id);
+                }
+            }
+        }
+        for record in &new.records {
+            self.claims
+                .entry(record.doc_id.clone())
+                .or_default()
+                .insert(
+                    record.source_uri.clone(),
+                    (origin.to_string(), record.clone()),
+                );
+        }
+        for (id, (was, was_errors)) in affected.iter().zip(before) {
+            let (now, now_errors) = self.claimed(id);
+            count(&mut moves.errors, &was_errors, -1);
+            count(&mut moves.errors, &now_errors, 1);
+            if was != now {
+                moves.retract.extend(was);
+                moves.insert.extend(now);
+            }
+        }
+        moves.errors.retain(|_, diff| *diff != 0);
+        if new != Held::default() {
+            self.held.insert(origin.to_string(), new);
+        }
+        moves
+    }
+
+    /// The version `doc_id` stands for and the errors of the claims that lost.
+    fn claimed(&self, doc_id: &str) -> (Option<Record>, Vec<ErrorRow>) {
+        let Some(claims) = self.claims.get(doc_id) else {
+            return (None, Vec::new());
+        };
+        let mut claims = claims.values().map(|(_, record)| record);
+        let winner = claims.next().cloned();
+        let errors = claims
+            .map(|loser| duplicate_error(loser, winner.as_ref().map_or("", |w| &w.source_uri)))
+            .collect();
+        (winner, errors)
+    }
+
+    /// The origin whose claim `record` is.
+    pub fn origin_of(&self, record: &Record) -> Option<&str> {
+        self.claims
+            .get(&record.doc_id)?
+            .get(&record.source_uri)
+            .map(|(origin, _)| origin.as_str())
+    }
+}
+
+fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) {
+    for row in rows {
+        *errors.entry(row.clone()).or_insert(0) += diff;
+    }
+}
+
+fn duplicate_error(loser: &Record, winner_uri: &str) -> ErrorRow {
+    ErrorRow::new(
+        "ingest",
+        &loser.source_uri,
+        Some(loser.doc_id.clone()),
+        "duplicate_id",
+        &format!("document id already taken by {winner_uri}; this copy was not indexed"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(doc_id: &str, uri: &str, hash: &str) -> Record {
+        Record {
+            doc_id: doc_id.into(),
+            version: 1,
+            content_hash: hash.into(),
+            source_uri: uri.into(),
+            title: doc_id.into(),
+            seen: 0,
+        }
+    }
+
+    fn held(records: Vec<Record>) -> Held {
+        Held {
+            version: Some("v1".into()),
+            records,
+            errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_edit_retracts_the_old_version_and_inserts_the_new() {
+        let mut origins = Origins::default();
+        let first = origins.update("a.txt", Some(held(vec![record("d", "a.txt", "h1")])));
+        assert_eq!(first.insert, vec![record("d", "a.txt", "h1")]);
+        assert!(first.retract.is_empty());
+        let unchanged = origins.update("a.txt", Some(held(vec![record("d", "a.txt", "h1")])));
+        assert_eq!(unchanged, Moves::default());
+        let edit = origins.update("a.txt", Some(held(vec![record("d", "a.txt", "h2")])));
+        assert_eq!(edit.retract, vec![record("d", "a.txt", "h1")]);
+        assert_eq!(edit.insert, vec![record("d", "a.txt", "h2")]);
+        let gone = origins.update("a.txt", None);
+        assert_eq!(gone.retract, vec![record("d", "a.txt", "h2")]);
+        assert!(origins.get("a.txt").is_none());
+        assert_eq!(origins.update("a.txt", None), Moves::default());
+    }
+
+    #[test]
+    fn the_first_source_keeps_a_shared_id_and_the_others_are_errors() {
+        let mut origins = Origins::default();
+        let b = origins.update(
+            "b.jsonl",
+            Some(held(vec![record("same", "b.jsonl:1", "hb")])),
+        );
+        assert_eq!(b.insert.len(), 1);
+        // a.jsonl sorts first: it takes the id; b's copy becomes an error.
+        let a = origins.update(
+            "a.jsonl",
+            Some(held(vec![record("same", "a.jsonl:1", "ha")])),
+        );
+        assert_eq!(a.retract, vec![record("same", "b.jsonl:1", "hb")]);
+        assert_eq!(a.insert, vec![record("same", "a.jsonl:1", "ha")]);
+        let errors: Vec<(&str, &str, isize)> = a
+            .errors
+            .iter()
+            .map(|(e, d)| (e.kind.as_str(), e.source.as_str(), *d))
+            .collect();
+        assert_eq!(errors, vec![("duplicate_id", "b.jsonl:1", 1)]);
+        assert_eq!(
+            origins.origin_of(&record("same", "b.jsonl:1", "hb")),
+            Some("b.jsonl")
+        );
+        // a goes: b's copy is the document again, and its error goes.
+        let gone = origins.update("a.jsonl", None);
+        assert_eq!(gone.insert, vec![record("same", "b.jsonl:1", "hb")]);
+        assert_eq!(gone.errors.values().copied().collect::<Vec<_>>(), vec![-1]);
+    }
+
+    #[test]
+    fn ingestion_errors_come_and_go_with_their_origin() {
+        let mut origins = Origins::default();
+        let error = ErrorRow::new("ingest", "x.bin", None, "binary", "NUL bytes");
+        let with_error = Held {
+            errors: vec![error.clone()],
+            ..Held::default()
+        };
+        let came = origins.update("x.bin", Some(with_error));
+        assert_eq!(came.errors, HashMap::from([(error.clone(), 1)]));
+        let went = origins.update("x.bin", None);
+        assert_eq!(went.errors, HashMap::from([(error, -1)]));
+    }
+}

@@ -1,0 +1,350 @@
+//! A round's writes, made where and while the dataflow produces rows rather
+//! than by one process at the round's end. Every worker of every process
+//! stages its own output rows as data files of their tables as soon as it has
+//! a batch (and the rest when the round's input is complete): written into the
+//! shared table store, invisible to readers until a commit names them. What
+//! travels to process 0 is only what was staged (the files' metadata, the keys
+//! of rows removed, the documents added and removed). Process 0 commits: per
+//! table, the removed keys deleted, then every staged file added in one
+//! version, then the checkpoint. A process that dies before the commit leaves
+//! files no version names.
+//!
+//! Memory holds the batches being written and the keys to delete, never the
+//! tables. Rows a round removes were in the tables before it (a row's
+//! document is fed at most once a round, claims settled in listing order), so
+//! deleting keys from the previous version and then adding the staged files
+//! is the round's net change, even when one key is removed and added again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use memweave_operators::embed::EmbeddingRecord;
+use memweave_schemas::store::Fragment;
+use memweave_schemas::{
+    DocumentRow, EmbeddingRow, EntityRow, ErrorRow, PageRow, RelationRow, SegmentRow, Table,
+    TableRow, TableStore, TableVersion, TreeNodeRow,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::progress::StageProgress;
+
+/// Batches being written at once by one process: each holds its rows until
+/// written, so this bounds that memory; a worker with another batch waits.
+const WRITES_IN_FLIGHT: usize = 4;
+
+/// The writer's stages in [`StageProgress`]: batches staged, tables committed.
+const WRITE: &str = "write";
+const COMMIT: &str = "commit";
+
+/// A row of one of the memory tables, as the dataflow outputs it: the one list
+/// of what the dataflow writes.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum OutRow {
+    Document(DocumentRow),
+    Segment(SegmentRow),
+    TreeNode(TreeNodeRow),
+    Page(PageRow),
+    Entity(EntityRow),
+    Relation(RelationRow),
+    Embedding(EmbeddingRecord),
+    Error(ErrorRow),
+}
+
+/// Output rows with their multiplicities: a batch to stage.
+pub type Batch = HashMap<OutRow, isize>;
+
+/// What one batch staged: per table, the data files written and the keys of
+/// rows removed; and the documents it added and removed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StagedPart {
+    pub tables: Vec<StagedTable>,
+    pub documents_added: Vec<DocumentChange>,
+    pub documents_removed: Vec<String>,
+    pub errors_added: Vec<ErrorRow>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StagedTable {
+    pub table: Table,
+    #[serde(with = "fragments_as_json")]
+    pub fragments: Vec<Fragment>,
+    pub removed: Vec<String>,
+    pub rows: u64,
+}
+
+/// Lance's fragment metadata travels between processes as the JSON Lance
+/// itself reads and writes (its serde is made for JSON: timely's bincode
+/// cannot read it back).
+mod fragments_as_json {
+    use memweave_schemas::store::Fragment;
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(
+        fragments: &[Fragment],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let json = serde_json::to_string(fragments).map_err(serde::ser::Error::custom)?;
+        serializer.serialize_str(&json)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<Fragment>, D::Error> {
+        let json = String::deserialize(deserializer)?;
+        serde_json::from_str(&json).map_err(D::Error::custom)
+    }
+}
+
+/// A document a round added: what the indexer needs to version a re-read
+/// document and to summarise the round.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DocumentChange {
+    pub doc_id: String,
+    pub content_hash: String,
+    pub version: u64,
+    pub ingested_at: i64,
+}
+
+/// What a committed round changed.
+#[derive(Debug, Default)]
+pub struct RoundChanges {
+    pub documents_added: Vec<DocumentChange>,
+    pub documents_removed: Vec<String>,
+    pub errors_added: Vec<ErrorRow>,
+    /// Rows written, all tables together.
+    pub rows_written: u64,
+}
+
+/// Stages a process's output rows; in process 0, also commits a round.
+#[derive(Debug)]
+pub struct RoundWriter {
+    store: TableStore,
+    /// The embedder's name and width, for the `embeddings` rows.
+    embedder: (String, usize),
+    permits: Arc<Semaphore>,
+    stages: Arc<StageProgress>,
+    batch_rows: usize,
+}
+
+impl RoundWriter {
+    pub fn new(
+        store: TableStore,
+        embedder: (String, usize),
+        stages: Arc<StageProgress>,
+        batch_rows: usize,
+    ) -> RoundWriter {
+        RoundWriter {
+            store,
+            embedder,
+            permits: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
+            stages,
+            batch_rows,
+        }
+    }
+
+    /// Output rows a worker gathers before staging them.
+    pub fn batch_rows(&self) -> usize {
+        self.batch_rows
+    }
+
+    /// Creates the tables rows are staged into, where missing. Process 0 calls
+    /// it before a round's input is fed, so no worker stages before.
+    pub async fn prepare(&self) -> anyhow::Result<()> {
+        for table in Table::memory_tables() {
+            self.store.create_if_missing(table, self.embedder.1).await?;
+        }
+        Ok(())
+    }
+
+    /// A permit to stage one batch: waits while [`WRITES_IN_FLIGHT`] are being
+    /// written (which is what keeps the build from outrunning the disk).
+    pub async fn permit(&self) -> OwnedSemaphorePermit {
+        Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
+
+    /// Writes `batch`'s added rows as staged data files, table by table, and
+    /// notes its removed keys.
+    pub async fn stage(&self, batch: Batch) -> anyhow::Result<StagedPart> {
+        self.stages.started(WRITE, 1);
+        let result = self.stage_tables(batch).await;
+        self.stages.done(WRITE, 1);
+        if let Ok(part) = &result {
+            let rows: u64 = part.tables.iter().map(|t| t.rows).sum();
+            let removed: usize = part.tables.iter().map(|t| t.removed.len()).sum();
+            tracing::info!(rows, removed, "staged a batch of rows (uncommitted)");
+        }
+        result
+    }
+
+    async fn stage_tables(&self, batch: Batch) -> anyhow::Result<StagedPart> {
+        let mut split = Split::default();
+        for (row, diff) in batch {
+            split.add(row, diff.signum());
+        }
+        let mut part = StagedPart {
+            documents_added: split
+                .documents
+                .added
+                .iter()
+                .map(|d| DocumentChange {
+                    doc_id: d.doc_id.clone(),
+                    content_hash: d.content_hash.clone(),
+                    version: d.version,
+                    ingested_at: d.ingested_at,
+                })
+                .collect(),
+            documents_removed: split.documents.removed.clone(),
+            errors_added: split.errors.added.clone(),
+            tables: Vec::new(),
+        };
+        let store = &self.store;
+        part.tables.push(staged(store, split.documents).await?);
+        part.tables.push(staged(store, split.segments).await?);
+        part.tables.push(staged(store, split.tree_nodes).await?);
+        part.tables.push(staged(store, split.pages).await?);
+        part.tables.push(staged(store, split.entities).await?);
+        part.tables.push(staged(store, split.relations).await?);
+        part.tables.push(staged(store, split.errors).await?);
+        let (model, dim) = &self.embedder;
+        let rows: Vec<EmbeddingRow> = split
+            .embeddings
+            .added
+            .iter()
+            .map(|e| e.row(model))
+            .collect();
+        let refs: Vec<&EmbeddingRow> = rows.iter().collect();
+        part.tables.push(StagedTable {
+            table: Table::Embeddings,
+            fragments: store.stage_embeddings(&refs, *dim).await?,
+            removed: split.embeddings.removed,
+            rows: rows.len() as u64,
+        });
+        part.tables
+            .retain(|t| !t.fragments.is_empty() || !t.removed.is_empty());
+        Ok(part)
+    }
+
+    /// Commits a round from what its batches staged: per table, removed keys
+    /// deleted (every row, with `replace`), staged files added, small files
+    /// compacted. Returns each table's version and what changed.
+    pub async fn commit(
+        &self,
+        replace: bool,
+        parts: Vec<StagedPart>,
+    ) -> anyhow::Result<(Vec<TableVersion>, RoundChanges)> {
+        let mut changes = RoundChanges::default();
+        let mut tables: HashMap<Table, (Vec<Fragment>, Vec<String>)> = HashMap::new();
+        for part in parts {
+            changes.documents_added.extend(part.documents_added);
+            changes.documents_removed.extend(part.documents_removed);
+            changes.errors_added.extend(part.errors_added);
+            for staged in part.tables {
+                changes.rows_written += staged.rows;
+                let (fragments, removed) = tables.entry(staged.table).or_default();
+                fragments.extend(staged.fragments);
+                removed.extend(staged.removed);
+            }
+        }
+        let mut versions = Vec::new();
+        self.stages
+            .started(COMMIT, Table::memory_tables().count() as u64);
+        for table in Table::memory_tables() {
+            let (fragments, mut removed) = tables.remove(&table).unwrap_or_default();
+            removed.sort();
+            removed.dedup();
+            self.store
+                .commit_staged(table, &removed, replace, fragments)
+                .await?;
+            let mut version = self.store.compact_if_fragmented(table).await?;
+            if table == Table::Documents {
+                // Texts to retract or carry over are looked up by id.
+                self.store.index_key(table, table.key_column()).await?;
+                version = self.store.table_version(table).await?.unwrap_or(version);
+            }
+            if table == Table::Embeddings && replace {
+                version = self.store.index_vectors().await?.unwrap_or(version);
+            }
+            versions.push(TableVersion {
+                table: table.name().to_string(),
+                version,
+            });
+            self.stages.done(COMMIT, 1);
+        }
+        Ok((versions, changes))
+    }
+}
+
+/// One table's rows that entered (in key order) and the keys of those that
+/// left. A row counted more than once is one row, as in a table.
+struct Changes<R> {
+    added: Vec<R>,
+    removed: Vec<String>,
+}
+
+impl<R> Default for Changes<R> {
+    fn default() -> Self {
+        Changes {
+            added: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+}
+
+impl<R> Changes<R> {
+    fn add(&mut self, row: R, sign: isize, key: impl Fn(&R) -> String) {
+        match sign {
+            1 => self.added.push(row),
+            -1 => self.removed.push(key(&row)),
+            _ => {}
+        }
+    }
+}
+
+/// A batch's rows by table.
+#[derive(Default)]
+struct Split {
+    documents: Changes<DocumentRow>,
+    segments: Changes<SegmentRow>,
+    tree_nodes: Changes<TreeNodeRow>,
+    pages: Changes<PageRow>,
+    entities: Changes<EntityRow>,
+    relations: Changes<RelationRow>,
+    embeddings: Changes<EmbeddingRecord>,
+    errors: Changes<ErrorRow>,
+}
+
+impl Split {
+    fn add(&mut self, row: OutRow, sign: isize) {
+        match row {
+            OutRow::Document(r) => self.documents.add(r, sign, TableRow::key),
+            OutRow::Segment(r) => self.segments.add(r, sign, TableRow::key),
+            OutRow::TreeNode(r) => self.tree_nodes.add(r, sign, TableRow::key),
+            OutRow::Page(r) => self.pages.add(r, sign, TableRow::key),
+            OutRow::Entity(r) => self.entities.add(r, sign, TableRow::key),
+            OutRow::Relation(r) => self.relations.add(r, sign, TableRow::key),
+            OutRow::Embedding(r) => self.embeddings.add(r, sign, |e| e.owner_id.clone()),
+            OutRow::Error(r) => self.errors.add(r, sign, TableRow::key),
+        }
+    }
+}
+
+async fn staged<R: TableRow>(
+    store: &TableStore,
+    mut changes: Changes<R>,
+) -> anyhow::Result<StagedTable> {
+    changes.added.sort_by_cached_key(TableRow::key);
+    let refs: Vec<&R> = changes.added.iter().collect();
+    Ok(StagedTable {
+        table: R::TABLE,
+        fragments: store.stage_rows(&refs).await?,
+        removed: changes.removed,
+        rows: refs.len() as u64,
+    })
+}
