@@ -42,7 +42,8 @@ pub struct DocEntity {
     pub context: String,
     /// The head of the document's summary: what the document is about, for the
     /// same comparison.
-    pub document: String,
+    #[serde(with = "shared_text")]
+    pub document: Arc<str>,
     /// The segments it was found in, in document order.
     pub seg_ids: Vec<String>,
 }
@@ -217,6 +218,8 @@ pub async fn document_graph(
         }
     }
 
+    // One copy per document, shared by its entities.
+    let about: Arc<str> = Arc::from(head_words(background, ABOUT_WORDS));
     let doc_entities = entities
         .into_iter()
         .map(|(key, (counts, segs))| {
@@ -230,7 +233,7 @@ pub async fn document_graph(
                 doc_id: doc_id.to_string(),
                 names,
                 context,
-                document: head_words(background, ABOUT_WORDS),
+                document: Arc::clone(&about),
                 seg_ids: segs.iter().map(|&i| segments[i].seg_id.clone()).collect(),
             }
         })
