@@ -131,27 +131,6 @@ impl TableStore {
             .await
     }
 
-    /// Replaces the `embeddings` table with `rows`, whose vectors have `dim`
-    /// components; indexes the vectors (IVF, cosine) once there are enough of them
-    /// that an index beats a scan. Returns the table's version.
-    pub async fn write_embeddings(&self, rows: &[EmbeddingRow], dim: usize) -> Result<u64> {
-        let table = Table::Embeddings;
-        let mut sorted: Vec<&EmbeddingRow> = rows.iter().collect();
-        sorted.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
-        let batch = embeddings_batch(&sorted, dim)?;
-        let version = self.write_batch(table, batch, WriteMode::Overwrite).await?;
-        if rows.len() < VECTOR_INDEX_MIN_ROWS {
-            return Ok(version);
-        }
-        let Some(mut dataset) = self.dataset(table, Some(version)).await? else {
-            return Ok(version);
-        };
-        create_vector_index(&mut dataset, rows.len())
-            .await
-            .map_err(|e| self.lance_error(table, e))?;
-        Ok(dataset.version().version)
-    }
-
     async fn write_batch(&self, table: Table, batch: RecordBatch, mode: WriteMode) -> Result<u64> {
         let uri = self.table_uri(table);
         let schema = batch.schema();
@@ -166,50 +145,6 @@ impl TableStore {
             .await
             .map_err(|e| self.lance_error(table, e))?;
         Ok(dataset.version().version)
-    }
-
-    /// Applies one epoch's changes to `R`'s table: deletes the rows whose keys are
-    /// `removed`, then appends `added`; returns the table's version afterwards.
-    pub async fn apply_changes<R: TableRow>(&self, removed: &[String], added: &[R]) -> Result<u64> {
-        let refs: Vec<&R> = added.iter().collect();
-        let batch = (!added.is_empty())
-            .then(|| to_batch(R::TABLE, &refs))
-            .transpose()?;
-        self.apply_batch_changes(R::TABLE, removed, batch).await
-    }
-
-    /// [`TableStore::apply_changes`] for the `embeddings` table, whose vectors
-    /// have `dim` components.
-    pub async fn apply_embedding_changes(
-        &self,
-        removed: &[String],
-        added: &[EmbeddingRow],
-        dim: usize,
-    ) -> Result<u64> {
-        let batch = (!added.is_empty())
-            .then(|| embeddings_batch(&added.iter().collect::<Vec<_>>(), dim))
-            .transpose()?;
-        self.apply_batch_changes(Table::Embeddings, removed, batch)
-            .await
-    }
-
-    async fn apply_batch_changes(
-        &self,
-        table: Table,
-        removed: &[String],
-        added: Option<RecordBatch>,
-    ) -> Result<u64> {
-        let Some(mut dataset) = self.dataset(table, None).await? else {
-            let batch = added.unwrap_or_else(|| RecordBatch::new_empty(table.schema()));
-            return self.write_batch(table, batch, WriteMode::Create).await;
-        };
-        delete_keys(&mut dataset, table, removed)
-            .await
-            .map_err(|e| self.lance_error(table, e))?;
-        match added {
-            Some(batch) => self.write_batch(table, batch, WriteMode::Append).await,
-            None => Ok(dataset.version().version),
-        }
     }
 
     /// Writes `rows` as data files of `R`'s table without making them part of
@@ -358,7 +293,16 @@ impl TableStore {
         if rows < VECTOR_INDEX_MIN_ROWS {
             return Ok(Some(dataset.version().version));
         }
-        create_vector_index(&mut dataset, rows)
+        // About √n partitions: a query probes a few of them, each about √n vectors.
+        let partitions = (rows as f64).sqrt().round() as usize;
+        dataset
+            .create_index(
+                &["vector"],
+                IndexType::Vector,
+                Some("vector_ivf".to_string()),
+                &VectorIndexParams::ivf_flat(partitions, DistanceType::Cosine),
+                true,
+            )
             .await
             .map_err(|e| self.lance_error(table, e))?;
         Ok(Some(dataset.version().version))
@@ -472,23 +416,12 @@ impl TableStore {
         let Some(dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
-        let mut scan = dataset.scan();
-        scan.project(&[column])
-            .map_err(|e| self.lance_error(table, e))?;
-        let mut stream = scan
-            .try_into_stream()
-            .await
-            .map_err(|e| self.lance_error(table, e))?;
-        while let Some(batch) = stream
-            .try_next()
-            .await
-            .map_err(|e| self.lance_error(table, e))?
-        {
-            if let Some(values) = strings(&batch, column) {
+        self.scan_columns(&dataset, table, &[column], |batch| {
+            if let Some(values) = strings(batch, column) {
                 values.iter().flatten().for_each(&mut each);
             }
-        }
-        Ok(())
+        })
+        .await
     }
 
     /// Creates the B-tree index on `column` of `table`, or folds the fragments
@@ -568,11 +501,22 @@ impl TableStore {
         table: Table,
         checkpoint: &CheckpointRow,
         columns: &[&str],
-        mut each: impl FnMut(&RecordBatch),
+        each: impl FnMut(&RecordBatch),
     ) -> Result<()> {
         let Some(dataset) = self.dataset_at(table, checkpoint).await? else {
             return Ok(());
         };
+        self.scan_columns(&dataset, table, columns, each).await
+    }
+
+    /// Calls `each` with every batch of `columns` of `dataset`, streaming.
+    async fn scan_columns(
+        &self,
+        dataset: &Dataset,
+        table: Table,
+        columns: &[&str],
+        mut each: impl FnMut(&RecordBatch),
+    ) -> Result<()> {
         let mut scan = dataset.scan();
         scan.project(columns)
             .map_err(|e| self.lance_error(table, e))?;
@@ -615,13 +559,9 @@ impl TableStore {
             return Ok(Vec::new());
         };
         let mut rows = Vec::new();
-        for keys in keys.chunks(4096) {
-            let quoted: Vec<String> = keys
-                .iter()
-                .map(|k| format!("'{}'", k.replace('\'', "''")))
-                .collect();
+        for keys in keys.chunks(KEYS_PER_PREDICATE) {
             let mut scan = dataset.scan();
-            scan.filter(&format!("{} IN ({})", table.key_column(), quoted.join(",")))
+            scan.filter(&key_in(table, keys))
                 .map_err(|e| self.lance_error(table, e))?;
             let batches: Vec<RecordBatch> = scan
                 .try_into_stream()
@@ -713,33 +653,23 @@ impl TableStore {
 
 /// Deletes the rows of `table` whose key is one of `keys`.
 async fn delete_keys(dataset: &mut Dataset, table: Table, keys: &[String]) -> lance::Result<()> {
-    // A few thousand keys a predicate keeps each one quick to parse and plan.
-    for keys in keys.chunks(4096) {
-        let quoted: Vec<String> = keys
-            .iter()
-            .map(|k| format!("'{}'", k.replace('\'', "''")))
-            .collect();
-        dataset
-            .delete(&format!("{} IN ({})", table.key_column(), quoted.join(",")))
-            .await?;
+    for keys in keys.chunks(KEYS_PER_PREDICATE) {
+        dataset.delete(&key_in(table, keys)).await?;
     }
     Ok(())
 }
 
-/// The IVF_FLAT cosine index over `rows` vectors.
-async fn create_vector_index(dataset: &mut Dataset, rows: usize) -> lance::Result<()> {
-    // About √n partitions: a query probes a few of them, each about √n vectors.
-    let partitions = (rows as f64).sqrt().round() as usize;
-    dataset
-        .create_index(
-            &["vector"],
-            IndexType::Vector,
-            Some("vector_ivf".to_string()),
-            &VectorIndexParams::ivf_flat(partitions, DistanceType::Cosine),
-            true,
-        )
-        .await
-        .map(drop)
+/// Keys a predicate names at most: a few thousand keep each one quick to
+/// parse and plan.
+const KEYS_PER_PREDICATE: usize = 4096;
+
+/// The predicate "`table`'s key is one of `keys`", keys quoted as SQL strings.
+fn key_in(table: Table, keys: &[String]) -> String {
+    let quoted: Vec<String> = keys
+        .iter()
+        .map(|k| format!("'{}'", k.replace('\'', "''")))
+        .collect();
+    format!("{} IN ({})", table.key_column(), quoted.join(","))
 }
 
 /// The string column `name` of `batch`, if it has one.
@@ -813,8 +743,12 @@ mod tests {
             .unwrap();
         let mut changed = node("b", None);
         changed.summary = "changed".into();
+        let staged = store
+            .stage_rows(&[&changed, &node("c", None)])
+            .await
+            .unwrap();
         let second = store
-            .apply_changes(&["b".to_string()], &[changed.clone(), node("c", None)])
+            .commit_staged(Table::TreeNodes, &["b".to_string()], false, staged)
             .await
             .unwrap();
         assert!(second > first);
@@ -833,8 +767,9 @@ mod tests {
             .await
             .unwrap();
         // A run that dies after writing a table but before its commit.
+        let gone = ["a".to_string(), "c".to_string()];
         store
-            .apply_changes::<TreeNodeRow>(&["a".to_string(), "c".to_string()], &[])
+            .commit_staged(Table::TreeNodes, &gone, false, Vec::new())
             .await
             .unwrap();
         assert_eq!(store.read_rows::<TreeNodeRow>(None).await.unwrap().len(), 1);
