@@ -11,9 +11,9 @@ use std::hash::Hash;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use differential_dataflow::AsCollection;
 use differential_dataflow::VecCollection;
 use differential_dataflow::input::{Input, InputSession};
+use differential_dataflow::{AsCollection, Hashable};
 use memweave_operators::build::{BuildConfig, Document, MemoryRow, build_document};
 use memweave_operators::embed::{Embedder, EmbeddingRecord, embed_all};
 use memweave_operators::graph::{
@@ -119,7 +119,7 @@ pub fn build(
         // memory is built.
         let documents = raw
             .inner
-            .exchange(|((doc, _), _, _)| hash_of(&doc.doc_id))
+            .exchange(|((doc, _), _, _)| doc.doc_id.hashed())
             .as_collection();
 
         let document_rows = documents
@@ -487,9 +487,10 @@ fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
 
 /// Stages output rows where they are produced (see [`crate::write`]): each
 /// round's rows are buffered and written as a batch whenever
-/// [`RoundWriter::batch_rows`] have gathered, and the rest once the round's input is complete. What each
-/// batch staged is emitted at the round's end time, so the output's frontier
-/// passes a round only when every row of it is staged.
+/// [`RoundWriter::batch_rows`] have gathered, and the rest once the round's
+/// input is complete. What each batch staged is emitted at the round's end
+/// time, so the output's frontier passes a round only when every row of it is
+/// staged.
 fn write_rows<'scope>(
     rows: VecCollection<'scope, u64, OutRow, isize>,
     writer: Arc<RoundWriter>,
@@ -504,8 +505,7 @@ fn write_rows<'scope>(
                 let activator = worker.sync_activator_for(info.address.to_vec());
                 let (done_tx, done_rx) = std::sync::mpsc::channel();
                 // Per round (by its end time): the capability to emit at it, the
-                // rows not yet written, batches being written, and whether the
-                // round's input is complete.
+                // rows not yet written and the batches being written.
                 let mut rounds: BTreeMap<u64, PendingRound> = BTreeMap::new();
                 move |(input, frontier), output| {
                     let mut full = Vec::new();
@@ -590,15 +590,6 @@ fn document_row(doc: &Document, seen: i64) -> DocumentRow {
         deleted: false,
         text: doc.text.clone(),
     }
-}
-
-/// Where a document's id sends it: the same worker for every version, and for
-/// any number of workers.
-fn hash_of(doc_id: &str) -> u64 {
-    let digest = blake3::hash(doc_id.as_bytes());
-    let mut first = [0; 8];
-    first.copy_from_slice(&digest.as_bytes()[..8]);
-    u64::from_le_bytes(first)
 }
 
 #[cfg(test)]

@@ -864,7 +864,8 @@ impl Indexer {
                 version: store.write_rows::<LlmCallRow>(&[]).await?,
             },
         });
-        let first = store.latest_checkpoint().await?.is_none();
+        // No checkpoint yet is no documents version yet.
+        let first = self.documents_version.is_none();
         versions.push(self.write_call_stats(first).await?);
         let checkpoint = store
             .commit_checkpoint(positions.record(), versions)
