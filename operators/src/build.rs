@@ -312,6 +312,10 @@ pub enum MemoryRow {
     /// A relation of the document, merged across its segments.
     Relation(DocRelation),
     Embedding(EmbeddingRecord),
+    /// The document's RAPTOR root and its vector (also among its `TreeNode`
+    /// and `Embedding` rows), for the corpus tree: so that stage need not
+    /// hold every node's vector to find the roots'.
+    RaptorRoot(TreeNodeRow, EmbeddingRecord),
     Error(ErrorRow),
 }
 
@@ -399,11 +403,11 @@ pub async fn build_document(
             rows.extend(chunks.into_iter().map(MemoryRow::Segment));
             rows.extend(nodes.into_iter().map(MemoryRow::TreeNode));
             for node in raptor_nodes {
-                rows.push(MemoryRow::Embedding(EmbeddingRecord::new(
-                    &node.row.node_id,
-                    "node",
-                    &node.vector,
-                )));
+                let vector = EmbeddingRecord::new(&node.row.node_id, "node", &node.vector);
+                if node.row.parent_id.is_none() {
+                    rows.push(MemoryRow::RaptorRoot(node.row.clone(), vector.clone()));
+                }
+                rows.push(MemoryRow::Embedding(vector));
                 rows.push(MemoryRow::TreeNode(node.row));
             }
             rows.extend(pages.into_iter().map(MemoryRow::Page));

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use differential_dataflow::VecCollection;
 use differential_dataflow::input::{Input, InputSession};
-use differential_dataflow::{AsCollection, Hashable};
+use differential_dataflow::{AsCollection, Data, ExchangeData, Hashable};
 use memweave_operators::build::{BuildConfig, Document, MemoryRow, build_document};
 use memweave_operators::embed::{Embedder, EmbeddingRecord, embed_all};
 use memweave_operators::graph::{
@@ -25,17 +25,18 @@ use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
 use memweave_operators::tokens::count_tokens;
 use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{
-    DocumentRow, EntityRow, ErrorRow, RelationRow, TREE_MEMWALKER, TREE_RAPTOR, TreeNodeRow,
+    DocumentRow, EntityRow, ErrorRow, RelationRow, TREE_MEMWALKER, TreeNodeRow,
 };
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::Stream;
-use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::channels::pact::{Exchange as ExchangePact, Pipeline};
 use timely::dataflow::operators::generic::operator::Operator;
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
 use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
 use crate::async_map::map_async;
 use crate::progress::StageProgress;
+use crate::spill::{Spill, SpillKey};
 use crate::write::{Batch, OutRow, RoundWriter, StagedPart};
 use timely::worker::Worker;
 
@@ -169,18 +170,21 @@ pub fn build(
             _ => None,
         });
         let corpus = config.corpus_tree.then(|| {
-            // Only the roots and their vectors reach the corpus trees.
-            let roots = document_tree_nodes
+            // Only the roots (and the RAPTOR roots' vectors) reach the corpus trees.
+            let memwalker_roots = document_tree_nodes
                 .clone()
-                .filter(|n| n.parent_id.is_none())
+                .filter(|n| n.parent_id.is_none() && n.tree == TREE_MEMWALKER)
                 .delay(at);
-            let node_vectors = doc_embeddings
+            let raptor_roots = memory
                 .clone()
-                .filter(|e| e.owner_kind == "node")
+                .flat_map(|row| match row {
+                    MemoryRow::RaptorRoot(root, vector) => Some((root, vector)),
+                    _ => None,
+                })
                 .delay(at);
             corpus_trees(
-                &roots,
-                node_vectors,
+                memwalker_roots,
+                raptor_roots,
                 &corpus_model,
                 embedder,
                 config,
@@ -259,16 +263,15 @@ pub fn build(
 /// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
 /// and their vectors.
 fn corpus_trees<'scope>(
-    document_roots: &VecCollection<'scope, u64, TreeNodeRow, isize>,
-    node_vectors: VecCollection<'scope, u64, EmbeddingRecord, isize>,
+    memwalker_roots: VecCollection<'scope, u64, TreeNodeRow, isize>,
+    raptor_roots: VecCollection<'scope, u64, (TreeNodeRow, EmbeddingRecord), isize>,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, MemoryRow, isize> {
-    let roots = |tree: &'static str| document_roots.clone().filter(move |n| n.tree == tree);
-    let memwalker_roots = roots(TREE_MEMWALKER)
+    let memwalker_roots = memwalker_roots
         .map(|root| ((), root))
         .reduce_named("MemWalkerCorpusRoots", |(), roots, out| {
             let mut roots: Vec<TreeNodeRow> = roots.iter().map(|(r, _)| (*r).clone()).collect();
@@ -299,12 +302,8 @@ fn corpus_trees<'scope>(
             }
         },
     );
-    let vectors = node_vectors.map(|e| (e.owner_id.clone(), e));
-    let raptor_roots = roots(TREE_RAPTOR)
-        .map(|root| (root.node_id.clone(), root))
-        .join_map(vectors, |_, root, vector| {
-            ((), (root.clone(), vector.clone()))
-        })
+    let raptor_roots = raptor_roots
+        .map(|root| ((), root))
         .reduce_named("RaptorCorpusRoots", |(), roots, out| {
             let mut roots: Vec<(TreeNodeRow, EmbeddingRecord)> =
                 roots.iter().map(|(r, _)| (*r).clone()).collect();
@@ -361,6 +360,10 @@ fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
 /// entities their ends became, and one pair's relations from several documents
 /// merged. A step the model fails falls back to the name alone (one entity per
 /// name; relation descriptions joined) and reports an error: nothing is lost.
+///
+/// The mentions' texts are spilled (see [`crate::spill`]) by the worker that
+/// resolves their name or merges their pair; the arrangements hold ids, names
+/// and spill keys.
 fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
@@ -369,23 +372,47 @@ fn graph_stages<'scope>(
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, GraphRow, isize> {
-    let by_name = doc_entities
-        .map(|e| (e.key.clone(), e))
-        .reduce_named("EntitiesByName", |_key, mentions, out| {
-            // Values come sorted, and a name's entities differ in doc_id alone.
-            let mentions: Vec<DocEntity> = mentions.iter().map(|(m, _)| (*m).clone()).collect();
-            out.push((mentions, 1));
-        })
-        .map(|(_key, mentions)| mentions);
-    let (model_e, embedder_e) = (Arc::clone(model), Arc::clone(embedder));
+    let spill =
+        Arc::new(Spill::new().unwrap_or_else(|error| {
+            panic!("creating the graph's spill file under TMPDIR: {error}")
+        }));
+    // At most this many names or pairs have their mentions read back at once:
+    // every group of a round is ready at its end, and reading them all before
+    // the model gets to them would hold every text again.
+    let reading = Arc::new(tokio::sync::Semaphore::new(GROUPS_IN_FLIGHT));
+    let by_name = spill_where_used(
+        doc_entities,
+        &spill,
+        "SpillEntities",
+        |e| e.key.hashed(),
+        |e, text| (e.key.clone(), (e.doc_id.clone(), text)),
+    )
+    .reduce_named("EntitiesByName", |_key, mentions, out| {
+        // Values come sorted: a name's entities in doc_id order.
+        let texts: Vec<SpillKey> = mentions.iter().map(|((_, text), _)| *text).collect();
+        out.push((texts, 1));
+    })
+    .map(|(_key, texts)| texts);
+    let (model_e, embedder_e, spill_e, reading_e) = (
+        Arc::clone(model),
+        Arc::clone(embedder),
+        Arc::clone(&spill),
+        Arc::clone(&reading),
+    );
     let resolved = map_async(
         by_name,
         runtime.clone(),
         "ResolveEntities",
         stages,
-        move |mentions: Vec<DocEntity>| {
+        move |texts: Vec<SpillKey>| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
+            let (spill, reading) = (Arc::clone(&spill_e), Arc::clone(&reading_e));
             async move {
+                let _permit = reading
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed");
+                let mentions: Vec<DocEntity> = texts.iter().map(|&text| spill.get(text)).collect();
                 let mut out = Vec::new();
                 let (rows, assignments) = match resolve_entities(&mentions, model.as_ref()).await {
                     Ok(resolved) => resolved,
@@ -423,31 +450,56 @@ fn graph_stages<'scope>(
         GraphRow::Assignment(a) => Some(((a.doc_id, a.key), a.entity_id)),
         _ => None,
     });
-    let by_pair = doc_relations
-        .map(|r| ((r.doc_id.clone(), r.source_key.clone()), r))
-        .join_map(assigned.clone(), |_, r, source_id| {
-            (
-                (r.doc_id.clone(), r.target_key.clone()),
-                (source_id.clone(), r.clone()),
-            )
-        })
-        .join_map(assigned, |_, (source_id, r), target_id| {
-            ((source_id.clone(), target_id.clone()), r.clone())
-        })
-        .reduce_named("RelationsByPair", |_pair, found, out| {
-            let found: Vec<DocRelation> = found.iter().map(|(r, _)| (*r).clone()).collect();
-            out.push((found, 1));
-        });
+    let by_pair = spill_where_used(
+        doc_relations,
+        &spill,
+        "SpillRelations",
+        |r| EntityPair::route(&r.source_key, &r.target_key),
+        |r, text| RelationMention {
+            doc_id: r.doc_id.clone(),
+            source_key: r.source_key.clone(),
+            target_key: r.target_key.clone(),
+            text,
+        },
+    )
+    .map(|r| ((r.doc_id.clone(), r.source_key.clone()), r))
+    .join_map(assigned.clone(), |_, r, source_id| {
+        (
+            (r.doc_id.clone(), r.target_key.clone()),
+            (source_id.clone(), r.clone()),
+        )
+    })
+    .join_map(assigned, |_, (source_id, r), target_id| {
+        let pair = EntityPair {
+            source_key: r.source_key.clone(),
+            target_key: r.target_key.clone(),
+            source_id: source_id.clone(),
+            target_id: target_id.clone(),
+        };
+        (pair, (r.doc_id.clone(), r.text))
+    })
+    .reduce_named("RelationsByPair", |_pair, found, out| {
+        // In doc_id order, as the merge expects.
+        let texts: Vec<SpillKey> = found.iter().map(|((_, text), _)| *text).collect();
+        out.push((texts, 1));
+    });
     let model_r = Arc::clone(model);
     let relations = map_async(
         by_pair,
         runtime.clone(),
         "MergeRelations",
         stages,
-        move |((source_id, target_id), found): ((String, String), Vec<DocRelation>)| {
+        move |(pair, texts): (EntityPair, Vec<SpillKey>)| {
             let model = Arc::clone(&model_r);
+            let (spill, reading) = (Arc::clone(&spill), Arc::clone(&reading));
             async move {
-                match merge_relations_across(&source_id, &target_id, &found, model.as_ref()).await {
+                let _permit = reading
+                    .acquire()
+                    .await
+                    .expect("the semaphore is never closed");
+                let found: Vec<DocRelation> = texts.iter().map(|&text| spill.get(text)).collect();
+                let (source_id, target_id) = (&pair.source_id, &pair.target_id);
+                match merge_relations_across(source_id, target_id, &found, model.as_ref()).await {
                     Ok(row) => vec![GraphRow::Relation(row)],
                     Err(error) => {
                         let joined = found
@@ -461,9 +513,7 @@ fn graph_stages<'scope>(
                                 &error,
                                 "its descriptions were joined unmerged",
                             )),
-                            GraphRow::Relation(relation_row(
-                                &source_id, &target_id, &found, joined,
-                            )),
+                            GraphRow::Relation(relation_row(source_id, target_id, &found, joined)),
                         ]
                     }
                 }
@@ -473,6 +523,81 @@ fn graph_stages<'scope>(
     resolved
         .filter(|row| !matches!(row, GraphRow::Assignment(_)))
         .concat(relations)
+}
+
+/// Names or pairs whose mentions are read back from the spill at once (see
+/// [`graph_stages`]): enough to keep a large model pool busy.
+const GROUPS_IN_FLIGHT: usize = 512;
+
+/// A document's relation as the graph's arrangements hold it: the keys of its
+/// ends' names and where its text is spilled.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+struct RelationMention {
+    doc_id: String,
+    source_key: String,
+    target_key: String,
+    text: SpillKey,
+}
+
+/// What relations are merged by: the entities at their ends. Every relation of
+/// a pair has the same two names (an entity has one name key), so a pair is
+/// routed by its names alone ([`EntityPair::route`], its `Hash`), and merged on
+/// the worker that spilled its relations.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct EntityPair {
+    source_key: String,
+    target_key: String,
+    source_id: String,
+    target_id: String,
+}
+
+impl EntityPair {
+    /// The worker hash of the pairs between entities of these two names.
+    fn route(source_key: &str, target_key: &str) -> u64 {
+        (source_key, target_key).hashed()
+    }
+}
+
+impl Hash for EntityPair {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.source_key.as_str(), self.target_key.as_str()).hash(state);
+    }
+}
+
+/// Sends each update to the worker `route` names, spills it there, and passes
+/// on `slim(update, its spill key)` in its place.
+fn spill_where_used<'scope, D, O>(
+    collection: VecCollection<'scope, u64, D, isize>,
+    spill: &Arc<Spill>,
+    name: &str,
+    route: impl Fn(&D) -> u64 + 'static,
+    slim: impl Fn(&D, SpillKey) -> O + 'static,
+) -> VecCollection<'scope, u64, O, isize>
+where
+    D: ExchangeData,
+    O: Data,
+{
+    let spill = Arc::clone(spill);
+    collection
+        .inner
+        .unary::<CapacityContainerBuilder<Vec<(O, u64, isize)>>, _, _, _>(
+            ExchangePact::new(move |(update, _, _): &(D, u64, isize)| route(update)),
+            name,
+            move |_, _| {
+                move |input, output| {
+                    input.for_each(|capability, updates| {
+                        let mut session = output.session(&capability);
+                        for (update, time, diff) in updates.drain(..) {
+                            let text = spill.put(&update);
+                            session.give((slim(&update, text), time, diff));
+                        }
+                    });
+                }
+            },
+        )
+        .as_collection()
 }
 
 fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
@@ -751,5 +876,21 @@ mod tests {
         assert!(output.segments.is_empty());
         assert!(output.tree_nodes.is_empty());
         assert!(output.pages.is_empty());
+    }
+
+    /// A pair's relations are spilled on the worker its names route to, and
+    /// merged on the worker the reduce routes the pair to: the two must agree.
+    #[test]
+    fn a_pair_routes_by_its_names_as_its_relations_were_spilled() {
+        let pair = |source_id: &str| EntityPair {
+            source_key: "ada lovelace".into(),
+            target_key: "charles babbage".into(),
+            source_id: source_id.into(),
+            target_id: "entity-2".into(),
+        };
+        let route = EntityPair::route("ada lovelace", "charles babbage");
+        assert_eq!(pair("entity-1").hashed(), route);
+        assert_eq!(pair("entity-7").hashed(), route);
+        assert_ne!(EntityPair::route("charles babbage", "ada lovelace"), route);
     }
 }

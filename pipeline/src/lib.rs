@@ -12,6 +12,7 @@ mod origins;
 mod positions;
 pub mod progress;
 pub mod source;
+mod spill;
 mod workers;
 mod write;
 
