@@ -3,8 +3,13 @@
 //! resolves. The operator holds a capability for every time with work in flight,
 //! so the frontier (and everything downstream) waits for the model calls, while
 //! the worker thread stays free to feed more input and the pool stays busy.
+//!
+//! At most [`FUTURES_IN_FLIGHT`] futures run at once per operator and worker;
+//! the rest wait as their inputs. A spawned future holds its whole state
+//! machine (for a relation merge, several kilobytes), so spawning every group
+//! a round's end makes ready at once cost memory in proportion to the archive.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, mpsc};
 
@@ -15,6 +20,10 @@ use timely::dataflow::operators::Capability;
 use timely::dataflow::operators::generic::operator::Operator;
 
 use crate::progress::StageProgress;
+
+/// Futures one operator runs at once on one worker: more than a large model
+/// pool takes concurrently.
+pub const FUTURES_IN_FLIGHT: usize = 1024;
 
 /// A finished future: its update's time and multiplicity, and its outputs (or the
 /// panic message of a future that panicked).
@@ -47,8 +56,11 @@ where
             move |_initial, info| {
                 let activator = worker.sync_activator_for(info.address.to_vec());
                 let (done_tx, done_rx) = mpsc::channel::<Finished<O>>();
-                // Per time: the capability to emit at it and the futures still running.
+                // Per time: the capability to emit at it and its futures not yet
+                // finished (waiting or running).
                 let mut pending: BTreeMap<u64, (Capability<u64>, usize)> = BTreeMap::new();
+                let mut waiting: VecDeque<(D, u64, isize)> = VecDeque::new();
+                let mut running = 0;
                 move |(input, _frontier), output| {
                     input.for_each(|capability, updates| {
                         for (data, time, diff) in updates.drain(..) {
@@ -57,18 +69,29 @@ where
                                 .or_insert_with(|| (capability.delayed(&time, output.output_index()), 0))
                                 .1 += 1;
                             stages.started(name, 1);
-                            let future = AssertUnwindSafe(logic(data)).catch_unwind();
-                            let done = done_tx.clone();
-                            let activator = activator.clone();
-                            runtime.spawn(async move {
-                                let outputs = future.await.map_err(|payload| panic_message(payload.as_ref()));
-                                // The operator is gone only when the dataflow is.
-                                let _ = done.send((time, diff, outputs));
-                                let _ = activator.activate();
-                            });
+                            waiting.push_back((data, time, diff));
                         }
                     });
-                    while let Ok((time, diff, outputs)) = done_rx.try_recv() {
+                    let mut finished = Vec::new();
+                    while let Ok(done) = done_rx.try_recv() {
+                        running -= 1;
+                        finished.push(done);
+                    }
+                    while running < FUTURES_IN_FLIGHT
+                        && let Some((data, time, diff)) = waiting.pop_front()
+                    {
+                        running += 1;
+                        let future = AssertUnwindSafe(logic(data)).catch_unwind();
+                        let done = done_tx.clone();
+                        let activator = activator.clone();
+                        runtime.spawn(async move {
+                            let outputs = future.await.map_err(|payload| panic_message(payload.as_ref()));
+                            // The operator is gone only when the dataflow is.
+                            let _ = done.send((time, diff, outputs));
+                            let _ = activator.activate();
+                        });
+                    }
+                    for (time, diff, outputs) in finished {
                         let outputs = outputs.unwrap_or_else(|message| {
                             panic!("a future of the asynchronous map panicked: {message}")
                         });

@@ -363,7 +363,7 @@ fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
 ///
 /// The mentions' texts are spilled (see [`crate::spill`]) by the worker that
 /// resolves their name or merges their pair; the arrangements hold ids, names
-/// and spill keys.
+/// and spill keys, and a group's texts are read back when its future runs.
 fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
@@ -376,10 +376,6 @@ fn graph_stages<'scope>(
         Arc::new(Spill::new().unwrap_or_else(|error| {
             panic!("creating the graph's spill file under TMPDIR: {error}")
         }));
-    // At most this many names or pairs have their mentions read back at once:
-    // every group of a round is ready at its end, and reading them all before
-    // the model gets to them would hold every text again.
-    let reading = Arc::new(tokio::sync::Semaphore::new(GROUPS_IN_FLIGHT));
     let by_name = spill_where_used(
         doc_entities,
         &spill,
@@ -393,12 +389,8 @@ fn graph_stages<'scope>(
         out.push((texts, 1));
     })
     .map(|(_key, texts)| texts);
-    let (model_e, embedder_e, spill_e, reading_e) = (
-        Arc::clone(model),
-        Arc::clone(embedder),
-        Arc::clone(&spill),
-        Arc::clone(&reading),
-    );
+    let (model_e, embedder_e, spill_e) =
+        (Arc::clone(model), Arc::clone(embedder), Arc::clone(&spill));
     let resolved = map_async(
         by_name,
         runtime.clone(),
@@ -406,12 +398,8 @@ fn graph_stages<'scope>(
         stages,
         move |texts: Vec<SpillKey>| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
-            let (spill, reading) = (Arc::clone(&spill_e), Arc::clone(&reading_e));
+            let spill = Arc::clone(&spill_e);
             async move {
-                let _permit = reading
-                    .acquire()
-                    .await
-                    .expect("the semaphore is never closed");
                 let mentions: Vec<DocEntity> = texts.iter().map(|&text| spill.get(text)).collect();
                 let mut out = Vec::new();
                 let (rows, assignments) = match resolve_entities(&mentions, model.as_ref()).await {
@@ -491,12 +479,8 @@ fn graph_stages<'scope>(
         stages,
         move |(pair, texts): (EntityPair, Vec<SpillKey>)| {
             let model = Arc::clone(&model_r);
-            let (spill, reading) = (Arc::clone(&spill), Arc::clone(&reading));
+            let spill = Arc::clone(&spill);
             async move {
-                let _permit = reading
-                    .acquire()
-                    .await
-                    .expect("the semaphore is never closed");
                 let found: Vec<DocRelation> = texts.iter().map(|&text| spill.get(text)).collect();
                 let (source_id, target_id) = (&pair.source_id, &pair.target_id);
                 match merge_relations_across(source_id, target_id, &found, model.as_ref()).await {
@@ -524,10 +508,6 @@ fn graph_stages<'scope>(
         .filter(|row| !matches!(row, GraphRow::Assignment(_)))
         .concat(relations)
 }
-
-/// Names or pairs whose mentions are read back from the spill at once (see
-/// [`graph_stages`]): enough to keep a large model pool busy.
-const GROUPS_IN_FLIGHT: usize = 512;
 
 /// A document's relation as the graph's arrangements hold it: the keys of its
 /// ends' names and where its text is spilled.
