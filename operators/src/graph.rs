@@ -72,8 +72,8 @@ pub struct DocRelation {
     pub description: String,
     pub seg_ids: Vec<String>,
     /// The document's summary: the merge prompt's background. Shared by the
-    /// document's relations (and by the dataflow's copies of each), so the
-    /// cross-document stages hold it once per document, not per relation.
+    /// document's relations while they are built and sent to the worker that
+    /// spills them (the cross-document stages keep no texts in memory).
     #[serde(with = "shared_text")]
     pub summary: Arc<str>,
     /// The head of the first segment it came from: its evidence in a merge.
