@@ -8,7 +8,8 @@
 //! in batches, reading only the `call_key` and `reply` columns of the keys asked
 //! for, through a B-tree index on `call_key`. The table is never loaded whole.
 //! New rows are appended every [`FLUSH_INTERVAL`], so a run that is killed loses at
-//! most that much finished work.
+//! most that much finished work, and sooner by the call that brings the rows
+//! waiting past [`PENDING_BYTES`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,12 @@ use crate::prompts::Prompt;
 
 /// How often new calls are appended to `llm_calls`.
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// Bytes of prompts and replies waiting to be appended at which the call that
+/// adds more appends them itself (and calls behind it wait). The flush task
+/// shares the runtime with the calls; when they keep it busy (a round's end
+/// makes tens of thousands of merges ready at once) the rows waiting would
+/// otherwise grow with the archive.
+pub const PENDING_BYTES: u64 = 32 << 20;
 /// Most keys looked up in one scan.
 const LOOKUP_BATCH: usize = 512;
 
@@ -82,6 +89,10 @@ pub struct CallCache {
     /// This process's calls: in flight, or done and not yet flushed.
     cells: Mutex<HashMap<String, Arc<OnceCell<String>>>>,
     pending: Mutex<Vec<LlmCallRow>>,
+    /// Bytes of prompts and replies in `pending`, and the most that may wait
+    /// ([`PENDING_BYTES`]).
+    pending_bytes: AtomicU64,
+    pending_limit: u64,
     lookups: Option<mpsc::UnboundedSender<Lookup>>,
     /// Keys that may be in the table: a miss here needs no look-up.
     stored: Mutex<BloomFilter>,
@@ -139,6 +150,8 @@ impl CallCache {
             stored: Mutex::new(stored),
             cells: Mutex::new(HashMap::new()),
             pending: Mutex::new(Vec::new()),
+            pending_bytes: AtomicU64::new(0),
+            pending_limit: PENDING_BYTES,
             lookups,
             flushing: tokio::sync::Mutex::new(()),
             hits: AtomicU64::new(0),
@@ -256,10 +269,15 @@ impl CallCache {
                         cached: false,
                     });
                     if self.retain {
+                        let bytes = row_bytes(&row);
                         self.pending
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
                             .push(row);
+                        let waiting = self.pending_bytes.fetch_add(bytes, Ordering::SeqCst) + bytes;
+                        if waiting >= self.pending_limit {
+                            self.relieve().await;
+                        }
                     }
                 }
                 self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -347,14 +365,32 @@ impl CallCache {
     /// Appends the calls made since the last flush to `llm_calls`; returns the
     /// table's version afterwards (`None` when it does not exist).
     pub async fn flush(&self) -> anyhow::Result<Option<u64>> {
+        let _one_at_a_time = self.flushing.lock().await;
+        self.flush_locked().await
+    }
+
+    /// Flushes unless a flush this call waited for has already brought the
+    /// rows waiting under the limit.
+    async fn relieve(&self) {
+        let _one_at_a_time = self.flushing.lock().await;
+        if self.pending_bytes.load(Ordering::SeqCst) < self.pending_limit {
+            return;
+        }
+        if let Err(e) = self.flush_locked().await {
+            tracing::warn!("appending model calls to llm_calls: {e:#}");
+        }
+    }
+
+    async fn flush_locked(&self) -> anyhow::Result<Option<u64>> {
         let Some(store) = &self.store else {
             return Ok(None);
         };
-        let _one_at_a_time = self.flushing.lock().await;
         let rows = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()));
         if rows.is_empty() {
             return Ok(store.table_version(Table::LlmCalls).await?);
         }
+        let bytes: u64 = rows.iter().map(row_bytes).sum();
+        self.pending_bytes.fetch_sub(bytes, Ordering::SeqCst);
         match store.append_rows(&rows).await {
             Ok(version) => {
                 self.flushed.fetch_add(rows.len() as u64, Ordering::Relaxed);
@@ -372,6 +408,7 @@ impl CallCache {
             }
             Err(e) => {
                 // Keep them for the next flush.
+                self.pending_bytes.fetch_add(bytes, Ordering::SeqCst);
                 let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
                 let newer = std::mem::replace(&mut *pending, rows);
                 pending.extend(newer);
@@ -407,6 +444,11 @@ impl CallCache {
         store.index_key(Table::LlmCalls, "call_key").await?;
         Ok(store.table_version(Table::LlmCalls).await?)
     }
+}
+
+/// What a pending row holds that grows with the call: its prompt and reply.
+fn row_bytes(row: &LlmCallRow) -> u64 {
+    (row.inputs.len() + row.reply.len()) as u64
 }
 
 impl CallCache {
@@ -561,6 +603,41 @@ mod tests {
         assert_eq!(cache.report().calls, 3);
         assert!(cache.cells.lock().unwrap().is_empty());
         assert!(cache.pending.lock().unwrap().is_empty());
+    }
+
+    /// Rows waiting past the limit are appended by the call that brought
+    /// them there, without the flush task (which a busy runtime starves).
+    #[tokio::test]
+    async fn a_call_past_the_pending_limit_appends_the_rows_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let mut cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
+        cache.pending_limit = 1_000;
+        let cache = Arc::new(cache);
+        let cx = CallContext::query("test");
+        let ask = |key: String| {
+            let cache = Arc::clone(&cache);
+            let cx = cx.clone();
+            async move {
+                let reply = "x".repeat(400);
+                let mut made = row("answer", &reply);
+                made.call_key = key.clone();
+                cache
+                    .reply(&cx, &key, "answer", || async { Ok(made) })
+                    .await
+            }
+        };
+        ask("a".into()).await.unwrap();
+        ask("b".into()).await.unwrap();
+        assert_eq!(cache.report().flushed, 0, "800 bytes wait");
+        ask("c".into()).await.unwrap();
+        assert_eq!(cache.report().flushed, 3, "1,200 bytes are appended");
+        assert!(cache.pending.lock().unwrap().is_empty());
+        assert_eq!(cache.pending_bytes.load(Ordering::SeqCst), 0);
+        let stored: Vec<LlmCallRow> = store.read_rows(None).await.unwrap();
+        let mut keys: Vec<String> = stored.into_iter().map(|r| r.call_key).collect();
+        keys.sort();
+        assert_eq!(keys, ["a", "b", "c"]);
     }
 
     #[test]

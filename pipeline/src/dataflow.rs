@@ -36,7 +36,7 @@ use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
 use crate::async_map::map_async;
 use crate::progress::StageProgress;
-use crate::spill::{Spill, SpillKey};
+use crate::spill::{Spill, SpillKey, hash128};
 use crate::write::{Batch, OutRow, RoundWriter, StagedPart};
 use timely::worker::Worker;
 
@@ -380,15 +380,14 @@ fn graph_stages<'scope>(
         doc_entities,
         &spill,
         "SpillEntities",
-        |e| e.key.hashed(),
-        |e, text| (e.key.clone(), (e.doc_id.clone(), text)),
+        |e| tag(&e.key).hashed(),
+        |e, text| (tag(&e.key), text),
     )
-    .reduce_named("EntitiesByName", |_key, mentions, out| {
-        // Values come sorted: a name's entities in doc_id order.
-        let texts: Vec<SpillKey> = mentions.iter().map(|((_, text), _)| *text).collect();
+    .reduce_named("EntitiesByName", |_name, mentions, out| {
+        let texts: Vec<SpillKey> = mentions.iter().map(|(text, _)| **text).collect();
         out.push((texts, 1));
     })
-    .map(|(_key, texts)| texts);
+    .map(|(_name, texts)| texts);
     let (model_e, embedder_e, spill_e) =
         (Arc::clone(model), Arc::clone(embedder), Arc::clone(&spill));
     let resolved = map_async(
@@ -400,7 +399,8 @@ fn graph_stages<'scope>(
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             let spill = Arc::clone(&spill_e);
             async move {
-                let mentions: Vec<DocEntity> = texts.iter().map(|&text| spill.get(text)).collect();
+                let mentions: Vec<DocEntity> =
+                    read_in_doc_order(&spill, &texts, |e: &DocEntity| &e.doc_id);
                 let mut out = Vec::new();
                 let (rows, assignments) = match resolve_entities(&mentions, model.as_ref()).await {
                     Ok(resolved) => resolved,
@@ -434,41 +434,44 @@ fn graph_stages<'scope>(
             }
         },
     );
-    let assigned = resolved.clone().flat_map(|row| match row {
-        GraphRow::Assignment(a) => Some(((a.doc_id, a.key), a.entity_id)),
-        _ => None,
-    });
+    // Which entity each document's mention of a name became, arranged once
+    // for both ends of every relation.
+    let assigned = resolved
+        .clone()
+        .flat_map(|row| match row {
+            GraphRow::Assignment(a) => {
+                Some(((tag(&a.doc_id), tag(&a.key)), entity_tag(&a.entity_id)))
+            }
+            _ => None,
+        })
+        .arrange_by_key_named("Assignments");
     let by_pair = spill_where_used(
         doc_relations,
         &spill,
         "SpillRelations",
-        |r| EntityPair::route(&r.source_key, &r.target_key),
+        |r| EntityPair::route(tag(&r.source_key), tag(&r.target_key)),
         |r, text| RelationMention {
-            doc_id: r.doc_id.clone(),
-            source_key: r.source_key.clone(),
-            target_key: r.target_key.clone(),
+            doc: tag(&r.doc_id),
+            source: tag(&r.source_key),
+            target: tag(&r.target_key),
             text,
         },
     )
-    .map(|r| ((r.doc_id.clone(), r.source_key.clone()), r))
-    .join_map(assigned.clone(), |_, r, source_id| {
-        (
-            (r.doc_id.clone(), r.target_key.clone()),
-            (source_id.clone(), r.clone()),
-        )
+    .map(|r| ((r.doc, r.source), r))
+    .join_core(assigned.clone(), |_, r, source_id| {
+        Some(((r.doc, r.target), (*source_id, *r)))
     })
-    .join_map(assigned, |_, (source_id, r), target_id| {
+    .join_core(assigned, |_, (source_id, r), target_id| {
         let pair = EntityPair {
-            source_key: r.source_key.clone(),
-            target_key: r.target_key.clone(),
-            source_id: source_id.clone(),
-            target_id: target_id.clone(),
+            source: r.source,
+            target: r.target,
+            source_id: *source_id,
+            target_id: *target_id,
         };
-        (pair, (r.doc_id.clone(), r.text))
+        Some((pair, r.text))
     })
     .reduce_named("RelationsByPair", |_pair, found, out| {
-        // In doc_id order, as the merge expects.
-        let texts: Vec<SpillKey> = found.iter().map(|((_, text), _)| *text).collect();
+        let texts: Vec<SpillKey> = found.iter().map(|(text, _)| **text).collect();
         out.push((texts, 1));
     });
     let model_r = Arc::clone(model);
@@ -481,8 +484,10 @@ fn graph_stages<'scope>(
             let model = Arc::clone(&model_r);
             let spill = Arc::clone(&spill);
             async move {
-                let found: Vec<DocRelation> = texts.iter().map(|&text| spill.get(text)).collect();
-                let (source_id, target_id) = (&pair.source_id, &pair.target_id);
+                let found: Vec<DocRelation> =
+                    read_in_doc_order(&spill, &texts, |r: &DocRelation| &r.doc_id);
+                let (source_id, target_id) =
+                    (&entity_id(pair.source_id), &entity_id(pair.target_id));
                 match merge_relations_across(source_id, target_id, &found, model.as_ref()).await {
                     Ok(row) => vec![GraphRow::Relation(row)],
                     Err(error) => {
@@ -509,15 +514,47 @@ fn graph_stages<'scope>(
         .concat(relations)
 }
 
-/// A document's relation as the graph's arrangements hold it: the keys of its
-/// ends' names and where its text is spilled.
+/// A string (a document id, a name key) as the graph's arrangements hold it:
+/// 128 bits of its hash, where the string cost a heap block in every copy of
+/// every arrangement.
+type Tag = u128;
+
+fn tag(text: &str) -> Tag {
+    hash128(text.as_bytes())
+}
+
+/// An entity id (32 hex digits, a [`memweave_schemas::content_id`]) as 128
+/// bits, and back: the arrangements hold the number, the rows the text.
+fn entity_tag(entity_id: &str) -> Tag {
+    Tag::from_str_radix(entity_id, 16)
+        .unwrap_or_else(|_| panic!("entity id {entity_id:?} is 32 hex digits"))
+}
+
+fn entity_id(tag: Tag) -> String {
+    format!("{tag:032x}")
+}
+
+/// The spilled values under `texts`, in the order of their documents' ids
+/// (ties in key order): the order resolution and merging expect.
+fn read_in_doc_order<T: serde::de::DeserializeOwned>(
+    spill: &Spill,
+    texts: &[SpillKey],
+    doc_id: impl Fn(&T) -> &String,
+) -> Vec<T> {
+    let mut values: Vec<T> = texts.iter().map(|&text| spill.get(text)).collect();
+    values.sort_by(|a, b| doc_id(a).cmp(doc_id(b)));
+    values
+}
+
+/// A document's relation as the graph's arrangements hold it: its document,
+/// the names at its ends, and where its text is spilled.
 #[derive(
-    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 struct RelationMention {
-    doc_id: String,
-    source_key: String,
-    target_key: String,
+    doc: Tag,
+    source: Tag,
+    target: Tag,
     text: SpillKey,
 }
 
@@ -527,22 +564,22 @@ struct RelationMention {
 /// the worker that spilled its relations.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 struct EntityPair {
-    source_key: String,
-    target_key: String,
-    source_id: String,
-    target_id: String,
+    source: Tag,
+    target: Tag,
+    source_id: Tag,
+    target_id: Tag,
 }
 
 impl EntityPair {
     /// The worker hash of the pairs between entities of these two names.
-    fn route(source_key: &str, target_key: &str) -> u64 {
-        (source_key, target_key).hashed()
+    fn route(source: Tag, target: Tag) -> u64 {
+        (source, target).hashed()
     }
 }
 
 impl Hash for EntityPair {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (self.source_key.as_str(), self.target_key.as_str()).hash(state);
+        (self.source, self.target).hash(state);
     }
 }
 
@@ -862,15 +899,16 @@ mod tests {
     /// merged on the worker the reduce routes the pair to: the two must agree.
     #[test]
     fn a_pair_routes_by_its_names_as_its_relations_were_spilled() {
-        let pair = |source_id: &str| EntityPair {
-            source_key: "ada lovelace".into(),
-            target_key: "charles babbage".into(),
-            source_id: source_id.into(),
-            target_id: "entity-2".into(),
+        let (ada, babbage) = (tag("ada lovelace"), tag("charles babbage"));
+        let pair = |source_id: Tag| EntityPair {
+            source: ada,
+            target: babbage,
+            source_id,
+            target_id: 2,
         };
-        let route = EntityPair::route("ada lovelace", "charles babbage");
-        assert_eq!(pair("entity-1").hashed(), route);
-        assert_eq!(pair("entity-7").hashed(), route);
-        assert_ne!(EntityPair::route("charles babbage", "ada lovelace"), route);
+        let route = EntityPair::route(ada, babbage);
+        assert_eq!(pair(1).hashed(), route);
+        assert_eq!(pair(7).hashed(), route);
+        assert_ne!(EntityPair::route(babbage, ada), route);
     }
 }

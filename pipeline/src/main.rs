@@ -32,6 +32,13 @@ use memweave_query::{
 };
 use memweave_schemas::TableStore;
 
+/// jemalloc, not glibc's malloc: the indexer frees as much as it allocates
+/// (texts in, rows out), and glibc's per-thread arenas kept the freed pages
+/// (peak RSS about twice the live heap). jemalloc's background thread returns
+/// them to the system.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "memweave",

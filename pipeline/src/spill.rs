@@ -25,6 +25,16 @@ use serde::de::DeserializeOwned;
 /// Where a spilled value is: the first 16 bytes of its encoding's BLAKE3 hash.
 pub type SpillKey = u128;
 
+/// The first 16 bytes of the BLAKE3 hash of `bytes`: a key no two different
+/// values of one archive share.
+pub fn hash128(bytes: &[u8]) -> u128 {
+    u128::from_le_bytes(
+        blake3::hash(bytes).as_bytes()[..16]
+            .try_into()
+            .expect("16 bytes"),
+    )
+}
+
 /// An append-only file of values by content hash (see the module doc).
 #[derive(Debug)]
 pub struct Spill {
@@ -54,8 +64,7 @@ impl Spill {
     /// again) and returns its key.
     pub fn put<T: Serialize>(&self, value: &T) -> SpillKey {
         let bytes = serde_json::to_vec(value).expect("spilled values serialize");
-        let hash = blake3::hash(&bytes);
-        let key = SpillKey::from_le_bytes(hash.as_bytes()[..16].try_into().expect("16 bytes"));
+        let key = hash128(&bytes);
         let mut places = self
             .index
             .lock()
