@@ -457,23 +457,34 @@ impl CallCache {
     }
 }
 
-/// A Bloom filter over call keys: about 1% false positives at its capacity, ten
-/// bits a key. Past its capacity false positives grow, which costs look-ups,
-/// never correctness.
+/// A Bloom filter over call keys that grows with them: layers of ten bits a
+/// key (about 1% false positives each when full), each four times the last.
+/// A fixed size filled past its capacity: a 100M-token build appends 1.7M
+/// calls, which would turn nearly every new call into a scan of `llm_calls`.
 #[derive(Debug)]
 struct BloomFilter {
+    layers: Vec<BloomLayer>,
+}
+
+#[derive(Debug)]
+struct BloomLayer {
     bits: Vec<u64>,
+    capacity: usize,
+    keys: usize,
 }
 
 /// Bit positions set per key.
 const BLOOM_HASHES: u64 = 7;
+/// Bits per key a layer is sized for.
+const BLOOM_BITS_PER_KEY: usize = 10;
+/// How much larger each new layer is than the last.
+const BLOOM_GROWTH: usize = 4;
 
 impl BloomFilter {
     fn new(keys: usize) -> Self {
         // Room for the keys there are and as many again from this run.
-        let bits = (keys.max(50_000) * 2 * 10).next_power_of_two();
         BloomFilter {
-            bits: vec![0; bits / 64],
+            layers: vec![BloomLayer::new(keys.max(50_000) * 2)],
         }
     }
 
@@ -489,6 +500,33 @@ impl BloomFilter {
         })
     }
 
+    fn insert(&mut self, hash: u128) {
+        let last = self.layers.last().expect("a filter has a layer");
+        if last.keys >= last.capacity {
+            let capacity = last.capacity * BLOOM_GROWTH;
+            self.layers.push(BloomLayer::new(capacity));
+        }
+        self.layers
+            .last_mut()
+            .expect("a filter has a layer")
+            .insert(hash);
+    }
+
+    fn may_contain(&self, hash: u128) -> bool {
+        self.layers.iter().any(|layer| layer.may_contain(hash))
+    }
+}
+
+impl BloomLayer {
+    fn new(capacity: usize) -> Self {
+        let bits = (capacity * BLOOM_BITS_PER_KEY).next_power_of_two();
+        BloomLayer {
+            bits: vec![0; bits / 64],
+            capacity,
+            keys: 0,
+        }
+    }
+
     fn positions(&self, hash: u128) -> impl Iterator<Item = usize> + '_ {
         let (a, b) = ((hash >> 64) as u64, hash as u64 | 1);
         let mask = (self.bits.len() * 64 - 1) as u64;
@@ -500,6 +538,7 @@ impl BloomFilter {
         for p in positions {
             self.bits[p / 64] |= 1 << (p % 64);
         }
+        self.keys += 1;
     }
 
     fn may_contain(&self, hash: u128) -> bool {
@@ -638,6 +677,28 @@ mod tests {
         let mut keys: Vec<String> = stored.into_iter().map(|r| r.call_key).collect();
         keys.sort();
         assert_eq!(keys, ["a", "b", "c"]);
+    }
+
+    /// Twenty times its first capacity (a build that appends far more calls
+    /// than the table held), the filter still turns away most strangers.
+    #[test]
+    fn the_filter_grows_with_its_keys() {
+        let mut filter = BloomFilter::new(0);
+        let key = |i: u32| content_id("call", &[&i.to_le_bytes()]);
+        let keys = 2_000_000;
+        for i in 0..keys {
+            filter.insert(BloomFilter::hash(&key(i)));
+        }
+        assert!(filter.layers.len() > 1);
+        assert!(
+            (0..keys)
+                .step_by(97)
+                .all(|i| filter.may_contain(BloomFilter::hash(&key(i))))
+        );
+        let strangers = (keys..keys + 10_000)
+            .filter(|&i| filter.may_contain(BloomFilter::hash(&key(i))))
+            .count();
+        assert!(strangers < 500, "{strangers} false positives in 10,000");
     }
 
     #[test]
