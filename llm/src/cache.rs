@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memweave_operators::model::{CallContext, ModelCall, StepError};
-use memweave_schemas::{LlmCallRow, Table, TableStore, content_id};
+use memweave_schemas::{LlmCallRow, Table, TableStore, content_id, hash128};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
 use crate::prompts::Prompt;
@@ -491,13 +491,7 @@ impl BloomFilter {
     /// Keys are blake3 hex digests: their leading 128 bits are already uniform.
     fn hash(key: &str) -> u128 {
         let hex = key.get(..32).unwrap_or(key);
-        u128::from_str_radix(hex, 16).unwrap_or_else(|_| {
-            u128::from_le_bytes(
-                blake3::hash(key.as_bytes()).as_bytes()[..16]
-                    .try_into()
-                    .unwrap_or([0; 16]),
-            )
-        })
+        u128::from_str_radix(hex, 16).unwrap_or_else(|_| hash128(key.as_bytes()))
     }
 
     fn insert(&mut self, hash: u128) {

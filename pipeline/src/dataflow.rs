@@ -25,7 +25,7 @@ use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
 use memweave_operators::tokens::count_tokens;
 use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{
-    DocumentRow, EntityRow, ErrorRow, RelationRow, TREE_MEMWALKER, TreeNodeRow,
+    DocumentRow, EntityRow, ErrorRow, RelationRow, TREE_MEMWALKER, TreeNodeRow, hash128,
 };
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::Stream;
@@ -36,7 +36,7 @@ use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
 use crate::async_map::map_async;
 use crate::progress::StageProgress;
-use crate::spill::{Spill, SpillKey, hash128};
+use crate::spill::{Spill, SpillKey};
 use crate::write::{Batch, OutRow, RoundWriter, StagedPart};
 use timely::worker::Worker;
 

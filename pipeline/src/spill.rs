@@ -19,21 +19,12 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
+use memweave_schemas::hash128;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// Where a spilled value is: the first 16 bytes of its encoding's BLAKE3 hash.
 pub type SpillKey = u128;
-
-/// The first 16 bytes of the BLAKE3 hash of `bytes`: a key no two different
-/// values of one archive share.
-pub fn hash128(bytes: &[u8]) -> u128 {
-    u128::from_le_bytes(
-        blake3::hash(bytes).as_bytes()[..16]
-            .try_into()
-            .expect("16 bytes"),
-    )
-}
 
 /// An append-only file of values by content hash (see the module doc).
 #[derive(Debug)]

@@ -30,6 +30,13 @@ pub fn content_id(kind: &str, parts: &[&[u8]]) -> String {
     hex[..ID_HEX_LEN].to_string()
 }
 
+/// The first 16 bytes of the BLAKE3 hash of `bytes`, as a number: a key no
+/// two different values of one archive share, where a hex id would be text.
+pub fn hash128(bytes: &[u8]) -> u128 {
+    let hash = blake3::hash(bytes);
+    u128::from_le_bytes(hash.as_bytes()[..16].try_into().expect("16 bytes"))
+}
+
 /// Full-width content hash of a document's text, stored as `documents.content_hash`.
 pub fn content_hash(text: &str) -> String {
     blake3::hash(text.as_bytes()).to_hex().to_string()

@@ -9,7 +9,7 @@ pub mod rows;
 pub mod store;
 pub mod tables;
 
-pub use ids::content_id;
+pub use ids::{content_id, hash128};
 pub use rows::*;
 pub use store::{StoreError, TableStore, to_batch};
 pub use tables::Table;
