@@ -4,10 +4,13 @@
 //! so the frontier (and everything downstream) waits for the model calls, while
 //! the worker thread stays free to feed more input and the pool stays busy.
 //!
-//! At most [`FUTURES_IN_FLIGHT`] futures run at once per operator and worker;
-//! the rest wait as their inputs. A spawned future holds its whole state
-//! machine (for a relation merge, several kilobytes), so spawning every group
-//! a round's end makes ready at once cost memory in proportion to the archive.
+//! At most [`FUTURES_IN_FLIGHT`] futures run at once per operator and worker,
+//! and at most [`InFlight::budget`] units of their weight; the rest wait as
+//! their inputs. A spawned future holds its whole state machine and what it
+//! reads (for a relation merge, several kilobytes; for a name mentioned in
+//! thousands of documents, megabytes), so spawning every group a round's end
+//! makes ready at once cost memory in proportion to the archive. Weighing a
+//! group by its mentions keeps what runs at once bounded as groups grow.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -25,19 +28,46 @@ use crate::progress::StageProgress;
 /// pool takes concurrently.
 pub const FUTURES_IN_FLIGHT: usize = 1024;
 
-/// A finished future: its update's time and multiplicity, and its outputs (or the
-/// panic message of a future that panicked).
-type Finished<O> = (u64, isize, Result<Vec<O>, String>);
+/// What an asynchronous stage may run at once on one worker, besides
+/// [`FUTURES_IN_FLIGHT`]: futures whose inputs weigh at most `budget` in all
+/// (one heavier than the budget runs alone).
+#[derive(Clone, Copy)]
+pub struct InFlight<D> {
+    pub weight: fn(&D) -> usize,
+    pub budget: usize,
+}
+
+impl<D> InFlight<D> {
+    /// Futures counted alone: every input weighs one.
+    pub fn futures() -> Self {
+        InFlight {
+            weight: |_| 1,
+            budget: FUTURES_IN_FLIGHT,
+        }
+    }
+
+    /// Whether a future of `weight` may start beside `running` futures that
+    /// weigh `running_weight` in all.
+    fn admits(&self, running: usize, running_weight: usize, weight: usize) -> bool {
+        running == 0 || (running < FUTURES_IN_FLIGHT && running_weight + weight <= self.budget)
+    }
+}
+
+/// A finished future: its update's time, multiplicity and weight, and its
+/// outputs (or the panic message of a future that panicked).
+type Finished<O> = (u64, isize, usize, Result<Vec<O>, String>);
 
 /// Maps every update `(d, t, r)` of `collection` to `(o, t, r)` for each `o` in
 /// `logic(d).await`. `logic` must be a function of `d` alone (retractions call it
 /// again and must get the same outputs; the call cache makes model calls so).
-/// Each update's future counts as one unit of the stage `name` in `stages`.
+/// Each update's future counts as one unit of the stage `name` in `stages`;
+/// `in_flight` bounds how many run at once.
 pub fn map_async<'scope, D, O, F, Fut>(
     collection: VecCollection<'scope, u64, D, isize>,
     runtime: tokio::runtime::Handle,
     name: &'static str,
     stages: &Arc<StageProgress>,
+    in_flight: InFlight<D>,
     logic: F,
 ) -> VecCollection<'scope, u64, O, isize>
 where
@@ -60,7 +90,7 @@ where
                 // finished (waiting or running).
                 let mut pending: BTreeMap<u64, (Capability<u64>, usize)> = BTreeMap::new();
                 let mut waiting: VecDeque<(D, u64, isize)> = VecDeque::new();
-                let mut running = 0;
+                let (mut running, mut running_weight) = (0, 0);
                 move |(input, _frontier), output| {
                     input.for_each(|capability, updates| {
                         for (data, time, diff) in updates.drain(..) {
@@ -75,23 +105,27 @@ where
                     let mut finished = Vec::new();
                     while let Ok(done) = done_rx.try_recv() {
                         running -= 1;
+                        running_weight -= done.2;
                         finished.push(done);
                     }
-                    while running < FUTURES_IN_FLIGHT
-                        && let Some((data, time, diff)) = waiting.pop_front()
+                    while let Some((data, _, _)) = waiting.front()
+                        && in_flight.admits(running, running_weight, (in_flight.weight)(data))
                     {
+                        let (data, time, diff) = waiting.pop_front().expect("a front");
+                        let weight = (in_flight.weight)(&data);
                         running += 1;
+                        running_weight += weight;
                         let future = AssertUnwindSafe(logic(data)).catch_unwind();
                         let done = done_tx.clone();
                         let activator = activator.clone();
                         runtime.spawn(async move {
                             let outputs = future.await.map_err(|payload| panic_message(payload.as_ref()));
                             // The operator is gone only when the dataflow is.
-                            let _ = done.send((time, diff, outputs));
+                            let _ = done.send((time, diff, weight, outputs));
                             let _ = activator.activate();
                         });
                     }
-                    for (time, diff, outputs) in finished {
+                    for (time, diff, _, outputs) in finished {
                         let outputs = outputs.unwrap_or_else(|message| {
                             panic!("a future of the asynchronous map panicked: {message}")
                         });
@@ -119,4 +153,26 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(no message)".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn futures_start_while_their_weight_fits_and_a_heavy_one_runs_alone() {
+        let mentions = InFlight::<Vec<u8>> {
+            weight: Vec::len,
+            budget: 100,
+        };
+        assert!(mentions.admits(3, 60, 40));
+        assert!(!mentions.admits(3, 60, 41));
+        // Heavier than the whole budget: waits for the others, then runs.
+        assert!(!mentions.admits(1, 1, 500));
+        assert!(mentions.admits(0, 0, 500));
+        // The count bounds light futures too.
+        let futures = InFlight::<()>::futures();
+        assert!(futures.admits(FUTURES_IN_FLIGHT - 1, FUTURES_IN_FLIGHT - 1, 1));
+        assert!(!futures.admits(FUTURES_IN_FLIGHT, 0, 0));
+    }
 }

@@ -34,7 +34,7 @@ use timely::dataflow::operators::generic::operator::Operator;
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
 use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
-use crate::async_map::map_async;
+use crate::async_map::{InFlight, map_async};
 use crate::progress::StageProgress;
 use crate::spill::{Spill, SpillKey};
 use crate::write::{Batch, OutRow, RoundWriter, StagedPart};
@@ -111,6 +111,11 @@ pub fn build(
     let probe = ProbeHandle::new();
     let settled = ProbeHandle::new();
     let at = round_end;
+    // Each worker's spill of the texts its cross-document stages read back.
+    let spill = Arc::new(
+        Spill::new()
+            .unwrap_or_else(|error| panic!("creating the spill file under TMPDIR: {error}")),
+    );
     let input = worker.dataflow::<u64, _, _>(|scope| {
         let (input, raw) = scope.new_collection::<(Document, i64), isize>();
 
@@ -139,6 +144,7 @@ pub fn build(
             runtime.clone(),
             "BuildMemory",
             stages,
+            InFlight::futures(),
             move |doc: Document| {
                 let model = Arc::clone(&doc_model);
                 let embedder = Arc::clone(&doc_embedder);
@@ -185,6 +191,7 @@ pub fn build(
             corpus_trees(
                 memwalker_roots,
                 raptor_roots,
+                &spill,
                 &corpus_model,
                 embedder,
                 config,
@@ -199,6 +206,7 @@ pub fn build(
         let graph = graph_stages(
             doc_entities.delay(at),
             doc_relations.delay(at),
+            &spill,
             &graph_model,
             embedder,
             runtime,
@@ -261,32 +269,31 @@ pub fn build(
 /// The corpus-level trees, rebuilt over every document root whenever one
 /// changes (unchanged groups and clusters are answered by the call cache): a
 /// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
-/// and their vectors.
+/// and their vectors. Like the graph's mentions, the roots are spilled by the
+/// one worker that builds the trees: the arrangements hold a document tag and
+/// a spill key per root, and the roots are read back when a tree is rebuilt.
+#[allow(clippy::too_many_arguments)]
 fn corpus_trees<'scope>(
     memwalker_roots: VecCollection<'scope, u64, TreeNodeRow, isize>,
     raptor_roots: VecCollection<'scope, u64, (TreeNodeRow, EmbeddingRecord), isize>,
+    spill: &Arc<Spill>,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     config: BuildConfig,
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, MemoryRow, isize> {
-    let memwalker_roots = memwalker_roots
-        .map(|root| ((), root))
-        .reduce_named("MemWalkerCorpusRoots", |(), roots, out| {
-            let mut roots: Vec<TreeNodeRow> = roots.iter().map(|(r, _)| (*r).clone()).collect();
-            roots.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-            out.push((roots, 1));
-        })
-        .map(|((), roots)| roots);
-    let memwalker_model = Arc::clone(model);
+    let memwalker_roots = corpus_roots(memwalker_roots, spill, "MemWalkerCorpusRoots", root_doc);
+    let (memwalker_model, memwalker_spill) = (Arc::clone(model), Arc::clone(spill));
     let memwalker = map_async(
         memwalker_roots,
         runtime.clone(),
         "MemWalkerCorpusTree",
         stages,
-        move |roots| {
+        InFlight::futures(),
+        move |roots: Vec<SpillKey>| {
             let model = Arc::clone(&memwalker_model);
+            let roots: Vec<TreeNodeRow> = read_in_doc_order(&memwalker_spill, &roots, root_doc);
             async move {
                 match corpus_tree(
                     &roots,
@@ -302,31 +309,34 @@ fn corpus_trees<'scope>(
             }
         },
     );
-    let raptor_roots = raptor_roots
-        .map(|root| ((), root))
-        .reduce_named("RaptorCorpusRoots", |(), roots, out| {
-            let mut roots: Vec<(TreeNodeRow, EmbeddingRecord)> =
-                roots.iter().map(|(r, _)| (*r).clone()).collect();
-            roots.sort_by(|a, b| a.0.doc_id.cmp(&b.0.doc_id));
-            out.push((roots, 1));
-        })
-        .map(|((), roots)| roots);
+    let raptor_roots = corpus_roots(
+        raptor_roots,
+        spill,
+        "RaptorCorpusRoots",
+        |(root, _): &(TreeNodeRow, EmbeddingRecord)| root_doc(root),
+    );
     let (raptor_model, raptor_embedder) = (Arc::clone(model), Arc::clone(embedder));
+    let raptor_spill = Arc::clone(spill);
     let raptor = map_async(
         raptor_roots,
         runtime.clone(),
         "RaptorCorpusTree",
         stages,
-        move |roots: Vec<(TreeNodeRow, EmbeddingRecord)>| {
+        InFlight::futures(),
+        move |roots: Vec<SpillKey>| {
             let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
+            let roots: Vec<RaptorNode> = read_in_doc_order(
+                &raptor_spill,
+                &roots,
+                |(root, _): &(TreeNodeRow, EmbeddingRecord)| root_doc(root),
+            )
+            .into_iter()
+            .map(|(row, vector)| RaptorNode {
+                row,
+                vector: vector.vector(),
+            })
+            .collect();
             async move {
-                let roots: Vec<RaptorNode> = roots
-                    .into_iter()
-                    .map(|(row, vector)| RaptorNode {
-                        row,
-                        vector: vector.vector(),
-                    })
-                    .collect();
                 match raptor_corpus_tree(&roots, model.as_ref(), embedder.as_ref(), &config.raptor)
                     .await
                 {
@@ -343,6 +353,32 @@ fn corpus_trees<'scope>(
         },
     );
     memwalker.concat(raptor)
+}
+
+/// Every document root of one corpus tree, gathered (as spill keys) on the
+/// worker that builds the tree: one group, rebuilt whenever a root changes.
+fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
+    roots: VecCollection<'scope, u64, R, isize>,
+    spill: &Arc<Spill>,
+    name: &'static str,
+    doc_id: impl Fn(&R) -> &str + 'static,
+) -> VecCollection<'scope, u64, Vec<SpillKey>, isize> {
+    spill_where_used(
+        roots,
+        spill,
+        name,
+        |_| ().hashed(),
+        move |root, text| ((), (tag(doc_id(root)), text)),
+    )
+    .reduce_named(name, |(), roots, out| {
+        out.push((roots.iter().map(|((_, text), _)| *text).collect(), 1));
+    })
+    .map(|((), roots)| roots)
+}
+
+/// The document a document tree's root belongs to (every one has one).
+fn root_doc(root: &TreeNodeRow) -> &str {
+    root.doc_id.as_deref().unwrap_or_default()
 }
 
 fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
@@ -367,18 +403,15 @@ fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
 fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
+    spill: &Arc<Spill>,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, GraphRow, isize> {
-    let spill =
-        Arc::new(Spill::new().unwrap_or_else(|error| {
-            panic!("creating the graph's spill file under TMPDIR: {error}")
-        }));
     let by_name = spill_where_used(
         doc_entities,
-        &spill,
+        spill,
         "SpillEntities",
         |e| tag(&e.key).hashed(),
         |e, text| (tag(&e.key), text),
@@ -389,12 +422,16 @@ fn graph_stages<'scope>(
     })
     .map(|(_name, texts)| texts);
     let (model_e, embedder_e, spill_e) =
-        (Arc::clone(model), Arc::clone(embedder), Arc::clone(&spill));
+        (Arc::clone(model), Arc::clone(embedder), Arc::clone(spill));
     let resolved = map_async(
         by_name,
         runtime.clone(),
         "ResolveEntities",
         stages,
+        InFlight {
+            weight: Vec::len,
+            budget: MENTIONS_IN_FLIGHT,
+        },
         move |texts: Vec<SpillKey>| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             let spill = Arc::clone(&spill_e);
@@ -447,7 +484,7 @@ fn graph_stages<'scope>(
         .arrange_by_key_named("Assignments");
     let by_pair = spill_where_used(
         doc_relations,
-        &spill,
+        spill,
         "SpillRelations",
         |r| EntityPair::route(tag(&r.source_key), tag(&r.target_key)),
         |r, text| RelationMention {
@@ -474,15 +511,19 @@ fn graph_stages<'scope>(
         let texts: Vec<SpillKey> = found.iter().map(|(text, _)| **text).collect();
         out.push((texts, 1));
     });
-    let model_r = Arc::clone(model);
+    let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
     let relations = map_async(
         by_pair,
         runtime.clone(),
         "MergeRelations",
         stages,
+        InFlight {
+            weight: |(_, texts)| texts.len(),
+            budget: MENTIONS_IN_FLIGHT,
+        },
         move |(pair, texts): (EntityPair, Vec<SpillKey>)| {
             let model = Arc::clone(&model_r);
-            let spill = Arc::clone(&spill);
+            let spill = Arc::clone(&spill_r);
             async move {
                 let found: Vec<DocRelation> =
                     read_in_doc_order(&spill, &texts, |r: &DocRelation| &r.doc_id);
@@ -514,6 +555,12 @@ fn graph_stages<'scope>(
         .concat(relations)
 }
 
+/// Mentions one worker resolves or merges at once: a name's or a pair's
+/// mentions are read back from the spill while its future runs (a kilobyte or
+/// two each, with the passages made from them), and a popular name has
+/// thousands. Enough for hundreds of model calls in flight.
+const MENTIONS_IN_FLIGHT: usize = 8_192;
+
 /// A string (a document id, a name key) as the graph's arrangements hold it:
 /// 128 bits of its hash, where the string cost a heap block in every copy of
 /// every arrangement.
@@ -536,10 +583,10 @@ fn entity_id(tag: Tag) -> String {
 
 /// The spilled values under `texts`, in the order of their documents' ids
 /// (ties in key order): the order resolution and merging expect.
-fn read_in_doc_order<T: serde::de::DeserializeOwned>(
+fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>(
     spill: &Spill,
     texts: &[SpillKey],
-    doc_id: impl Fn(&T) -> &String,
+    doc_id: impl Fn(&T) -> &K,
 ) -> Vec<T> {
     let mut values: Vec<T> = texts.iter().map(|&text| spill.get(text)).collect();
     values.sort_by(|a, b| doc_id(a).cmp(doc_id(b)));

@@ -27,7 +27,9 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::index::{Fresh, IndexOptions, IndexSummary, Indexer, Update, Updates};
+use crate::index::{
+    Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Update, Updates,
+};
 use crate::positions::Positions;
 use crate::source::Source;
 use crate::{Interrupted, UsageError};
@@ -111,113 +113,184 @@ enum Op {
 pub fn index_kafka(
     options: &IndexOptions,
     kafka: &KafkaOptions,
-    mut report: impl FnMut(&IndexSummary),
+    report: impl FnMut(&IndexSummary),
 ) -> anyhow::Result<()> {
     let url = TopicUrl::parse(&options.source)?;
     let mut indexer = Indexer::open(options)?;
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", &url.brokers)
-        .set("group.id", &kafka.group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .map_err(|e| UsageError(format!("{}: {e}", options.source)))?;
-    let metadata = consumer
-        .fetch_metadata(Some(&url.topic), BROKER_TIMEOUT)
-        .map_err(|e| UsageError(format!("{}: cannot reach the brokers: {e}", options.source)))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == url.topic && t.error().is_none())
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    if partitions.is_empty() {
-        return Err(UsageError(format!(
-            "topic {} does not exist on {} (memweave does not create topics)",
-            url.topic, url.brokers
-        ))
-        .into());
-    }
-    // Positions come from the last checkpoint written from this topic.
-    let previous = match indexer.previous_positions() {
-        Some(Positions::Kafka { source, offsets }) if source == url.name() => Some(offsets),
-        _ => None,
-    };
-    let mut next: BTreeMap<i32, i64> = partitions
-        .iter()
-        .filter_map(|p| Some((*p, *previous.as_ref()?.get(p)?)))
-        .collect();
-    let mut assignment = TopicPartitionList::new();
-    for p in &partitions {
-        let offset = next
-            .get(p)
-            .map_or(Offset::Beginning, |&o| Offset::Offset(o));
-        assignment.add_partition_offset(&url.topic, *p, offset)?;
-    }
-    consumer.assign(&assignment)?;
-    // Without --follow, where to stop: the end of every partition now.
-    let mut ends = BTreeMap::new();
-    if !kafka.follow {
-        for p in &partitions {
-            let (low, high) = consumer.fetch_watermarks(&url.topic, *p, BROKER_TIMEOUT)?;
-            ends.insert(*p, high);
-            next.entry(*p).or_insert(low);
+    let mut rounds = KafkaRounds::assign(url, options, kafka, &indexer)?;
+    indexer.run(&mut rounds, report)?;
+    Ok(())
+}
+
+/// A topic, round by round: each round absorbs up to [`MESSAGES_PER_ROUND`]
+/// messages, each partition's fed by the worker it maps to.
+struct KafkaRounds<'o> {
+    url: TopicUrl,
+    options: &'o IndexOptions,
+    follow: bool,
+    consumer: BaseConsumer,
+    /// Per partition, the next offset to consume.
+    next: BTreeMap<i32, i64>,
+    /// Without `follow`, where to stop: every partition's end at the start.
+    ends: BTreeMap<i32, i64>,
+    /// Workers that take input.
+    peers: usize,
+    /// The next round's updates: a process's first round over a checkpoint
+    /// of this topic starts with what the checkpoint holds.
+    updates: Updates,
+    /// Messages the round in progress consumed.
+    consumed: usize,
+    rounds: usize,
+}
+
+impl<'o> KafkaRounds<'o> {
+    /// Assigns every partition of the topic to a consumer, from the offsets
+    /// the last checkpoint of this topic recorded (else from the beginning).
+    fn assign(
+        url: TopicUrl,
+        options: &'o IndexOptions,
+        kafka: &KafkaOptions,
+        indexer: &Indexer,
+    ) -> anyhow::Result<Self> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &url.brokers)
+            .set("group.id", &kafka.group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .map_err(|e| UsageError(format!("{}: {e}", options.source)))?;
+        let metadata = consumer
+            .fetch_metadata(Some(&url.topic), BROKER_TIMEOUT)
+            .map_err(|e| {
+                UsageError(format!("{}: cannot reach the brokers: {e}", options.source))
+            })?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == url.topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        if partitions.is_empty() {
+            return Err(UsageError(format!(
+                "topic {} does not exist on {} (memweave does not create topics)",
+                url.topic, url.brokers
+            ))
+            .into());
         }
-    }
-    let peers = indexer.feeds();
-    let peer_of = |partition: i32| partition.unsigned_abs() as usize % peers;
-    let mut updates = if previous.is_some() {
-        indexer.carried_stream(|position| {
-            let partition = position.rsplit('/').nth(1).and_then(|p| p.parse().ok());
-            peer_of(partition.unwrap_or(0))
-        })
-    } else {
-        Updates::new()
-    };
-    let caught_up = |next: &BTreeMap<i32, i64>| {
-        !kafka.follow
-            && ends
-                .iter()
-                .all(|(p, end)| next.get(p).is_some_and(|n| n >= end))
-    };
-    let mut rounds = 0;
-    loop {
-        let started = Instant::now();
-        let mut consumed = 0;
-        while consumed < MESSAGES_PER_ROUND && !caught_up(&next) {
-            if indexer.interrupted() {
-                return Err(Interrupted.into());
+        // Positions come from the last checkpoint written from this topic.
+        let previous = match indexer.previous_positions() {
+            Some(Positions::Kafka { source, offsets }) if source == url.name() => Some(offsets),
+            _ => None,
+        };
+        let mut next: BTreeMap<i32, i64> = partitions
+            .iter()
+            .filter_map(|p| Some((*p, *previous.as_ref()?.get(p)?)))
+            .collect();
+        let mut assignment = TopicPartitionList::new();
+        for p in &partitions {
+            let offset = next
+                .get(p)
+                .map_or(Offset::Beginning, |&o| Offset::Offset(o));
+            assignment.add_partition_offset(&url.topic, *p, offset)?;
+        }
+        consumer.assign(&assignment)?;
+        let mut ends = BTreeMap::new();
+        if !kafka.follow {
+            for p in &partitions {
+                let (low, high) = consumer.fetch_watermarks(&url.topic, *p, BROKER_TIMEOUT)?;
+                ends.insert(*p, high);
+                next.entry(*p).or_insert(low);
             }
-            match consumer.poll(IDLE) {
-                None if kafka.follow && consumed > 0 => break,
-                None => continue,
-                Some(Err(e)) => tracing::warn!("consuming {}: {e}", options.source),
-                Some(Ok(message)) => {
-                    let (partition, offset) = (message.partition(), message.offset());
-                    let (origin, update) = read_message(&url, &message, &indexer, options);
-                    updates.insert(origin, (peer_of(partition), update));
-                    next.insert(partition, offset + 1);
-                    consumed += 1;
+        }
+        let peers = indexer.feeds();
+        let updates = if previous.is_some() {
+            indexer.carried_stream(|position| {
+                let partition = position.rsplit('/').nth(1).and_then(|p| p.parse().ok());
+                peer_of(partition.unwrap_or(0), peers)
+            })
+        } else {
+            Updates::new()
+        };
+        Ok(KafkaRounds {
+            url,
+            options,
+            follow: kafka.follow,
+            consumer,
+            next,
+            ends,
+            peers,
+            updates,
+            consumed: 0,
+            rounds: 0,
+        })
+    }
+
+    /// Whether every partition is consumed to its end (never, with `follow`).
+    fn caught_up(&self) -> bool {
+        !self.follow
+            && self
+                .ends
+                .iter()
+                .all(|(p, end)| self.next.get(p).is_some_and(|n| n >= end))
+    }
+}
+
+/// The worker that feeds a partition's messages.
+fn peer_of(partition: i32, peers: usize) -> usize {
+    partition.unsigned_abs() as usize % peers
+}
+
+impl RoundSource for KafkaRounds<'_> {
+    fn next_round(&mut self, indexer: &Indexer) -> anyhow::Result<Option<RoundInput<'_>>> {
+        if self.rounds > 0 && self.caught_up() {
+            return Ok(None);
+        }
+        loop {
+            let started = Instant::now();
+            self.consumed = 0;
+            while self.consumed < MESSAGES_PER_ROUND && !self.caught_up() {
+                if indexer.interrupted() {
+                    return Err(Interrupted.into());
+                }
+                match self.consumer.poll(IDLE) {
+                    None if self.follow && self.consumed > 0 => break,
+                    None => continue,
+                    Some(Err(e)) => tracing::warn!("consuming {}: {e}", self.options.source),
+                    Some(Ok(message)) => {
+                        let (partition, offset) = (message.partition(), message.offset());
+                        let (origin, update) =
+                            read_message(&self.url, &message, indexer, self.options);
+                        let peer = peer_of(partition, self.peers);
+                        self.updates.insert(origin, (peer, update));
+                        self.next.insert(partition, offset + 1);
+                        self.consumed += 1;
+                    }
                 }
             }
+            if self.consumed > 0 || self.rounds == 0 {
+                return Ok(Some(RoundInput {
+                    updates: std::mem::take(&mut self.updates),
+                    positions: Positions::Kafka {
+                        source: self.url.name(),
+                        offsets: self.next.clone(),
+                    },
+                    listing_errors: None,
+                    listing: None,
+                    started,
+                }));
+            }
+            if self.caught_up() {
+                return Ok(None);
+            }
         }
-        if consumed > 0 || rounds == 0 {
-            let positions = Positions::Kafka {
-                source: url.name(),
-                offsets: next.clone(),
-            };
-            let mut summary =
-                indexer.stream_round(std::mem::take(&mut updates), &positions, started)?;
-            summary.source = options.source.clone();
-            summary.files = consumed;
-            summary.input_unit = "messages";
-            report(&summary);
-            rounds += 1;
-            commit_offsets(&consumer, &url.topic, &next);
-        }
-        if caught_up(&next) {
-            return Ok(());
-        }
+    }
+
+    fn committed(&mut self, summary: &mut IndexSummary) {
+        summary.source = self.options.source.clone();
+        summary.files = self.consumed;
+        summary.input_unit = "messages";
+        self.rounds += 1;
+        commit_offsets(&self.consumer, &self.url.topic, &self.next);
     }
 }
 

@@ -1,10 +1,11 @@
 //! A worker's spill of the texts its cross-document stages read.
 //!
 //! Entity resolution and relation merging need every document's mentions of a
-//! name (their passages, descriptions, evidence) at the round's end, and must
-//! keep them across rounds to recompute a name when one document changes. Held
-//! in differential arrangements those texts grow with the archive, several
-//! copies over. Instead the worker that resolves a name writes each mention to
+//! name (their passages, descriptions, evidence) at the round's end, and the
+//! corpus trees every document's root; they must keep them across rounds to
+//! recompute a name or a tree when one document changes. Held in differential
+//! arrangements those texts grow with the archive, several copies over.
+//! Instead the worker that resolves a name (or builds a tree) writes each one to
 //! an anonymous local file when it arrives and the dataflow carries only its
 //! [`SpillKey`] (a content hash): arrangements hold ids and hashes, the file
 //! holds the texts once, and the page cache, not the heap, keeps the hot ones.
@@ -64,8 +65,8 @@ impl Spill {
         by_key.entry(key).or_insert_with(|| {
             self.file
                 .write_all_at(&bytes, *end)
-                .unwrap_or_else(|error| panic!("writing the graph's spill file (TMPDIR): {error}"));
-            let len = u32::try_from(bytes.len()).expect("a mention is under 4 GiB");
+                .unwrap_or_else(|error| panic!("writing the spill file (TMPDIR): {error}"));
+            let len = u32::try_from(bytes.len()).expect("a spilled value is under 4 GiB");
             let at = *end;
             *end += u64::from(len);
             (at, len)
@@ -85,7 +86,7 @@ impl Spill {
         let mut bytes = vec![0; len as usize];
         self.file
             .read_exact_at(&mut bytes, offset)
-            .unwrap_or_else(|error| panic!("reading the graph's spill file (TMPDIR): {error}"));
+            .unwrap_or_else(|error| panic!("reading the spill file (TMPDIR): {error}"));
         serde_json::from_slice(&bytes).expect("a spilled value reads back as written")
     }
 }

@@ -1,0 +1,267 @@
+//! Files and objects as a source: each round lists them, reads the new and
+//! changed ones as their epochs are fed, and retracts the ones gone. A
+//! process's first round carries unchanged files over from the checkpoint.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use memweave_operators::ingest::{self, IngestError, SourceFile};
+use memweave_schemas::{ErrorRow, now_micros};
+
+use super::{
+    Fresh, IndexSummary, Indexer, Previous, READS_IN_FLIGHT, RoundInput, RoundSource, Update,
+    Updates,
+};
+use crate::Interrupted;
+use crate::origins::Held;
+use crate::positions::Positions;
+use crate::source::Source;
+
+/// Waits `every` for a stop (Ctrl-C, SIGTERM): whether one came.
+type Interruption<'s> = Box<dyn FnMut(Duration) -> anyhow::Result<bool> + 's>;
+
+/// A file or object-store source, round by round: once, or (`--watch`) again
+/// whenever a listing differs from the last round's.
+pub(crate) struct FileRounds<'s> {
+    source: &'s Source,
+    /// The listing the round in progress reads.
+    files: Vec<SourceFile>,
+    /// Its files' versions, by key.
+    versions: BTreeMap<String, String>,
+    /// Whether a round has committed.
+    done: bool,
+    /// With `--watch`: how long to wait between listings.
+    watch: Option<(Duration, Interruption<'s>)>,
+}
+
+impl<'s> FileRounds<'s> {
+    pub(super) fn once(source: &'s Source) -> Self {
+        FileRounds {
+            source,
+            files: Vec::new(),
+            versions: BTreeMap::new(),
+            done: false,
+            watch: None,
+        }
+    }
+
+    pub(super) fn watching(
+        source: &'s Source,
+        every: Duration,
+        interrupted_within: impl FnMut(Duration) -> anyhow::Result<bool> + 's,
+    ) -> Self {
+        FileRounds {
+            watch: Some((every, Box::new(interrupted_within))),
+            ..FileRounds::once(source)
+        }
+    }
+}
+
+impl RoundSource for FileRounds<'_> {
+    fn next_round(&mut self, indexer: &Indexer) -> anyhow::Result<Option<RoundInput<'_>>> {
+        let source = self.source;
+        let listed = |indexer: &Indexer| {
+            indexer
+                .block_on(source.discover())
+                .with_context(|| format!("listing {}", source.name()))
+        };
+        let mut started = Instant::now();
+        let discovery = match &mut self.watch {
+            _ if !self.done => listed(indexer)?,
+            None => return Ok(None),
+            Some((every, interrupted_within)) => loop {
+                tracing::info!(seconds = every.as_secs(), "watching the source for changes");
+                if interrupted_within(*every)? {
+                    return Err(Interrupted.into());
+                }
+                started = Instant::now();
+                let discovery = listed(indexer)?;
+                if Source::versions(&discovery.files) != self.versions {
+                    break discovery;
+                }
+            },
+        };
+        self.files = discovery.files;
+        self.versions = Source::versions(&self.files);
+        let updates = indexer.file_updates(&self.source.name(), &self.files);
+        let reading = updates
+            .values()
+            .filter(|(_, u)| matches!(u, Update::Read(_)))
+            .count();
+        tracing::info!(
+            source = %self.source.name(),
+            files = self.files.len(),
+            changed = reading,
+            workers = indexer.feeds(),
+            "indexing"
+        );
+        Ok(Some(RoundInput {
+            updates,
+            positions: Positions::Files {
+                source: self.source.name(),
+                files: self.files.len(),
+                versions: self.versions.clone(),
+            },
+            listing_errors: Some(discovery.rejected.iter().map(error_row).collect()),
+            listing: Some(Listing {
+                source: self.source,
+                files: self.files.iter().map(|f| (f.key.clone(), f)).collect(),
+            }),
+            started,
+        }))
+    }
+
+    fn committed(&mut self, summary: &mut IndexSummary) {
+        self.done = true;
+        summary.source = self.source.name();
+        summary.files = self.files.len();
+    }
+}
+
+impl Indexer {
+    /// One round over a file or object-store source: files whose version is the
+    /// one last indexed are not read again; changed and new files are read and
+    /// their documents replace the old; removed files' documents are retracted.
+    pub fn index_files(&mut self, source: &Source) -> anyhow::Result<IndexSummary> {
+        let summary = self.run(&mut FileRounds::once(source), |_| {})?;
+        Ok(summary.expect("a listing makes one round"))
+    }
+
+    /// What changed in `files` since the dataflow's last round: a process's
+    /// first round carries the checkpoint's unchanged files over from the
+    /// tables (later rounds hold them in the dataflow already); files held and
+    /// unchanged are not updates, files gone are. Keys are sharded across
+    /// workers by their place in the listing.
+    fn file_updates(&self, source: &str, files: &[SourceFile]) -> Updates {
+        let mut carried = match &self.previous {
+            Some(previous) => carried_over(previous, source, files),
+            None => HashMap::new(),
+        };
+        let unchanged = |file: &SourceFile| {
+            self.origins
+                .get(&file.key)
+                .is_some_and(|held| held.version.is_some() && held.version == file.version)
+        };
+        let mut updates = Updates::new();
+        for (index, file) in files.iter().enumerate() {
+            let peer = index % self.feeds();
+            let update = match carried.remove(&file.key) {
+                Some(held) => Update::Carried(held),
+                None if unchanged(file) => continue,
+                None => Update::Read(file.clone()),
+            };
+            updates.insert(file.key.clone(), (peer, update));
+        }
+        let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
+        for key in self.origins.keys() {
+            if !listed.contains(key.as_str()) {
+                updates.insert(key.clone(), (0, Update::Gone));
+            }
+        }
+        updates
+    }
+}
+
+/// Where a round reads files: the source, and its listing by key.
+pub(crate) struct Listing<'a> {
+    source: &'a Source,
+    files: HashMap<String, &'a SourceFile>,
+}
+
+impl Listing<'_> {
+    /// The listed file under `key`.
+    pub(super) fn file(&self, key: &str) -> Option<&SourceFile> {
+        self.files.get(key).copied()
+    }
+
+    /// Reads `files` (at most [`READS_IN_FLIGHT`] at once) into their inputs,
+    /// each document versioned against what `indexer` has seen.
+    pub(super) fn read(
+        &self,
+        indexer: &Indexer,
+        files: Vec<&SourceFile>,
+    ) -> HashMap<String, Fresh> {
+        let source = self.source;
+        let read: Vec<(&SourceFile, Result<Vec<u8>, String>)> = indexer.block_on(
+            futures::stream::iter(files)
+                .map(|file| async move { (file, source.read(file).await) })
+                .buffered(READS_IN_FLIGHT)
+                .collect(),
+        );
+        let now = now_micros();
+        let mut inputs = HashMap::new();
+        for (file, bytes) in read {
+            let mut input = Fresh {
+                version: file.version.clone(),
+                ..Fresh::default()
+            };
+            for parsed in ingest::parse(file, bytes) {
+                match parsed {
+                    Ok(raw) => input.records.push(indexer.versioned(raw, now)),
+                    Err(error) => input.errors.push(error_row(&error)),
+                }
+            }
+            inputs.insert(file.key.clone(), input);
+        }
+        inputs
+    }
+}
+
+/// The inputs of the files whose version is the one the checkpoint recorded
+/// for this same source: their documents (without texts) and ingestion
+/// errors, so they need not be read again.
+fn carried_over(previous: &Previous, source: &str, files: &[SourceFile]) -> HashMap<String, Held> {
+    let Some(Positions::Files {
+        source: recorded,
+        versions,
+        ..
+    }) = Positions::parse(&previous.checkpoint.source_positions)
+    else {
+        return HashMap::new();
+    };
+    if recorded != source {
+        return HashMap::new();
+    }
+    let by_uri: HashMap<&str, &SourceFile> = files
+        .iter()
+        .filter(|f| f.version.is_some() && versions.get(&f.key) == f.version.as_ref())
+        .map(|f| (f.uri.as_str(), f))
+        .collect();
+    let mut carried: HashMap<String, Held> = HashMap::new();
+    for d in &previous.documents {
+        if let Some(file) = file_of(&d.source_uri, &by_uri) {
+            carried_input(&mut carried, file).records.push(d.clone());
+        }
+    }
+    for e in &previous.ingest_errors {
+        if let Some(file) = file_of(&e.source, &by_uri) {
+            carried_input(&mut carried, file).errors.push(e.clone());
+        }
+    }
+    carried
+}
+
+fn carried_input<'m>(carried: &'m mut HashMap<String, Held>, file: &SourceFile) -> &'m mut Held {
+    carried.entry(file.key.clone()).or_insert_with(|| Held {
+        version: file.version.clone(),
+        ..Held::default()
+    })
+}
+
+/// The file a document or error came from: its URI, or `URI:LINE` for a record
+/// of a JSON Lines file.
+fn file_of<'a>(uri: &str, files: &HashMap<&str, &'a SourceFile>) -> Option<&'a SourceFile> {
+    files.get(uri).copied().or_else(|| {
+        let (file, line) = uri.rsplit_once(':')?;
+        line.bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| files.get(file).copied())
+            .flatten()
+    })
+}
+
+fn error_row(error: &IngestError) -> ErrorRow {
+    ErrorRow::new("ingest", &error.source, None, error.kind, &error.message)
+}

@@ -1,0 +1,722 @@
+//! A round: the dataflow fed what changed, epoch by epoch; the rows it staged
+//! committed with the model's calls and a checkpoint; the summary read back
+//! from the tables.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch, StringArray};
+use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type, UInt64Type};
+use memweave_operators::build::Document;
+use memweave_operators::ingest::{RawDocument, SourceFile};
+use memweave_query::analytics::catalog::Catalog;
+use memweave_query::analytics::metrics::prometheus;
+use memweave_query::analytics::report::report;
+use memweave_schemas::{
+    CallStatRow, CheckpointRow, DocumentRow, ErrorRow, LlmCallRow, Table, TableStore, TableVersion,
+};
+
+use super::{
+    Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion, Listing,
+    ORIGINS_PER_EPOCH, Previous, RoundInput, RoundSource, Stages, TreeShape, Update, Updates,
+};
+use crate::Interrupted;
+use crate::metrics::IndexMetrics;
+use crate::origins::{Held, Origins, Record};
+use crate::positions::Positions;
+use crate::progress::Progress;
+use crate::workers::InputChange;
+use crate::write::{OutRow, RoundChanges, StagedPart};
+
+impl Indexer {
+    /// Opens the tables (rolling back what a crashed run wrote after its last
+    /// checkpoint), the model and the embedder, and starts the workers. In a
+    /// cluster, this is process 0; the others run [`compute`].
+    pub fn open(options: &IndexOptions) -> anyhow::Result<Indexer> {
+        anyhow::ensure!(
+            options.cluster.process == 0,
+            "process {} of a cluster computes; process 0 indexes",
+            options.cluster.process
+        );
+        let engine = Engine::start(options)?;
+        let previous = engine
+            .runtime
+            .block_on(previous_tables(&engine.store))
+            .with_context(|| {
+                format!("reading the last checkpoint under {}", engine.store.root())
+            })?;
+        let versions = previous
+            .iter()
+            .flat_map(|p| &p.documents)
+            .map(|d| {
+                let known = (d.content_hash.clone(), d.version, d.seen);
+                (d.doc_id.clone(), known)
+            })
+            .collect();
+        let documents_version = previous
+            .as_ref()
+            .and_then(|p| p.checkpoint.version_of(Table::Documents));
+        let metrics = match options.metrics_listen {
+            Some(address) => {
+                let metrics =
+                    IndexMetrics::new(Arc::clone(&engine.cache), Arc::clone(&engine.progress));
+                let served = Arc::clone(&metrics);
+                engine
+                    .runtime
+                    .block_on(crate::metrics::serve(address, served))?;
+                Some(metrics)
+            }
+            None => None,
+        };
+        Ok(Indexer {
+            metrics,
+            options: options.clone(),
+            previous,
+            engine,
+            origins: Origins::default(),
+            documents_version,
+            listing_errors: Vec::new(),
+            round: 0,
+            versions,
+        })
+    }
+
+    /// Rounds until `source` has no more, each reported once committed;
+    /// returns the last round's summary.
+    pub(crate) fn run(
+        &mut self,
+        source: &mut dyn RoundSource,
+        mut report: impl FnMut(&IndexSummary),
+    ) -> anyhow::Result<Option<IndexSummary>> {
+        let mut last = None;
+        while let Some(input) = source.next_round(self)? {
+            let mut summary = self.round(input)?;
+            source.committed(&mut summary);
+            report(&summary);
+            last = Some(summary);
+        }
+        Ok(last)
+    }
+
+    /// Whether Ctrl-C or SIGTERM came: the run must stop without committing more.
+    pub fn interrupted(&self) -> bool {
+        self.engine.cache.is_closing()
+    }
+
+    /// Workers that take input: this process's.
+    pub fn feeds(&self) -> usize {
+        self.engine.workers.feeds()
+    }
+
+    /// Runs `future` on the indexer's runtime.
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.engine.runtime.block_on(future)
+    }
+
+    /// The last checkpoint's source positions, until the first round.
+    pub(crate) fn previous_positions(&self) -> Option<Positions> {
+        let previous = self.previous.as_ref()?;
+        Positions::parse(&previous.checkpoint.source_positions)
+    }
+
+    /// For a stream's first round: the last checkpoint's documents (by id) and
+    /// ingestion errors (by the position they cite) as updates, each held by
+    /// the worker `peer_of` its source position.
+    pub(crate) fn carried_stream(&self, peer_of: impl Fn(&str) -> usize) -> Updates {
+        let Some(previous) = &self.previous else {
+            return Updates::new();
+        };
+        let documents = previous.documents.iter().map(|d| {
+            let held = Held {
+                records: vec![d.clone()],
+                ..Held::default()
+            };
+            (&d.doc_id, &d.source_uri, held)
+        });
+        let errors = previous.ingest_errors.iter().map(|e| {
+            let held = Held {
+                errors: vec![e.clone()],
+                ..Held::default()
+            };
+            (&e.source, &e.source, held)
+        });
+        documents
+            .chain(errors)
+            .map(|(origin, position, held)| {
+                let peer = peer_of(position);
+                (origin.clone(), (peer, Update::Carried(held)))
+            })
+            .collect()
+    }
+
+    /// A re-read document keeps its version and first-seen time when its content
+    /// is unchanged, and gets the next version when it changed.
+    pub(crate) fn versioned(&self, raw: RawDocument, now: i64) -> (Document, i64) {
+        let mut doc = Document::new(raw, 1);
+        match self.versions.get(&doc.doc_id) {
+            Some((hash, version, seen)) if *hash == doc.content_hash => {
+                doc.version = *version;
+                (doc, *seen)
+            }
+            Some((_, version, _)) => {
+                doc.version = version + 1;
+                (doc, now)
+            }
+            None => (doc, now),
+        }
+    }
+
+    /// Runs one round of `input`: feeds its updates epoch by epoch, waits for
+    /// the dataflow, and commits.
+    fn round(&mut self, input: RoundInput<'_>) -> anyhow::Result<IndexSummary> {
+        let RoundInput {
+            updates,
+            positions,
+            listing_errors,
+            listing,
+            started,
+        } = input;
+        let listing = listing.as_ref();
+        let round = self.round;
+        let read = started.elapsed();
+        let mut ingest_errors: HashMap<ErrorRow, isize> = HashMap::new();
+        if let Some(listing_errors) = listing_errors {
+            count(&mut ingest_errors, &self.listing_errors, -1);
+            count(&mut ingest_errors, &listing_errors, 1);
+            self.listing_errors = listing_errors;
+        }
+        let progress = Progress::new(updates.len() as u64, self.options.interactive);
+        *self
+            .engine
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
+        // The dataflow of a process's first round starts empty and is fed every
+        // document: its rows replace the tables' rather than change them.
+        let replace = round == 0;
+        self.engine.stages.reset();
+        self.engine.runtime.block_on(self.engine.writer.prepare())?;
+        // Epoch by epoch, every worker: one left behind would hold back
+        // everyone's progress, and with it their flow control. Each epoch's
+        // files are read as it is fed, so texts are held only while in flight.
+        let feeds = self.engine.workers.feeds();
+        let mut queues: Vec<Vec<(String, Update)>> = (0..feeds).map(|_| Vec::new()).collect();
+        for (key, (peer, update)) in updates {
+            queues[peer].push((key, update));
+        }
+        let epochs = queues
+            .iter()
+            .map(|q| q.len().div_ceil(ORIGINS_PER_EPOCH))
+            .max()
+            .unwrap_or(0);
+        let mut queues: Vec<_> = queues.into_iter().map(Vec::into_iter).collect();
+        for epoch in 0..epochs {
+            for (peer, queue) in queues.iter_mut().enumerate() {
+                let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
+                let origins = batch.len();
+                let changes = self.feed(batch, &mut ingest_errors, listing)?;
+                self.engine
+                    .workers
+                    .send(round, epoch as u64, peer, origins, changes)?;
+            }
+        }
+        let mut parts = self.engine.workers.finish_round(round)?;
+        let build = started.elapsed() - read;
+        progress.finish();
+        if self.engine.cache.is_closing() {
+            // Interrupted: documents whose calls were refused are not built, so
+            // this round must not be committed. Save the calls and stop.
+            self.engine
+                .runtime
+                .block_on(self.engine.cache.close(INTERRUPT_PATIENCE))?;
+            return Err(Interrupted.into());
+        }
+        ingest_errors.retain(|_, diff| *diff != 0);
+        if !ingest_errors.is_empty() {
+            let batch = ingest_errors
+                .into_iter()
+                .map(|(row, diff)| (OutRow::Error(row), diff))
+                .collect();
+            parts.push(
+                self.engine
+                    .runtime
+                    .block_on(self.engine.writer.stage(batch))?,
+            );
+        }
+        self.previous = None;
+        tracing::info!(round, "committing the round");
+        let (checkpoint, changes) = self
+            .engine
+            .runtime
+            .block_on(self.commit(replace, parts, &positions))
+            .with_context(|| format!("writing the tables under {}", self.engine.store.root()))?;
+        self.round += 1;
+        self.documents_version = checkpoint.version_of(Table::Documents);
+        for error in &changes.errors_added {
+            tracing::warn!(source = %error.source, kind = %error.kind, "{}", error.message);
+        }
+        let (changed, deleted) = self.note_versions(&changes, replace);
+        if let Some(metrics) = &self.metrics {
+            let memory = self.engine.runtime.block_on(async {
+                let catalog =
+                    Catalog::open(self.engine.store.clone(), Some(checkpoint.epoch)).await?;
+                anyhow::Ok(prometheus(&report(&catalog).await?))
+            });
+            match memory {
+                Ok(memory) => metrics.committed(checkpoint.epoch, memory),
+                Err(e) => tracing::warn!("the memory's report for /metrics failed: {e:#}"),
+            }
+        }
+        let mut summary = self.summary(&checkpoint, started)?;
+        summary.changed = changed;
+        summary.deleted = deleted;
+        summary.rows_written = changes.rows_written;
+        summary.stages = Stages {
+            read,
+            build,
+            write: summary.wall - read - build,
+        };
+        Ok(summary)
+    }
+
+    /// One epoch's share of a round: reads its files, updates the origins, and
+    /// returns the dataflow's input changes. Texts not read now come from the
+    /// `documents` table as last committed (documents carried over, and every
+    /// version retracted) or, for a claim that has just become its id's
+    /// document, from its file read again.
+    fn feed(
+        &mut self,
+        batch: Vec<(String, Update)>,
+        errors: &mut HashMap<ErrorRow, isize>,
+        listing: Option<&Listing<'_>>,
+    ) -> anyhow::Result<Vec<InputChange>> {
+        let files: Vec<&SourceFile> = batch
+            .iter()
+            .filter_map(|(_, update)| match update {
+                Update::Read(file) => Some(file),
+                _ => None,
+            })
+            .collect();
+        let mut read = match (files.is_empty(), listing) {
+            (true, _) => HashMap::new(),
+            (false, Some(listing)) => listing.read(self, files),
+            (false, None) => anyhow::bail!("a stream's round has no files to read"),
+        };
+        // Texts read now, by document id and source.
+        let mut texts: HashMap<(String, String), String> = HashMap::new();
+        let (mut retract, mut insert) = (Vec::new(), Vec::new());
+        for (key, update) in batch {
+            let held = match update {
+                Update::Gone => None,
+                Update::Carried(held) => Some(held),
+                Update::Ready(fresh) => Some(hold(fresh, &mut texts)),
+                Update::Read(_) => read.remove(&key).map(|fresh| hold(fresh, &mut texts)),
+            };
+            let moves = self.origins.update(&key, held);
+            for (row, diff) in moves.errors {
+                *errors.entry(row).or_insert(0) += diff;
+            }
+            retract.extend(moves.retract);
+            insert.extend(moves.insert);
+        }
+        let wanted: Vec<String> = retract
+            .iter()
+            .chain(
+                insert
+                    .iter()
+                    .filter(|r| !texts.contains_key(&(r.doc_id.clone(), r.source_uri.clone()))),
+            )
+            .map(|r| r.doc_id.clone())
+            .collect();
+        let stored: HashMap<String, DocumentRow> = match (wanted.is_empty(), self.documents_version)
+        {
+            (false, Some(version)) => self
+                .engine
+                .runtime
+                .block_on(
+                    self.engine
+                        .store
+                        .rows_with_keys::<DocumentRow>(version, &wanted),
+                )?
+                .into_iter()
+                .map(|row| (row.doc_id.clone(), row))
+                .collect(),
+            _ => HashMap::new(),
+        };
+        let stored_text = |record: &Record| {
+            stored
+                .get(&record.doc_id)
+                .filter(|row| Record::of_row(row) == *record)
+                .map(|row| row.text.clone())
+        };
+        let mut changes = Vec::with_capacity(retract.len() + insert.len());
+        for record in retract {
+            let text = stored_text(&record).with_context(|| {
+                format!(
+                    "the documents table does not hold version {} of {} ({}) to retract",
+                    record.version, record.doc_id, record.source_uri
+                )
+            })?;
+            changes.push((record.with_text(text), -1));
+        }
+        for record in insert {
+            let key = (record.doc_id.clone(), record.source_uri.clone());
+            let text = match texts.remove(&key).or_else(|| stored_text(&record)) {
+                Some(text) => text,
+                None => self.read_again(&record, listing)?,
+            };
+            changes.push((record.with_text(text), 1));
+        }
+        Ok(changes)
+    }
+
+    /// The text of a claim that has become its id's document (the claim that
+    /// held the id is gone): read from its file again.
+    fn read_again(&self, record: &Record, listing: Option<&Listing<'_>>) -> anyhow::Result<String> {
+        let file = self
+            .origins
+            .origin_of(record)
+            .zip(listing)
+            .and_then(|(origin, listing)| Some((listing.file(origin)?, listing)));
+        let Some((file, listing)) = file else {
+            anyhow::bail!(
+                "no text to index for {} ({})",
+                record.doc_id,
+                record.source_uri
+            );
+        };
+        let fresh = listing.read(self, vec![file]);
+        fresh
+            .into_values()
+            .flat_map(|f| f.records)
+            .find(|(doc, _)| doc.doc_id == record.doc_id && doc.source_uri == record.source_uri)
+            .filter(|(doc, _)| doc.content_hash == record.content_hash)
+            .map(|(doc, _)| doc.text)
+            .with_context(|| {
+                format!(
+                    "{} changed while it was indexed; run again",
+                    record.source_uri
+                )
+            })
+    }
+
+    /// Commits the round: every memory table's staged rows and deletes (see
+    /// [`RoundWriter::commit`]; `replace` replaces each table's rows), the
+    /// model's calls and their counts, then a checkpoint naming every table's
+    /// version; returns its epoch and what changed.
+    async fn commit(
+        &self,
+        replace: bool,
+        parts: Vec<StagedPart>,
+        positions: &Positions,
+    ) -> anyhow::Result<(CheckpointRow, RoundChanges)> {
+        let store = &self.engine.store;
+        let (mut versions, changes) = self.engine.writer.commit(replace, parts).await?;
+        versions.push(match self.engine.cache.finish().await? {
+            Some(version) => TableVersion {
+                table: Table::LlmCalls.name().to_string(),
+                version,
+            },
+            None => TableVersion {
+                table: Table::LlmCalls.name().to_string(),
+                version: store.write_rows::<LlmCallRow>(&[]).await?,
+            },
+        });
+        // No checkpoint yet is no documents version yet.
+        let first = self.documents_version.is_none();
+        versions.push(self.write_call_stats(first).await?);
+        let checkpoint = store
+            .commit_checkpoint(positions.record(), versions)
+            .await?;
+        Ok((checkpoint, changes))
+    }
+
+    /// Appends what this round asked of the model, per stage and task, under the
+    /// epoch the round's checkpoint will have (process 0 alone commits); the
+    /// first commit under a root (`whole`) replaces what a crashed run left.
+    async fn write_call_stats(&self, whole: bool) -> anyhow::Result<TableVersion> {
+        let store = &self.engine.store;
+        let epoch = store.latest_checkpoint().await?.map_or(1, |c| c.epoch + 1);
+        let rows: Vec<CallStatRow> = self
+            .engine
+            .cache
+            .take_stats()
+            .into_iter()
+            .map(|((stage, task), stats)| CallStatRow {
+                stat_id: format!("{epoch}/{stage}/{task}"),
+                epoch,
+                stage,
+                task,
+                calls: stats.calls,
+                cache_hits: stats.cache_hits,
+                tokens_in: stats.tokens_in,
+                tokens_out: stats.tokens_out,
+            })
+            .collect();
+        let version = match store.table_version(Table::CallStats).await? {
+            Some(_) if whole => store.write_rows(&rows).await?,
+            Some(version) if rows.is_empty() => version,
+            Some(_) => store.append_rows(&rows).await?,
+            None => store.write_rows(&rows).await?,
+        };
+        Ok(TableVersion {
+            table: Table::CallStats.name().to_string(),
+            version,
+        })
+    }
+
+    /// Notes the versions of the documents a round added and removed; returns
+    /// how many documents are new or changed, and how many are gone. A
+    /// `replace` round (a process's first) added every document: against the
+    /// last checkpoint's versions, only those whose version changed count, and
+    /// the checkpoint's documents it did not add are gone.
+    fn note_versions(&mut self, changes: &RoundChanges, replace: bool) -> (usize, usize) {
+        let added: HashMap<&str, KnownVersion> = changes
+            .documents_added
+            .iter()
+            .map(|d| {
+                let known = (d.content_hash.clone(), d.version, d.ingested_at);
+                (d.doc_id.as_str(), known)
+            })
+            .collect();
+        let (changed, deleted) = if replace {
+            let changed = added
+                .iter()
+                .filter(|(id, known)| self.versions.get(**id) != Some(known))
+                .count();
+            let deleted = self
+                .versions
+                .keys()
+                .filter(|id| !added.contains_key(id.as_str()))
+                .count();
+            self.versions.clear();
+            (changed, deleted)
+        } else {
+            let removed: HashSet<&str> = changes
+                .documents_removed
+                .iter()
+                .map(String::as_str)
+                .filter(|id| !added.contains_key(id))
+                .collect();
+            for id in &removed {
+                self.versions.remove(*id);
+            }
+            (added.len(), removed.len())
+        };
+        for (id, known) in added {
+            self.versions.insert(id.to_string(), known);
+        }
+        (changed, deleted)
+    }
+
+    /// The summary of the memory at `checkpoint`, from its tables (row counts
+    /// from Lance's metadata; tokens and tree shapes from a scan of three
+    /// small columns). What the round changed is the caller's to fill in.
+    fn summary(
+        &self,
+        checkpoint: &CheckpointRow,
+        started: Instant,
+    ) -> anyhow::Result<IndexSummary> {
+        let store = &self.engine.store;
+        let (counts, tokens, trees, mut errors) = self.engine.runtime.block_on(async {
+            let mut counts = HashMap::new();
+            for table in Table::memory_tables() {
+                counts.insert(table, store.count_at(table, checkpoint).await? as usize);
+            }
+            let mut tokens = 0;
+            store
+                .scan_at(Table::Documents, checkpoint, &["n_tokens"], |batch| {
+                    tokens += u64_column(batch, "n_tokens").iter().flatten().sum::<u64>();
+                })
+                .await?;
+            let trees = tree_shapes(store, checkpoint).await?;
+            let errors: Vec<ErrorRow> = store.read_at(checkpoint).await?;
+            anyhow::Ok((counts, tokens, trees, errors))
+        })?;
+        errors.sort_by(|a, b| (&a.source, &a.error_id).cmp(&(&b.source, &b.error_id)));
+        let count = |table| counts.get(&table).copied().unwrap_or(0);
+        Ok(IndexSummary {
+            source: String::new(),
+            tables: store.root().to_string(),
+            epoch: checkpoint.epoch,
+            files: 0,
+            input_unit: "files",
+            documents: count(Table::Documents),
+            changed: 0,
+            deleted: 0,
+            tokens,
+            segments: count(Table::Segments),
+            trees,
+            pages: count(Table::Pages),
+            entities: count(Table::Entities),
+            relations: count(Table::Relations),
+            embeddings: count(Table::Embeddings),
+            embedder: (
+                self.engine.embedder.model().to_string(),
+                self.engine.embedder.dim(),
+            ),
+            errors,
+            wall: started.elapsed(),
+            stages: Stages::default(),
+            rows_written: 0,
+            backend: self.engine.backend.clone(),
+            cache: self.engine.cache.report(),
+            pool: self.engine.pool.as_ref().map(|p| p.report()),
+        })
+    }
+}
+
+/// An origin's input as held: its documents without their texts, which go to
+/// `texts` by document id and source.
+fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), String>) -> Held {
+    let records = fresh
+        .records
+        .into_iter()
+        .map(|(doc, seen)| {
+            let record = Record::of(&doc, seen);
+            texts.insert((doc.doc_id, doc.source_uri), doc.text);
+            record
+        })
+        .collect();
+    Held {
+        version: fresh.version,
+        records,
+        errors: fresh.errors,
+    }
+}
+
+fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) {
+    for row in rows {
+        *errors.entry(row.clone()).or_insert(0) += diff;
+    }
+}
+
+/// The newest checkpoint's documents and ingestion errors, after rolling back
+/// table versions written after it by a run that did not commit.
+async fn previous_tables(store: &TableStore) -> anyhow::Result<Option<Previous>> {
+    let Some(checkpoint) = store.latest_checkpoint().await? else {
+        return Ok(None);
+    };
+    let rolled_back = store.roll_back_to(&checkpoint).await?;
+    if !rolled_back.is_empty() {
+        let names: Vec<&str> = rolled_back.iter().map(|t| t.name()).collect();
+        tracing::warn!(
+            epoch = checkpoint.epoch,
+            tables = %names.join(", "),
+            "rolled back table versions a stopped run wrote after the last checkpoint"
+        );
+    }
+    let documents = document_records(store, &checkpoint).await.context(
+        "the tables may be from an older memweave; index into a new --out to rebuild them",
+    )?;
+    let errors: Vec<ErrorRow> = store.read_at(&checkpoint).await?;
+    // Duplicate ids are the origins' claims' to report, not a file's.
+    let ingest_errors = errors
+        .into_iter()
+        .filter(|e| e.stage == "ingest" && e.kind != "duplicate_id")
+        .collect();
+    Ok(Some(Previous {
+        checkpoint,
+        documents,
+        ingest_errors,
+    }))
+}
+
+/// Every document at `checkpoint`, without its text (the one column read
+/// again only when a document is fed or retracted).
+async fn document_records(
+    store: &TableStore,
+    checkpoint: &CheckpointRow,
+) -> anyhow::Result<Vec<Record>> {
+    let columns = [
+        "doc_id",
+        "version",
+        "content_hash",
+        "source_uri",
+        "title",
+        "ingested_at",
+    ];
+    let mut records = Vec::new();
+    let mut failed = None;
+    store
+        .scan_at(Table::Documents, checkpoint, &columns, |batch| {
+            let (Some(ids), Some(hashes), Some(uris), Some(titles), Some(versions), Some(seen)) = (
+                strings(batch, "doc_id"),
+                strings(batch, "content_hash"),
+                strings(batch, "source_uri"),
+                strings(batch, "title"),
+                primitives::<UInt64Type>(batch, "version"),
+                primitives::<TimestampMicrosecondType>(batch, "ingested_at"),
+            ) else {
+                failed = Some(batch.schema());
+                return;
+            };
+            records.extend((0..batch.num_rows()).map(|row| Record {
+                doc_id: ids.value(row).to_string(),
+                version: versions.value(row),
+                content_hash: hashes.value(row).to_string(),
+                source_uri: uris.value(row).to_string(),
+                title: titles.value(row).to_string(),
+                seen: seen.value(row),
+            }));
+        })
+        .await?;
+    if let Some(schema) = failed {
+        anyhow::bail!("the documents table's columns are not memweave's: {schema:?}");
+    }
+    Ok(records)
+}
+
+/// Nodes, roots and depth of each kind of tree at `checkpoint`.
+async fn tree_shapes(
+    store: &TableStore,
+    checkpoint: &CheckpointRow,
+) -> anyhow::Result<BTreeMap<String, TreeShape>> {
+    let mut shapes: BTreeMap<String, TreeShape> = BTreeMap::new();
+    let columns = ["tree", "parent_id", "level"];
+    store
+        .scan_at(Table::TreeNodes, checkpoint, &columns, |batch| {
+            let (Some(trees), Some(parents), Some(levels)) = (
+                strings(batch, "tree"),
+                strings(batch, "parent_id"),
+                primitives::<UInt32Type>(batch, "level"),
+            ) else {
+                return;
+            };
+            for row in 0..batch.num_rows() {
+                let shape = shapes.entry(trees.value(row).to_string()).or_default();
+                shape.nodes += 1;
+                shape.roots += usize::from(parents.is_null(row));
+                shape.depth = shape.depth.max(levels.value(row));
+            }
+        })
+        .await?;
+    Ok(shapes)
+}
+
+/// The string column `name` of `batch`, if it has one.
+fn strings<'b>(batch: &'b RecordBatch, name: &str) -> Option<&'b StringArray> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_string_opt::<i32>())
+}
+
+/// The column `name` of `batch` as values of `T`, if it has one.
+fn primitives<'b, T: ArrowPrimitiveType>(
+    batch: &'b RecordBatch,
+    name: &str,
+) -> Option<&'b PrimitiveArray<T>> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_primitive_opt::<T>())
+}
+
+/// The values of the `UInt64` column `name` of `batch` (none if it has no
+/// such column).
+fn u64_column(batch: &RecordBatch, name: &str) -> Vec<Option<u64>> {
+    primitives::<UInt64Type>(batch, name)
+        .map(|c| c.iter().collect())
+        .unwrap_or_default()
+}
