@@ -108,11 +108,12 @@ where
                         running_weight -= done.2;
                         finished.push(done);
                     }
-                    while let Some((data, _, _)) = waiting.front()
-                        && in_flight.admits(running, running_weight, (in_flight.weight)(data))
-                    {
+                    while let Some((data, _, _)) = waiting.front() {
+                        let weight = (in_flight.weight)(data);
+                        if !in_flight.admits(running, running_weight, weight) {
+                            break;
+                        }
                         let (data, time, diff) = waiting.pop_front().expect("a front");
-                        let weight = (in_flight.weight)(&data);
                         running += 1;
                         running_weight += weight;
                         let future = AssertUnwindSafe(logic(data)).catch_unwind();

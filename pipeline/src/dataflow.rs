@@ -270,8 +270,8 @@ pub fn build(
 /// changes (unchanged groups and clusters are answered by the call cache): a
 /// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
 /// and their vectors. Like the graph's mentions, the roots are spilled by the
-/// one worker that builds the trees: the arrangements hold a document tag and
-/// a spill key per root, and the roots are read back when a tree is rebuilt.
+/// one worker that builds the trees: the arrangements hold a spill key per
+/// root, and the roots are read back when a tree is rebuilt.
 #[allow(clippy::too_many_arguments)]
 fn corpus_trees<'scope>(
     memwalker_roots: VecCollection<'scope, u64, TreeNodeRow, isize>,
@@ -283,7 +283,7 @@ fn corpus_trees<'scope>(
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, MemoryRow, isize> {
-    let memwalker_roots = corpus_roots(memwalker_roots, spill, "MemWalkerCorpusRoots", root_doc);
+    let memwalker_roots = corpus_roots(memwalker_roots, spill, "MemWalkerCorpusRoots");
     let (memwalker_model, memwalker_spill) = (Arc::clone(model), Arc::clone(spill));
     let memwalker = map_async(
         memwalker_roots,
@@ -292,9 +292,9 @@ fn corpus_trees<'scope>(
         stages,
         InFlight::futures(),
         move |roots: Vec<SpillKey>| {
-            let model = Arc::clone(&memwalker_model);
-            let roots: Vec<TreeNodeRow> = read_in_doc_order(&memwalker_spill, &roots, root_doc);
+            let (model, spill) = (Arc::clone(&memwalker_model), Arc::clone(&memwalker_spill));
             async move {
+                let roots: Vec<TreeNodeRow> = read_in_doc_order(&spill, &roots, root_doc);
                 match corpus_tree(
                     &roots,
                     model.as_ref(),
@@ -309,12 +309,7 @@ fn corpus_trees<'scope>(
             }
         },
     );
-    let raptor_roots = corpus_roots(
-        raptor_roots,
-        spill,
-        "RaptorCorpusRoots",
-        |(root, _): &(TreeNodeRow, EmbeddingRecord)| root_doc(root),
-    );
+    let raptor_roots = corpus_roots(raptor_roots, spill, "RaptorCorpusRoots");
     let (raptor_model, raptor_embedder) = (Arc::clone(model), Arc::clone(embedder));
     let raptor_spill = Arc::clone(spill);
     let raptor = map_async(
@@ -325,18 +320,19 @@ fn corpus_trees<'scope>(
         InFlight::futures(),
         move |roots: Vec<SpillKey>| {
             let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
-            let roots: Vec<RaptorNode> = read_in_doc_order(
-                &raptor_spill,
-                &roots,
-                |(root, _): &(TreeNodeRow, EmbeddingRecord)| root_doc(root),
-            )
-            .into_iter()
-            .map(|(row, vector)| RaptorNode {
-                row,
-                vector: vector.vector(),
-            })
-            .collect();
+            let spill = Arc::clone(&raptor_spill);
             async move {
+                let roots: Vec<RaptorNode> = read_in_doc_order(
+                    &spill,
+                    &roots,
+                    |(root, _): &(TreeNodeRow, EmbeddingRecord)| root_doc(root),
+                )
+                .into_iter()
+                .map(|(row, vector)| RaptorNode {
+                    row,
+                    vector: vector.vector(),
+                })
+                .collect();
                 match raptor_corpus_tree(&roots, model.as_ref(), embedder.as_ref(), &config.raptor)
                     .await
                 {
@@ -356,24 +352,18 @@ fn corpus_trees<'scope>(
 }
 
 /// Every document root of one corpus tree, gathered (as spill keys) on the
-/// worker that builds the tree: one group, rebuilt whenever a root changes.
+/// worker that builds the tree: one group, rebuilt whenever a root changes. A
+/// root names its document, so no two documents' roots share a key.
 fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
     roots: VecCollection<'scope, u64, R, isize>,
     spill: &Arc<Spill>,
     name: &'static str,
-    doc_id: impl Fn(&R) -> &str + 'static,
 ) -> VecCollection<'scope, u64, Vec<SpillKey>, isize> {
-    spill_where_used(
-        roots,
-        spill,
-        name,
-        |_| ().hashed(),
-        move |root, text| ((), (tag(doc_id(root)), text)),
-    )
-    .reduce_named(name, |(), roots, out| {
-        out.push((roots.iter().map(|((_, text), _)| *text).collect(), 1));
-    })
-    .map(|((), roots)| roots)
+    spill_where_used(roots, spill, name, |_| ().hashed(), |_, text| ((), text))
+        .reduce_named(name, |(), roots, out| {
+            out.push((roots.iter().map(|(text, _)| **text).collect(), 1));
+        })
+        .map(|((), roots)| roots)
 }
 
 /// The document a document tree's root belongs to (every one has one).

@@ -29,11 +29,6 @@ use engine::Engine;
 pub use engine::{ComputeSummary, compute};
 use files::{FileRounds, Listing};
 
-/// Files (or messages) each worker gets per input epoch: small enough that
-/// progress is smooth and memory stays bounded, large enough that epochs are cheap.
-const ORIGINS_PER_EPOCH: usize = 8;
-/// Files read at once.
-const READS_IN_FLIGHT: usize = 16;
 /// Longest an interrupted build waits for the model calls in flight.
 const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
 

@@ -10,14 +10,14 @@ use futures::StreamExt;
 use memweave_operators::ingest::{self, IngestError, SourceFile};
 use memweave_schemas::{ErrorRow, now_micros};
 
-use super::{
-    Fresh, IndexSummary, Indexer, Previous, READS_IN_FLIGHT, RoundInput, RoundSource, Update,
-    Updates,
-};
+use super::{Fresh, IndexSummary, Indexer, Previous, RoundInput, RoundSource, Update, Updates};
 use crate::Interrupted;
 use crate::origins::Held;
 use crate::positions::Positions;
 use crate::source::Source;
+
+/// Files read at once.
+const READS_IN_FLIGHT: usize = 16;
 
 /// Waits `every` for a stop (Ctrl-C, SIGTERM): whether one came.
 type Interruption<'s> = Box<dyn FnMut(Duration) -> anyhow::Result<bool> + 's>;
@@ -61,14 +61,17 @@ impl<'s> FileRounds<'s> {
 
 impl RoundSource for FileRounds<'_> {
     fn next_round(&mut self, indexer: &Indexer) -> anyhow::Result<Option<RoundInput<'_>>> {
-        let source = self.source;
+        let (source, name) = (self.source, self.source.name());
+        // A listing, with its files' versions.
         let listed = |indexer: &Indexer| {
-            indexer
+            let discovery = indexer
                 .block_on(source.discover())
-                .with_context(|| format!("listing {}", source.name()))
+                .with_context(|| format!("listing {name}"))?;
+            let versions = Source::versions(&discovery.files);
+            anyhow::Ok((discovery, versions))
         };
         let mut started = Instant::now();
-        let discovery = match &mut self.watch {
+        let (discovery, versions) = match &mut self.watch {
             _ if !self.done => listed(indexer)?,
             None => return Ok(None),
             Some((every, interrupted_within)) => loop {
@@ -77,21 +80,21 @@ impl RoundSource for FileRounds<'_> {
                     return Err(Interrupted.into());
                 }
                 started = Instant::now();
-                let discovery = listed(indexer)?;
-                if Source::versions(&discovery.files) != self.versions {
-                    break discovery;
+                let (discovery, versions) = listed(indexer)?;
+                if versions != self.versions {
+                    break (discovery, versions);
                 }
             },
         };
         self.files = discovery.files;
-        self.versions = Source::versions(&self.files);
-        let updates = indexer.file_updates(&self.source.name(), &self.files);
+        self.versions = versions;
+        let updates = indexer.file_updates(&name, &self.files);
         let reading = updates
             .values()
             .filter(|(_, u)| matches!(u, Update::Read(_)))
             .count();
         tracing::info!(
-            source = %self.source.name(),
+            source = %name,
             files = self.files.len(),
             changed = reading,
             workers = indexer.feeds(),
@@ -100,7 +103,7 @@ impl RoundSource for FileRounds<'_> {
         Ok(Some(RoundInput {
             updates,
             positions: Positions::Files {
-                source: self.source.name(),
+                source: name,
                 files: self.files.len(),
                 versions: self.versions.clone(),
             },

@@ -20,7 +20,7 @@ use memweave_schemas::{
 
 use super::{
     Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion, Listing,
-    ORIGINS_PER_EPOCH, Previous, RoundInput, RoundSource, Stages, TreeShape, Update, Updates,
+    Previous, RoundInput, RoundSource, Stages, TreeShape, Update, Updates,
 };
 use crate::Interrupted;
 use crate::metrics::IndexMetrics;
@@ -29,6 +29,10 @@ use crate::positions::Positions;
 use crate::progress::Progress;
 use crate::workers::InputChange;
 use crate::write::{OutRow, RoundChanges, StagedPart};
+
+/// Files (or messages) each worker gets per input epoch: small enough that
+/// progress is smooth and memory stays bounded, large enough that epochs are cheap.
+const ORIGINS_PER_EPOCH: usize = 8;
 
 impl Indexer {
     /// Opens the tables (rolling back what a crashed run wrote after its last
