@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 
 use memweave_schemas::ids::content_hash;
-use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TreeNodeRow, content_id};
+use memweave_schemas::{EmbeddingRow, ErrorRow, PageRow, SegmentRow, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
-use crate::embed::{Embedder, EmbeddingRecord, embed_all};
+use crate::embed::{Embedder, embed_all};
 use crate::graph::{DocEntity, DocRelation, document_graph};
 use crate::ingest::RawDocument;
 use crate::model::{CallContext, MemoryModel, StepError, StepResult, all_in_order};
@@ -303,7 +303,7 @@ async fn merge_pages(
 
 /// Everything built from one document, or the step that failed.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum MemoryRow {
+pub enum BuiltRow {
     Segment(SegmentRow),
     TreeNode(TreeNodeRow),
     Page(PageRow),
@@ -311,11 +311,11 @@ pub enum MemoryRow {
     Entity(DocEntity),
     /// A relation of the document, merged across its segments.
     Relation(DocRelation),
-    Embedding(EmbeddingRecord),
+    Embedding(EmbeddingRow),
     /// The document's RAPTOR root and its vector (also among its `TreeNode`
     /// and `Embedding` rows), for the corpus tree: so that stage need not
     /// hold every node's vector to find the roots'.
-    RaptorRoot(TreeNodeRow, EmbeddingRecord),
+    RaptorRoot(TreeNodeRow, EmbeddingRow),
     Error(ErrorRow),
 }
 
@@ -330,7 +330,7 @@ pub async fn build_document(
     config: &BuildConfig,
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
-) -> Vec<MemoryRow> {
+) -> Vec<BuiltRow> {
     let memories = config.memories;
     let segments = segment_rows(doc, &config.segments);
     let chunk_config = config.chunks();
@@ -393,31 +393,30 @@ pub async fn build_document(
     let built = (|| Ok((tree_and_graph?, pages?, raptor?)))();
     match built {
         Ok(((nodes, graph), pages, (raptor_nodes, segment_vectors))) => {
-            let mut rows: Vec<MemoryRow> = Vec::new();
-            rows.extend(
-                segment_vectors.iter().zip(&segments).map(|(v, s)| {
-                    MemoryRow::Embedding(EmbeddingRecord::new(&s.seg_id, "segment", v))
-                }),
-            );
-            rows.extend(segments.into_iter().map(MemoryRow::Segment));
-            rows.extend(chunks.into_iter().map(MemoryRow::Segment));
-            rows.extend(nodes.into_iter().map(MemoryRow::TreeNode));
+            let mut rows: Vec<BuiltRow> = Vec::new();
+            let model = embedder.model();
+            rows.extend(segment_vectors.into_iter().zip(&segments).map(|(v, s)| {
+                BuiltRow::Embedding(EmbeddingRow::new(&s.seg_id, "segment", model, v))
+            }));
+            rows.extend(segments.into_iter().map(BuiltRow::Segment));
+            rows.extend(chunks.into_iter().map(BuiltRow::Segment));
+            rows.extend(nodes.into_iter().map(BuiltRow::TreeNode));
             for node in raptor_nodes {
-                let vector = EmbeddingRecord::new(&node.row.node_id, "node", &node.vector);
+                let vector = EmbeddingRow::new(&node.row.node_id, "node", model, node.vector);
                 if node.row.parent_id.is_none() {
-                    rows.push(MemoryRow::RaptorRoot(node.row.clone(), vector.clone()));
+                    rows.push(BuiltRow::RaptorRoot(node.row.clone(), vector.clone()));
                 }
-                rows.push(MemoryRow::Embedding(vector));
-                rows.push(MemoryRow::TreeNode(node.row));
+                rows.push(BuiltRow::Embedding(vector));
+                rows.push(BuiltRow::TreeNode(node.row));
             }
-            rows.extend(pages.into_iter().map(MemoryRow::Page));
+            rows.extend(pages.into_iter().map(BuiltRow::Page));
             if let Some((entities, relations)) = graph {
-                rows.extend(entities.into_iter().map(MemoryRow::Entity));
-                rows.extend(relations.into_iter().map(MemoryRow::Relation));
+                rows.extend(entities.into_iter().map(BuiltRow::Entity));
+                rows.extend(relations.into_iter().map(BuiltRow::Relation));
             }
             rows
         }
-        Err(error) => vec![MemoryRow::Error(ErrorRow::new(
+        Err(error) => vec![BuiltRow::Error(ErrorRow::new(
             "build",
             &doc.source_uri,
             Some(doc.doc_id.clone()),

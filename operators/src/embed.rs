@@ -4,8 +4,6 @@
 use std::fmt;
 
 use async_trait::async_trait;
-use memweave_schemas::EmbeddingRow;
-use serde::{Deserialize, Serialize};
 
 use crate::lexical::hashing_embedding;
 use crate::model::{CallContext, StepResult};
@@ -73,39 +71,5 @@ impl Embedder for HashingEmbedder {
             .iter()
             .map(|t| hashing_embedding(t, self.dim))
             .collect())
-    }
-}
-
-/// A vector as a dataflow record holds it: its bits, which order and hash (an
-/// `f32` does neither).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct EmbeddingRecord {
-    pub owner_id: String,
-    /// "segment", "node" or "entity".
-    pub owner_kind: String,
-    bits: Vec<u32>,
-}
-
-impl EmbeddingRecord {
-    pub fn new(owner_id: &str, owner_kind: &str, vector: &[f32]) -> Self {
-        EmbeddingRecord {
-            owner_id: owner_id.to_string(),
-            owner_kind: owner_kind.to_string(),
-            bits: vector.iter().map(|v| v.to_bits()).collect(),
-        }
-    }
-
-    pub fn vector(&self) -> Vec<f32> {
-        self.bits.iter().map(|&b| f32::from_bits(b)).collect()
-    }
-
-    /// The `embeddings` row, made by `model`.
-    pub fn row(&self, model: &str) -> EmbeddingRow {
-        EmbeddingRow {
-            owner_id: self.owner_id.clone(),
-            model: model.to_string(),
-            owner_kind: self.owner_kind.clone(),
-            vector: self.vector(),
-        }
     }
 }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use differential_dataflow::VecCollection;
 use differential_dataflow::input::{Input, InputSession};
 use differential_dataflow::{AsCollection, Data, ExchangeData, Hashable};
-use memweave_operators::build::{BuildConfig, Document, MemoryRow, build_document};
-use memweave_operators::embed::{Embedder, EmbeddingRecord, embed_all};
+use memweave_operators::build::{BuildConfig, BuiltRow, Document, build_document};
+use memweave_operators::embed::{Embedder, embed_all};
 use memweave_operators::graph::{
     DocEntity, DocRelation, EntityAssignment, entity_rows, merge_relations_across, relation_row,
     resolve_entities,
@@ -25,7 +25,8 @@ use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
 use memweave_operators::tokens::count_tokens;
 use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{
-    DocumentRow, EntityRow, ErrorRow, RelationRow, TREE_MEMWALKER, TreeNodeRow, hash128,
+    DocumentRow, EmbeddingRow, EntityRow, ErrorRow, MemoryRow, RelationRow, TREE_MEMWALKER,
+    TreeNodeRow, hash128,
 };
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::Stream;
@@ -37,7 +38,7 @@ use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 use crate::async_map::{InFlight, map_async};
 use crate::progress::StageProgress;
 use crate::spill::{Spill, SpillKey};
-use crate::write::{Batch, OutRow, RoundWriter, StagedPart};
+use crate::write::{Batch, RoundWriter, StagedPart};
 use timely::worker::Worker;
 
 /// What the cross-document graph stages produce.
@@ -48,7 +49,7 @@ enum GraphRow {
     Entity(EntityRow),
     Assignment(EntityAssignment),
     Relation(RelationRow),
-    Embedding(EmbeddingRecord),
+    Embedding(EmbeddingRow),
     Error(ErrorRow),
 }
 
@@ -152,27 +153,27 @@ pub fn build(
             },
         );
         let segments = memory.clone().flat_map(|row| match row {
-            MemoryRow::Segment(s) => Some(s),
+            BuiltRow::Segment(s) => Some(s),
             _ => None,
         });
         let document_tree_nodes = memory.clone().flat_map(|row| match row {
-            MemoryRow::TreeNode(n) => Some(n),
+            BuiltRow::TreeNode(n) => Some(n),
             _ => None,
         });
         let pages = memory.clone().flat_map(|row| match row {
-            MemoryRow::Page(p) => Some(p),
+            BuiltRow::Page(p) => Some(p),
             _ => None,
         });
         let doc_entities = memory.clone().flat_map(|row| match row {
-            MemoryRow::Entity(e) => Some(e),
+            BuiltRow::Entity(e) => Some(e),
             _ => None,
         });
         let doc_relations = memory.clone().flat_map(|row| match row {
-            MemoryRow::Relation(r) => Some(r),
+            BuiltRow::Relation(r) => Some(r),
             _ => None,
         });
         let doc_embeddings = memory.clone().flat_map(|row| match row {
-            MemoryRow::Embedding(e) => Some(e),
+            BuiltRow::Embedding(e) => Some(e),
             _ => None,
         });
         let corpus = config.corpus_tree.then(|| {
@@ -184,7 +185,7 @@ pub fn build(
             let raptor_roots = memory
                 .clone()
                 .flat_map(|row| match row {
-                    MemoryRow::RaptorRoot(root, vector) => Some((root, vector)),
+                    BuiltRow::RaptorRoot(root, vector) => Some((root, vector)),
                     _ => None,
                 })
                 .delay(at);
@@ -200,7 +201,7 @@ pub fn build(
             )
         });
         let build_errors = memory.flat_map(|row| match row {
-            MemoryRow::Error(e) => Some(e),
+            BuiltRow::Error(e) => Some(e),
             _ => None,
         });
         let graph = graph_stages(
@@ -231,26 +232,21 @@ pub fn build(
 
         // Per document, then across documents (at the round's end).
         let mut rows = document_rows
-            .map(OutRow::Document)
-            .concat(segments.map(OutRow::Segment))
-            .concat(pages.map(OutRow::Page))
-            .concat(document_tree_nodes.map(OutRow::TreeNode))
-            .concat(doc_embeddings.map(OutRow::Embedding))
-            .concat(build_errors.map(OutRow::Error))
+            .map(MemoryRow::Document)
+            .concat(segments.map(MemoryRow::Segment))
+            .concat(pages.map(MemoryRow::Page))
+            .concat(document_tree_nodes.map(MemoryRow::TreeNode))
+            .concat(doc_embeddings.map(MemoryRow::Embedding))
+            .concat(build_errors.map(MemoryRow::Error))
             .probe_with(&probe)
-            .concat(entities.map(OutRow::Entity))
-            .concat(relations.map(OutRow::Relation));
+            .concat(entities.map(MemoryRow::Entity))
+            .concat(relations.map(MemoryRow::Relation));
         if let Some(corpus) = corpus {
-            rows = rows.concat(corpus.flat_map(|row| match row {
-                MemoryRow::TreeNode(n) => Some(OutRow::TreeNode(n)),
-                MemoryRow::Embedding(e) => Some(OutRow::Embedding(e)),
-                MemoryRow::Error(e) => Some(OutRow::Error(e)),
-                _ => None,
-            }));
+            rows = rows.concat(corpus);
         }
         let rows = rows
-            .concat(embeddings.map(OutRow::Embedding))
-            .concat(errors.map(OutRow::Error));
+            .concat(embeddings.map(MemoryRow::Embedding))
+            .concat(errors.map(MemoryRow::Error));
         let collected = Rc::clone(&staged);
         write_rows(rows, Arc::clone(writer), runtime.clone())
             .exchange(|_| 0)
@@ -275,7 +271,7 @@ pub fn build(
 #[allow(clippy::too_many_arguments)]
 fn corpus_trees<'scope>(
     memwalker_roots: VecCollection<'scope, u64, TreeNodeRow, isize>,
-    raptor_roots: VecCollection<'scope, u64, (TreeNodeRow, EmbeddingRecord), isize>,
+    raptor_roots: VecCollection<'scope, u64, (TreeNodeRow, EmbeddingRow), isize>,
     spill: &Arc<Spill>,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
@@ -322,24 +318,24 @@ fn corpus_trees<'scope>(
             let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
             let spill = Arc::clone(&raptor_spill);
             async move {
-                let roots: Vec<RaptorNode> = read_in_doc_order(
-                    &spill,
-                    &roots,
-                    |(root, _): &(TreeNodeRow, EmbeddingRecord)| root_doc(root),
-                )
-                .into_iter()
-                .map(|(row, vector)| RaptorNode {
-                    row,
-                    vector: vector.vector(),
-                })
-                .collect();
+                let roots: Vec<RaptorNode> =
+                    read_in_doc_order(&spill, &roots, |(root, _): &(TreeNodeRow, EmbeddingRow)| {
+                        root_doc(root)
+                    })
+                    .into_iter()
+                    .map(|(row, vector)| RaptorNode {
+                        row,
+                        vector: vector.vector,
+                    })
+                    .collect();
                 match raptor_corpus_tree(&roots, model.as_ref(), embedder.as_ref(), &config.raptor)
                     .await
                 {
                     Ok(nodes) => nodes
                         .into_iter()
                         .flat_map(|n| {
-                            let vector = EmbeddingRecord::new(&n.row.node_id, "node", &n.vector);
+                            let model = embedder.model();
+                            let vector = EmbeddingRow::new(&n.row.node_id, "node", model, n.vector);
                             [MemoryRow::Embedding(vector), MemoryRow::TreeNode(n.row)]
                         })
                         .collect(),
@@ -447,7 +443,12 @@ fn graph_stages<'scope>(
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                 match embed_all(embedder.as_ref(), &CallContext::corpus("embed"), &refs).await {
                     Ok(vectors) => out.extend(rows.iter().zip(vectors).map(|(r, v)| {
-                        GraphRow::Embedding(EmbeddingRecord::new(&r.entity_id, "entity", &v))
+                        GraphRow::Embedding(EmbeddingRow::new(
+                            &r.entity_id,
+                            "entity",
+                            embedder.model(),
+                            v,
+                        ))
                     })),
                     Err(error) => out.push(GraphRow::Error(graph_error(
                         &mentions[0].key,
@@ -671,7 +672,7 @@ fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
 /// time, so the output's frontier passes a round only when every row of it is
 /// staged.
 fn write_rows<'scope>(
-    rows: VecCollection<'scope, u64, OutRow, isize>,
+    rows: VecCollection<'scope, u64, MemoryRow, isize>,
     writer: Arc<RoundWriter>,
     runtime: tokio::runtime::Handle,
 ) -> Stream<'scope, u64, Vec<Result<StagedPart, String>>> {
@@ -833,12 +834,7 @@ mod tests {
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let handle = runtime.handle().clone();
         let stages = StageProgress::new();
-        let writer = Arc::new(RoundWriter::new(
-            store.clone(),
-            ("hashing".into(), 32),
-            stages,
-            64,
-        ));
+        let writer = Arc::new(RoundWriter::new(store.clone(), 32, stages, 64));
         let guards = timely::execute(timely::Config::thread(), move |worker| {
             let model: Arc<dyn MemoryModel> = Arc::new(TaskModel::extractive());
             let embedder: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));

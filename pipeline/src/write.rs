@@ -18,12 +18,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use memweave_operators::embed::EmbeddingRecord;
 use memweave_schemas::store::Fragment;
-use memweave_schemas::{
-    DocumentRow, EmbeddingRow, EntityRow, ErrorRow, PageRow, RelationRow, SegmentRow, Table,
-    TableRow, TableStore, TableVersion, TreeNodeRow,
-};
+use memweave_schemas::{ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -37,24 +33,8 @@ const WRITES_IN_FLIGHT: usize = 4;
 const WRITE: &str = "write";
 const COMMIT: &str = "commit";
 
-/// A row of one of the memory tables, as the dataflow outputs it: the one list
-/// of what the dataflow writes.
-#[derive(
-    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-pub enum OutRow {
-    Document(DocumentRow),
-    Segment(SegmentRow),
-    TreeNode(TreeNodeRow),
-    Page(PageRow),
-    Entity(EntityRow),
-    Relation(RelationRow),
-    Embedding(EmbeddingRecord),
-    Error(ErrorRow),
-}
-
 /// Output rows with their multiplicities: a batch to stage.
-pub type Batch = HashMap<OutRow, isize>;
+pub type Batch = HashMap<MemoryRow, isize>;
 
 /// What one batch staged: per table, the data files written and the keys of
 /// rows removed; and the documents it added and removed.
@@ -123,8 +103,8 @@ pub struct RoundChanges {
 #[derive(Debug)]
 pub struct RoundWriter {
     store: TableStore,
-    /// The embedder's name and width, for the `embeddings` rows.
-    embedder: (String, usize),
+    /// Components of the embedder's vectors: the `embeddings` table's width.
+    vector_width: usize,
     permits: Arc<Semaphore>,
     stages: Arc<StageProgress>,
     batch_rows: usize,
@@ -133,13 +113,13 @@ pub struct RoundWriter {
 impl RoundWriter {
     pub fn new(
         store: TableStore,
-        embedder: (String, usize),
+        vector_width: usize,
         stages: Arc<StageProgress>,
         batch_rows: usize,
     ) -> RoundWriter {
         RoundWriter {
             store,
-            embedder,
+            vector_width,
             permits: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
             stages,
             batch_rows,
@@ -154,8 +134,10 @@ impl RoundWriter {
     /// Creates the tables rows are staged into, where missing. Process 0 calls
     /// it before a round's input is fed, so no worker stages before.
     pub async fn prepare(&self) -> anyhow::Result<()> {
-        for table in Table::memory_tables() {
-            self.store.create_if_missing(table, self.embedder.1).await?;
+        for &table in Table::MEMORY {
+            self.store
+                .create_if_missing(table, self.vector_width)
+                .await?;
         }
         Ok(())
     }
@@ -184,14 +166,27 @@ impl RoundWriter {
     }
 
     async fn stage_tables(&self, batch: Batch) -> anyhow::Result<StagedPart> {
-        let mut split = Split::default();
+        let mut added = MemoryTables::default();
+        let mut removed: HashMap<Table, Vec<String>> = HashMap::new();
         for (row, diff) in batch {
-            split.add(row, diff.signum());
+            // A row counted more than once is one row, as in a table.
+            match diff.signum() {
+                1 => added.push(row),
+                -1 => removed.entry(row.table()).or_default().push(row.key()),
+                _ => {}
+            }
+        }
+        let width = self.vector_width;
+        if let Some(odd) = added.embeddings.iter().find(|e| e.vector.len() != width) {
+            anyhow::bail!(
+                "the vector of {} has {} components, the embeddings table {width}",
+                odd.owner_id,
+                odd.vector.len()
+            );
         }
         let mut part = StagedPart {
-            documents_added: split
+            documents_added: added
                 .documents
-                .added
                 .iter()
                 .map(|d| DocumentChange {
                     doc_id: d.doc_id.clone(),
@@ -200,34 +195,26 @@ impl RoundWriter {
                     ingested_at: d.ingested_at,
                 })
                 .collect(),
-            documents_removed: split.documents.removed.clone(),
-            errors_added: split.errors.added.clone(),
+            documents_removed: removed.get(&Table::Documents).cloned().unwrap_or_default(),
+            errors_added: added.errors.clone(),
             tables: Vec::new(),
         };
-        let store = &self.store;
-        part.tables.push(staged(store, split.documents).await?);
-        part.tables.push(staged(store, split.segments).await?);
-        part.tables.push(staged(store, split.tree_nodes).await?);
-        part.tables.push(staged(store, split.pages).await?);
-        part.tables.push(staged(store, split.entities).await?);
-        part.tables.push(staged(store, split.relations).await?);
-        part.tables.push(staged(store, split.errors).await?);
-        let (model, dim) = &self.embedder;
-        let rows: Vec<EmbeddingRow> = split
-            .embeddings
-            .added
-            .iter()
-            .map(|e| e.row(model))
-            .collect();
-        let refs: Vec<&EmbeddingRow> = rows.iter().collect();
-        part.tables.push(StagedTable {
-            table: Table::Embeddings,
-            fragments: store.stage_embeddings(&refs, *dim).await?,
-            removed: split.embeddings.removed,
-            rows: rows.len() as u64,
-        });
+        added.sort_by_key();
+        for (table, batch, rows) in added.batches(width)? {
+            part.tables.push(StagedTable {
+                table,
+                fragments: self.store.stage_batch(table, batch).await?,
+                removed: removed.remove(&table).unwrap_or_default(),
+                rows: rows as u64,
+            });
+        }
         part.tables
-            .retain(|t| !t.fragments.is_empty() || !t.removed.is_empty());
+            .extend(removed.into_iter().map(|(table, removed)| StagedTable {
+                table,
+                fragments: Vec::new(),
+                removed,
+                rows: 0,
+            }));
         Ok(part)
     }
 
@@ -253,9 +240,8 @@ impl RoundWriter {
             }
         }
         let mut versions = Vec::new();
-        self.stages
-            .started(COMMIT, Table::memory_tables().count() as u64);
-        for table in Table::memory_tables() {
+        self.stages.started(COMMIT, Table::MEMORY.len() as u64);
+        for &table in Table::MEMORY {
             let (fragments, mut removed) = tables.remove(&table).unwrap_or_default();
             removed.sort();
             removed.dedup();
@@ -279,72 +265,4 @@ impl RoundWriter {
         }
         Ok((versions, changes))
     }
-}
-
-/// One table's rows that entered (in key order) and the keys of those that
-/// left. A row counted more than once is one row, as in a table.
-struct Changes<R> {
-    added: Vec<R>,
-    removed: Vec<String>,
-}
-
-impl<R> Default for Changes<R> {
-    fn default() -> Self {
-        Changes {
-            added: Vec::new(),
-            removed: Vec::new(),
-        }
-    }
-}
-
-impl<R> Changes<R> {
-    fn add(&mut self, row: R, sign: isize, key: impl Fn(&R) -> String) {
-        match sign {
-            1 => self.added.push(row),
-            -1 => self.removed.push(key(&row)),
-            _ => {}
-        }
-    }
-}
-
-/// A batch's rows by table.
-#[derive(Default)]
-struct Split {
-    documents: Changes<DocumentRow>,
-    segments: Changes<SegmentRow>,
-    tree_nodes: Changes<TreeNodeRow>,
-    pages: Changes<PageRow>,
-    entities: Changes<EntityRow>,
-    relations: Changes<RelationRow>,
-    embeddings: Changes<EmbeddingRecord>,
-    errors: Changes<ErrorRow>,
-}
-
-impl Split {
-    fn add(&mut self, row: OutRow, sign: isize) {
-        match row {
-            OutRow::Document(r) => self.documents.add(r, sign, TableRow::key),
-            OutRow::Segment(r) => self.segments.add(r, sign, TableRow::key),
-            OutRow::TreeNode(r) => self.tree_nodes.add(r, sign, TableRow::key),
-            OutRow::Page(r) => self.pages.add(r, sign, TableRow::key),
-            OutRow::Entity(r) => self.entities.add(r, sign, TableRow::key),
-            OutRow::Relation(r) => self.relations.add(r, sign, TableRow::key),
-            OutRow::Embedding(r) => self.embeddings.add(r, sign, |e| e.owner_id.clone()),
-            OutRow::Error(r) => self.errors.add(r, sign, TableRow::key),
-        }
-    }
-}
-
-async fn staged<R: TableRow>(
-    store: &TableStore,
-    mut changes: Changes<R>,
-) -> anyhow::Result<StagedTable> {
-    changes.added.sort_by_cached_key(TableRow::key);
-    let refs: Vec<&R> = changes.added.iter().collect();
-    Ok(StagedTable {
-        table: R::TABLE,
-        fragments: store.stage_rows(&refs).await?,
-        removed: changes.removed,
-        rows: refs.len() as u64,
-    })
 }

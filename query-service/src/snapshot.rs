@@ -6,21 +6,9 @@ use std::collections::HashMap;
 use memweave_operators::graph::normalise;
 use memweave_operators::lexical::Bm25;
 use memweave_schemas::{
-    CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, PageRow, RelationRow, SegmentRow,
+    CheckpointRow, DocumentRow, EntityRow, MemoryTables, PageRow, RelationRow, SegmentRow,
     StoreError, TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow,
 };
-
-/// Every row a snapshot is built from, as one checkpoint names them.
-#[derive(Debug, Default)]
-pub struct SnapshotRows {
-    pub documents: Vec<DocumentRow>,
-    pub segments: Vec<SegmentRow>,
-    pub nodes: Vec<TreeNodeRow>,
-    pub pages: Vec<PageRow>,
-    pub entities: Vec<EntityRow>,
-    pub relations: Vec<RelationRow>,
-    pub embeddings: Vec<EmbeddingRow>,
-}
 
 #[derive(Debug)]
 pub struct Snapshot {
@@ -76,27 +64,22 @@ impl Snapshot {
         store: &TableStore,
         checkpoint: &CheckpointRow,
     ) -> Result<Snapshot, StoreError> {
-        let rows = SnapshotRows {
-            documents: store.read_at(checkpoint).await?,
-            segments: store.read_at(checkpoint).await?,
-            nodes: store.read_at(checkpoint).await?,
-            pages: store.read_at(checkpoint).await?,
-            entities: store.read_at(checkpoint).await?,
-            relations: store.read_at(checkpoint).await?,
-            embeddings: store.read_at(checkpoint).await?,
-        };
+        let rows = MemoryTables::read_at(store, checkpoint).await?;
         Ok(Self::from_rows(checkpoint.epoch, rows))
     }
 
-    pub fn from_rows(epoch: u64, rows: SnapshotRows) -> Snapshot {
-        let SnapshotRows {
+    /// The snapshot of `rows` (every memory table of one checkpoint); errors
+    /// are not navigated.
+    pub fn from_rows(epoch: u64, rows: MemoryTables) -> Snapshot {
+        let MemoryTables {
             mut documents,
             segments,
-            nodes,
+            tree_nodes: nodes,
             pages: page_rows,
             mut entities,
             mut relations,
             embeddings,
+            errors: _,
         } = rows;
         documents.retain(|d| !d.deleted);
         documents.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));

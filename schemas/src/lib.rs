@@ -12,4 +12,4 @@ pub mod tables;
 pub use ids::{content_id, hash128};
 pub use rows::*;
 pub use store::{StoreError, TableStore, to_batch};
-pub use tables::Table;
+pub use tables::{MemoryRow, MemoryTables, Table};

@@ -13,17 +13,6 @@ pub trait TableRow: Serialize + for<'de> Deserialize<'de> + Clone + Send + Sync 
     fn key(&self) -> String;
 }
 
-macro_rules! table_row {
-    ($row:ty, $table:expr, $($key:tt)+) => {
-        impl TableRow for $row {
-            const TABLE: Table = $table;
-            fn key(&self) -> String {
-                self.$($key)+.to_string()
-            }
-        }
-    };
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct DocumentRow {
     pub doc_id: String,
@@ -40,7 +29,6 @@ pub struct DocumentRow {
     /// document from it without reading its source (or a Kafka message long gone).
     pub text: String,
 }
-table_row!(DocumentRow, Table::Documents, doc_id);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SegmentRow {
@@ -56,7 +44,6 @@ pub struct SegmentRow {
     /// memories ask for (MemWalker segments, RAPTOR chunks), once when they agree.
     pub target_tokens: u32,
 }
-table_row!(SegmentRow, Table::Segments, seg_id);
 
 /// Name of the MemWalker summary tree in `tree_nodes.tree`.
 pub const TREE_MEMWALKER: &str = "memwalker";
@@ -89,7 +76,6 @@ pub struct TreeNodeRow {
     pub surprise: Option<String>,
     pub n_tokens: u32,
 }
-table_row!(TreeNodeRow, Table::TreeNodes, node_id);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PageRow {
@@ -101,7 +87,6 @@ pub struct PageRow {
     pub text: String,
     pub gist: String,
 }
-table_row!(PageRow, Table::Pages, page_id);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct EntityRow {
@@ -113,7 +98,6 @@ pub struct EntityRow {
     pub aliases: Vec<String>,
     pub seg_ids: Vec<String>,
 }
-table_row!(EntityRow, Table::Entities, entity_id);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RelationRow {
@@ -123,9 +107,10 @@ pub struct RelationRow {
     pub description: String,
     pub seg_ids: Vec<String>,
 }
-table_row!(RelationRow, Table::Relations, relation_id);
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Rows equal, order and hash by their vectors' bits (an `f32` does none of
+/// the three), so that the dataflow can carry them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EmbeddingRow {
     pub owner_id: String,
     pub model: String,
@@ -133,7 +118,55 @@ pub struct EmbeddingRow {
     pub owner_kind: String,
     pub vector: Vec<f32>,
 }
-table_row!(EmbeddingRow, Table::Embeddings, owner_id);
+
+impl EmbeddingRow {
+    pub fn new(owner_id: &str, owner_kind: &str, model: &str, vector: Vec<f32>) -> Self {
+        EmbeddingRow {
+            owner_id: owner_id.to_string(),
+            model: model.to_string(),
+            owner_kind: owner_kind.to_string(),
+            vector,
+        }
+    }
+
+    fn identity(&self) -> (&str, &str, &str, impl Iterator<Item = u32> + '_) {
+        let bits = self.vector.iter().map(|v| v.to_bits());
+        (&self.owner_id, &self.model, &self.owner_kind, bits)
+    }
+}
+
+impl PartialEq for EmbeddingRow {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
+impl Eq for EmbeddingRow {}
+
+impl PartialOrd for EmbeddingRow {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for EmbeddingRow {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let (a, b) = (self.identity(), other.identity());
+        (a.0, a.1, a.2)
+            .cmp(&(b.0, b.1, b.2))
+            .then_with(|| a.3.cmp(b.3))
+    }
+}
+
+impl std::hash::Hash for EmbeddingRow {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (owner_id, model, owner_kind, bits) = self.identity();
+        (owner_id, model, owner_kind).hash(state);
+        for b in bits {
+            b.hash(state);
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LlmCallRow {
@@ -152,7 +185,6 @@ pub struct LlmCallRow {
     /// When the reply arrived, microseconds since the Unix epoch.
     pub created_at: i64,
 }
-table_row!(LlmCallRow, Table::LlmCalls, call_key);
 
 /// What one round asked the model for, by stage (memory kind) and task: calls
 /// made, calls answered from the cache, and the made calls' tokens.
@@ -169,7 +201,6 @@ pub struct CallStatRow {
     pub tokens_in: u64,
     pub tokens_out: u64,
 }
-table_row!(CallStatRow, Table::CallStats, stat_id);
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ErrorRow {
@@ -183,7 +214,6 @@ pub struct ErrorRow {
     pub kind: String,
     pub message: String,
 }
-table_row!(ErrorRow, Table::Errors, error_id);
 
 impl ErrorRow {
     /// An error row whose id is derived from everything it says, so a re-run that
@@ -229,7 +259,6 @@ pub struct CheckpointRow {
     pub source_positions: String,
     pub table_versions: Vec<TableVersion>,
 }
-table_row!(CheckpointRow, Table::Checkpoints, epoch);
 
 impl CheckpointRow {
     /// The version of `table` this checkpoint names.

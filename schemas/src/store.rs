@@ -26,8 +26,8 @@ use lance_index::scalar::ScalarIndexParams;
 use lance_linalg::distance::DistanceType;
 
 use crate::Table;
-use crate::rows::{CheckpointRow, EmbeddingRow, TableRow, TableVersion, now_micros};
-use crate::tables::embeddings_fields;
+use crate::rows::{CheckpointRow, TableRow, TableVersion, now_micros};
+use crate::tables::DEFAULT_EMBEDDING_DIM;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -126,7 +126,7 @@ impl TableStore {
     pub async fn write_rows<R: TableRow>(&self, rows: &[R]) -> Result<u64> {
         let mut sorted: Vec<&R> = rows.iter().collect();
         sorted.sort_by_cached_key(|r| r.key());
-        let batch = to_batch(R::TABLE, &sorted)?;
+        let batch = to_batch(&sorted)?;
         self.write_batch(R::TABLE, batch, WriteMode::Overwrite)
             .await
     }
@@ -147,33 +147,12 @@ impl TableStore {
         Ok(dataset.version().version)
     }
 
-    /// Writes `rows` as data files of `R`'s table without making them part of
+    /// Writes `batch` as data files of `table` without making them part of
     /// any version: they stay invisible to every reader until
     /// [`TableStore::commit_staged`] names them, so a run that dies before its
     /// commit leaves nothing anyone sees. The table must exist
     /// ([`TableStore::create_if_missing`]).
-    pub async fn stage_rows<R: TableRow>(&self, rows: &[&R]) -> Result<Vec<Fragment>> {
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.stage_batch(R::TABLE, to_batch(R::TABLE, rows)?).await
-    }
-
-    /// [`TableStore::stage_rows`] for the `embeddings` table, whose vectors have
-    /// `dim` components.
-    pub async fn stage_embeddings(
-        &self,
-        rows: &[&EmbeddingRow],
-        dim: usize,
-    ) -> Result<Vec<Fragment>> {
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.stage_batch(Table::Embeddings, embeddings_batch(rows, dim)?)
-            .await
-    }
-
-    async fn stage_batch(&self, table: Table, batch: RecordBatch) -> Result<Vec<Fragment>> {
+    pub async fn stage_batch(&self, table: Table, batch: RecordBatch) -> Result<Vec<Fragment>> {
         let uri = self.table_uri(table);
         let params = WriteParams {
             mode: WriteMode::Append,
@@ -201,11 +180,7 @@ impl TableStore {
         if self.dataset(table, None).await?.is_some() {
             return Ok(());
         }
-        let schema = if table == Table::Embeddings {
-            Arc::new(arrow_schema::Schema::new(embeddings_fields(dim as i32)))
-        } else {
-            table.schema()
-        };
+        let schema = Arc::new(arrow_schema::Schema::new(table.fields_of_width(dim)));
         self.write_batch(table, RecordBatch::new_empty(schema), WriteMode::Create)
             .await
             .map(drop)
@@ -340,7 +315,7 @@ impl TableStore {
     /// Appends `rows` to `R`'s table (creating it), as a new version; returns it.
     pub async fn append_rows<R: TableRow>(&self, rows: &[R]) -> Result<u64> {
         let refs: Vec<&R> = rows.iter().collect();
-        let batch = to_batch(R::TABLE, &refs)?;
+        let batch = to_batch(&refs)?;
         self.write_batch(R::TABLE, batch, WriteMode::Append).await
     }
 
@@ -611,7 +586,7 @@ impl TableStore {
             source_positions,
             table_versions: versions,
         };
-        let batch = to_batch(Table::Checkpoints, &[&row])?;
+        let batch = to_batch(&[&row])?;
         self.write_batch(Table::Checkpoints, batch, WriteMode::Append)
             .await?;
         Ok(row)
@@ -681,25 +656,15 @@ fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
 
 /// Embedding rows as a batch whose vectors have `dim` components; a vector of
 /// another width is an error naming its owner.
-fn embeddings_batch(rows: &[&EmbeddingRow], dim: usize) -> Result<RecordBatch> {
-    let table = Table::Embeddings;
-    if let Some(odd) = rows.iter().find(|r| r.vector.len() != dim) {
-        return Err(StoreError::Invalid {
-            table,
-            message: format!(
-                "the vector of {} has {} components, the table {dim}",
-                odd.owner_id,
-                odd.vector.len()
-            ),
-        });
-    }
-    serde_arrow::to_record_batch(&embeddings_fields(dim as i32), &rows)
-        .map_err(|source| StoreError::Rows { table, source })
+/// `rows` as one Arrow batch with their table's declared schema.
+pub fn to_batch<R: TableRow>(rows: &[&R]) -> Result<RecordBatch> {
+    rows_batch(rows, DEFAULT_EMBEDDING_DIM as usize)
 }
 
-/// `rows` of `table` as one Arrow batch with the table's declared schema.
-pub fn to_batch<R: TableRow>(table: Table, rows: &[&R]) -> Result<RecordBatch> {
-    serde_arrow::to_record_batch(&table.fields(), &rows)
+/// [`to_batch`] where vectors have `vector_width` components.
+pub fn rows_batch<R: TableRow>(rows: &[&R], vector_width: usize) -> Result<RecordBatch> {
+    let table = R::TABLE;
+    serde_arrow::to_record_batch(&table.fields_of_width(vector_width), &rows)
         .map_err(|source| StoreError::Rows { table, source })
 }
 
@@ -733,6 +698,11 @@ mod tests {
         }
     }
 
+    async fn stage(store: &TableStore, rows: &[&TreeNodeRow]) -> Vec<Fragment> {
+        let batch = to_batch(rows).unwrap();
+        store.stage_batch(Table::TreeNodes, batch).await.unwrap()
+    }
+
     #[tokio::test]
     async fn changes_delete_by_key_then_append_and_a_crash_rolls_back_to_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();
@@ -743,10 +713,7 @@ mod tests {
             .unwrap();
         let mut changed = node("b", None);
         changed.summary = "changed".into();
-        let staged = store
-            .stage_rows(&[&changed, &node("c", None)])
-            .await
-            .unwrap();
+        let staged = stage(&store, &[&changed, &node("c", None)]).await;
         let second = store
             .commit_staged(Table::TreeNodes, &["b".to_string()], false, staged)
             .await
@@ -790,18 +757,15 @@ mod tests {
                 Table::TreeNodes,
                 &[],
                 false,
-                store
-                    .stage_rows(&[&node("a", None), &node("b", None)])
-                    .await
-                    .unwrap(),
+                stage(&store, &[&node("a", None), &node("b", None)]).await,
             )
             .await
             .unwrap();
         // A round stages a changed "b" in two batches and removes the old one.
         let mut changed = node("b", Some("a"));
         changed.summary = "changed".into();
-        let mut fragments = store.stage_rows(&[&changed]).await.unwrap();
-        fragments.extend(store.stage_rows(&[&node("c", None)]).await.unwrap());
+        let mut fragments = stage(&store, &[&changed]).await;
+        fragments.extend(stage(&store, &[&node("c", None)]).await);
         let before: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
         assert_eq!(before.len(), 2, "staged rows are not in the table");
         assert_eq!(
@@ -817,7 +781,7 @@ mod tests {
         rows.sort();
         assert_eq!(rows, vec![node("a", None), changed, node("c", None)]);
         // Replacing deletes every row before adding the staged ones.
-        let only = store.stage_rows(&[&node("d", None)]).await.unwrap();
+        let only = stage(&store, &[&node("d", None)]).await;
         store
             .commit_staged(Table::TreeNodes, &[], true, only)
             .await
@@ -835,12 +799,7 @@ mod tests {
         store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
         let mut fragments = Vec::new();
         for i in 0..=COMPACT_AT_FRAGMENTS {
-            fragments.extend(
-                store
-                    .stage_rows(&[&node(&format!("n{i:03}"), None)])
-                    .await
-                    .unwrap(),
-            );
+            fragments.extend(stage(&store, &[&node(&format!("n{i:03}"), None)]).await);
         }
         let committed = store
             .commit_staged(Table::TreeNodes, &[], false, fragments)
@@ -1017,9 +976,7 @@ mod tests {
                 owner_id: "s".into(),
                 model: "hashing".into(),
                 owner_kind: "segment".into(),
-                vector: (0..crate::tables::DEFAULT_EMBEDDING_DIM)
-                    .map(|i| i as f32 / 7.0)
-                    .collect(),
+                vector: (0..DEFAULT_EMBEDDING_DIM).map(|i| i as f32 / 7.0).collect(),
             }],
         )
         .await;
@@ -1083,7 +1040,7 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        for table in Table::ALL {
+        for &table in Table::ALL {
             assert!(
                 written.contains(&format!("{}.lance", table.name())),
                 "{table}"
@@ -1095,7 +1052,7 @@ mod tests {
     fn row_fields_match_the_declared_schemas() {
         // serde_arrow checks names and types when it builds a batch; an empty batch
         // still carries the full schema.
-        let batch = to_batch::<TreeNodeRow>(Table::TreeNodes, &[]).unwrap();
+        let batch = to_batch::<TreeNodeRow>(&[]).unwrap();
         assert_eq!(batch.schema(), Table::TreeNodes.schema());
         assert_eq!(Table::from_name("tree_nodes"), Some(Table::TreeNodes));
     }

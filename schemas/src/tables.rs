@@ -4,24 +4,161 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
-/// Every table memweave writes under a root URL, in the order a commit writes them:
-/// `checkpoints` last, because a checkpoint names the versions of all the others.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub enum Table {
-    Documents,
-    Segments,
-    TreeNodes,
-    Pages,
-    Entities,
-    Relations,
-    Embeddings,
-    LlmCalls,
-    /// Model calls made and answered from the cache, per round, stage and task.
-    CallStats,
-    Errors,
-    Checkpoints,
+use crate::rows::*;
+
+/// The one list of tables: each line gives a table's `Table` variant, name,
+/// key column (its row type's key field) and row type; a memory table (one
+/// the indexing dataflow fills) also names its [`MemoryRow`] variant and its
+/// [`MemoryTables`] field. Adding a table is a line here, its row type and its
+/// Arrow fields in [`Table::fields`].
+macro_rules! tables {
+    (
+        memory { $( $mt:ident($mname:literal, $mkey:ident: $mrow:ident) as $mvar:ident in $mfield:ident, )* }
+        ledger { $( $(#[$ldoc:meta])* $lt:ident($lname:literal, $lkey:ident: $lrow:ident), )* }
+    ) => {
+        /// Every table memweave writes under a root URL, in the order a commit
+        /// writes them: `checkpoints` last, because a checkpoint names the
+        /// versions of all the others.
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize,
+            serde::Deserialize,
+        )]
+        pub enum Table {
+            $( $mt, )*
+            $( $(#[$ldoc])* $lt, )*
+        }
+
+        impl Table {
+            pub const ALL: &'static [Table] = &[$( Table::$mt, )* $( Table::$lt, )*];
+
+            /// The tables the indexing dataflow fills, rows derived from the
+            /// source: everything but the model's calls, their counts and the
+            /// checkpoints.
+            pub const MEMORY: &'static [Table] = &[$( Table::$mt, )*];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( Table::$mt => $mname, )*
+                    $( Table::$lt => $lname, )*
+                }
+            }
+
+            /// The column that identifies a row (each row type's `key`).
+            pub fn key_column(self) -> &'static str {
+                match self {
+                    $( Table::$mt => stringify!($mkey), )*
+                    $( Table::$lt => stringify!($lkey), )*
+                }
+            }
+        }
+
+        $(
+            impl TableRow for $mrow {
+                const TABLE: Table = Table::$mt;
+                fn key(&self) -> String {
+                    self.$mkey.to_string()
+                }
+            }
+        )*
+        $(
+            impl TableRow for $lrow {
+                const TABLE: Table = Table::$lt;
+                fn key(&self) -> String {
+                    self.$lkey.to_string()
+                }
+            }
+        )*
+
+        /// A row of any memory table: what the indexing dataflow outputs.
+        #[derive(
+            Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize,
+            serde::Deserialize,
+        )]
+        pub enum MemoryRow {
+            $( $mvar($mrow), )*
+        }
+
+        impl MemoryRow {
+            pub fn table(&self) -> Table {
+                match self {
+                    $( MemoryRow::$mvar(_) => Table::$mt, )*
+                }
+            }
+
+            /// The row's key in its table.
+            pub fn key(&self) -> String {
+                match self {
+                    $( MemoryRow::$mvar(row) => row.key(), )*
+                }
+            }
+        }
+
+        /// Rows of every memory table, a list per table.
+        #[derive(Debug, Clone, Default, PartialEq)]
+        pub struct MemoryTables {
+            $( pub $mfield: Vec<$mrow>, )*
+        }
+
+        impl MemoryTables {
+            pub fn push(&mut self, row: MemoryRow) {
+                match row {
+                    $( MemoryRow::$mvar(row) => self.$mfield.push(row), )*
+                }
+            }
+
+            /// Sorts each table by its key (the order a table's rows are
+            /// written in).
+            pub fn sort_by_key(&mut self) {
+                $( self.$mfield.sort_by_cached_key(TableRow::key); )*
+            }
+
+            /// Each table that has rows, as one Arrow batch (vectors of
+            /// `vector_width` components).
+            pub fn batches(
+                &self,
+                vector_width: usize,
+            ) -> crate::store::Result<Vec<(Table, arrow_array::RecordBatch, usize)>> {
+                let mut batches = Vec::new();
+                $(
+                    if !self.$mfield.is_empty() {
+                        let rows: Vec<&$mrow> = self.$mfield.iter().collect();
+                        let batch = crate::store::rows_batch(&rows, vector_width)?;
+                        batches.push((Table::$mt, batch, rows.len()));
+                    }
+                )*
+                Ok(batches)
+            }
+
+            /// Every memory table at the versions `checkpoint` names.
+            pub async fn read_at(
+                store: &crate::TableStore,
+                checkpoint: &crate::CheckpointRow,
+            ) -> crate::store::Result<MemoryTables> {
+                Ok(MemoryTables {
+                    $( $mfield: store.read_at(checkpoint).await?, )*
+                })
+            }
+        }
+    };
+}
+
+tables! {
+    memory {
+        Documents("documents", doc_id: DocumentRow) as Document in documents,
+        Segments("segments", seg_id: SegmentRow) as Segment in segments,
+        TreeNodes("tree_nodes", node_id: TreeNodeRow) as TreeNode in tree_nodes,
+        Pages("pages", page_id: PageRow) as Page in pages,
+        Entities("entities", entity_id: EntityRow) as Entity in entities,
+        Relations("relations", relation_id: RelationRow) as Relation in relations,
+        Embeddings("embeddings", owner_id: EmbeddingRow) as Embedding in embeddings,
+        Errors("errors", error_id: ErrorRow) as Error in errors,
+    }
+    ledger {
+        LlmCalls("llm_calls", call_key: LlmCallRow),
+        /// Model calls made and answered from the cache, per round, stage and task.
+        CallStats("call_stats", stat_id: CallStatRow),
+        Checkpoints("checkpoints", epoch: CheckpointRow),
+    }
 }
 
 /// Width of the vectors of the default (hashing) embedder; the embeddings table of a
@@ -29,75 +166,31 @@ pub enum Table {
 pub const DEFAULT_EMBEDDING_DIM: i32 = 256;
 
 impl Table {
-    pub const ALL: [Table; 11] = [
-        Table::Documents,
-        Table::Segments,
-        Table::TreeNodes,
-        Table::Pages,
-        Table::Entities,
-        Table::Relations,
-        Table::Embeddings,
-        Table::LlmCalls,
-        Table::CallStats,
-        Table::Errors,
-        Table::Checkpoints,
-    ];
-
-    /// The tables the indexing dataflow fills, rows derived from the source:
-    /// everything but the model's calls, their counts and the checkpoints.
-    pub fn memory_tables() -> impl Iterator<Item = Table> {
-        Self::ALL
-            .into_iter()
-            .filter(|t| !matches!(t, Table::LlmCalls | Table::CallStats | Table::Checkpoints))
-    }
-
     /// The data tables: everything but `checkpoints`.
     pub fn data_tables() -> impl Iterator<Item = Table> {
-        Self::ALL.into_iter().filter(|t| *t != Table::Checkpoints)
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Table::Documents => "documents",
-            Table::Segments => "segments",
-            Table::TreeNodes => "tree_nodes",
-            Table::Pages => "pages",
-            Table::Entities => "entities",
-            Table::Relations => "relations",
-            Table::Embeddings => "embeddings",
-            Table::LlmCalls => "llm_calls",
-            Table::CallStats => "call_stats",
-            Table::Errors => "errors",
-            Table::Checkpoints => "checkpoints",
-        }
-    }
-
-    /// The column that identifies a row (each row type's `key`).
-    pub fn key_column(self) -> &'static str {
-        match self {
-            Table::Documents => "doc_id",
-            Table::Segments => "seg_id",
-            Table::TreeNodes => "node_id",
-            Table::Pages => "page_id",
-            Table::Entities => "entity_id",
-            Table::Relations => "relation_id",
-            Table::Embeddings => "owner_id",
-            Table::LlmCalls => "call_key",
-            Table::CallStats => "stat_id",
-            Table::Errors => "error_id",
-            Table::Checkpoints => "epoch",
-        }
+        Self::ALL
+            .iter()
+            .copied()
+            .filter(|t| *t != Table::Checkpoints)
     }
 
     pub fn from_name(name: &str) -> Option<Table> {
-        Self::ALL.into_iter().find(|t| t.name() == name)
+        Self::ALL.iter().copied().find(|t| t.name() == name)
     }
 
     pub fn schema(self) -> SchemaRef {
         Arc::new(Schema::new(self.fields()))
     }
 
+    /// The table's Arrow fields, an embeddings table's vectors of the default
+    /// width.
     pub fn fields(self) -> Vec<FieldRef> {
+        self.fields_of_width(DEFAULT_EMBEDDING_DIM as usize)
+    }
+
+    /// The table's Arrow fields, an embeddings table's vectors of
+    /// `vector_width` components.
+    pub fn fields_of_width(self, vector_width: usize) -> Vec<FieldRef> {
         let fields = match self {
             Table::Documents => vec![
                 utf8("doc_id"),
@@ -158,7 +251,7 @@ impl Table {
                 utf8("description"),
                 utf8_list("seg_ids"),
             ],
-            Table::Embeddings => return embeddings_fields(DEFAULT_EMBEDDING_DIM),
+            Table::Embeddings => return embeddings_fields(vector_width as i32),
             Table::LlmCalls => vec![
                 utf8("call_key"),
                 utf8("backend"),
@@ -213,7 +306,7 @@ impl Table {
 }
 
 /// Fields of an embeddings table whose vectors have `dim` components.
-pub fn embeddings_fields(dim: i32) -> Vec<FieldRef> {
+fn embeddings_fields(dim: i32) -> Vec<FieldRef> {
     vec![
         utf8("owner_id"),
         utf8("model"),

@@ -5,10 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use memweave_schemas::{
-    CheckpointRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, PageRow, RelationRow,
-    SegmentRow, TableRow, TableStore, TreeNodeRow,
-};
+use memweave_schemas::{CheckpointRow, MemoryTables, TableStore};
 
 pub fn workspace_root() -> PathBuf {
     // Cargo sets the variable when it runs the tests too; prefer that over the
@@ -172,18 +169,25 @@ pub fn calls_made(output: &Output) -> u64 {
         .unwrap_or_else(|| panic!("no call count in {line}"))
 }
 
-/// The tables of one checkpoint, read back with the project's own store.
+/// The tables of one checkpoint, read back with the project's own store; a
+/// test reads them as the memory tables they are (`t.segments`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tables {
     pub checkpoint: CheckpointRow,
-    pub documents: Vec<DocumentRow>,
-    pub segments: Vec<SegmentRow>,
-    pub tree_nodes: Vec<TreeNodeRow>,
-    pub pages: Vec<PageRow>,
-    pub entities: Vec<EntityRow>,
-    pub relations: Vec<RelationRow>,
-    pub embeddings: Vec<EmbeddingRow>,
-    pub errors: Vec<ErrorRow>,
+    pub rows: MemoryTables,
+}
+
+impl std::ops::Deref for Tables {
+    type Target = MemoryTables;
+    fn deref(&self) -> &MemoryTables {
+        &self.rows
+    }
+}
+
+impl std::ops::DerefMut for Tables {
+    fn deref_mut(&mut self) -> &mut MemoryTables {
+        &mut self.rows
+    }
 }
 
 /// The tables of the newest checkpoint, each sorted by its key: after
@@ -203,23 +207,12 @@ pub fn try_read_tables(root: &Path) -> Option<Tables> {
     runtime.block_on(async {
         let store = TableStore::local(root).expect("a store");
         let checkpoint = store.latest_checkpoint().await.expect("checkpoints read")?;
-        Some(Tables {
-            documents: sorted(store.read_at(&checkpoint).await.expect("documents")),
-            segments: sorted(store.read_at(&checkpoint).await.expect("segments")),
-            tree_nodes: sorted(store.read_at(&checkpoint).await.expect("tree_nodes")),
-            pages: sorted(store.read_at(&checkpoint).await.expect("pages")),
-            entities: sorted(store.read_at(&checkpoint).await.expect("entities")),
-            relations: sorted(store.read_at(&checkpoint).await.expect("relations")),
-            embeddings: sorted(store.read_at(&checkpoint).await.expect("embeddings")),
-            errors: sorted(store.read_at(&checkpoint).await.expect("errors")),
-            checkpoint,
-        })
+        let mut rows = MemoryTables::read_at(&store, &checkpoint)
+            .await
+            .expect("the memory tables read");
+        rows.sort_by_key();
+        Some(Tables { checkpoint, rows })
     })
-}
-
-fn sorted<R: TableRow>(mut rows: Vec<R>) -> Vec<R> {
-    rows.sort_by_cached_key(TableRow::key);
-    rows
 }
 
 /// The Python that has the external readers (pylance, duckdb) installed: the

@@ -44,7 +44,7 @@ pub async fn export(
     let (store, prefix) = object_store_at("--to", to, options, true)?;
     let epoch = catalog.checkpoint.epoch;
     let mut files = Vec::new();
-    for table in Table::ALL {
+    for &table in Table::ALL {
         let name = table.name();
         let frame = catalog.context.table(name).await?;
         let schema = std::sync::Arc::new(frame.schema().as_arrow().clone());

@@ -72,7 +72,7 @@ impl Engine {
         stages.spawn_reporter(runtime.handle());
         let writer = Arc::new(RoundWriter::new(
             store.clone(),
-            (embedder.model().to_string(), embedder.dim()),
+            embedder.dim(),
             Arc::clone(&stages),
             options.write_batch_rows.max(1),
         ));

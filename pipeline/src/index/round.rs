@@ -15,7 +15,8 @@ use memweave_query::analytics::catalog::Catalog;
 use memweave_query::analytics::metrics::prometheus;
 use memweave_query::analytics::report::report;
 use memweave_schemas::{
-    CallStatRow, CheckpointRow, DocumentRow, ErrorRow, LlmCallRow, Table, TableStore, TableVersion,
+    CallStatRow, CheckpointRow, DocumentRow, ErrorRow, LlmCallRow, MemoryRow, Table, TableStore,
+    TableVersion,
 };
 
 use super::{
@@ -28,7 +29,7 @@ use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
 use crate::progress::Progress;
 use crate::workers::InputChange;
-use crate::write::{OutRow, RoundChanges, StagedPart};
+use crate::write::{RoundChanges, StagedPart};
 
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
@@ -241,7 +242,7 @@ impl Indexer {
         if !ingest_errors.is_empty() {
             let batch = ingest_errors
                 .into_iter()
-                .map(|(row, diff)| (OutRow::Error(row), diff))
+                .map(|(row, diff)| (MemoryRow::Error(row), diff))
                 .collect();
             parts.push(
                 self.engine
@@ -526,7 +527,7 @@ impl Indexer {
         let store = &self.engine.store;
         let (counts, tokens, trees, mut errors) = self.engine.runtime.block_on(async {
             let mut counts = HashMap::new();
-            for table in Table::memory_tables() {
+            for &table in Table::MEMORY {
                 counts.insert(table, store.count_at(table, checkpoint).await? as usize);
             }
             let mut tokens = 0;

@@ -101,7 +101,7 @@ async fn register(
         context.register_table(table.name(), provider)?;
     }
     let rows: Vec<&CheckpointRow> = checkpoints.iter().collect();
-    let batch = to_batch(Table::Checkpoints, &rows)?;
+    let batch = to_batch(&rows)?;
     let checkpoints = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
     context.register_table(Table::Checkpoints.name(), Arc::new(checkpoints))?;
     Ok(context)

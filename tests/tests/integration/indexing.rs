@@ -121,14 +121,14 @@ fn an_edited_document_gets_the_next_version_and_keeps_its_id() {
     )
     .unwrap();
     index(&source, &tables, &[]);
-    let before = read_tables(&tables).documents;
+    let before = read_tables(&tables).rows.documents;
     std::fs::write(
         source.join("a.md"),
         "# Notes\n\nThe second version of the notes.\n",
     )
     .unwrap();
     index(&source, &tables, &[]);
-    let after = read_tables(&tables).documents;
+    let after = read_tables(&tables).rows.documents;
     assert_eq!(before.len(), 1);
     assert_eq!(after.len(), 1);
     assert_eq!(before[0].doc_id, after[0].doc_id);

@@ -939,7 +939,7 @@ fn dense_answers_at_the_default_sizes() {
     ]);
     let answer: Answer = serde_json::from_slice(&output.stdout).unwrap();
     assert!(answer.answered, "{answer:#?}");
-    let segments = read_tables(&tables).segments;
+    let segments = read_tables(&tables).rows.segments;
     for passage in &answer.supporting {
         let segment = segments
             .iter()
