@@ -28,8 +28,9 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// adds more appends them itself (and calls behind it wait). The flush task
 /// shares the runtime with the calls; when they keep it busy (a round's end
 /// makes tens of thousands of merges ready at once) the rows waiting would
-/// otherwise grow with the archive.
-pub const PENDING_BYTES: u64 = 32 << 20;
+/// otherwise grow with the archive. Appending holds the rows about three times
+/// over (rows, Arrow batch, Lance's compressed pages), so this is kept small.
+pub const PENDING_BYTES: u64 = 8 << 20;
 /// Most keys looked up in one scan.
 const LOOKUP_BATCH: usize = 512;
 

@@ -547,10 +547,12 @@ fn graph_stages<'scope>(
 }
 
 /// Mentions one worker resolves or merges at once: a name's or a pair's
-/// mentions are read back from the spill while its future runs (a kilobyte or
-/// two each, with the passages made from them), and a popular name has
-/// thousands. Enough for hundreds of model calls in flight.
-const MENTIONS_IN_FLIGHT: usize = 8_192;
+/// mentions are read back from the spill while its future runs, and a popular
+/// name has thousands. A relation mention carries its evidence segment, and
+/// its merges' prompts and replies are held until the group is merged: about
+/// 15 KiB a mention at a round's end (jemalloc's heap profile at 10M tokens).
+/// Still enough for hundreds of model calls in flight.
+const MENTIONS_IN_FLIGHT: usize = 2_048;
 
 /// A string (a document id, a name key) as the graph's arrangements hold it:
 /// 128 bits of its hash, where the string cost a heap block in every copy of
