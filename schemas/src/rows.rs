@@ -129,9 +129,12 @@ impl EmbeddingRow {
         }
     }
 
-    fn identity(&self) -> (&str, &str, &str, impl Iterator<Item = u32> + '_) {
-        let bits = self.vector.iter().map(|v| v.to_bits());
-        (&self.owner_id, &self.model, &self.owner_kind, bits)
+    fn names(&self) -> (&str, &str, &str) {
+        (&self.owner_id, &self.model, &self.owner_kind)
+    }
+
+    fn bits(&self) -> impl Iterator<Item = u32> + '_ {
+        self.vector.iter().map(|v| v.to_bits())
     }
 }
 
@@ -151,18 +154,16 @@ impl PartialOrd for EmbeddingRow {
 
 impl Ord for EmbeddingRow {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        let (a, b) = (self.identity(), other.identity());
-        (a.0, a.1, a.2)
-            .cmp(&(b.0, b.1, b.2))
-            .then_with(|| a.3.cmp(b.3))
+        self.names()
+            .cmp(&other.names())
+            .then_with(|| self.bits().cmp(other.bits()))
     }
 }
 
 impl std::hash::Hash for EmbeddingRow {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        let (owner_id, model, owner_kind, bits) = self.identity();
-        (owner_id, model, owner_kind).hash(state);
-        for b in bits {
+        self.names().hash(state);
+        for b in self.bits() {
             b.hash(state);
         }
     }

@@ -654,8 +654,6 @@ fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
         .and_then(|c| c.as_any().downcast_ref::<StringArray>())
 }
 
-/// Embedding rows as a batch whose vectors have `dim` components; a vector of
-/// another width is an error naming its owner.
 /// `rows` as one Arrow batch with their table's declared schema.
 pub fn to_batch<R: TableRow>(rows: &[&R]) -> Result<RecordBatch> {
     rows_batch(rows, DEFAULT_EMBEDDING_DIM as usize)

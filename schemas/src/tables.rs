@@ -1,4 +1,4 @@
-//! The memory tables: their names and Arrow schemas.
+//! Every table memweave writes: its name, key, row type and Arrow schema.
 
 use std::sync::Arc;
 
