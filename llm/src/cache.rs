@@ -25,7 +25,8 @@ use crate::prompts::Prompt;
 /// How often new calls are appended to `llm_calls`.
 pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes of prompts and replies waiting to be appended at which the call that
-/// adds more appends them itself (and calls behind it wait). The flush task
+/// adds more appends them itself, and a call that finds them there appends
+/// them before adding its own. The flush task
 /// shares the runtime with the calls; when they keep it busy (a round's end
 /// makes tens of thousands of merges ready at once) the rows waiting would
 /// otherwise grow with the archive. Appending holds the rows about three times
@@ -270,6 +271,12 @@ impl CallCache {
                         cached: false,
                     });
                     if self.retain {
+                        // Room first, then the row: a round's end finishes
+                        // thousands of calls at once, and every one that came
+                        // back while an append ran added its row behind it.
+                        if self.pending_bytes.load(Ordering::SeqCst) >= self.pending_limit {
+                            self.relieve().await;
+                        }
                         let bytes = row_bytes(&row);
                         self.pending
                             .lock()
@@ -672,6 +679,38 @@ mod tests {
         let mut keys: Vec<String> = stored.into_iter().map(|r| r.call_key).collect();
         keys.sort();
         assert_eq!(keys, ["a", "b", "c"]);
+    }
+
+    /// A call that finds the rows waiting past the limit (calls that came
+    /// back while an append ran) appends them before it adds its own.
+    #[tokio::test]
+    async fn a_call_that_finds_the_limit_passed_makes_room_before_adding() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let mut cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
+        cache.pending_limit = 1_000;
+        let mut waiting = row("answer", &"x".repeat(1_200));
+        waiting.call_key = "waiting".into();
+        cache.pending.lock().unwrap().push(waiting);
+        cache.pending_bytes.store(1_200, Ordering::SeqCst);
+        let mut made = row("answer", "y");
+        made.call_key = "new".into();
+        cache
+            .reply(&CallContext::query("test"), "new", "answer", || async {
+                Ok(made)
+            })
+            .await
+            .unwrap();
+        assert_eq!(cache.report().flushed, 1, "the waiting row alone");
+        let pending: Vec<String> = cache
+            .pending
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.call_key.clone())
+            .collect();
+        assert_eq!(pending, ["new"]);
+        assert_eq!(cache.pending_bytes.load(Ordering::SeqCst), 1);
     }
 
     /// Twenty times its first capacity (a build that appends far more calls

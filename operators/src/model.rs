@@ -242,14 +242,33 @@ impl std::error::Error for StepError {}
 
 pub type StepResult<T> = Result<T, StepError>;
 
-/// Runs every step to the end and returns their results in order, or the error of
-/// the first (in order, not in time) that failed: which error a build reports must
-/// not depend on which reply came back first.
-pub async fn all_in_order<T>(
-    steps: impl IntoIterator<Item = impl Future<Output = StepResult<T>>>,
-) -> StepResult<Vec<T>> {
-    futures::future::join_all(steps).await.into_iter().collect()
+/// Runs every step to the end, at most [`STEPS_IN_FLIGHT`] at once, and returns
+/// their results in order, or the error of the first (in order, not in time) that
+/// failed: which error a build reports must not depend on which reply came back
+/// first.
+pub fn all_in_order<T, Step: Future<Output = StepResult<T>>>(
+    steps: impl IntoIterator<Item = Step>,
+) -> impl Future<Output = StepResult<Vec<T>>> {
+    use futures::StreamExt;
+    // Made here, not in the future: a closure that makes the steps, held
+    // across an await, makes the future's `Send` depend on its lifetimes.
+    let steps: Vec<Step> = steps.into_iter().collect();
+    async move {
+        futures::stream::iter(steps)
+            .buffered(STEPS_IN_FLIGHT)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect()
+    }
 }
+
+/// Steps of one [`all_in_order`] running at once. A step holds its prompt and
+/// reply until it ends, and the largest groups grow with the archive: merging
+/// the most frequent pair's mentions started 400 calls at once at 10M tokens
+/// and 4,000 at 100M. Many documents and groups are built side by side, so
+/// this still keeps a GPU pool's queues full.
+pub const STEPS_IN_FLIGHT: usize = 64;
 
 /// MemWalker triage: which child to descend into, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -427,4 +446,38 @@ pub trait MemoryModel: Send + Sync + fmt::Debug {
     // All navigators.
     /// The final, short answer from the gathered context.
     async fn answer(&self, cx: &CallContext, question: &str, context: &str) -> StepResult<String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn all_in_order_runs_a_bounded_number_of_steps_at_once_and_keeps_their_order() {
+        let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let steps = (0..STEPS_IN_FLIGHT * 3).map(|i| {
+            let (running, most) = (&running, &most);
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                // Every step waits once, so all that were started are running.
+                let mut waited = false;
+                futures::future::poll_fn(|cx| {
+                    if std::mem::replace(&mut waited, true) {
+                        std::task::Poll::Ready(())
+                    } else {
+                        cx.waker().wake_by_ref();
+                        std::task::Poll::Pending
+                    }
+                })
+                .await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(i)
+            }
+        });
+        let done = futures::executor::block_on(all_in_order(steps)).unwrap();
+        assert_eq!(done, (0..STEPS_IN_FLIGHT * 3).collect::<Vec<_>>());
+        assert_eq!(most.load(Ordering::SeqCst), STEPS_IN_FLIGHT);
+    }
 }
