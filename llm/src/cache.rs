@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use memweave_operators::model::{CallContext, ModelCall, StepError};
 use memweave_schemas::{LlmCallRow, Table, TableStore, content_id, hash128};
 use tokio::sync::{OnceCell, mpsc, oneshot};
@@ -34,6 +35,13 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
 pub const PENDING_BYTES: u64 = 8 << 20;
 /// Most keys looked up in one scan.
 const LOOKUP_BATCH: usize = 512;
+/// Rows appended since the `call_key` index was last brought up to date at
+/// which an append indexes them. Indexing holds its rows' keys several times
+/// over while it sorts them: all of a 10M-token build's at its commit was the
+/// largest allocation of the commit (+31 MiB), growing with the archive. In
+/// slices of this size it stays a few MiB at any size, and a 100M-token
+/// build's index has about 26 segments, which a look-up searches in turn.
+const INDEX_EVERY_ROWS: u64 = 65_536;
 
 /// Everything besides the prompt that decides a reply.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,6 +111,11 @@ pub struct CallCache {
     hits: AtomicU64,
     calls: AtomicU64,
     flushed: AtomicU64,
+    /// `flushed` when the `call_key` index last covered every appended row,
+    /// and the rows appended since at which an append indexes them
+    /// ([`INDEX_EVERY_ROWS`]).
+    indexed: AtomicU64,
+    index_every: u64,
     /// Set when the process is stopping: no new calls start.
     closing: std::sync::atomic::AtomicBool,
     in_flight: AtomicU64,
@@ -159,6 +172,8 @@ impl CallCache {
             hits: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            indexed: AtomicU64::new(0),
+            index_every: INDEX_EVERY_ROWS,
             closing: std::sync::atomic::AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
             stats: Mutex::new(BTreeMap::new()),
@@ -401,18 +416,14 @@ impl CallCache {
         self.pending_bytes.fetch_sub(bytes, Ordering::SeqCst);
         match store.append_rows(&rows).await {
             Ok(version) => {
-                self.flushed.fetch_add(rows.len() as u64, Ordering::Relaxed);
-                // Flushed replies are found in the table from now on.
-                let mut stored = self.lock_stored();
-                for row in &rows {
-                    stored.insert(BloomFilter::hash(&row.call_key));
+                let flushed =
+                    self.flushed.fetch_add(rows.len() as u64, Ordering::SeqCst) + rows.len() as u64;
+                self.note_stored(&rows);
+                if flushed - self.indexed.load(Ordering::SeqCst) < self.index_every {
+                    return Ok(Some(version));
                 }
-                drop(stored);
-                let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
-                for row in &rows {
-                    cells.remove(&row.call_key);
-                }
-                Ok(Some(version))
+                self.index_appended(store).await?;
+                Ok(store.table_version(Table::LlmCalls).await?)
             }
             Err(e) => {
                 // Keep them for the next flush.
@@ -445,12 +456,38 @@ impl CallCache {
     /// Flushes, then brings the `call_key` index up to date; returns the version of
     /// `llm_calls` to name in the checkpoint.
     pub async fn finish(&self) -> anyhow::Result<Option<u64>> {
-        self.flush().await?;
+        let _one_at_a_time = self.flushing.lock().await;
+        self.flush_locked().await?;
         let Some(store) = &self.store else {
             return Ok(None);
         };
-        store.index_key(Table::LlmCalls, "call_key").await?;
+        self.index_appended(store).await?;
         Ok(store.table_version(Table::LlmCalls).await?)
+    }
+
+    /// Flushed replies are found in the table from now on.
+    fn note_stored(&self, rows: &[LlmCallRow]) {
+        let mut stored = self.lock_stored();
+        for row in rows {
+            stored.insert(BloomFilter::hash(&row.call_key));
+        }
+        drop(stored);
+        let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        for row in rows {
+            cells.remove(&row.call_key);
+        }
+    }
+
+    /// Brings the `call_key` index over every row appended so far (a new
+    /// segment for the rows since the last time); the caller holds `flushing`.
+    async fn index_appended(&self, store: &TableStore) -> anyhow::Result<()> {
+        let flushed = self.flushed.load(Ordering::SeqCst);
+        store
+            .index_key(Table::LlmCalls, "call_key")
+            .await
+            .context("indexing llm_calls by call_key")?;
+        self.indexed.store(flushed, Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -679,6 +716,37 @@ mod tests {
         let mut keys: Vec<String> = stored.into_iter().map(|r| r.call_key).collect();
         keys.sort();
         assert_eq!(keys, ["a", "b", "c"]);
+    }
+
+    /// Appends index their rows by `call_key` as the table grows, not all at
+    /// the round's end: once `index_every` rows are appended, the index covers
+    /// them before `finish`; fewer wait for the next append or for `finish`.
+    #[tokio::test]
+    async fn appends_index_their_keys_as_the_table_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let mut cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
+        cache.index_every = 3;
+        let append = |keys: &[&str]| {
+            let rows = keys.iter().map(|key| {
+                let mut made = row("answer", "reply");
+                made.call_key = key.to_string();
+                made
+            });
+            cache.pending.lock().unwrap().extend(rows);
+        };
+        let outside = || store.rows_outside_key_index(Table::LlmCalls, "call_key");
+        append(&["a", "b"]);
+        cache.flush().await.unwrap();
+        assert_eq!(outside().await.unwrap(), None, "two rows: no index yet");
+        append(&["c"]);
+        cache.flush().await.unwrap();
+        assert_eq!(outside().await.unwrap(), Some(0), "three rows: all indexed");
+        append(&["d"]);
+        cache.flush().await.unwrap();
+        assert_eq!(outside().await.unwrap(), Some(1), "one row waits");
+        cache.finish().await.unwrap();
+        assert_eq!(outside().await.unwrap(), Some(0), "finish indexes the rest");
     }
 
     /// A call that finds the rows waiting past the limit (calls that came

@@ -63,6 +63,17 @@ pub const VECTOR_INDEX_MIN_ROWS: usize = 1024;
 /// up to 65,536 (256·√n ≥ n), and the training time with them.
 const VECTOR_TRAINING_PER_PARTITION: usize = 64;
 
+/// Vectors sampled per 8-bit level to find each dimension's range for scalar
+/// quantization: 4,096 in all. Lance's default (256 a level, 65,536 vectors)
+/// loads a whole 10M-token build's vectors, and a copy to normalise them, at
+/// the round's end: the largest allocation of its commit.
+const VECTOR_SQ_TRAINING_PER_LEVEL: usize = 16;
+
+/// The name of the B-tree index on a table's key `column`.
+fn key_index_name(column: &str) -> String {
+    format!("{column}_btree")
+}
+
 /// Data files a table may have before a commit compacts it: few enough that
 /// a scan opens a handful of files per thousand rows, many enough that most
 /// commits compact nothing.
@@ -289,7 +300,10 @@ impl TableStore {
         let params = VectorIndexParams::with_ivf_sq_params(
             DistanceType::Cosine,
             ivf,
-            SQBuildParams::default(),
+            SQBuildParams {
+                sample_rate: VECTOR_SQ_TRAINING_PER_LEVEL,
+                ..SQBuildParams::default()
+            },
         );
         dataset
             .create_index(
@@ -426,7 +440,7 @@ impl TableStore {
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
-        let name = format!("{column}_btree");
+        let name = key_index_name(column);
         let indices = dataset
             .load_indices()
             .await
@@ -449,6 +463,37 @@ impl TableStore {
                 .map_err(|e| self.lance_error(table, e))?;
         }
         Ok(())
+    }
+
+    /// Rows of the newest version of `table` that the key index on `column`
+    /// does not cover; `None` when the table or the index does not exist.
+    pub async fn rows_outside_key_index(&self, table: Table, column: &str) -> Result<Option<u64>> {
+        let Some(dataset) = self.dataset(table, None).await? else {
+            return Ok(None);
+        };
+        let segments = dataset
+            .load_indices_by_name(&key_index_name(column))
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if segments.is_empty() {
+            return Ok(None);
+        }
+        let covered = |id: u64| {
+            segments.iter().any(|segment| {
+                segment
+                    .fragment_bitmap
+                    .as_ref()
+                    .is_some_and(|fragments| fragments.contains(id as u32))
+            })
+        };
+        Ok(Some(
+            dataset
+                .fragments()
+                .iter()
+                .filter(|fragment| !covered(fragment.id))
+                .map(|fragment| fragment.physical_rows.unwrap_or(0) as u64)
+                .sum(),
+        ))
     }
 
     /// All rows of `R`'s table at `version` (the newest when `None`); no rows when
