@@ -683,13 +683,20 @@ mod tests {
         assert!(cache.pending.lock().unwrap().is_empty());
     }
 
+    /// A cache over a fresh local store, with no flush or look-up tasks: the
+    /// tests drive its appends themselves.
+    fn stored_cache(dir: &std::path::Path) -> (TableStore, CallCache) {
+        let store = TableStore::local(dir).unwrap();
+        let cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
+        (store, cache)
+    }
+
     /// Rows waiting past the limit are appended by the call that brought
     /// them there, without the flush task (which a busy runtime starves).
     #[tokio::test]
     async fn a_call_past_the_pending_limit_appends_the_rows_waiting() {
         let dir = tempfile::tempdir().unwrap();
-        let store = TableStore::local(dir.path()).unwrap();
-        let mut cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
+        let (store, mut cache) = stored_cache(dir.path());
         cache.pending_limit = 1_000;
         let cache = Arc::new(cache);
         let cx = CallContext::query("test");
@@ -724,8 +731,7 @@ mod tests {
     #[tokio::test]
     async fn appends_index_their_keys_as_the_table_grows() {
         let dir = tempfile::tempdir().unwrap();
-        let store = TableStore::local(dir.path()).unwrap();
-        let mut cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
+        let (store, mut cache) = stored_cache(dir.path());
         cache.index_every = 3;
         let append = |keys: &[&str]| {
             let rows = keys.iter().map(|key| {
@@ -754,8 +760,7 @@ mod tests {
     #[tokio::test]
     async fn a_call_that_finds_the_limit_passed_makes_room_before_adding() {
         let dir = tempfile::tempdir().unwrap();
-        let store = TableStore::local(dir.path()).unwrap();
-        let mut cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
+        let (_, mut cache) = stored_cache(dir.path());
         cache.pending_limit = 1_000;
         let mut waiting = row("answer", &"x".repeat(1_200));
         waiting.call_key = "waiting".into();
