@@ -478,26 +478,31 @@ fn graph_stages<'scope>(
         spill,
         "SpillRelations",
         |r| EntityPair::route(tag(&r.source_key), tag(&r.target_key)),
-        |r, text| RelationMention {
-            doc: tag(&r.doc_id),
-            source: tag(&r.source_key),
-            target: tag(&r.target_key),
-            text,
+        |r, text| {
+            let (doc, source, target) = (tag(&r.doc_id), tag(&r.source_key), tag(&r.target_key));
+            ((doc, source), (target, text))
         },
     )
-    .map(|r| ((r.doc, r.source), r))
-    .join_core(assigned.clone(), |_, r, source_id| {
-        Some(((r.doc, r.target), (*source_id, *r)))
-    })
-    .join_core(assigned, |_, (source_id, r), target_id| {
-        let pair = EntityPair {
-            source: r.source,
-            target: r.target,
-            source_id: *source_id,
-            target_id: *target_id,
-        };
-        Some((pair, r.text))
-    })
+    // Each join's arrangement holds what the next step needs beside its key,
+    // not the whole mention: these hold every relation of the archive.
+    .join_core(
+        assigned.clone(),
+        |&(doc, source), &(target, text), &source_id| {
+            Some(((doc, target), (source, source_id, text)))
+        },
+    )
+    .join_core(
+        assigned,
+        |&(_, target), &(source, source_id, text), &target_id| {
+            let pair = EntityPair {
+                source,
+                target,
+                source_id,
+                target_id,
+            };
+            Some((pair, text))
+        },
+    )
     .reduce_named("RelationsByPair", |_pair, found, out| {
         let texts: Vec<SpillKey> = found.iter().map(|(text, _)| **text).collect();
         out.push((texts, 1));
@@ -584,18 +589,6 @@ fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>(
     let mut values: Vec<T> = texts.iter().map(|&text| spill.get(text)).collect();
     values.sort_by(|a, b| doc_id(a).cmp(doc_id(b)));
     values
-}
-
-/// A document's relation as the graph's arrangements hold it: its document,
-/// the names at its ends, and where its text is spilled.
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-struct RelationMention {
-    doc: Tag,
-    source: Tag,
-    target: Tag,
-    text: SpillKey,
 }
 
 /// What relations are merged by: the entities at their ends. Every relation of
