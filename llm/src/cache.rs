@@ -422,8 +422,7 @@ impl CallCache {
                 if flushed - self.indexed.load(Ordering::SeqCst) < self.index_every {
                     return Ok(Some(version));
                 }
-                self.index_appended(store).await?;
-                Ok(store.table_version(Table::LlmCalls).await?)
+                self.index_appended(store).await
             }
             Err(e) => {
                 // Keep them for the next flush.
@@ -461,8 +460,7 @@ impl CallCache {
         let Some(store) = &self.store else {
             return Ok(None);
         };
-        self.index_appended(store).await?;
-        Ok(store.table_version(Table::LlmCalls).await?)
+        self.index_appended(store).await
     }
 
     /// Flushed replies are found in the table from now on.
@@ -479,15 +477,16 @@ impl CallCache {
     }
 
     /// Brings the `call_key` index over every row appended so far (a new
-    /// segment for the rows since the last time); the caller holds `flushing`.
-    async fn index_appended(&self, store: &TableStore) -> anyhow::Result<()> {
+    /// segment for the rows since the last time); returns the table's version.
+    /// The caller holds `flushing`.
+    async fn index_appended(&self, store: &TableStore) -> anyhow::Result<Option<u64>> {
         let flushed = self.flushed.load(Ordering::SeqCst);
-        store
+        let version = store
             .index_key(Table::LlmCalls, "call_key")
             .await
             .context("indexing llm_calls by call_key")?;
         self.indexed.store(flushed, Ordering::SeqCst);
-        Ok(())
+        Ok(version)
     }
 }
 

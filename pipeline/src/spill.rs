@@ -60,7 +60,7 @@ const INITIAL_SLOTS: u64 = 1 << 16;
 const GROW_READ_SLOTS: u64 = 4096;
 
 /// A slot's contents.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 struct Place {
     key: SpillKey,
     offset: u64,

@@ -251,8 +251,11 @@ impl RoundWriter {
             let mut version = self.store.compact_if_fragmented(table).await?;
             if table == Table::Documents {
                 // Texts to retract or carry over are looked up by id.
-                self.store.index_key(table, table.key_column()).await?;
-                version = self.store.table_version(table).await?.unwrap_or(version);
+                version = self
+                    .store
+                    .index_key(table, table.key_column())
+                    .await?
+                    .unwrap_or(version);
             }
             if table == Table::Embeddings && replace {
                 version = self.store.index_vectors().await?.unwrap_or(version);

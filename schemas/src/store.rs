@@ -434,11 +434,13 @@ impl TableStore {
         .await
     }
 
-    /// Creates the B-tree index on `column` of `table`, or folds the fragments
-    /// appended since into it, so key lookups stay index-backed as the table grows.
-    pub async fn index_key(&self, table: Table, column: &str) -> Result<()> {
+    /// Creates the B-tree index on `column` of `table`, or indexes the fragments
+    /// appended since as a new segment of it, so key lookups stay index-backed as
+    /// the table grows. Returns the table's version after; `None` when the table
+    /// does not exist.
+    pub async fn index_key(&self, table: Table, column: &str) -> Result<Option<u64>> {
         let Some(mut dataset) = self.dataset(table, None).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let name = key_index_name(column);
         let indices = dataset
@@ -462,7 +464,7 @@ impl TableStore {
                 .await
                 .map_err(|e| self.lance_error(table, e))?;
         }
-        Ok(())
+        Ok(Some(dataset.version().version))
     }
 
     /// Rows of the newest version of `table` that the key index on `column`
