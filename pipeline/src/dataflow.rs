@@ -37,7 +37,7 @@ use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
 use crate::async_map::{InFlight, map_async};
 use crate::progress::StageProgress;
-use crate::spill::{Spill, SpillKey};
+use crate::spill::{Spill, SpillKey, SpilledGroup};
 use crate::write::{Batch, RoundWriter, StagedPart};
 use timely::worker::Worker;
 
@@ -287,10 +287,10 @@ fn corpus_trees<'scope>(
         "MemWalkerCorpusTree",
         stages,
         InFlight::futures(),
-        move |roots: Vec<SpillKey>| {
+        move |roots: SpilledGroup| {
             let (model, spill) = (Arc::clone(&memwalker_model), Arc::clone(&memwalker_spill));
             async move {
-                let roots: Vec<TreeNodeRow> = read_in_doc_order(&spill, &roots, root_doc);
+                let roots: Vec<TreeNodeRow> = read_in_doc_order(&spill, roots, root_doc);
                 match corpus_tree(
                     &roots,
                     model.as_ref(),
@@ -314,12 +314,12 @@ fn corpus_trees<'scope>(
         "RaptorCorpusTree",
         stages,
         InFlight::futures(),
-        move |roots: Vec<SpillKey>| {
+        move |roots: SpilledGroup| {
             let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
             let spill = Arc::clone(&raptor_spill);
             async move {
                 let roots: Vec<RaptorNode> =
-                    read_in_doc_order(&spill, &roots, |(root, _): &(TreeNodeRow, EmbeddingRow)| {
+                    read_in_doc_order(&spill, roots, |(root, _): &(TreeNodeRow, EmbeddingRow)| {
                         root_doc(root)
                     })
                     .into_iter()
@@ -354,10 +354,11 @@ fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
     roots: VecCollection<'scope, u64, R, isize>,
     spill: &Arc<Spill>,
     name: &'static str,
-) -> VecCollection<'scope, u64, Vec<SpillKey>, isize> {
+) -> VecCollection<'scope, u64, SpilledGroup, isize> {
+    let group_spill = Arc::clone(spill);
     spill_where_used(roots, spill, name, |_| ().hashed(), |_, text| ((), text))
-        .reduce_named(name, |(), roots, out| {
-            out.push((roots.iter().map(|(text, _)| **text).collect(), 1));
+        .reduce_named(name, move |(), roots, out| {
+            out.push((spill_group(&group_spill, roots), 1));
         })
         .map(|((), roots)| roots)
 }
@@ -395,6 +396,7 @@ fn graph_stages<'scope>(
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, GraphRow, isize> {
+    let (group_spill, pair_spill) = (Arc::clone(spill), Arc::clone(spill));
     let by_name = spill_where_used(
         doc_entities,
         spill,
@@ -402,11 +404,10 @@ fn graph_stages<'scope>(
         |e| tag(&e.key).hashed(),
         |e, text| (tag(&e.key), text),
     )
-    .reduce_named("EntitiesByName", |_name, mentions, out| {
-        let texts: Vec<SpillKey> = mentions.iter().map(|(text, _)| **text).collect();
-        out.push((texts, 1));
+    .reduce_named("EntitiesByName", move |_name, mentions, out| {
+        out.push((spill_group(&group_spill, mentions), 1));
     })
-    .map(|(_name, texts)| texts);
+    .map(|(_name, mentions)| mentions);
     let (model_e, embedder_e, spill_e) =
         (Arc::clone(model), Arc::clone(embedder), Arc::clone(spill));
     let resolved = map_async(
@@ -415,15 +416,15 @@ fn graph_stages<'scope>(
         "ResolveEntities",
         stages,
         InFlight {
-            weight: Vec::len,
+            weight: |group| group.len,
             budget: MENTIONS_IN_FLIGHT,
         },
-        move |texts: Vec<SpillKey>| {
+        move |group: SpilledGroup| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             let spill = Arc::clone(&spill_e);
             async move {
                 let mentions: Vec<DocEntity> =
-                    read_in_doc_order(&spill, &texts, |e: &DocEntity| &e.doc_id);
+                    read_in_doc_order(&spill, group, |e: &DocEntity| &e.doc_id);
                 let mut out = Vec::new();
                 let (rows, assignments) = match resolve_entities(&mentions, model.as_ref()).await {
                     Ok(resolved) => resolved,
@@ -503,10 +504,11 @@ fn graph_stages<'scope>(
             Some((pair, text))
         },
     )
-    .reduce_named("RelationsByPair", |_pair, found, out| {
-        let texts: Vec<SpillKey> = found.iter().map(|(text, _)| **text).collect();
-        out.push((texts, 1));
-    });
+    .reduce_named("RelationsByPair", move |_pair, found, out| {
+        out.push((spill_group(&pair_spill, found), 1));
+    })
+    // The merge needs only the entities; the names were for routing.
+    .map(|(pair, found)| ((pair.source_id, pair.target_id), found));
     let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
     let relations = map_async(
         by_pair,
@@ -514,17 +516,16 @@ fn graph_stages<'scope>(
         "MergeRelations",
         stages,
         InFlight {
-            weight: |(_, texts)| texts.len(),
+            weight: |(_, group)| group.len,
             budget: MENTIONS_IN_FLIGHT,
         },
-        move |(pair, texts): (EntityPair, Vec<SpillKey>)| {
+        move |((source_id, target_id), group): ((Tag, Tag), SpilledGroup)| {
             let model = Arc::clone(&model_r);
             let spill = Arc::clone(&spill_r);
             async move {
                 let found: Vec<DocRelation> =
-                    read_in_doc_order(&spill, &texts, |r: &DocRelation| &r.doc_id);
-                let (source_id, target_id) =
-                    (&entity_id(pair.source_id), &entity_id(pair.target_id));
+                    read_in_doc_order(&spill, group, |r: &DocRelation| &r.doc_id);
+                let (source_id, target_id) = (&entity_id(source_id), &entity_id(target_id));
                 match merge_relations_across(source_id, target_id, &found, model.as_ref()).await {
                     Ok(row) => vec![GraphRow::Relation(row)],
                     Err(error) => {
@@ -579,14 +580,24 @@ fn entity_id(tag: Tag) -> String {
     format!("{tag:032x}")
 }
 
-/// The spilled values under `texts`, in the order of their documents' ids
-/// (ties in key order): the order resolution and merging expect.
+/// A reduce's group: its values' spill keys (in key order), spilled as one list.
+fn spill_group<K>(spill: &Spill, values: &[(&SpillKey, K)]) -> SpilledGroup {
+    let keys: Vec<SpillKey> = values.iter().map(|(key, _)| **key).collect();
+    SpilledGroup::put(spill, &keys)
+}
+
+/// The spilled values of `group`, in the order of their documents' ids (ties
+/// in key order): the order resolution and merging expect.
 fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>(
     spill: &Spill,
-    texts: &[SpillKey],
+    group: SpilledGroup,
     doc_id: impl Fn(&T) -> &K,
 ) -> Vec<T> {
-    let mut values: Vec<T> = texts.iter().map(|&text| spill.get(text)).collect();
+    let mut values: Vec<T> = group
+        .keys(spill)
+        .into_iter()
+        .map(|text| spill.get(text))
+        .collect();
     values.sort_by(|a, b| doc_id(a).cmp(doc_id(b)));
     values
 }

@@ -20,11 +20,37 @@ use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 use memweave_schemas::hash128;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// Where a spilled value is: the first 16 bytes of its encoding's BLAKE3 hash.
 pub type SpillKey = u128;
+
+/// A group of spilled values (a name's mentions, a pair's relations, a
+/// corpus's roots) as a reduce hands it on: the key of its list of keys, and
+/// how many. A group's list would otherwise sit in the reduce's output
+/// arrangement and again in the queue of the stage that reads it, for every
+/// group of the archive at a round's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SpilledGroup {
+    keys: SpillKey,
+    pub len: usize,
+}
+
+impl SpilledGroup {
+    /// Spills the list `keys`.
+    pub fn put(spill: &Spill, keys: &[SpillKey]) -> SpilledGroup {
+        SpilledGroup {
+            keys: spill.put(&keys),
+            len: keys.len(),
+        }
+    }
+
+    /// The keys of the group's values, in the order they were put.
+    pub fn keys(&self, spill: &Spill) -> Vec<SpillKey> {
+        spill.get(self.keys)
+    }
+}
 
 /// An append-only file of values by content hash (see the module doc).
 #[derive(Debug)]
@@ -247,6 +273,19 @@ mod tests {
             serde_json::to_vec(&("alpha", [1, 2, 3])).unwrap().len()
                 + serde_json::to_vec(&("beta", [4])).unwrap().len()
         );
+    }
+
+    /// Full 128-bit keys survive the list's JSON, in order; the same list is
+    /// the same group.
+    #[test]
+    fn a_group_reads_back_its_keys_in_order() {
+        let spill = Spill::new().unwrap();
+        let keys: Vec<SpillKey> = vec![u128::MAX, 7, spill.put(&"a mention")];
+        let group = SpilledGroup::put(&spill, &keys);
+        assert_eq!(group.len, 3);
+        assert_eq!(group.keys(&spill), keys);
+        assert_eq!(SpilledGroup::put(&spill, &keys), group);
+        assert_ne!(SpilledGroup::put(&spill, &keys[..2]), group);
     }
 
     /// A table of 4 slots takes 300 values: every insert past half full
