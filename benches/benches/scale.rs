@@ -16,7 +16,8 @@
 //!
 //! For each archive, one build into fresh tables (three under 10 MB of text:
 //! the one of median peak RSS, with all three peaks listed): wall, corpus
-//! tokens per second, peak RSS of each process (VmHWM, polled), bytes of the
+//! tokens per second, peak RSS of each process (VmHWM, polled) and its
+//! anonymous part (RssAnon: RSS less the executable's pages), bytes of the
 //! tables, the write stage's share of the wall (from the summary's `time`
 //! line), rows in the tables and rows per second of wall. Then the slope,
 //! bytes of peak RSS per byte of text, and RSS at each size against the
@@ -76,7 +77,7 @@ fn main() {
 
     println!();
     println!(
-        "{:<16} {:>6} {:>11} {:>8} {:>9} {:>10} {:>9} {:>8} {:>10} {:>9} {:>8}",
+        "{:<16} {:>6} {:>11} {:>8} {:>9} {:>10} {:>9} {:>8} {:>8} {:>10} {:>9} {:>8}",
         "archive",
         "docs",
         "tokens",
@@ -84,6 +85,7 @@ fn main() {
         "wall s",
         "tokens/s",
         "peak RSS",
+        "anon",
         "RSS/text",
         "tables MB",
         "write %",
@@ -125,10 +127,13 @@ fn main() {
     if let Some((first, _, base)) = generated.first() {
         for (name, _, run) in &generated[1..] {
             println!(
-                "peak RSS {name} / {first}: {:.2}x ({} / {})",
+                "peak RSS {name} / {first}: {:.2}x ({} / {}); anonymous only: {:.2}x ({} / {})",
                 run.peak_rss() as f64 / base.peak_rss() as f64,
                 mib(run.peak_rss()),
-                mib(base.peak_rss())
+                mib(base.peak_rss()),
+                run.peak_anon() as f64 / base.peak_anon() as f64,
+                mib(run.peak_anon()),
+                mib(base.peak_anon())
             );
         }
     }
@@ -156,8 +161,8 @@ fn main() {
             mib(one.peak_rss()),
             run.wall.as_secs_f64(),
             one.wall.as_secs_f64() / run.wall.as_secs_f64(),
-            mib(run.peak_rss[0]),
-            mib(run.peak_rss[1]),
+            mib(run.peaks[0].rss),
+            mib(run.peaks[1].rss),
             run.write_share() * 100.0
         );
     }
@@ -239,8 +244,8 @@ fn archive_named(archives: &[(String, PathBuf)], name: &str) -> Option<PathBuf> 
 #[derive(Debug)]
 struct Run {
     wall: Duration,
-    /// Peak RSS of each process, in bytes.
-    peak_rss: Vec<u64>,
+    /// Peaks of each process.
+    peaks: Vec<Peak>,
     /// The summary's numbers: documents, tokens, rows per table, stage seconds.
     summary: HashMap<String, f64>,
     tables_bytes: u64,
@@ -248,7 +253,11 @@ struct Run {
 
 impl Run {
     fn peak_rss(&self) -> u64 {
-        self.peak_rss.iter().copied().max().unwrap_or(0)
+        self.peaks.iter().map(|p| p.rss).max().unwrap_or(0)
+    }
+
+    fn peak_anon(&self) -> u64 {
+        self.peaks.iter().map(|p| p.anon).max().unwrap_or(0)
     }
 
     fn write_share(&self) -> f64 {
@@ -271,11 +280,23 @@ impl Run {
     }
 }
 
+/// A process's peak memory, in bytes.
+#[derive(Debug, Default, Clone, Copy)]
+struct Peak {
+    /// Resident set (VmHWM): its own memory and the pages of the `memweave`
+    /// executable it has mapped: 60 to 110 MiB, depending on how much of
+    /// the code a run has reached by its peak (at 10M tokens more of it than
+    /// at 1M).
+    rss: u64,
+    /// Anonymous resident memory (RssAnon, polled): the process's own.
+    anon: u64,
+}
+
 fn print_row(name: &str, text: u64, run: &Run) {
     let tokens = run.summary.get("tokens").copied().unwrap_or(0.0);
     let wall = run.wall.as_secs_f64();
     println!(
-        "{:<16} {:>6} {:>11} {:>8.1} {:>9.1} {:>10.0} {:>9} {:>8.1} {:>10.1} {:>8.1}% {:>8.0}",
+        "{:<16} {:>6} {:>11} {:>8.1} {:>9.1} {:>10.0} {:>9} {:>8} {:>8.1} {:>10.1} {:>8.1}% {:>8.0}",
         name,
         run.summary.get("documents").copied().unwrap_or(0.0),
         tokens,
@@ -283,6 +304,7 @@ fn print_row(name: &str, text: u64, run: &Run) {
         wall,
         tokens / wall,
         mib(run.peak_rss()),
+        mib(run.peak_anon()),
         run.peak_rss() as f64 / text as f64,
         run.tables_bytes as f64 / 1e6,
         run.write_share() * 100.0,
@@ -346,7 +368,7 @@ fn cluster(binary: &Path, source: &Path, tables: &Path, work: &Path) -> Run {
     finish(started, &output, vec![peak_zero, peak_one], tables)
 }
 
-fn finish(started: Instant, output: &str, peak_rss: Vec<u64>, tables: &Path) -> Run {
+fn finish(started: Instant, output: &str, peaks: Vec<Peak>, tables: &Path) -> Run {
     let summary = parse_summary(output);
     assert!(
         summary.contains_key("tokens"),
@@ -354,26 +376,28 @@ fn finish(started: Instant, output: &str, peak_rss: Vec<u64>, tables: &Path) -> 
     );
     Run {
         wall: started.elapsed(),
-        peak_rss,
+        peaks,
         summary,
         tables_bytes: dir_bytes(tables),
     }
 }
 
 /// Waits for `child`, polling its peak RSS; returns its stdout and the peak.
-fn wait_measuring(mut child: Child) -> (String, u64) {
+fn wait_measuring(mut child: Child) -> (String, Peak) {
     let stdout = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
     let status = format!("/proc/{}/status", child.id());
-    let mut peak = 0;
+    let mut peak = Peak::default();
     loop {
-        if let Ok(text) = std::fs::read_to_string(&status)
-            && let Some(kb) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        {
-            peak = peak.max(kb * 1024);
+        if let Ok(text) = std::fs::read_to_string(&status) {
+            let bytes = |field: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                    .map_or(0, |kb| kb * 1024)
+            };
+            peak.rss = peak.rss.max(bytes("VmHWM:"));
+            peak.anon = peak.anon.max(bytes("RssAnon:"));
         }
         if let Some(exit) = child.try_wait().unwrap() {
             let output = reader.join().unwrap();
