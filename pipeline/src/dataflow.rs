@@ -17,8 +17,7 @@ use differential_dataflow::{AsCollection, Data, ExchangeData, Hashable};
 use memweave_operators::build::{BuildConfig, BuiltRow, Document, build_document};
 use memweave_operators::embed::{Embedder, embed_all};
 use memweave_operators::graph::{
-    DocEntity, DocRelation, EntityAssignment, entity_rows, merge_relations_across, relation_row,
-    resolve_entities,
+    DocEntity, DocRelation, entity_rows, merge_relations_across, relation_row, resolve_entities,
 };
 use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
@@ -47,7 +46,8 @@ use timely::worker::Worker;
 )]
 enum GraphRow {
     Entity(EntityRow),
-    Assignment(EntityAssignment),
+    /// On its way to a target name's group (see [`graph_stages`]), not a row.
+    ToTarget(Tag, TargetMention),
     Relation(RelationRow),
     Embedding(EmbeddingRow),
     Error(ErrorRow),
@@ -387,6 +387,13 @@ fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
 /// The mentions' texts are spilled (see [`crate::spill`]) by the worker that
 /// resolves their name or merges their pair; the arrangements hold ids, names
 /// and spill keys, and a group's texts are read back when its future runs.
+///
+/// A relation takes its ends' entities on its way through the names: it is
+/// grouped with its source's name, whose resolution gives it the source's
+/// entity in its document, then with its target's name beside that name's
+/// entities, then with its pair. Each of the three arrangements holds a
+/// relation as a name or pair and a spill key; re-keying it by joins with the
+/// assignments held it three times as (document, name) pairs and ids.
 fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
@@ -396,16 +403,36 @@ fn graph_stages<'scope>(
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, GraphRow, isize> {
-    let (group_spill, pair_spill) = (Arc::clone(spill), Arc::clone(spill));
-    let by_name = spill_where_used(
-        doc_entities,
+    let (name_spill, target_spill, pair_spill) =
+        (Arc::clone(spill), Arc::clone(spill), Arc::clone(spill));
+    let target_read = Arc::clone(spill);
+    // A relation's text is spilled where its pair is merged; its source's
+    // name carries only where that is.
+    let relation_refs = spill_where_used(
+        doc_relations,
         spill,
-        "SpillEntities",
-        |e| tag(&e.key).hashed(),
-        |e, text| (tag(&e.key), text),
+        "SpillRelations",
+        |r| PairKey::worker_hash(pair_route(tag(&r.source_key), tag(&r.target_key))),
+        |r, text| {
+            let (source, target) = (tag(&r.source_key), tag(&r.target_key));
+            NameMention::Relation(RelationRef {
+                doc: tag(&r.doc_id),
+                source,
+                target,
+                route: pair_route(source, target),
+                text,
+            })
+        },
+    );
+    let by_name = spill_where_used(
+        doc_entities.map(NameMention::Entity).concat(relation_refs),
+        spill,
+        "SpillNames",
+        |m| m.name().hashed(),
+        |m, text| (m.name(), text),
     )
-    .reduce_named("EntitiesByName", move |_name, mentions, out| {
-        out.push((spill_group(&group_spill, mentions), 1));
+    .reduce_named("MentionsByName", move |_name, mentions, out| {
+        out.push((spill_group(&name_spill, mentions), 1));
     })
     .map(|(_name, mentions)| mentions);
     let (model_e, embedder_e, spill_e) =
@@ -423,9 +450,16 @@ fn graph_stages<'scope>(
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             let spill = Arc::clone(&spill_e);
             async move {
-                let mentions: Vec<DocEntity> =
-                    read_in_doc_order(&spill, group, |e: &DocEntity| &e.doc_id);
+                let (mut mentions, relations): (Vec<DocEntity>, Vec<RelationRef>) =
+                    split_name_mentions(read_group(&spill, group));
                 let mut out = Vec::new();
+                // A relation's source is one of its document's entities, so a
+                // group with relations has mentions; the check keeps a bad
+                // extraction from panicking the worker.
+                if mentions.is_empty() {
+                    return out;
+                }
+                mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
                 let (rows, assignments) = match resolve_entities(&mentions, model.as_ref()).await {
                     Ok(resolved) => resolved,
                     Err(error) => {
@@ -458,60 +492,59 @@ fn graph_stages<'scope>(
                     ))),
                 }
                 out.extend(rows.into_iter().map(GraphRow::Entity));
-                out.extend(assignments.into_iter().map(GraphRow::Assignment));
+                // Which entity the name became in each document: for the
+                // relations it starts, and those it ends (at its own name).
+                let entity_in: BTreeMap<Tag, Tag> = assignments
+                    .iter()
+                    .map(|a| (tag(&a.doc_id), entity_tag(&a.entity_id)))
+                    .collect();
+                out.extend(relations.into_iter().filter_map(|r| {
+                    let source_id = *entity_in.get(&r.doc)?;
+                    let mention = TargetMention::Relation {
+                        doc: r.doc,
+                        route: r.route,
+                        source_id,
+                        text: r.text,
+                    };
+                    Some(GraphRow::ToTarget(r.target, mention))
+                }));
+                out.extend(assignments.iter().map(|a| {
+                    let mention = TargetMention::Entity {
+                        doc: tag(&a.doc_id),
+                        entity_id: entity_tag(&a.entity_id),
+                    };
+                    GraphRow::ToTarget(tag(&a.key), mention)
+                }));
                 out
             }
         },
     );
-    // Which entity each document's mention of a name became, arranged once
-    // for both ends of every relation.
-    let assigned = resolved
-        .clone()
-        .flat_map(|row| match row {
-            GraphRow::Assignment(a) => {
-                Some(((tag(&a.doc_id), tag(&a.key)), entity_tag(&a.entity_id)))
-            }
-            _ => None,
-        })
-        .arrange_by_key_named("Assignments");
-    let by_pair = spill_where_used(
-        doc_relations,
+    let to_targets = resolved.clone().flat_map(|row| match row {
+        GraphRow::ToTarget(name, mention) => Some((name, mention)),
+        _ => None,
+    });
+    let pairs = spill_where_used(
+        to_targets,
         spill,
-        "SpillRelations",
-        |r| EntityPair::route(tag(&r.source_key), tag(&r.target_key)),
-        |r, text| {
-            let (doc, source, target) = (tag(&r.doc_id), tag(&r.source_key), tag(&r.target_key));
-            ((doc, source), (target, text))
-        },
+        "SpillTargets",
+        |(name, _)| name.hashed(),
+        |(name, _), text| (*name, text),
     )
-    // Each join's arrangement holds what the next step needs beside its key,
-    // not the whole mention: these hold every relation of the archive.
-    .join_core(
-        assigned.clone(),
-        |&(doc, source), &(target, text), &source_id| {
-            Some(((doc, target), (source, source_id, text)))
-        },
-    )
-    .join_core(
-        assigned,
-        |&(_, target), &(source, source_id, text), &target_id| {
-            let pair = EntityPair {
-                source,
-                target,
-                source_id,
-                target_id,
-            };
-            Some((pair, text))
-        },
-    )
+    .reduce_named("MentionsByTarget", move |_name, found, out| {
+        out.push((spill_group(&target_spill, found), 1));
+    })
+    // No model call: the target's entity in the relation's document, read
+    // from the spill as the group arrives.
+    .flat_map(move |(_name, group)| {
+        let found: Vec<(Tag, TargetMention)> = read_group(&target_read, group);
+        target_pairs(found)
+    })
     .reduce_named("RelationsByPair", move |_pair, found, out| {
         out.push((spill_group(&pair_spill, found), 1));
-    })
-    // The merge needs only the entities; the names were for routing.
-    .map(|(pair, found)| ((pair.source_id, pair.target_id), found));
+    });
     let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
     let relations = map_async(
-        by_pair,
+        pairs,
         runtime.clone(),
         "MergeRelations",
         stages,
@@ -519,13 +552,14 @@ fn graph_stages<'scope>(
             weight: |(_, group)| group.len,
             budget: MENTIONS_IN_FLIGHT,
         },
-        move |((source_id, target_id), group): ((Tag, Tag), SpilledGroup)| {
+        move |(pair, group): (PairKey, SpilledGroup)| {
             let model = Arc::clone(&model_r);
             let spill = Arc::clone(&spill_r);
             async move {
                 let found: Vec<DocRelation> =
                     read_in_doc_order(&spill, group, |r: &DocRelation| &r.doc_id);
-                let (source_id, target_id) = (&entity_id(source_id), &entity_id(target_id));
+                let (source_id, target_id) =
+                    (&entity_id(pair.source_id), &entity_id(pair.target_id));
                 match merge_relations_across(source_id, target_id, &found, model.as_ref()).await {
                     Ok(row) => vec![GraphRow::Relation(row)],
                     Err(error) => {
@@ -548,7 +582,7 @@ fn graph_stages<'scope>(
         },
     );
     resolved
-        .filter(|row| !matches!(row, GraphRow::Assignment(_)))
+        .filter(|row| !matches!(row, GraphRow::ToTarget(..)))
         .concat(relations)
 }
 
@@ -586,6 +620,15 @@ fn spill_group<K>(spill: &Spill, values: &[(&SpillKey, K)]) -> SpilledGroup {
     SpilledGroup::put(spill, &keys)
 }
 
+/// The spilled values of `group`, in its keys' order.
+fn read_group<T: serde::de::DeserializeOwned>(spill: &Spill, group: SpilledGroup) -> Vec<T> {
+    group
+        .keys(spill)
+        .into_iter()
+        .map(|text| spill.get(text))
+        .collect()
+}
+
 /// The spilled values of `group`, in the order of their documents' ids (ties
 /// in key order): the order resolution and merging expect.
 fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>(
@@ -593,37 +636,131 @@ fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>(
     group: SpilledGroup,
     doc_id: impl Fn(&T) -> &K,
 ) -> Vec<T> {
-    let mut values: Vec<T> = group
-        .keys(spill)
-        .into_iter()
-        .map(|text| spill.get(text))
-        .collect();
+    let mut values: Vec<T> = read_group(spill, group);
     values.sort_by(|a, b| doc_id(a).cmp(doc_id(b)));
     values
 }
 
-/// What relations are merged by: the entities at their ends. Every relation of
-/// a pair has the same two names (an entity has one name key), so a pair is
-/// routed by its names alone ([`EntityPair::route`], its `Hash`), and merged on
-/// the worker that spilled its relations.
+/// What a name's group holds: the documents' mentions of the name, and the
+/// relations whose source it is.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-struct EntityPair {
+enum NameMention {
+    Entity(DocEntity),
+    Relation(RelationRef),
+}
+
+impl NameMention {
+    /// The name it is grouped by.
+    fn name(&self) -> Tag {
+        match self {
+            NameMention::Entity(e) => tag(&e.key),
+            NameMention::Relation(r) => r.source,
+        }
+    }
+}
+
+/// A relation as the names at its ends see it; its text stays spilled on the
+/// worker `route` sends its pair to.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct RelationRef {
+    doc: Tag,
     source: Tag,
     target: Tag,
+    route: u64,
+    text: SpillKey,
+}
+
+/// A name's group's mentions (in key order) and relations.
+fn split_name_mentions(found: Vec<NameMention>) -> (Vec<DocEntity>, Vec<RelationRef>) {
+    let (mut mentions, mut relations) = (Vec::new(), Vec::new());
+    for mention in found {
+        match mention {
+            NameMention::Entity(e) => mentions.push(e),
+            NameMention::Relation(r) => relations.push(r),
+        }
+    }
+    (mentions, relations)
+}
+
+/// What a name's group sends to a target name's group: the entity the name
+/// became in one document, or a relation ending at the name, with the entity
+/// its source became.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum TargetMention {
+    Entity {
+        doc: Tag,
+        entity_id: Tag,
+    },
+    Relation {
+        doc: Tag,
+        route: u64,
+        source_id: Tag,
+        text: SpillKey,
+    },
+}
+
+/// A target name's relations, each keyed by its pair of entities: the target
+/// is the entity the name became in the relation's document. A relation whose
+/// document has no entity of that name has no pair (the extraction keeps only
+/// relations between the document's entities).
+fn target_pairs(found: Vec<(Tag, TargetMention)>) -> Vec<(PairKey, SpillKey)> {
+    let entity_in: BTreeMap<Tag, Tag> = found
+        .iter()
+        .filter_map(|(_, m)| match m {
+            TargetMention::Entity { doc, entity_id } => Some((*doc, *entity_id)),
+            TargetMention::Relation { .. } => None,
+        })
+        .collect();
+    found
+        .into_iter()
+        .filter_map(|(_, m)| match m {
+            TargetMention::Relation {
+                doc,
+                route,
+                source_id,
+                text,
+            } => {
+                let target_id = *entity_in.get(&doc)?;
+                let pair = PairKey {
+                    route,
+                    source_id,
+                    target_id,
+                };
+                Some((pair, text))
+            }
+            TargetMention::Entity { .. } => None,
+        })
+        .collect()
+}
+
+/// The worker route of the relations between two names: every relation of an
+/// entity pair has the same two names (an entity has one name key).
+fn pair_route(source: Tag, target: Tag) -> u64 {
+    (source, target).hashed()
+}
+
+/// What relations are merged by: the entities at their ends, and the route
+/// of their names, which is the whole of its `Hash`, so the pair's reduce runs
+/// on the worker that spilled its relations ([`PairKey::worker_hash`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct PairKey {
+    route: u64,
     source_id: Tag,
     target_id: Tag,
 }
 
-impl EntityPair {
-    /// The worker hash of the pairs between entities of these two names.
-    fn route(source: Tag, target: Tag) -> u64 {
-        (source, target).hashed()
+impl PairKey {
+    /// The worker hash of the pairs whose names have `route`.
+    fn worker_hash(route: u64) -> u64 {
+        route.hashed()
     }
 }
 
-impl Hash for EntityPair {
+impl Hash for PairKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        (self.source, self.target).hash(state);
+        self.route.hash(state);
     }
 }
 
@@ -939,15 +1076,51 @@ mod tests {
     #[test]
     fn a_pair_routes_by_its_names_as_its_relations_were_spilled() {
         let (ada, babbage) = (tag("ada lovelace"), tag("charles babbage"));
-        let pair = |source_id: Tag| EntityPair {
-            source: ada,
-            target: babbage,
+        let route = pair_route(ada, babbage);
+        let pair = |source_id: Tag| PairKey {
+            route,
             source_id,
             target_id: 2,
         };
-        let route = EntityPair::route(ada, babbage);
-        assert_eq!(pair(1).hashed(), route);
-        assert_eq!(pair(7).hashed(), route);
-        assert_ne!(EntityPair::route(babbage, ada), route);
+        assert_eq!(pair(1).hashed(), PairKey::worker_hash(route));
+        assert_eq!(pair(7).hashed(), PairKey::worker_hash(route));
+        assert_ne!(pair_route(babbage, ada), route);
+    }
+
+    /// A relation's pair is the entity its source became (given by the
+    /// source's name) and the entity the target's name became in the same
+    /// document; a document without that entity gives it no pair.
+    #[test]
+    fn a_target_group_pairs_each_relation_with_its_documents_entity() {
+        let (target, route) = (tag("charles babbage"), 9);
+        let relation = |doc: &str, text: SpillKey| {
+            let mention = TargetMention::Relation {
+                doc: tag(doc),
+                route,
+                source_id: 1,
+                text,
+            };
+            (target, mention)
+        };
+        let entity = |doc: &str, entity_id: Tag| {
+            let mention = TargetMention::Entity {
+                doc: tag(doc),
+                entity_id,
+            };
+            (target, mention)
+        };
+        let pairs = target_pairs(vec![
+            relation("a.txt", 100),
+            entity("b.txt", 21),
+            relation("b.txt", 200),
+            entity("a.txt", 20),
+            relation("c.txt", 300),
+        ]);
+        let pair = |target_id: Tag| PairKey {
+            route,
+            source_id: 1,
+            target_id,
+        };
+        assert_eq!(pairs, vec![(pair(20), 100), (pair(21), 200)]);
     }
 }
