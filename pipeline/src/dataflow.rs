@@ -419,7 +419,6 @@ fn graph_stages<'scope>(
                 doc: tag(&r.doc_id),
                 source,
                 target,
-                route: pair_route(source, target),
                 text,
             })
         },
@@ -502,18 +501,15 @@ fn graph_stages<'scope>(
                     let source_id = *entity_in.get(&r.doc)?;
                     let mention = TargetMention::Relation {
                         doc: r.doc,
-                        route: r.route,
+                        route: pair_route(r.source, r.target),
                         source_id,
                         text: r.text,
                     };
                     Some(GraphRow::ToTarget(r.target, mention))
                 }));
-                out.extend(assignments.iter().map(|a| {
-                    let mention = TargetMention::Entity {
-                        doc: tag(&a.doc_id),
-                        entity_id: entity_tag(&a.entity_id),
-                    };
-                    GraphRow::ToTarget(tag(&a.key), mention)
+                let name = tag(&mentions[0].key);
+                out.extend(entity_in.into_iter().map(|(doc, entity_id)| {
+                    GraphRow::ToTarget(name, TargetMention::Entity { doc, entity_id })
                 }));
                 out
             }
@@ -660,13 +656,12 @@ impl NameMention {
 }
 
 /// A relation as the names at its ends see it; its text stays spilled on the
-/// worker `route` sends its pair to.
+/// worker its names' [`pair_route`] sends its pair to.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 struct RelationRef {
     doc: Tag,
     source: Tag,
     target: Tag,
-    route: u64,
     text: SpillKey,
 }
 
