@@ -89,18 +89,21 @@ where
                 // Per time: the capability to emit at it and its futures not yet
                 // finished (waiting or running).
                 let mut pending: BTreeMap<u64, (Capability<u64>, usize)> = BTreeMap::new();
-                let mut waiting: VecDeque<(D, u64, isize)> = VecDeque::new();
+                // The updates waiting, in the messages they came in: a round's
+                // end brings a whole archive's groups at once, and one queue
+                // of them, grown by doubling, held up to twice their bytes.
+                let mut waiting: VecDeque<std::vec::IntoIter<(D, u64, isize)>> = VecDeque::new();
                 let (mut running, mut running_weight) = (0, 0);
                 move |(input, _frontier), output| {
                     input.for_each(|capability, updates| {
-                        for (data, time, diff) in updates.drain(..) {
+                        for (_, time, _) in updates.iter() {
                             pending
-                                .entry(time)
-                                .or_insert_with(|| (capability.delayed(&time, output.output_index()), 0))
+                                .entry(*time)
+                                .or_insert_with(|| (capability.delayed(time, output.output_index()), 0))
                                 .1 += 1;
-                            stages.started(name, 1);
-                            waiting.push_back((data, time, diff));
                         }
+                        stages.started(name, updates.len() as u64);
+                        waiting.push_back(std::mem::take(updates).into_iter());
                     });
                     let mut finished = Vec::new();
                     while let Ok(done) = done_rx.try_recv() {
@@ -108,12 +111,16 @@ where
                         running_weight -= done.2;
                         finished.push(done);
                     }
-                    while let Some((data, _, _)) = waiting.front() {
+                    while let Some(message) = waiting.front_mut() {
+                        let Some((data, _, _)) = message.as_slice().first() else {
+                            waiting.pop_front();
+                            continue;
+                        };
                         let weight = (in_flight.weight)(data);
                         if !in_flight.admits(running, running_weight, weight) {
                             break;
                         }
-                        let (data, time, diff) = waiting.pop_front().expect("a front");
+                        let (data, time, diff) = message.next().expect("a first update");
                         running += 1;
                         running_weight += weight;
                         let future = AssertUnwindSafe(logic(data)).catch_unwind();

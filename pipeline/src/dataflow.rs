@@ -391,9 +391,9 @@ fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
 /// A relation takes its ends' entities on its way through the names: it is
 /// grouped with its source's name, whose resolution gives it the source's
 /// entity in its document, then with its target's name beside that name's
-/// entities, then with its pair. Each of the three arrangements holds a
-/// relation as a name or pair and a spill key; re-keying it by joins with the
-/// assignments held it three times as (document, name) pairs and ids.
+/// entities, which gives it the target's and so its pair; every relation of
+/// a pair ends at that name, so the name's group hands on whole pairs. Each of
+/// the two arrangements holds a relation as a name and a spill key.
 fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
@@ -403,16 +403,15 @@ fn graph_stages<'scope>(
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, GraphRow, isize> {
-    let (name_spill, target_spill, pair_spill) =
-        (Arc::clone(spill), Arc::clone(spill), Arc::clone(spill));
-    let target_read = Arc::clone(spill);
-    // A relation's text is spilled where its pair is merged; its source's
-    // name carries only where that is.
+    let (name_spill, target_spill) = (Arc::clone(spill), Arc::clone(spill));
+    // A relation's text is spilled where its pair is merged: on the worker
+    // of its target's name, whose group pairs it. Its source's name carries
+    // only where that is.
     let relation_refs = spill_where_used(
         doc_relations,
         spill,
         "SpillRelations",
-        |r| PairKey::worker_hash(pair_route(tag(&r.source_key), tag(&r.target_key))),
+        relation_route,
         |r, text| {
             let (source, target) = (tag(&r.source_key), tag(&r.target_key));
             NameMention::Relation(RelationRef {
@@ -427,7 +426,7 @@ fn graph_stages<'scope>(
         doc_entities.map(NameMention::Entity).concat(relation_refs),
         spill,
         "SpillNames",
-        |m| m.name().hashed(),
+        |m| name_route(m.name()),
         |m, text| (m.name(), text),
     )
     .reduce_named("MentionsByName", move |_name, mentions, out| {
@@ -501,7 +500,6 @@ fn graph_stages<'scope>(
                     let source_id = *entity_in.get(&r.doc)?;
                     let mention = TargetMention::Relation {
                         doc: r.doc,
-                        route: pair_route(r.source, r.target),
                         source_id,
                         text: r.text,
                     };
@@ -519,25 +517,26 @@ fn graph_stages<'scope>(
         GraphRow::ToTarget(name, mention) => Some((name, mention)),
         _ => None,
     });
+    // Every relation of a pair ends at the pair's target's name (an entity
+    // has one name), so the name's group holds whole pairs: no model call,
+    // the target's entity in the relation's document, read from the spill.
     let pairs = spill_where_used(
         to_targets,
         spill,
         "SpillTargets",
-        |(name, _)| name.hashed(),
+        |(name, _)| name_route(*name),
         |(name, _), text| (*name, text),
     )
-    .reduce_named("MentionsByTarget", move |_name, found, out| {
-        out.push((spill_group(&target_spill, found), 1));
+    .reduce_named("PairsByTarget", move |_name, found, out| {
+        let found: Vec<(Tag, TargetMention)> = found
+            .iter()
+            .map(|(key, _)| target_spill.get(**key))
+            .collect();
+        for (pair, relations) in target_pairs(found) {
+            out.push(((pair, SpilledGroup::put(&target_spill, &relations)), 1));
+        }
     })
-    // No model call: the target's entity in the relation's document, read
-    // from the spill as the group arrives.
-    .flat_map(move |(_name, group)| {
-        let found: Vec<(Tag, TargetMention)> = read_group(&target_read, group);
-        target_pairs(found)
-    })
-    .reduce_named("RelationsByPair", move |_pair, found, out| {
-        out.push((spill_group(&pair_spill, found), 1));
-    });
+    .map(|(_name, pair)| pair);
     let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
     let relations = map_async(
         pairs,
@@ -690,17 +689,17 @@ enum TargetMention {
     },
     Relation {
         doc: Tag,
-        route: u64,
         source_id: Tag,
         text: SpillKey,
     },
 }
 
-/// A target name's relations, each keyed by its pair of entities: the target
-/// is the entity the name became in the relation's document. A relation whose
-/// document has no entity of that name has no pair (the extraction keeps only
-/// relations between the document's entities).
-fn target_pairs(found: Vec<(Tag, TargetMention)>) -> Vec<(PairKey, SpillKey)> {
+/// A target name's relations by pair, each pair's in key order (the order its
+/// group is spilled in): the target is the entity the name became in the
+/// relation's document. A relation whose document has no entity of that name
+/// has no pair (the extraction keeps only relations between the document's
+/// entities).
+fn target_pairs(found: Vec<(Tag, TargetMention)>) -> BTreeMap<PairKey, Vec<SpillKey>> {
     let entity_in: BTreeMap<Tag, Tag> = found
         .iter()
         .filter_map(|(_, m)| match m {
@@ -708,55 +707,47 @@ fn target_pairs(found: Vec<(Tag, TargetMention)>) -> Vec<(PairKey, SpillKey)> {
             TargetMention::Relation { .. } => None,
         })
         .collect();
-    found
-        .into_iter()
-        .filter_map(|(_, m)| match m {
-            TargetMention::Relation {
-                doc,
-                route,
+    let mut pairs: BTreeMap<PairKey, Vec<SpillKey>> = BTreeMap::new();
+    for (_, mention) in found {
+        if let TargetMention::Relation {
+            doc,
+            source_id,
+            text,
+        } = mention
+            && let Some(&target_id) = entity_in.get(&doc)
+        {
+            let pair = PairKey {
                 source_id,
-                text,
-            } => {
-                let target_id = *entity_in.get(&doc)?;
-                let pair = PairKey {
-                    route,
-                    source_id,
-                    target_id,
-                };
-                Some((pair, text))
-            }
-            TargetMention::Entity { .. } => None,
-        })
-        .collect()
+                target_id,
+            };
+            pairs.entry(pair).or_default().push(text);
+        }
+    }
+    for relations in pairs.values_mut() {
+        relations.sort_unstable();
+        relations.dedup();
+    }
+    pairs
 }
 
-/// The worker route of the relations between two names: every relation of an
-/// entity pair has the same two names (an entity has one name key).
-fn pair_route(source: Tag, target: Tag) -> u64 {
-    (source, target).hashed()
+/// The worker that groups a name's mentions (and spills them).
+fn name_route(name: Tag) -> u64 {
+    name.hashed()
 }
 
-/// What relations are merged by: the entities at their ends, and the route
-/// of their names, which is the whole of its `Hash`, so the pair's reduce runs
-/// on the worker that spilled its relations ([`PairKey::worker_hash`]).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+/// The worker a relation's text is spilled on: its target name's, whose group
+/// pairs it and whose worker merges the pair.
+fn relation_route(relation: &DocRelation) -> u64 {
+    name_route(tag(&relation.target_key))
+}
+
+/// What relations are merged by: the entities at their ends.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 struct PairKey {
-    route: u64,
     source_id: Tag,
     target_id: Tag,
-}
-
-impl PairKey {
-    /// The worker hash of the pairs whose names have `route`.
-    fn worker_hash(route: u64) -> u64 {
-        route.hashed()
-    }
-}
-
-impl Hash for PairKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.route.hash(state);
-    }
 }
 
 /// Sends each update to the worker `route` names, spills it there, and passes
@@ -1066,20 +1057,22 @@ mod tests {
         assert!(output.pages.is_empty());
     }
 
-    /// A pair's relations are spilled on the worker its names route to, and
-    /// merged on the worker the reduce routes the pair to: the two must agree.
+    /// A relation's text is spilled where its pair is merged: on the worker of
+    /// its target's name, whose group pairs it, not its source's.
     #[test]
-    fn a_pair_routes_by_its_names_as_its_relations_were_spilled() {
-        let (ada, babbage) = (tag("ada lovelace"), tag("charles babbage"));
-        let route = pair_route(ada, babbage);
-        let pair = |source_id: Tag| PairKey {
-            route,
-            source_id,
-            target_id: 2,
+    fn a_relation_is_spilled_where_its_target_name_is_grouped() {
+        let relation = DocRelation {
+            doc_id: "a.txt".to_string(),
+            source_key: "ada lovelace".to_string(),
+            target_key: "charles babbage".to_string(),
+            description: "worked with".to_string(),
+            seg_ids: vec!["s1".to_string()],
+            summary: "".into(),
+            evidence: "".into(),
         };
-        assert_eq!(pair(1).hashed(), PairKey::worker_hash(route));
-        assert_eq!(pair(7).hashed(), PairKey::worker_hash(route));
-        assert_ne!(pair_route(babbage, ada), route);
+        let (source, target) = (tag("ada lovelace"), tag("charles babbage"));
+        assert_eq!(relation_route(&relation), target.hashed());
+        assert_ne!(relation_route(&relation), name_route(source));
     }
 
     /// A relation's pair is the entity its source became (given by the
@@ -1087,12 +1080,11 @@ mod tests {
     /// document; a document without that entity gives it no pair.
     #[test]
     fn a_target_group_pairs_each_relation_with_its_documents_entity() {
-        let (target, route) = (tag("charles babbage"), 9);
-        let relation = |doc: &str, text: SpillKey| {
+        let target = tag("charles babbage");
+        let relation = |doc: &str, source_id: Tag, text: SpillKey| {
             let mention = TargetMention::Relation {
                 doc: tag(doc),
-                route,
-                source_id: 1,
+                source_id,
                 text,
             };
             (target, mention)
@@ -1105,17 +1097,23 @@ mod tests {
             (target, mention)
         };
         let pairs = target_pairs(vec![
-            relation("a.txt", 100),
+            relation("a.txt", 1, 150),
             entity("b.txt", 21),
-            relation("b.txt", 200),
+            relation("b.txt", 1, 200),
             entity("a.txt", 20),
-            relation("c.txt", 300),
+            relation("c.txt", 1, 300),
+            relation("a.txt", 1, 100),
+            relation("a.txt", 2, 400),
         ]);
-        let pair = |target_id: Tag| PairKey {
-            route,
-            source_id: 1,
+        let pair = |source_id: Tag, target_id: Tag| PairKey {
+            source_id,
             target_id,
         };
-        assert_eq!(pairs, vec![(pair(20), 100), (pair(21), 200)]);
+        let expected = BTreeMap::from([
+            (pair(1, 20), vec![100, 150]),
+            (pair(1, 21), vec![200]),
+            (pair(2, 20), vec![400]),
+        ]);
+        assert_eq!(pairs, expected);
     }
 }
