@@ -654,8 +654,8 @@ impl NameMention {
     }
 }
 
-/// A relation as the names at its ends see it; its text stays spilled on the
-/// worker its names' [`pair_route`] sends its pair to.
+/// A relation as the names at its ends see it; its text stays spilled on its
+/// target name's worker ([`relation_route`]), which merges its pair.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 struct RelationRef {
     doc: Tag,
