@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use memweave_benches::archive::{PYTHON_DOCS, python_docs_installed};
 use memweave_llm::EmbedArgs;
 use memweave_llm::sim::{Sim, SimConfig};
 use memweave_operators::build::{BuildConfig, Memories};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, run_index};
 
-const PYTHON_DOCS: &str = "/usr/share/doc/python3.11/html/_sources";
 const CHILD: &str = "MEMWEAVE_BUILD_BENCH_CORPUS";
 
 fn workers() -> usize {
@@ -53,6 +53,7 @@ fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary,
         cluster: memweave_pipeline::cluster::Cluster::default(),
         metrics_listen: None,
         write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
+        max_model_tokens: None,
     };
     let started = Instant::now();
     let summary = run_index(&options).unwrap();
@@ -120,23 +121,6 @@ fn throughput(name: &str, source: &Path) {
     );
 }
 
-fn python_docs() -> Option<PathBuf> {
-    let path = PathBuf::from(PYTHON_DOCS);
-    if !path.exists() {
-        let installed = Command::new("apt-get")
-            .args(["install", "-y", "-q", "python3.11-doc"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !installed {
-            println!(
-                "python3.11-doc is not installed and could not be (apt-get install python3.11-doc): skipped"
-            );
-            return None;
-        }
-    }
-    Some(path)
-}
-
 fn calls_per_memory(essays: &Path) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let sim = Sim::new(SimConfig {
@@ -180,8 +164,8 @@ fn main() {
     if std::env::var_os("BUILD_BENCH_CALLS_ONLY").is_none() {
         println!("Throughput, extractive backend, all four memories, hashing embedder:");
         throughput("pg-essays", &essays);
-        if let Some(docs) = python_docs() {
-            throughput("python3.11-doc sources", &docs);
+        if python_docs_installed() {
+            throughput("python3.11-doc sources", Path::new(PYTHON_DOCS));
         }
     }
     println!("Model calls per 1,000 input tokens, pg-essays through the simulator:");

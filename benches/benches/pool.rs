@@ -62,6 +62,7 @@ fn run(label: &str, fault_rate: f64) {
         cluster: memweave_pipeline::cluster::Cluster::default(),
         metrics_listen: None,
         write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
+        max_model_tokens: None,
     };
     // Busy slots every 100 ms, to show where the pool idles (ramp-up, tail).
     let sampler = std::sync::Arc::clone(&sim);

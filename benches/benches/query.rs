@@ -159,6 +159,7 @@ fn index(source: &Path, tables: &Path) -> IndexSummary {
         cluster: memweave_pipeline::cluster::Cluster::default(),
         metrics_listen: None,
         write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
+        max_model_tokens: None,
     };
     let summary = run_index(&options).unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);

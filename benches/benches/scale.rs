@@ -35,22 +35,22 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where a real corpus the project did not write lives once installed.
-const PYTHON_DOCS: &str = "/usr/share/doc/python3.11/html/_sources";
-/// cl100k tokens per word of the generated English, measured on pg-essays.
-const TOKENS_PER_WORD: f64 = 1.3;
+use memweave_benches::archive::{
+    Markov, PYTHON_DOCS, change_one_in_a_thousand, dir_bytes, generate, generate_again,
+    memweave_binary, parse_size, python_docs_installed,
+};
+
 /// Builds of an archive under 10 MB of text, of which the median is reported.
 const SMALL_REPEATS: usize = 3;
 
 fn main() {
     // `cargo bench` passes `--bench`; this harness takes its knobs from the
     // environment, like the other benches.
-    let binary = memweave_binary();
+    let binary = memweave_binary("SCALE_BIN");
     let work = std::env::var_os("SCALE_DIR").map_or_else(
         || std::env::temp_dir().join("memweave-scale"),
         PathBuf::from,
@@ -93,7 +93,7 @@ fn main() {
     );
     let mut runs: Vec<(String, u64, Run)> = Vec::new();
     for (name, dir) in &archives {
-        let text = text_bytes(dir);
+        let text = dir_bytes(dir);
         let tables = work.join(format!("tables-{}", name.replace(' ', "-")));
         // A small build's peak moves by ~10% between identical runs (what is in
         // flight when the index build starts), as much as separates the ratios
@@ -186,51 +186,6 @@ fn main() {
         // Put the archive back, so the next run of the bench builds the same one.
         generate_again(&model, &dir);
     }
-}
-
-/// The `memweave` binary: SCALE_BIN, else the release build beside this bench.
-fn memweave_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("SCALE_BIN") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let release = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("memweave");
-    assert!(
-        release.exists(),
-        "{} is missing: run `cargo build --release -p memweave-pipeline` first, or set SCALE_BIN",
-        release.display()
-    );
-    release
-}
-
-fn parse_size(size: &str) -> u64 {
-    let (number, unit) = size.split_at(size.len() - 1);
-    let scale = match unit {
-        "M" => 1_000_000,
-        "k" => 1_000,
-        _ => panic!("SCALE_SIZES takes sizes like 1M, 10M, 100M, 500k; got {size}"),
-    };
-    number.parse::<u64>().unwrap() * scale
-}
-
-fn python_docs_installed() -> bool {
-    if Path::new(PYTHON_DOCS).exists() {
-        return true;
-    }
-    let installed = Command::new("apt-get")
-        .args(["install", "-y", "-qq", "python3.11-doc"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !installed {
-        println!("python3.11-doc is not installed (apt-get install python3.11-doc); skipping it");
-    }
-    installed && Path::new(PYTHON_DOCS).exists()
 }
 
 fn archive_named(archives: &[(String, PathBuf)], name: &str) -> Option<PathBuf> {
@@ -448,234 +403,4 @@ fn parse_summary(output: &str) -> HashMap<String, f64> {
 
 fn first_number(text: &str) -> Option<f64> {
     text.split_whitespace().next()?.parse().ok()
-}
-
-fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            let meta = e.metadata().unwrap();
-            if meta.is_dir() {
-                dir_bytes(&e.path())
-            } else {
-                meta.len()
-            }
-        })
-        .sum()
-}
-
-fn text_bytes(dir: &Path) -> u64 {
-    dir_bytes(dir)
-}
-
-/// A word-level Markov chain of order two: enough to write prose whose
-/// vocabulary, sentence lengths and paragraphing look like essays, never the
-/// same twice.
-struct Markov {
-    words: Vec<String>,
-    /// (word, word) → the indices of the words that followed that pair.
-    next: HashMap<(u32, u32), Vec<u32>>,
-    starts: Vec<(u32, u32)>,
-}
-
-impl Markov {
-    fn train(essays: &Path) -> Markov {
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(essays)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        paths.sort();
-        let mut index: HashMap<String, u32> = HashMap::new();
-        let mut words: Vec<String> = Vec::new();
-        let mut next: HashMap<(u32, u32), Vec<u32>> = HashMap::new();
-        let mut starts = Vec::new();
-        for path in paths {
-            let text = std::fs::read_to_string(path).unwrap();
-            let ids: Vec<u32> = text
-                .split_whitespace()
-                .map(|w| {
-                    *index.entry(w.to_string()).or_insert_with(|| {
-                        words.push(w.to_string());
-                        (words.len() - 1) as u32
-                    })
-                })
-                .collect();
-            for w in ids.windows(3) {
-                next.entry((w[0], w[1])).or_default().push(w[2]);
-                if words[w[0] as usize].ends_with('.') {
-                    starts.push((w[1], w[2]));
-                }
-            }
-        }
-        Markov {
-            words,
-            next,
-            starts,
-        }
-    }
-
-    /// About `words` words of prose, with `names` mixed in as subjects.
-    fn write(&self, rng: &mut fastrand::Rng, words: usize, names: &[String]) -> String {
-        let mut out = String::new();
-        let mut written = 0;
-        let mut pair = self.starts[rng.usize(..self.starts.len())];
-        let mut sentence_words = 0;
-        let mut sentences_in_paragraph = 0;
-        while written < words {
-            let word = &self.words[pair.1 as usize];
-            out.push_str(word);
-            written += 1;
-            sentence_words += 1;
-            let followers = self.next.get(&pair);
-            let ends_sentence = word.ends_with('.') || word.ends_with('?');
-            match followers {
-                Some(f) if !(ends_sentence && sentence_words > 8) || rng.u8(..4) == 0 => {
-                    pair = (pair.1, f[rng.usize(..f.len())]);
-                    out.push(' ');
-                    if ends_sentence {
-                        sentence_words = 0;
-                    }
-                }
-                _ => {
-                    if !ends_sentence {
-                        out.push('.');
-                    }
-                    sentences_in_paragraph += 1;
-                    sentence_words = 0;
-                    if sentences_in_paragraph > 3 + rng.usize(..5) {
-                        out.push_str("\n\n");
-                        sentences_in_paragraph = 0;
-                    } else {
-                        out.push(' ');
-                    }
-                    // A new sentence, often about one of the document's names.
-                    if !names.is_empty() && rng.u8(..3) == 0 {
-                        let name = &names[rng.usize(..names.len())];
-                        let verb = ["said", "wrote", "argued", "noticed", "found"][rng.usize(..5)];
-                        let _ = write!(out, "{name} {verb} that ");
-                        written += 3;
-                    }
-                    pair = self.starts[rng.usize(..self.starts.len())];
-                }
-            }
-        }
-        out
-    }
-}
-
-/// The pool of people and places a generated archive of `documents` mentions:
-/// it grows with the archive, so names recur across documents at every size.
-fn name_pool(documents: usize) -> Vec<String> {
-    const FIRST: &[&str] = &[
-        "Ada", "Bram", "Cleo", "Dmitri", "Esme", "Farid", "Greta", "Hugo", "Ines", "Jonas", "Kiri",
-        "Lars", "Mira", "Nils", "Oona", "Pavel", "Quinn", "Rosa", "Soren", "Tamsin",
-    ];
-    const SYLLABLES: &[&str] = &[
-        "ber", "cal", "dor", "fen", "gar", "hol", "kes", "lin", "mor", "nav", "pel", "quon", "ras",
-        "sel", "tav", "ul", "vor", "wen", "yar", "zel",
-    ];
-    let size = (documents * 4).max(40);
-    (0..size)
-        .map(|i| {
-            let a = SYLLABLES[i % SYLLABLES.len()];
-            let b = SYLLABLES[(i / SYLLABLES.len()) % SYLLABLES.len()];
-            let c = SYLLABLES[(i / 400) % SYLLABLES.len()];
-            let mut surname = format!("{a}{b}{c}");
-            surname[..1].make_ascii_uppercase();
-            if i % 3 == 0 {
-                format!("{surname} Harbour")
-            } else {
-                format!("{} {surname}", FIRST[(i / 7) % FIRST.len()])
-            }
-        })
-        .collect()
-}
-
-/// Document `n` of a generated archive: its words and names follow from `n`.
-fn document(model: &Markov, pool: &[String], n: usize, edit: u32) -> String {
-    let mut rng = fastrand::Rng::with_seed(n as u64 * 7919 + u64::from(edit));
-    // Sizes log-uniform from 400 to 6,000 words.
-    let words = (400.0 * 15f64.powf(rng.f64())) as usize;
-    // A few names per document, skewed towards the front of the pool.
-    let names: Vec<String> = (0..2 + rng.usize(..5))
-        .map(|_| {
-            let skew = rng.f64() * rng.f64();
-            pool[(skew * pool.len() as f64) as usize].clone()
-        })
-        .collect();
-    let title = model.write(&mut rng, 6, &[]);
-    let body = model.write(&mut rng, words, &names);
-    format!("{}\n\n{body}\n", title.trim_end_matches('.'))
-}
-
-/// Average words of a generated document (log-uniform from 400 to 6,000).
-fn mean_words() -> f64 {
-    (6000.0 - 400.0) / 15f64.ln()
-}
-
-/// Writes the generated archive of about `tokens` tokens into `dir`, unless a
-/// complete one is there.
-fn generate(model: &Markov, dir: &Path, tokens: u64) {
-    let documents = (tokens as f64 / TOKENS_PER_WORD / mean_words()).ceil() as usize;
-    let done = dir.join(".complete");
-    if done.exists() {
-        return;
-    }
-    println!(
-        "writing {documents} generated documents into {}",
-        dir.display()
-    );
-    std::fs::create_dir_all(dir).unwrap();
-    let pool = name_pool(documents);
-    for n in 0..documents {
-        // A hundred documents a folder, as archives are organised.
-        let folder = dir.join(format!("{:05}", n / 100));
-        if n % 100 == 0 {
-            std::fs::create_dir_all(&folder).unwrap();
-        }
-        std::fs::write(
-            folder.join(format!("doc{n:07}.txt")),
-            document(model, &pool, n, 0),
-        )
-        .unwrap();
-    }
-    std::fs::write(&done, documents.to_string()).unwrap();
-}
-
-fn documents_in(dir: &Path) -> usize {
-    std::fs::read_to_string(dir.join(".complete"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Rewrites one document in a thousand (at least one) with new text; returns
-/// how many.
-fn change_one_in_a_thousand(model: &Markov, dir: &Path) -> usize {
-    let documents = documents_in(dir);
-    let pool = name_pool(documents);
-    let changed: Vec<usize> = (0..documents).step_by(1000).collect();
-    for &n in &changed {
-        let path = dir
-            .join(format!("{:05}", n / 100))
-            .join(format!("doc{n:07}.txt"));
-        std::fs::write(path, document(model, &pool, n, 1)).unwrap();
-    }
-    changed.len()
-}
-
-/// Undoes [`change_one_in_a_thousand`].
-fn generate_again(model: &Markov, dir: &Path) {
-    let documents = documents_in(dir);
-    let pool = name_pool(documents);
-    for n in (0..documents).step_by(1000) {
-        let path = dir
-            .join(format!("{:05}", n / 100))
-            .join(format!("doc{n:07}.txt"));
-        std::fs::write(path, document(model, &pool, n, 0)).unwrap();
-    }
 }

@@ -55,6 +55,7 @@ fn options(source: &Path, tables: &Path, cluster: Cluster, llm: Option<&str>) ->
         cluster,
         metrics_listen: None,
         write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
+        max_model_tokens: None,
     }
 }
 

@@ -5,6 +5,8 @@ use std::process::Command;
 
 use memweave_llm::{BackendKind, LlmArgs};
 
+pub mod archive;
+
 /// A corpus under `../shared/data` beside the checkout (never copied into the
 /// repository). Cargo sets `CARGO_MANIFEST_DIR` when it runs a benchmark; that
 /// value wins over the one compiled in, which is stale when another checkout

@@ -87,6 +87,10 @@ pub struct CacheReport {
     pub calls: u64,
     /// Rows appended to `llm_calls` so far.
     pub flushed: u64,
+    /// Model tokens (prompt and reply) of the calls made.
+    pub tokens: u64,
+    /// Calls not made because the build's token budget was spent.
+    pub refused: u64,
 }
 
 #[derive(Debug)]
@@ -111,6 +115,11 @@ pub struct CallCache {
     hits: AtomicU64,
     calls: AtomicU64,
     flushed: AtomicU64,
+    /// Model tokens of the calls made, the most they may reach before no
+    /// call is made ([`CallCache::limit_tokens`]), and the calls refused since.
+    tokens: AtomicU64,
+    token_budget: AtomicU64,
+    refused: AtomicU64,
     /// `flushed` when the `call_key` index last covered every appended row,
     /// and the rows appended since at which an append indexes them
     /// ([`INDEX_EVERY_ROWS`]).
@@ -172,6 +181,9 @@ impl CallCache {
             hits: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             flushed: AtomicU64::new(0),
+            tokens: AtomicU64::new(0),
+            token_budget: AtomicU64::new(u64::MAX),
+            refused: AtomicU64::new(0),
             indexed: AtomicU64::new(0),
             index_every: INDEX_EVERY_ROWS,
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -222,7 +234,17 @@ impl CallCache {
             hits: self.hits.load(Ordering::Relaxed),
             calls: self.calls.load(Ordering::Relaxed),
             flushed: self.flushed.load(Ordering::Relaxed),
+            tokens: self.tokens.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
         }
+    }
+
+    /// No call is made once the calls made have spent `budget` model tokens
+    /// (prompt and reply): it fails with `StepError::OverBudget`, and replies
+    /// in the cache are still used. Calls in flight when the budget is reached
+    /// finish, so the spend can pass it by what they cost.
+    pub fn limit_tokens(&self, budget: u64) {
+        self.token_budget.store(budget, Ordering::SeqCst);
     }
 
     /// The reply of the call `key`: from this process's calls, from `llm_calls`, or
@@ -261,6 +283,19 @@ impl CallCache {
                         task: task.to_string(),
                     });
                 }
+                let (spent, budget) = (
+                    self.tokens.load(Ordering::SeqCst),
+                    self.token_budget.load(Ordering::SeqCst),
+                );
+                if spent >= budget {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    return Err(StepError::OverBudget {
+                        task: task.to_string(),
+                        spent,
+                        limit: budget,
+                        unit: "model tokens",
+                    });
+                }
                 // Counted before the check, so `close` never misses a call that
                 // passed it; uncounted only once its row is pending.
                 self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -278,6 +313,10 @@ impl CallCache {
                     .map_err(Clone::clone);
                 if let Ok(row) = row {
                     self.calls.fetch_add(1, Ordering::Relaxed);
+                    self.tokens.fetch_add(
+                        u64::from(row.tokens_in) + u64::from(row.tokens_out),
+                        Ordering::SeqCst,
+                    );
                     *made.lock().unwrap_or_else(|e| e.into_inner()) = Some(ModelCall {
                         task: row.task.clone(),
                         tokens_in: row.tokens_in,
@@ -664,6 +703,35 @@ mod tests {
         let refused = ask("c").await.unwrap_err();
         assert_eq!(refused.kind(), "llm_over_budget");
         assert_eq!(ledger.take().len(), 1, "the refused call is not noted");
+    }
+
+    /// Past its token budget a cache makes no call, but still answers what it
+    /// holds; the report counts the tokens spent and the calls refused.
+    #[tokio::test]
+    async fn a_token_budget_stops_new_calls_and_keeps_cached_replies() {
+        let cache = CallCache::in_memory();
+        cache.limit_tokens(100);
+        let cx = CallContext::corpus("test");
+        let ask = |key: &'static str| {
+            let (cache, cx) = (cache.clone(), cx.clone());
+            async move {
+                cache
+                    .reply(&cx, key, "answer", || async { Ok(row("answer", key)) })
+                    .await
+            }
+        };
+        assert_eq!(ask("a").await.unwrap(), "a");
+        assert_eq!(ask("b").await.unwrap(), "b");
+        let refused = ask("c").await.unwrap_err();
+        assert_eq!(refused.kind(), "llm_over_budget");
+        assert!(
+            refused
+                .to_string()
+                .contains("100 model tokens spent of the 100")
+        );
+        assert_eq!(ask("a").await.unwrap(), "a", "a cached reply costs nothing");
+        let report = cache.report();
+        assert_eq!((report.calls, report.tokens, report.refused), (2, 100, 1));
     }
 
     /// A transient cache makes every call anew and keeps no rows.

@@ -8,7 +8,7 @@ use memweave_schemas::{EmbeddingRow, ErrorRow, PageRow, SegmentRow, TreeNodeRow,
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, embed_all};
-use crate::graph::{DocEntity, DocRelation, document_graph};
+use crate::graph::{DocEntity, DocRelation, GraphConfig, document_graph};
 use crate::ingest::RawDocument;
 use crate::model::{CallContext, MemoryModel, StepError, StepResult, all_in_order};
 use crate::paginate::{PageConfig, paginate_then};
@@ -126,6 +126,7 @@ pub struct BuildConfig {
     /// Also build corpus-level MemWalker and RAPTOR trees (leaves: document roots).
     pub corpus_tree: bool,
     pub raptor: RaptorConfig,
+    pub graph: GraphConfig,
 }
 
 impl BuildConfig {
@@ -142,6 +143,7 @@ impl BuildConfig {
         self.segments.validate()?;
         self.pages.validate()?;
         self.raptor.validate()?;
+        self.graph.validate()?;
         self.chunks().validate()?;
         if self.max_children < 2 {
             return Err(format!(
@@ -162,6 +164,7 @@ impl BuildConfig {
         corpus_tree: false,
         memories: Memories::ALL,
         raptor: RaptorConfig::DEFAULT,
+        graph: GraphConfig::DEFAULT,
     };
 
     /// The segmentation RAPTOR chunks with: the segments' own when the sizes
@@ -357,7 +360,7 @@ pub async fn build_document(
                 .iter()
                 .find(|n| n.parent_id.is_none())
                 .map_or("", |root| root.summary.as_str());
-            Some(document_graph(&doc.doc_id, background, &segments, model).await?)
+            Some(document_graph(&doc.doc_id, background, &segments, model, &config.graph).await?)
         } else {
             None
         };

@@ -3,11 +3,17 @@
 //! Per document ([`document_graph`]): entities of each segment (the document's
 //! root summary as background, as the paper's prompt has it), relations between
 //! them, names normalised and short aliases folded into the one longer name they
-//! abbreviate, and a pair's relations from several segments merged with the
-//! paper's merge prompt. Across documents ([`resolve_entities`],
-//! [`merge_relations_across`]): entities of the same normalised name are one
-//! entity where the model says the passages mention the same thing, and a pair's
-//! relations from several documents are merged again.
+//! abbreviate, and a pair's relations from several segments kept together.
+//! Across documents ([`resolve_entities`], [`merge_relations_across`]):
+//! entities of the same normalised name are one entity where their passages'
+//! vectors are near, or the model says so when the vectors cannot tell, and a
+//! pair's relations from several documents are kept together again.
+//!
+//! What bounds the model's work ([`GraphConfig`]): a pair's descriptions are
+//! concatenated (duplicates dropped) while they fit a token budget, and the
+//! paper's merge prompt is asked only to fold in one that does not fit, with
+//! every text it is shown capped; so a pair's merges grow with the text of its
+//! descriptions, not with how often its names recur.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -15,18 +21,74 @@ use std::sync::Arc;
 use memweave_schemas::{EntityRow, RelationRow, SegmentRow, content_id};
 use serde::{Deserialize, Serialize};
 
+use crate::embed::{Embedder, embed_all};
 use crate::extract::{collapse_whitespace, head_words, sentence_list};
 use crate::model::{
     CallContext, MemoryModel, Relation, RelationEvidence, StepResult, all_in_order,
 };
+use crate::tokens::count_tokens;
 
 /// Stage name of graph calls in `llm_calls.stage`.
 pub const STAGE: &str = "qrmem";
-/// Words of a segment shown as a relation's evidence when it is merged across documents.
+/// Words of a segment shown as a relation's evidence, and of a document's
+/// summary shown as a merge's background: a merge reads what it needs to word
+/// the relation, not whole segments.
 const EVIDENCE_WORDS: usize = 150;
+/// Between two descriptions kept side by side.
+const DESCRIPTION_SEPARATOR: &str = "\n";
+
+/// When the graph asks the model: the budget past which descriptions are
+/// merged, and the band of vector similarity in which two mentions of one name
+/// are an open question. The band's defaults suit the default hashing
+/// embedder, whose passages that share only the name come out near 0 and
+/// passages that share a few words past the name above 0.1 (measured on
+/// pg-essays and the scale archive); a neural embedder's cosines run higher.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct GraphConfig {
+    /// Longest relation description kept by concatenating what was found, in
+    /// tokens; one that would be longer is merged by the model.
+    pub description_budget: usize,
+    /// Cosine of two mentions' passages at or above which they are one entity
+    /// without asking.
+    pub same_above: f32,
+    /// Cosine below which they are different entities without asking.
+    pub apart_below: f32,
+}
+
+impl GraphConfig {
+    pub const DEFAULT: GraphConfig = GraphConfig {
+        description_budget: 300,
+        same_above: 0.1,
+        apart_below: 0.0,
+    };
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.description_budget == 0 {
+            return Err("the relation description budget must be at least one token".into());
+        }
+        if !(-1.0..=1.0).contains(&self.apart_below)
+            || !(-1.0..=1.0).contains(&self.same_above)
+            || self.apart_below > self.same_above
+        {
+            return Err(format!(
+                "the same-entity band needs -1 <= apart-below <= same-above <= 1, not {} and {}",
+                self.apart_below, self.same_above
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for GraphConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
 /// Passages compared with an entity's first mention in one disambiguation call.
 const SAME_ENTITY_BATCH: usize = 16;
-/// Words of the document's summary shown with an entity when its name collides.
+/// Words of the document's summary shown as the background of entity
+/// extraction (what the document is about; the rest of the summary would be
+/// read again with every segment) and with an entity when its name collides.
 const ABOUT_WORDS: usize = 60;
 
 /// An entity as one document knows it, before disambiguation across documents.
@@ -60,6 +122,12 @@ impl DocEntity {
                 self.context, self.document
             )
         }
+    }
+
+    /// What its vector is made of when its name collides: the passage the
+    /// model would be shown, without the words every passage has.
+    fn compared_text(&self) -> String {
+        format!("{}\n{}", self.context, self.document)
     }
 }
 
@@ -157,15 +225,16 @@ pub async fn document_graph(
     background: &str,
     segments: &[SegmentRow],
     model: &dyn MemoryModel,
+    config: &GraphConfig,
 ) -> StepResult<(Vec<DocEntity>, Vec<DocRelation>)> {
     let cx = CallContext::build(STAGE, doc_id);
+    // One copy per document, shared by its entities.
+    let about: Arc<str> = Arc::from(head_words(background, ABOUT_WORDS));
     let extracted: Vec<(Vec<String>, Vec<Relation>)> =
         all_in_order(segments.iter().map(|segment| {
-            let cx = &cx;
+            let (cx, about) = (&cx, &about);
             async move {
-                let names = model
-                    .extract_entities(cx, background, &segment.text)
-                    .await?;
+                let names = model.extract_entities(cx, about, &segment.text).await?;
                 let relations = if names.len() < 2 {
                     Vec::new()
                 } else {
@@ -218,8 +287,6 @@ pub async fn document_graph(
         }
     }
 
-    // One copy per document, shared by its entities.
-    let about: Arc<str> = Arc::from(head_words(background, ABOUT_WORDS));
     let doc_entities = entities
         .into_iter()
         .map(|(key, (counts, segs))| {
@@ -240,10 +307,10 @@ pub async fn document_graph(
         .collect();
 
     let background: Arc<str> = Arc::from(background);
-    // A segment's head is the evidence of every relation first found in it.
+    // A segment's head is the evidence of every relation found in it.
     let heads: HashMap<usize, Arc<str>> = relations
         .values()
-        .map(|found| found[0].0)
+        .flat_map(|found| found.iter().map(|(i, _)| *i))
         .map(|i| (i, Arc::from(head_words(&segments[i].text, EVIDENCE_WORDS))))
         .collect();
     let doc_relations = all_in_order(relations.into_iter().map(|((source, target), found)| {
@@ -251,9 +318,11 @@ pub async fn document_graph(
         async move {
             let evidence: Vec<(String, String)> = found
                 .iter()
-                .map(|(i, d)| (segments[*i].text.clone(), d.clone()))
+                .map(|(i, d)| (heads[i].to_string(), d.clone()))
                 .collect();
-            let description = merge_balanced(model, cx, background, evidence).await?;
+            let description =
+                merge_descriptions(model, cx, background, evidence, config.description_budget)
+                    .await?;
             let mut seg_ids: Vec<String> = Vec::new();
             for (i, _) in &found {
                 if !seg_ids.contains(&segments[*i].seg_id) {
@@ -283,97 +352,142 @@ fn first_mention(text: &str, names: &[String]) -> Option<String> {
         .map(collapse_whitespace)
 }
 
-/// One description from several (evidence text, description) pairs, merged two
-/// at a time with the paper's merge prompt, as a balanced tree: each merge waits
-/// on log₂(n) before it rather than on n - 1.
-async fn merge_balanced(
+/// One description from several (evidence text, description) pairs, in order:
+/// duplicates dropped, the rest kept side by side while they fit `budget`
+/// tokens; a description that does not fit is folded into what is kept by the
+/// paper's merge prompt, every text it is shown capped. A description added
+/// later that fits costs no call, and the calls before it are the same prompts
+/// as before (answered from the call cache).
+async fn merge_descriptions(
     model: &dyn MemoryModel,
     cx: &CallContext,
     summary: &str,
-    mut items: Vec<(String, String)>,
+    items: Vec<(String, String)>,
+    budget: usize,
 ) -> StepResult<String> {
-    while items.len() > 1 {
-        let mut pairs = Vec::with_capacity(items.len().div_ceil(2));
-        let mut rest = items.into_iter();
-        while let Some(first) = rest.next() {
-            pairs.push((first, rest.next()));
+    let mut seen = BTreeSet::new();
+    let mut items = items
+        .into_iter()
+        .filter(|(_, d)| !d.trim().is_empty() && seen.insert(collapse_whitespace(d)));
+    let Some((evidence, mut kept)) = items.next() else {
+        return Ok(String::new());
+    };
+    let summary = head_words(summary, EVIDENCE_WORDS);
+    let mut kept_tokens = count_tokens(&kept);
+    for (next_evidence, next) in items {
+        let next_tokens = count_tokens(&next);
+        if kept_tokens + 1 + next_tokens <= budget {
+            kept.push_str(DESCRIPTION_SEPARATOR);
+            kept.push_str(&next);
+            kept_tokens += next_tokens + 1;
+            continue;
         }
-        items = all_in_order(pairs.into_iter().map(|(first, second)| async move {
-            let Some(second) = second else {
-                return Ok(first);
-            };
-            if first.1 == second.1 {
-                return Ok(first);
-            }
-            let merged = model
-                .merge_relations(
-                    cx,
-                    summary,
-                    RelationEvidence {
-                        segment: &first.0,
-                        relation: &first.1,
-                    },
-                    RelationEvidence {
-                        segment: &second.0,
-                        relation: &second.1,
-                    },
-                )
-                .await?;
-            Ok((first.0, merged))
-        }))
-        .await?;
+        kept = model
+            .merge_relations(
+                cx,
+                &summary,
+                RelationEvidence {
+                    segment: &head_words(&evidence, EVIDENCE_WORDS),
+                    relation: &head_tokens(&kept, budget),
+                },
+                RelationEvidence {
+                    segment: &head_words(&next_evidence, EVIDENCE_WORDS),
+                    relation: &head_tokens(&next, budget),
+                },
+            )
+            .await?;
+        kept_tokens = count_tokens(&kept);
     }
-    Ok(items.pop().map(|(_, d)| d).unwrap_or_default())
+    Ok(kept)
+}
+
+/// The words of `text` that fit in about `tokens` tokens (at least 1.3 tokens
+/// a word, as English runs; shorter texts whole).
+fn head_tokens(text: &str, tokens: usize) -> String {
+    if count_tokens(text) <= tokens {
+        text.to_string()
+    } else {
+        head_words(text, tokens * 10 / 13)
+    }
 }
 
 /// The entities that the documents' entities of one normalised name (`mentions`,
 /// in doc_id order) become: each document's entity joins the first entity whose
-/// first document the model says it is the same as, or starts a new one. Also
-/// what each document's entity became.
+/// first document it is the same as, or starts a new one. Whether it is the
+/// same is read from the cosine of their passages' vectors where that is
+/// outside `config`'s band, and asked of the model inside it. Also what each
+/// document's entity became.
 pub async fn resolve_entities(
     mentions: &[DocEntity],
     model: &dyn MemoryModel,
+    embedder: &dyn Embedder,
+    config: &GraphConfig,
 ) -> StepResult<(Vec<EntityRow>, Vec<EntityAssignment>)> {
     let cx = CallContext::corpus(STAGE);
-    let mut groups: Vec<Vec<&DocEntity>> = Vec::new();
-    let mut unplaced: Vec<&DocEntity> = mentions.iter().collect();
+    let vectors = if mentions.len() > 1 {
+        let texts: Vec<String> = mentions.iter().map(DocEntity::compared_text).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        embed_all(embedder, &CallContext::corpus("embed"), &texts).await?
+    } else {
+        Vec::new()
+    };
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut unplaced: Vec<usize> = (0..mentions.len()).collect();
     // Each round, every unplaced mention is compared with the next group's first
-    // mention, about SAME_ENTITY_BATCH passages to a call, the calls at once; the
-    // ones the model turns away form later groups. A passage's batch is drawn
-    // from its document id, and the number of batches only changes when the
-    // candidates double, so a document arriving in a later epoch changes one
-    // batch's prompt: the others are answered from the call cache.
+    // mention; those the vectors cannot settle are asked about, about
+    // SAME_ENTITY_BATCH passages to a call, the calls at once; the ones turned
+    // away form later groups. A passage's batch is drawn from its document id,
+    // and the number of batches only changes when the questions double, so a
+    // document arriving in a later epoch changes one batch's prompt: the others
+    // are answered from the call cache.
     while let Some((&first, rest)) = unplaced.split_first() {
-        let first_passage = first.passage();
-        let batches = rest.len().div_ceil(SAME_ENTITY_BATCH).next_power_of_two();
+        let similarity = |i: usize| dot(&vectors[first], &vectors[i]);
+        let mut same: Vec<bool> = rest
+            .iter()
+            .map(|&i| similarity(i) >= config.same_above)
+            .collect();
+        let asked: Vec<usize> = (0..rest.len())
+            .filter(|&r| !same[r] && similarity(rest[r]) >= config.apart_below)
+            .collect();
+        let batches = asked.len().div_ceil(SAME_ENTITY_BATCH).next_power_of_two();
         let mut members: Vec<Vec<usize>> = vec![Vec::new(); batches];
-        for (i, m) in rest.iter().enumerate() {
-            members[batch_of(&m.doc_id, batches)].push(i);
+        for &r in &asked {
+            members[batch_of(&mentions[rest[r]].doc_id, batches)].push(r);
         }
+        let first_passage = mentions[first].passage();
         let answers = all_in_order(members.iter().filter(|b| !b.is_empty()).map(|batch| {
-            let passages: Vec<String> = batch.iter().map(|&i| rest[i].passage()).collect();
-            let (cx, name, first) = (&cx, &first.names[0], &first_passage);
+            let passages: Vec<String> =
+                batch.iter().map(|&r| mentions[rest[r]].passage()).collect();
+            let (cx, name, first) = (&cx, &mentions[first].names[0], &first_passage);
             async move {
                 let passages: Vec<&str> = passages.iter().map(String::as_str).collect();
                 model.same_entity(cx, name, first, &passages).await
             }
         }))
         .await?;
-        let mut same = vec![false; rest.len()];
         for (batch, answer) in members.iter().filter(|b| !b.is_empty()).zip(answers) {
-            for (&i, yes) in batch.iter().zip(answer) {
-                same[i] = yes;
+            for (&r, yes) in batch.iter().zip(answer) {
+                same[r] = yes;
             }
         }
         let mut group = vec![first];
         let mut apart = Vec::new();
-        for (m, same) in rest.iter().zip(same) {
-            if same { group.push(m) } else { apart.push(*m) }
+        for (&m, same) in rest.iter().zip(same) {
+            if same { group.push(m) } else { apart.push(m) }
         }
         groups.push(group);
         unplaced = apart;
     }
+    let groups: Vec<Vec<&DocEntity>> = groups
+        .iter()
+        .map(|g| g.iter().map(|&i| &mentions[i]).collect())
+        .collect();
     Ok(entity_rows(&groups))
+}
+
+/// The cosine of two unit vectors.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// Which of `batches` disambiguation batches a document's passage goes to: a
@@ -430,12 +544,13 @@ pub fn entity_rows(groups: &[Vec<&DocEntity>]) -> (Vec<EntityRow>, Vec<EntityAss
 }
 
 /// One relation from the documents' relations between the same two entities (in
-/// doc_id order), their descriptions merged with the paper's merge prompt.
+/// doc_id order), their descriptions kept together within the budget.
 pub async fn merge_relations_across(
     source_id: &str,
     target_id: &str,
     found: &[DocRelation],
     model: &dyn MemoryModel,
+    config: &GraphConfig,
 ) -> StepResult<RelationRow> {
     let cx = CallContext::corpus(STAGE);
     let summary = found.first().map_or("", |r| &*r.summary);
@@ -443,7 +558,8 @@ pub async fn merge_relations_across(
         .iter()
         .map(|r| (r.evidence.to_string(), r.description.clone()))
         .collect();
-    let description = merge_balanced(model, &cx, summary, evidence).await?;
+    let description =
+        merge_descriptions(model, &cx, summary, evidence, config.description_budget).await?;
     Ok(relation_row(source_id, target_id, found, description))
 }
 
@@ -468,7 +584,15 @@ pub fn relation_row(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::embed::HashingEmbedder;
     use crate::testing::FirstSentence;
+
+    /// A band that settles nothing: the model is asked about every two mentions.
+    const ASK_ALWAYS: GraphConfig = GraphConfig {
+        same_above: 1.0,
+        apart_below: -1.0,
+        ..GraphConfig::DEFAULT
+    };
 
     fn segment(doc: &str, ordinal: u32, text: &str) -> SegmentRow {
         SegmentRow {
@@ -493,8 +617,14 @@ mod tests {
             .enumerate()
             .map(|(i, t)| segment(doc, i as u32, t))
             .collect();
-        futures::executor::block_on(document_graph(doc, "background", &segments, model))
-            .expect("the stub answers")
+        futures::executor::block_on(document_graph(
+            doc,
+            "background",
+            &segments,
+            model,
+            &GraphConfig::DEFAULT,
+        ))
+        .expect("the stub answers")
     }
 
     #[test]
@@ -554,7 +684,9 @@ mod tests {
                 .filter(|e| e.key == "apple")
                 .collect();
             assert_eq!(apple.len(), 2);
-            futures::executor::block_on(resolve_entities(&apple, model)).expect("answers")
+            let embedder = HashingEmbedder::new(256);
+            futures::executor::block_on(resolve_entities(&apple, model, &embedder, &ASK_ALWAYS))
+                .expect("answers")
         };
         let (one, assigned) = mentions(&merging);
         assert_eq!(one.len(), 1);
@@ -568,5 +700,96 @@ mod tests {
             (two[0].seg_ids.as_slice(), two[1].seg_ids.as_slice()),
             (&["a-0".to_string()][..], &["b-0".to_string()][..])
         );
+    }
+
+    /// Descriptions are kept side by side, duplicates dropped, while they fit
+    /// the budget: no call. Past it, each that does not fit is folded into
+    /// what is kept by one merge call.
+    #[test]
+    fn descriptions_are_merged_only_past_the_budget() {
+        let items = |descriptions: &[&str]| -> Vec<(String, String)> {
+            descriptions
+                .iter()
+                .map(|d| ("evidence".to_string(), d.to_string()))
+                .collect()
+        };
+        let found = items(&[
+            "Ada founded the Harbour press.",
+            "Ada  founded the Harbour press.",
+            "Ada sold the press in 1901.",
+            "Ada wrote about the press.",
+        ]);
+        let merge = |budget: usize| {
+            let model = FirstSentence::default();
+            let cx = CallContext::corpus(STAGE);
+            let merged = futures::executor::block_on(merge_descriptions(
+                &model,
+                &cx,
+                "summary",
+                found.clone(),
+                budget,
+            ))
+            .expect("the stub answers");
+            (merged, model.merges())
+        };
+        let (joined, calls) = merge(100);
+        assert_eq!(
+            joined,
+            "Ada founded the Harbour press.\nAda sold the press in 1901.\nAda wrote about the press."
+        );
+        assert_eq!(calls, 0);
+        // Each description is 7 or 8 tokens: two fit in 16, the third does not.
+        let (folded, calls) = merge(16);
+        assert_eq!(calls, 1);
+        assert_eq!(
+            folded,
+            "Ada founded the Harbour press.\nAda sold the press in 1901."
+        );
+        // A budget below one description merges every one after the first.
+        assert_eq!(merge(1).1, 2);
+    }
+
+    /// Vectors settle what they can: above the band the mentions are one
+    /// entity and below it apart, without a call; inside it the model decides.
+    #[test]
+    fn the_model_is_asked_only_inside_the_band() {
+        let mentions: Vec<DocEntity> = [("a", "pears"), ("b", "plums"), ("c", "figs")]
+            .iter()
+            .map(|(doc, fruit)| {
+                let texts = [format!("Apple grew beside {fruit}. Apple was sold.")];
+                let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let model = FirstSentence::default();
+                let (entities, _) = graph(doc, &texts, &model);
+                entities.into_iter().find(|e| e.key == "apple").unwrap()
+            })
+            .collect();
+        let embedder = HashingEmbedder::new(256);
+        let resolve = |config: GraphConfig| {
+            let model = FirstSentence::separating(&["Apple"]);
+            let (rows, _) = futures::executor::block_on(resolve_entities(
+                &mentions, &model, &embedder, &config,
+            ))
+            .expect("answers");
+            (rows.len(), model.compared())
+        };
+        let near = GraphConfig {
+            same_above: -1.0,
+            apart_below: -1.0,
+            ..GraphConfig::DEFAULT
+        };
+        assert_eq!(resolve(near), (1, 0), "near vectors merge without a call");
+        let far = GraphConfig {
+            same_above: 1.0,
+            apart_below: 1.0,
+            ..GraphConfig::DEFAULT
+        };
+        assert_eq!(
+            resolve(far),
+            (3, 0),
+            "far vectors stay apart without a call"
+        );
+        // Inside the band the separating model is asked: first about b and c
+        // against a, then about c against b.
+        assert_eq!(resolve(ASK_ALWAYS), (3, 3));
     }
 }

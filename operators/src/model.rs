@@ -231,7 +231,7 @@ impl fmt::Display for StepError {
             } => {
                 write!(
                     f,
-                    "{task}: the request has spent {spent} {unit} of the {limit} it may"
+                    "{task}: not asked: {spent} {unit} spent of the {limit} allowed"
                 )
             }
         }

@@ -23,6 +23,9 @@ pub struct FirstSentence {
     peak_breaks_in_flight: AtomicUsize,
     /// Names `same_entity` says are different entities in every two passages.
     distinct_names: Vec<String>,
+    /// Calls of `merge_relations`, and passages `same_entity` was asked about.
+    merges: AtomicUsize,
+    compared: AtomicUsize,
 }
 
 impl FirstSentence {
@@ -47,6 +50,16 @@ impl FirstSentence {
             distinct_names: names.iter().map(|n| n.to_string()).collect(),
             ..Self::default()
         }
+    }
+
+    /// Calls of `merge_relations` so far.
+    pub fn merges(&self) -> usize {
+        self.merges.load(Ordering::SeqCst)
+    }
+
+    /// Passages `same_entity` was asked about so far.
+    pub fn compared(&self) -> usize {
+        self.compared.load(Ordering::SeqCst)
     }
 
     /// The most `choose_break` calls that were waiting for their reply at once.
@@ -205,6 +218,7 @@ impl MemoryModel for FirstSentence {
         a: RelationEvidence<'_>,
         _: RelationEvidence<'_>,
     ) -> StepResult<String> {
+        self.merges.fetch_add(1, Ordering::SeqCst);
         Ok(a.relation.to_string())
     }
     async fn same_entity(
@@ -214,6 +228,7 @@ impl MemoryModel for FirstSentence {
         _: &str,
         others: &[&str],
     ) -> StepResult<Vec<bool>> {
+        self.compared.fetch_add(others.len(), Ordering::SeqCst);
         let same = !self.distinct_names.iter().any(|n| n == name);
         Ok(vec![same; others.len()])
     }

@@ -17,7 +17,8 @@ use differential_dataflow::{AsCollection, Data, ExchangeData, Hashable};
 use memweave_operators::build::{BuildConfig, BuiltRow, Document, build_document};
 use memweave_operators::embed::{Embedder, embed_all};
 use memweave_operators::graph::{
-    DocEntity, DocRelation, entity_rows, merge_relations_across, relation_row, resolve_entities,
+    DocEntity, DocRelation, GraphConfig, entity_rows, merge_relations_across, relation_row,
+    resolve_entities,
 };
 use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
@@ -210,6 +211,7 @@ pub fn build(
             &spill,
             &graph_model,
             embedder,
+            config.graph,
             runtime,
             stages,
         );
@@ -400,6 +402,7 @@ fn graph_stages<'scope>(
     spill: &Arc<Spill>,
     model: &Arc<dyn MemoryModel>,
     embedder: &Arc<dyn Embedder>,
+    config: GraphConfig,
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, GraphRow, isize> {
@@ -458,7 +461,9 @@ fn graph_stages<'scope>(
                     return out;
                 }
                 mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-                let (rows, assignments) = match resolve_entities(&mentions, model.as_ref()).await {
+                let resolved =
+                    resolve_entities(&mentions, model.as_ref(), embedder.as_ref(), &config).await;
+                let (rows, assignments) = match resolved {
                     Ok(resolved) => resolved,
                     Err(error) => {
                         out.push(GraphRow::Error(graph_error(
@@ -555,7 +560,10 @@ fn graph_stages<'scope>(
                     read_in_doc_order(&spill, group, |r: &DocRelation| &r.doc_id);
                 let (source_id, target_id) =
                     (&entity_id(pair.source_id), &entity_id(pair.target_id));
-                match merge_relations_across(source_id, target_id, &found, model.as_ref()).await {
+                let merged =
+                    merge_relations_across(source_id, target_id, &found, model.as_ref(), &config)
+                        .await;
+                match merged {
                     Ok(row) => vec![GraphRow::Relation(row)],
                     Err(error) => {
                         let joined = found

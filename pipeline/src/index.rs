@@ -53,6 +53,9 @@ pub struct IndexOptions {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Output rows a worker gathers before writing them as data files.
     pub write_batch_rows: usize,
+    /// Model tokens (prompt and reply) this process may spend; past them no
+    /// call is made, the round commits what is done and the run stops.
+    pub max_model_tokens: Option<u64>,
 }
 
 /// Rows per written batch unless told otherwise. A worker holds a batch of

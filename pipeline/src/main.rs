@@ -10,6 +10,7 @@ use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
 use memweave_operators::build::{BuildConfig, Memories};
+use memweave_operators::graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
@@ -173,6 +174,27 @@ enum Command {
         /// again on its own.
         #[arg(long, default_value_t = RaptorConfig::DEFAULT.cluster_max_tokens)]
         cluster_max_tokens: usize,
+        /// Longest relation description kept by joining what the documents say,
+        /// in tokens: the model merges descriptions only past it.
+        #[arg(long, value_name = "TOKENS", default_value_t = GraphConfig::DEFAULT.description_budget)]
+        relation_description_tokens: usize,
+        /// Two documents' entities of one name whose passages' vectors are at
+        /// least this similar (cosine) are one entity, without asking the model.
+        /// The defaults suit the hashing embedder; with MiniLM, whose cosines
+        /// run higher, something like 0.8 and 0.3.
+        #[arg(long, value_name = "COSINE", default_value_t = GraphConfig::DEFAULT.same_above, allow_negative_numbers = true)]
+        same_entity_above: f32,
+        /// Below this cosine they are different entities, without asking; between
+        /// the two the model is asked (QRMeM's disambiguation prompt).
+        #[arg(long, value_name = "COSINE", default_value_t = GraphConfig::DEFAULT.apart_below, allow_negative_numbers = true)]
+        different_entity_below: f32,
+        /// Stop once the model calls made have spent this many tokens (prompt and
+        /// reply, per process): later calls are not made, the round commits what
+        /// is done (what could not be built is in the errors table as
+        /// llm_over_budget), and the run ends. Replies already in the call cache
+        /// cost nothing, so a run with a larger budget goes on where this stopped.
+        #[arg(long, value_name = "TOKENS")]
+        max_model_tokens: Option<u64>,
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]
         storage_options: Vec<(String, String)>,
@@ -385,6 +407,10 @@ fn main() -> ExitCode {
             chunk_tokens,
             raptor_max_levels,
             cluster_max_tokens,
+            relation_description_tokens,
+            same_entity_above,
+            different_entity_below,
+            max_model_tokens,
             storage_options,
             llm,
             embed,
@@ -419,6 +445,11 @@ fn main() -> ExitCode {
                             cluster_max_tokens,
                             ..RaptorConfig::DEFAULT
                         },
+                        graph: GraphConfig {
+                            description_budget: relation_description_tokens,
+                            same_above: same_entity_above,
+                            apart_below: different_entity_below,
+                        },
                         ..BuildConfig::new(segments, pages, max_children)
                     },
                     llm,
@@ -427,6 +458,7 @@ fn main() -> ExitCode {
                     cluster,
                     metrics_listen,
                     write_batch_rows,
+                    max_model_tokens,
                 };
                 let kafka = options.source.starts_with("kafka://");
                 match watch {
@@ -678,6 +710,12 @@ fn print_summary(s: &IndexSummary) {
         );
     }
     print_model(&s.backend, &s.cache, s.pool.as_ref());
+    if s.cache.refused > 0 {
+        println!(
+            "  stopped     the model-token budget (--max-model-tokens) is spent: {} tokens in {} calls; {} calls were not made, and what needed them is in the errors table (llm_over_budget). Run again with a larger budget to go on: replies already made come from the call cache.",
+            s.cache.tokens, s.cache.calls, s.cache.refused
+        );
+    }
     println!(
         "  time        read {:.1}s, build {:.1}s, write {:.1}s",
         s.stages.read.as_secs_f64(),
@@ -710,8 +748,8 @@ fn print_compute_summary(s: &ComputeSummary) {
 #[allow(clippy::print_stdout)]
 fn print_model(backend: &str, cache: &CacheReport, pool: Option<&PoolReport>) {
     println!(
-        "  model       {backend}: {} calls, {} answered from the cache",
-        cache.calls, cache.hits
+        "  model       {backend}: {} calls ({} tokens in and out), {} answered from the cache",
+        cache.calls, cache.tokens, cache.hits
     );
     if let Some(pool) = pool {
         println!(

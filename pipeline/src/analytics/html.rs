@@ -30,9 +30,18 @@ pub fn html(report: &Value) -> String {
         escape(&title)
     );
     let (o, d, g) = (&report["overview"], &report["density"], &report["gists"]);
+    let cost = &report["cost"];
     let figures = [
         ("Documents", o["documents"].to_string()),
         ("Tokens indexed", o["tokens"].to_string()),
+        (
+            "Model tokens per corpus token",
+            decimal(&cost["tokens_per_corpus_token"]),
+        ),
+        (
+            "Model calls per 1,000 corpus tokens",
+            decimal(&cost["calls_per_1k_tokens"]),
+        ),
         (
             "Entities per 1,000 tokens",
             decimal(&d["entities_per_1k_tokens"]),
@@ -92,12 +101,26 @@ pub fn html(report: &Value) -> String {
         (
             "Calls by memory",
             "calls_by_memory",
-            &["memory", "calls", "cache_hits", "tokens_in", "tokens_out"][..],
+            &[
+                "memory",
+                "calls",
+                "cache_hits",
+                "tokens_in",
+                "tokens_out",
+                "tokens_per_corpus_token",
+            ][..],
         ),
         (
             "Calls by task",
             "calls_by_task",
-            &["task", "calls", "cache_hits", "tokens_in", "tokens_out"][..],
+            &[
+                "task",
+                "calls",
+                "cache_hits",
+                "tokens_in",
+                "tokens_out",
+                "tokens_per_corpus_token",
+            ][..],
         ),
         (
             "Most expensive documents",

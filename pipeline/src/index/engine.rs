@@ -56,6 +56,9 @@ impl Engine {
         let cache = runtime
             .block_on(CallCache::persistent(store.clone(), options.llm.cache_only))
             .with_context(|| format!("reading the call cache under {}", store.root()))?;
+        if let Some(budget) = options.max_model_tokens {
+            cache.limit_tokens(budget);
+        }
         let task_model = options.llm.model(Arc::clone(&cache)).map_err(UsageError)?;
         let pool = task_model.pool().cloned();
         let backend = task_model.backend().to_string();

@@ -100,7 +100,13 @@ impl Indexer {
             let mut summary = self.round(input)?;
             source.committed(&mut summary);
             report(&summary);
+            // The token budget is spent: what was done is committed, and a
+            // later round would only refuse its calls.
+            let spent = summary.cache.refused > 0;
             last = Some(summary);
+            if spent {
+                break;
+            }
         }
         Ok(last)
     }

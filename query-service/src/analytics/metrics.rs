@@ -48,6 +48,11 @@ pub fn prometheus(report: &Value) -> String {
         one(&report["gists"]["compression_rate"]),
     );
     gauge(
+        "model_tokens_per_corpus_token",
+        "Model tokens (in and out) of every call made, per token of the documents.",
+        one(&report["cost"]["tokens_per_corpus_token"]),
+    );
+    gauge(
         "rows",
         "Rows per table.",
         labelled(report, "rows", &["table"], "rows"),
@@ -65,6 +70,11 @@ pub fn prometheus(report: &Value) -> String {
             &format!("{by}_cache_hits"),
             &format!("Model calls answered from the cache, per {by}."),
             labelled(report, section, &[label], "cache_hits"),
+        );
+        gauge(
+            &format!("{by}_tokens_per_corpus_token"),
+            &format!("Model tokens (in and out) paid for per token of the documents, per {by}."),
+            labelled(report, section, &[label], "tokens_per_corpus_token"),
         );
         gauge(
             &format!("{by}_tokens"),

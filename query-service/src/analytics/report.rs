@@ -10,7 +10,7 @@ use super::catalog::Catalog;
 
 /// Each section of the report and the SQL that defines it. Sections whose
 /// name is in [`SINGLE_ROW`] are one row; the others are lists.
-pub const QUERIES: [(&str, &str); 11] = [
+pub const QUERIES: [(&str, &str); 12] = [
     (
         "overview",
         "SELECT count(*) AS documents, coalesce(sum(n_tokens), 0) AS tokens FROM documents",
@@ -43,6 +43,16 @@ pub const QUERIES: [(&str, &str); 11] = [
          UNION ALL SELECT 'call_stats', count(*) FROM call_stats \
          UNION ALL SELECT 'errors', count(*) FROM errors \
          UNION ALL SELECT 'checkpoints', count(*) FROM checkpoints) ORDER BY \"table\"",
+    ),
+    (
+        "cost",
+        "SELECT c.calls, c.tokens_in, c.tokens_out, \
+                CASE WHEN t.corpus = 0 THEN NULL ELSE (c.tokens_in + c.tokens_out) * 1.0 / t.corpus END \
+                    AS tokens_per_corpus_token, \
+                CASE WHEN t.corpus = 0 THEN NULL ELSE c.calls * 1000.0 / t.corpus END AS calls_per_1k_tokens \
+         FROM (SELECT count(*) AS calls, coalesce(sum(CAST(tokens_in AS BIGINT)), 0) AS tokens_in, \
+                      coalesce(sum(CAST(tokens_out AS BIGINT)), 0) AS tokens_out FROM llm_calls) c, \
+              (SELECT coalesce(sum(n_tokens), 0) AS corpus FROM documents) t",
     ),
     ("calls_by_task", CALLS_BY_TASK),
     ("calls_by_memory", CALLS_BY_MEMORY),
@@ -81,18 +91,26 @@ pub const QUERIES: [(&str, &str); 11] = [
 ];
 
 /// Sections that are one row (an object in the JSON, not a list).
-const SINGLE_ROW: [&str; 3] = ["overview", "density", "gists"];
+const SINGLE_ROW: [&str; 4] = ["overview", "density", "gists", "cost"];
 
 /// Calls paid for (`llm_calls`, every run) and answered from the cache
-/// (`call_stats`), per pipeline task.
+/// (`call_stats`), per pipeline task, and what was paid per token of the
+/// documents the tables hold now (calls of every run, over today's corpus: the
+/// memory's whole cost, edits included).
 const CALLS_BY_TASK: &str = "WITH paid AS (SELECT task, count(*) AS calls, \
         sum(CAST(tokens_in AS BIGINT)) AS tokens_in, sum(CAST(tokens_out AS BIGINT)) AS tokens_out \
         FROM llm_calls GROUP BY task), \
      hits AS (SELECT task, sum(cache_hits) AS cache_hits FROM call_stats GROUP BY task) \
      SELECT coalesce(paid.task, hits.task) AS task, coalesce(paid.calls, 0) AS calls, \
             coalesce(paid.tokens_in, 0) AS tokens_in, coalesce(paid.tokens_out, 0) AS tokens_out, \
-            coalesce(hits.cache_hits, 0) AS cache_hits \
+            coalesce(hits.cache_hits, 0) AS cache_hits, \
+            CASE WHEN t.corpus = 0 THEN NULL \
+                 ELSE (coalesce(paid.tokens_in, 0) + coalesce(paid.tokens_out, 0)) * 1.0 / t.corpus END \
+                AS tokens_per_corpus_token, \
+            CASE WHEN t.corpus = 0 THEN NULL ELSE coalesce(paid.calls, 0) * 1000.0 / t.corpus END \
+                AS calls_per_1k_tokens \
      FROM paid FULL OUTER JOIN hits ON paid.task = hits.task \
+          CROSS JOIN (SELECT coalesce(sum(n_tokens), 0) AS corpus FROM documents) t \
      ORDER BY tokens_in + tokens_out DESC, task";
 
 /// The same per memory kind (the `stage` a call was made for).
@@ -102,8 +120,14 @@ const CALLS_BY_MEMORY: &str = "WITH paid AS (SELECT stage, count(*) AS calls, \
      hits AS (SELECT stage, sum(cache_hits) AS cache_hits FROM call_stats GROUP BY stage) \
      SELECT coalesce(paid.stage, hits.stage) AS memory, coalesce(paid.calls, 0) AS calls, \
             coalesce(paid.tokens_in, 0) AS tokens_in, coalesce(paid.tokens_out, 0) AS tokens_out, \
-            coalesce(hits.cache_hits, 0) AS cache_hits \
+            coalesce(hits.cache_hits, 0) AS cache_hits, \
+            CASE WHEN t.corpus = 0 THEN NULL \
+                 ELSE (coalesce(paid.tokens_in, 0) + coalesce(paid.tokens_out, 0)) * 1.0 / t.corpus END \
+                AS tokens_per_corpus_token, \
+            CASE WHEN t.corpus = 0 THEN NULL ELSE coalesce(paid.calls, 0) * 1000.0 / t.corpus END \
+                AS calls_per_1k_tokens \
      FROM paid FULL OUTER JOIN hits ON paid.stage = hits.stage \
+          CROSS JOIN (SELECT coalesce(sum(n_tokens), 0) AS corpus FROM documents) t \
      ORDER BY tokens_in + tokens_out DESC, memory";
 
 /// Runs every query; the report as JSON: `tables`, `epoch`, one member per
@@ -194,23 +218,34 @@ pub fn text(report: &Value) -> String {
             text_of(&t["max_fanout"])
         );
     }
+    let c = &report["cost"];
+    let _ = writeln!(
+        out,
+        "  cost        {} model calls, {} tokens in and {} out: {} model tokens per corpus token, {} calls per 1,000",
+        c["calls"],
+        c["tokens_in"],
+        c["tokens_out"],
+        decimal(&c["tokens_per_corpus_token"]),
+        decimal(&c["calls_per_1k_tokens"])
+    );
     for (title, section, key) in [
         ("calls by memory", "calls_by_memory", "memory"),
         ("calls by task", "calls_by_task", "task"),
     ] {
         let _ = writeln!(
             out,
-            "  {title:<22}     calls  cache hits   tokens in  tokens out"
+            "  {title:<22}     calls  cache hits   tokens in  tokens out  per corpus token"
         );
         for c in list(report, section) {
             let _ = writeln!(
                 out,
-                "    {:<22} {:>9} {:>11} {:>11} {:>11}",
+                "    {:<22} {:>9} {:>11} {:>11} {:>11} {:>17}",
                 c[key].as_str().unwrap_or_default(),
                 text_of(&c["calls"]),
                 text_of(&c["cache_hits"]),
                 text_of(&c["tokens_in"]),
-                text_of(&c["tokens_out"])
+                text_of(&c["tokens_out"]),
+                decimal(&c["tokens_per_corpus_token"])
             );
         }
     }

@@ -319,7 +319,38 @@ fn report_numbers_are_the_sql_that_defines_them() {
         assert_eq!(row["calls"], paid.len(), "{task}");
         let tokens_in: u64 = paid.iter().map(|c| u64::from(c.tokens_in)).sum();
         assert_eq!(row["tokens_in"], tokens_in, "{task}");
+        let spent: u64 = paid
+            .iter()
+            .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
+            .sum();
+        let per_token = row["tokens_per_corpus_token"].as_f64().unwrap();
+        assert!(
+            (per_token - spent as f64 / tokens as f64).abs() < 1e-9,
+            "{task}"
+        );
     }
+    // Every call of the build, over the corpus it built.
+    let spent: u64 = calls
+        .iter()
+        .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
+        .sum();
+    let cost = &report["cost"];
+    assert_eq!(cost["calls"], calls.len());
+    let per_token = cost["tokens_per_corpus_token"].as_f64().unwrap();
+    assert!(
+        (per_token - spent as f64 / tokens as f64).abs() < 1e-9,
+        "{cost}"
+    );
+    let by_memory: f64 = report["calls_by_memory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["tokens_per_corpus_token"].as_f64().unwrap())
+        .sum();
+    assert!(
+        (by_memory - per_token).abs() < 1e-6,
+        "{by_memory} {per_token}"
+    );
     for tree in report["trees"].as_array().unwrap() {
         let name = tree["tree"].as_str().unwrap();
         let depth = t
@@ -348,6 +379,11 @@ fn report_numbers_are_the_sql_that_defines_them() {
         "{text}"
     );
     assert!(text.contains("compression rate"), "{text}");
+    let per_token = format!(
+        "{:.2} model tokens per corpus token",
+        spent as f64 / tokens as f64
+    );
+    assert!(text.contains(&per_token), "{text}");
 }
 
 /// A re-run over the same files pays for nothing: its round's `call_stats`
@@ -484,7 +520,18 @@ fn the_indexer_serves_metrics_while_it_runs() {
         .filter(|l| l.starts_with("memweave_llm_calls_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
-    assert_eq!(made, read_calls(&tables).len() as f64, "{metrics}");
+    let calls = read_calls(&tables);
+    assert_eq!(made, calls.len() as f64, "{metrics}");
+    let spent: u64 = calls
+        .iter()
+        .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
+        .sum();
+    let corpus: u64 = t.documents.iter().map(|d| d.n_tokens).sum();
+    let per_token = value("memweave_memory_model_tokens_per_corpus_token").unwrap();
+    assert!(
+        (per_token - spent as f64 / corpus as f64).abs() < 1e-6,
+        "{metrics}"
+    );
     assert_eq!(value("memweave_llm_calls_in_flight"), Some(0.0));
     assert_eq!(value("memweave_index_queue_depth"), Some(0.0));
 }

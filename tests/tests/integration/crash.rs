@@ -146,3 +146,58 @@ fn sigkill_at_any_moment_then_rerun_ends_with_the_uninterrupted_tables() {
         );
     }
 }
+
+/// `--max-model-tokens` stops a build once its budget is spent: the round
+/// commits what was done, what was not is in the errors table, and a run
+/// without the budget ends with the tables of an unlimited build, paying only
+/// for the calls the first run did not make.
+#[test]
+fn a_token_budget_stops_the_build_and_a_rerun_finishes_it() {
+    let (dir, archive) = archive_of(&ESSAYS);
+    let spent = |tables: &Path| -> (usize, u64) {
+        let calls = read_calls(tables);
+        let tokens = calls
+            .iter()
+            .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
+            .sum();
+        (calls.len(), tokens)
+    };
+    let reference = dir.path().join("reference");
+    index(&archive, &reference, &[]);
+    let (all_calls, all_tokens) = spent(&reference);
+
+    let tables = dir.path().join("budgeted");
+    let budget = all_tokens / 3;
+    let stopped = index(
+        &archive,
+        &tables,
+        &["--max-model-tokens", &budget.to_string()],
+    );
+    let summary = memweave_tests::stdout(&stopped);
+    assert!(
+        summary.contains("the model-token budget (--max-model-tokens) is spent"),
+        "{summary}"
+    );
+    let partial = read_tables(&tables);
+    assert!(
+        partial.errors.iter().any(|e| e.kind == "llm_over_budget"),
+        "{:?}",
+        partial.errors
+    );
+    let (calls, tokens) = spent(&tables);
+    assert!(
+        tokens >= budget && tokens < all_tokens,
+        "{tokens} tokens spent against a budget of {budget} (an unlimited build: {all_tokens})"
+    );
+
+    let rerun = index(&archive, &tables, &[]);
+    assert_sound(
+        &tables,
+        &read_tables(&reference),
+        "a run after the budget stopped a build",
+    );
+    assert_eq!(
+        calls as u64 + memweave_tests::calls_made(&rerun),
+        all_calls as u64
+    );
+}

@@ -54,6 +54,7 @@ fn options(source: &Path, tables: &Path) -> IndexOptions {
         cluster: Cluster::default(),
         metrics_listen: None,
         write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
+        max_model_tokens: None,
     }
 }
 

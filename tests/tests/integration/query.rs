@@ -142,7 +142,10 @@ fn a_request_stops_at_its_step_limit() {
     assert_eq!(limited.trace[..2], unlimited.trace[..2]);
     let last = limited.trace.last().unwrap();
     assert_eq!(last.target, "llm_over_budget");
-    assert!(last.reasoning.contains("2 steps of the 2"), "{last:?}");
+    assert!(
+        last.reasoning.contains("2 steps spent of the 2"),
+        "{last:?}"
+    );
 }
 
 /// A request stops at its model-token limit: no answer, and the trace says why.
@@ -171,7 +174,7 @@ fn a_request_stops_at_its_token_limit() {
     assert_eq!(limited.usage.model_calls, 1, "{limited:#?}");
     assert!(
         last.reasoning
-            .contains(&format!("model tokens of the {limit} it may")),
+            .contains(&format!("model tokens spent of the {limit} allowed")),
         "{last:?}"
     );
 }
