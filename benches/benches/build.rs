@@ -16,7 +16,7 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 

@@ -396,6 +396,7 @@ fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
 /// entities, which gives it the target's and so its pair; every relation of
 /// a pair ends at that name, so the name's group hands on whole pairs. Each of
 /// the two arrangements holds a relation as a name and a spill key.
+#[allow(clippy::too_many_arguments)] // the graph's inputs and its services; issue 23 groups them
 fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,

@@ -61,6 +61,8 @@ enum LogFormat {
     Json,
 }
 
+// Parsed once per process: the Index variant's size costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Build the memory of every document under SOURCE into Lance tables.
