@@ -674,6 +674,17 @@ mod tests {
         }
     }
 
+    /// The reply to an "answer" call whose reply is its key, made through `cache`.
+    async fn ask(
+        cache: &CallCache,
+        cx: &CallContext,
+        key: &'static str,
+    ) -> Result<String, StepError> {
+        cache
+            .reply(cx, key, "answer", || async { Ok(row("answer", key)) })
+            .await
+    }
+
     /// The ledger notes each call with its tokens, a reply from a call already
     /// made as cached (it spent nothing), and refuses calls past its limit.
     #[tokio::test]
@@ -681,14 +692,7 @@ mod tests {
         let cache = CallCache::in_memory();
         let ledger = CallLedger::with_limits(100, 1000);
         let cx = CallContext::query("test").noted_in(ledger.clone());
-        let ask = |key: &'static str| {
-            let (cache, cx) = (cache.clone(), cx.clone());
-            async move {
-                cache
-                    .reply(&cx, key, "answer", || async { Ok(row("answer", key)) })
-                    .await
-            }
-        };
+        let ask = |key: &'static str| ask(&cache, &cx, key);
         assert_eq!(ask("a").await.unwrap(), "a");
         assert_eq!(ask("a").await.unwrap(), "a");
         let noted = ledger.take();
@@ -712,14 +716,7 @@ mod tests {
         let cache = CallCache::in_memory();
         cache.limit_tokens(100);
         let cx = CallContext::corpus("test");
-        let ask = |key: &'static str| {
-            let (cache, cx) = (cache.clone(), cx.clone());
-            async move {
-                cache
-                    .reply(&cx, key, "answer", || async { Ok(row("answer", key)) })
-                    .await
-            }
-        };
+        let ask = |key: &'static str| ask(&cache, &cx, key);
         assert_eq!(ask("a").await.unwrap(), "a");
         assert_eq!(ask("b").await.unwrap(), "b");
         let refused = ask("c").await.unwrap_err();

@@ -38,6 +38,23 @@ pub async fn embed_all(
     Ok(batches.into_iter().flatten().collect())
 }
 
+/// Cosine similarity of two vectors (an embedder's vectors are unit length, but
+/// a question's from another path, or a remote embedder's, may not be).
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut dot, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    if aa > 0.0 && bb > 0.0 {
+        dot / (aa.sqrt() * bb.sqrt())
+    } else {
+        0.0
+    }
+}
+
 /// The offline default: feature hashing of the text's stemmed terms. Needs no
 /// weights and is exactly reproducible; texts that share words get close
 /// vectors, paraphrases do not.

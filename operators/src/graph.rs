@@ -21,7 +21,7 @@ use std::sync::Arc;
 use memweave_schemas::{EntityRow, RelationRow, SegmentRow, content_id};
 use serde::{Deserialize, Serialize};
 
-use crate::embed::{Embedder, embed_all};
+use crate::embed::{Embedder, cosine, embed_all};
 use crate::extract::{collapse_whitespace, head_words, sentence_list};
 use crate::model::{
     CallContext, MemoryModel, Relation, RelationEvidence, StepResult, all_in_order,
@@ -308,9 +308,9 @@ pub async fn document_graph(
 
     let background: Arc<str> = Arc::from(background);
     // A segment's head is the evidence of every relation found in it.
-    let heads: HashMap<usize, Arc<str>> = relations
-        .values()
-        .flat_map(|found| found.iter().map(|(i, _)| *i))
+    let with_relations: BTreeSet<usize> = relations.values().flatten().map(|(i, _)| *i).collect();
+    let heads: HashMap<usize, Arc<str>> = with_relations
+        .into_iter()
         .map(|i| (i, Arc::from(head_words(&segments[i].text, EVIDENCE_WORDS))))
         .collect();
     let doc_relations = all_in_order(relations.into_iter().map(|((source, target), found)| {
@@ -355,7 +355,8 @@ fn first_mention(text: &str, names: &[String]) -> Option<String> {
 /// One description from several (evidence text, description) pairs, in order:
 /// duplicates dropped, the rest kept side by side while they fit `budget`
 /// tokens; a description that does not fit is folded into what is kept by the
-/// paper's merge prompt, every text it is shown capped. A description added
+/// paper's merge prompt, every text it is shown capped (the evidence is a
+/// segment's head of [`EVIDENCE_WORDS`] already). A description added
 /// later that fits costs no call, and the calls before it are the same prompts
 /// as before (answered from the call cache).
 async fn merge_descriptions(
@@ -387,11 +388,11 @@ async fn merge_descriptions(
                 cx,
                 &summary,
                 RelationEvidence {
-                    segment: &head_words(&evidence, EVIDENCE_WORDS),
+                    segment: &evidence,
                     relation: &head_tokens(&kept, budget),
                 },
                 RelationEvidence {
-                    segment: &head_words(&next_evidence, EVIDENCE_WORDS),
+                    segment: &next_evidence,
                     relation: &head_tokens(&next, budget),
                 },
             )
@@ -441,13 +442,16 @@ pub async fn resolve_entities(
     // document arriving in a later epoch changes one batch's prompt: the others
     // are answered from the call cache.
     while let Some((&first, rest)) = unplaced.split_first() {
-        let similarity = |i: usize| dot(&vectors[first], &vectors[i]);
-        let mut same: Vec<bool> = rest
+        let similarity: Vec<f64> = rest
             .iter()
-            .map(|&i| similarity(i) >= config.same_above)
+            .map(|&i| cosine(&vectors[first], &vectors[i]))
+            .collect();
+        let mut same: Vec<bool> = similarity
+            .iter()
+            .map(|&c| c >= f64::from(config.same_above))
             .collect();
         let asked: Vec<usize> = (0..rest.len())
-            .filter(|&r| !same[r] && similarity(rest[r]) >= config.apart_below)
+            .filter(|&r| !same[r] && similarity[r] >= f64::from(config.apart_below))
             .collect();
         let batches = asked.len().div_ceil(SAME_ENTITY_BATCH).next_power_of_two();
         let mut members: Vec<Vec<usize>> = vec![Vec::new(); batches];
@@ -483,11 +487,6 @@ pub async fn resolve_entities(
         .map(|g| g.iter().map(|&i| &mentions[i]).collect())
         .collect();
     Ok(entity_rows(&groups))
-}
-
-/// The cosine of two unit vectors.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// Which of `batches` disambiguation batches a document's passage goes to: a

@@ -244,6 +244,14 @@ pub fn read_calls(root: &Path) -> Vec<memweave_schemas::LlmCallRow> {
     })
 }
 
+/// Model tokens (prompt and reply) the calls spent.
+pub fn tokens_spent<'a>(calls: impl IntoIterator<Item = &'a memweave_schemas::LlmCallRow>) -> u64 {
+    calls
+        .into_iter()
+        .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
+        .sum()
+}
+
 /// The model-server simulator, served over real HTTP on a loopback port from a
 /// runtime of its own, for as long as this value lives.
 #[derive(Debug)]

@@ -94,41 +94,36 @@ pub const QUERIES: [(&str, &str); 12] = [
 const SINGLE_ROW: [&str; 4] = ["overview", "density", "gists", "cost"];
 
 /// Calls paid for (`llm_calls`, every run) and answered from the cache
-/// (`call_stats`), per pipeline task, and what was paid per token of the
-/// documents the tables hold now (calls of every run, over today's corpus: the
-/// memory's whole cost, edits included).
-const CALLS_BY_TASK: &str = "WITH paid AS (SELECT task, count(*) AS calls, \
-        sum(CAST(tokens_in AS BIGINT)) AS tokens_in, sum(CAST(tokens_out AS BIGINT)) AS tokens_out \
-        FROM llm_calls GROUP BY task), \
-     hits AS (SELECT task, sum(cache_hits) AS cache_hits FROM call_stats GROUP BY task) \
-     SELECT coalesce(paid.task, hits.task) AS task, coalesce(paid.calls, 0) AS calls, \
-            coalesce(paid.tokens_in, 0) AS tokens_in, coalesce(paid.tokens_out, 0) AS tokens_out, \
-            coalesce(hits.cache_hits, 0) AS cache_hits, \
-            CASE WHEN t.corpus = 0 THEN NULL \
-                 ELSE (coalesce(paid.tokens_in, 0) + coalesce(paid.tokens_out, 0)) * 1.0 / t.corpus END \
-                AS tokens_per_corpus_token, \
-            CASE WHEN t.corpus = 0 THEN NULL ELSE coalesce(paid.calls, 0) * 1000.0 / t.corpus END \
-                AS calls_per_1k_tokens \
-     FROM paid FULL OUTER JOIN hits ON paid.task = hits.task \
-          CROSS JOIN (SELECT coalesce(sum(n_tokens), 0) AS corpus FROM documents) t \
-     ORDER BY tokens_in + tokens_out DESC, task";
+/// (`call_stats`), grouped by `$column` of both tables and named `$name`, and
+/// what was paid per token of the documents the tables hold now (calls of every
+/// run, over today's corpus: the memory's whole cost, edits included).
+macro_rules! calls_by {
+    ($column:literal, $name:literal) => {
+        concat!(
+            "WITH paid AS (SELECT ", $column, ", count(*) AS calls, \
+                sum(CAST(tokens_in AS BIGINT)) AS tokens_in, sum(CAST(tokens_out AS BIGINT)) AS tokens_out \
+                FROM llm_calls GROUP BY ", $column, "), \
+             hits AS (SELECT ", $column, ", sum(cache_hits) AS cache_hits FROM call_stats GROUP BY ", $column, ") \
+             SELECT coalesce(paid.", $column, ", hits.", $column, ") AS ", $name, ", coalesce(paid.calls, 0) AS calls, \
+                    coalesce(paid.tokens_in, 0) AS tokens_in, coalesce(paid.tokens_out, 0) AS tokens_out, \
+                    coalesce(hits.cache_hits, 0) AS cache_hits, \
+                    CASE WHEN t.corpus = 0 THEN NULL \
+                         ELSE (coalesce(paid.tokens_in, 0) + coalesce(paid.tokens_out, 0)) * 1.0 / t.corpus END \
+                        AS tokens_per_corpus_token, \
+                    CASE WHEN t.corpus = 0 THEN NULL ELSE coalesce(paid.calls, 0) * 1000.0 / t.corpus END \
+                        AS calls_per_1k_tokens \
+             FROM paid FULL OUTER JOIN hits ON paid.", $column, " = hits.", $column, " \
+                  CROSS JOIN (SELECT coalesce(sum(n_tokens), 0) AS corpus FROM documents) t \
+             ORDER BY tokens_in + tokens_out DESC, ", $name
+        )
+    };
+}
 
-/// The same per memory kind (the `stage` a call was made for).
-const CALLS_BY_MEMORY: &str = "WITH paid AS (SELECT stage, count(*) AS calls, \
-        sum(CAST(tokens_in AS BIGINT)) AS tokens_in, sum(CAST(tokens_out AS BIGINT)) AS tokens_out \
-        FROM llm_calls GROUP BY stage), \
-     hits AS (SELECT stage, sum(cache_hits) AS cache_hits FROM call_stats GROUP BY stage) \
-     SELECT coalesce(paid.stage, hits.stage) AS memory, coalesce(paid.calls, 0) AS calls, \
-            coalesce(paid.tokens_in, 0) AS tokens_in, coalesce(paid.tokens_out, 0) AS tokens_out, \
-            coalesce(hits.cache_hits, 0) AS cache_hits, \
-            CASE WHEN t.corpus = 0 THEN NULL \
-                 ELSE (coalesce(paid.tokens_in, 0) + coalesce(paid.tokens_out, 0)) * 1.0 / t.corpus END \
-                AS tokens_per_corpus_token, \
-            CASE WHEN t.corpus = 0 THEN NULL ELSE coalesce(paid.calls, 0) * 1000.0 / t.corpus END \
-                AS calls_per_1k_tokens \
-     FROM paid FULL OUTER JOIN hits ON paid.stage = hits.stage \
-          CROSS JOIN (SELECT coalesce(sum(n_tokens), 0) AS corpus FROM documents) t \
-     ORDER BY tokens_in + tokens_out DESC, memory";
+/// Per pipeline task.
+const CALLS_BY_TASK: &str = calls_by!("task", "task");
+
+/// Per memory kind (the `stage` a call was made for).
+const CALLS_BY_MEMORY: &str = calls_by!("stage", "memory");
 
 /// Runs every query; the report as JSON: `tables`, `epoch`, one member per
 /// section, and `queries` (each section's SQL).

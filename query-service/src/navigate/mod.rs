@@ -846,20 +846,3 @@ fn context_of(passages: &[Passage]) -> String {
         .collect::<Vec<_>>()
         .join("\n\n")
 }
-
-/// Cosine similarity of two vectors (the tables' vectors are unit length, but a
-/// question's from another path may not be).
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let (mut dot, mut aa, mut bb) = (0.0f64, 0.0f64, 0.0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        dot += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
-    if aa > 0.0 && bb > 0.0 {
-        dot / (aa.sqrt() * bb.sqrt())
-    } else {
-        0.0
-    }
-}

@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use memweave_operators::embed::embed_all;
 use memweave_operators::model::StepError;
 
-use super::{Navigation, Passage, cosine};
+use super::{Navigation, Passage};
+use memweave_operators::embed::cosine;
 
 /// Entities taken by similarity when none of the question's names is in the graph.
 const NEAREST_ENTITIES: usize = 3;

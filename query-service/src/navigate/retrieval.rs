@@ -6,7 +6,8 @@
 use memweave_operators::model::StepError;
 use memweave_operators::tokens::count_tokens;
 
-use super::{Navigation, Passage, cosine};
+use super::{Navigation, Passage};
+use memweave_operators::embed::cosine;
 
 /// Passages the baselines return when a request does not say.
 const DEFAULT_TOP_K: usize = 5;

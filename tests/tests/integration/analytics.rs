@@ -7,7 +7,7 @@ use std::process::Command;
 use memweave_schemas::Table;
 use memweave_tests::{
     S3_ACCESS_KEY, S3_SECRET_KEY, S3Server, Tables, index, memweave, memweave_ok, python,
-    read_calls, read_tables, stderr, stdout,
+    read_calls, read_tables, stderr, stdout, tokens_spent,
 };
 
 use super::shared::{archive_of, pg_essays};
@@ -319,10 +319,7 @@ fn report_numbers_are_the_sql_that_defines_them() {
         assert_eq!(row["calls"], paid.len(), "{task}");
         let tokens_in: u64 = paid.iter().map(|c| u64::from(c.tokens_in)).sum();
         assert_eq!(row["tokens_in"], tokens_in, "{task}");
-        let spent: u64 = paid
-            .iter()
-            .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
-            .sum();
+        let spent = tokens_spent(paid.iter().copied());
         let per_token = row["tokens_per_corpus_token"].as_f64().unwrap();
         assert!(
             (per_token - spent as f64 / tokens as f64).abs() < 1e-9,
@@ -330,10 +327,7 @@ fn report_numbers_are_the_sql_that_defines_them() {
         );
     }
     // Every call of the build, over the corpus it built.
-    let spent: u64 = calls
-        .iter()
-        .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
-        .sum();
+    let spent = tokens_spent(&calls);
     let cost = &report["cost"];
     assert_eq!(cost["calls"], calls.len());
     let per_token = cost["tokens_per_corpus_token"].as_f64().unwrap();
@@ -522,10 +516,7 @@ fn the_indexer_serves_metrics_while_it_runs() {
         .sum();
     let calls = read_calls(&tables);
     assert_eq!(made, calls.len() as f64, "{metrics}");
-    let spent: u64 = calls
-        .iter()
-        .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
-        .sum();
+    let spent = tokens_spent(&calls);
     let corpus: u64 = t.documents.iter().map(|d| d.n_tokens).sum();
     let per_token = value("memweave_memory_model_tokens_per_corpus_token").unwrap();
     assert!(

@@ -156,11 +156,7 @@ fn a_token_budget_stops_the_build_and_a_rerun_finishes_it() {
     let (dir, archive) = archive_of(&ESSAYS);
     let spent = |tables: &Path| -> (usize, u64) {
         let calls = read_calls(tables);
-        let tokens = calls
-            .iter()
-            .map(|c| u64::from(c.tokens_in) + u64::from(c.tokens_out))
-            .sum();
-        (calls.len(), tokens)
+        (calls.len(), memweave_tests::tokens_spent(&calls))
     };
     let reference = dir.path().join("reference");
     index(&archive, &reference, &[]);
