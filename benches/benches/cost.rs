@@ -15,7 +15,8 @@
 //! size against the smallest (flat is 1.00x). Then an edit of pg-essays: a
 //! generated paragraph inserted at the middle paragraph (or line) break of
 //! its largest essay and another essay deleted, indexed over the first build's tables: the
-//! calls it made per task.
+//! calls it made per task, and the rows it added (segments, tree nodes, pages:
+//! what the model had to write at the least).
 //!
 //! Run: `cargo build --release -p memweave-pipeline && cargo bench --workspace
 //! --bench cost`. COST_BIN=PATH measures another build of `memweave` (the
@@ -285,4 +286,61 @@ fn edit_cost(binary: &Path, essays: &Path, markov: &Markov, out: &Path) {
         println!("  {task:<22} {:>8.0} {:>8.0}", spend.calls - built, built);
     }
     println!("  {:<22} {total:>8.0} {:>8.0}", "all", before.all().calls);
+    println!(
+        "  rows the edit added (the least the model must write): {}",
+        rows_added(binary, &tables)
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// Rows of the newest checkpoint that the one before it did not hold, per
+/// kind: the segments, tree nodes (leaves apart) and pages an edit made.
+fn rows_added(binary: &Path, tables: &Path) -> Vec<(String, usize)> {
+    const KINDS: &str = "SELECT 'segments' AS kind, seg_id AS id FROM segments \
+        UNION ALL SELECT concat(tree, CASE WHEN level = 0 THEN ' leaves' ELSE ' parents' END), node_id FROM tree_nodes \
+        UNION ALL SELECT 'pages', page_id FROM pages";
+    let ids = |version: Option<u64>| -> Vec<(String, String)> {
+        let mut sql = Command::new(binary);
+        sql.arg("sql")
+            .arg(KINDS)
+            .arg("--tables")
+            .arg(tables)
+            .arg("--format")
+            .arg("json");
+        if let Some(version) = version {
+            sql.arg("--version").arg(version.to_string());
+        }
+        json_output(&mut sql)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| {
+                (
+                    row["kind"].as_str().unwrap().to_string(),
+                    row["id"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let newest = ids(None);
+    let epochs = json_output(
+        Command::new(binary)
+            .arg("sql")
+            .arg("SELECT max(epoch) AS newest FROM checkpoints")
+            .arg("--tables")
+            .arg(tables)
+            .arg("--format")
+            .arg("json"),
+    );
+    let previous = epochs[0]["newest"].as_u64().unwrap() - 1;
+    let old: std::collections::HashSet<(String, String)> =
+        ids(Some(previous)).into_iter().collect();
+    let mut added: BTreeMap<String, usize> = BTreeMap::new();
+    for row in newest.into_iter().filter(|row| !old.contains(row)) {
+        *added.entry(row.0).or_default() += 1;
+    }
+    added.into_iter().collect()
 }

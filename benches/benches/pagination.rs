@@ -22,8 +22,8 @@ const ROUND: Duration = Duration::from_millis(50);
 struct Remote {
     inner: TaskModel,
     calls: AtomicUsize,
-    /// When the reply for each page start is back.
-    asked: Mutex<HashMap<usize, tokio::time::Instant>>,
+    /// When the reply for each window is back.
+    asked: Mutex<HashMap<String, tokio::time::Instant>>,
     disagree_percent: u64,
     /// Whether pagination may speculate.
     remote: bool,
@@ -64,13 +64,13 @@ impl MemoryModel for Remote {
         candidates: &[usize],
         first_label: usize,
     ) -> StepResult<usize> {
-        // Asked once per page start: the call cache sends a call once and every
-        // caller gets its reply.
+        // Asked once per window: the call cache sends a call once and every caller
+        // gets its reply.
         let ready = *self
             .asked
             .lock()
             .unwrap()
-            .entry(first_label)
+            .entry(units.join("\n"))
             .or_insert_with(|| {
                 self.calls.fetch_add(1, Ordering::Relaxed);
                 tokio::time::Instant::now() + self.round

@@ -48,6 +48,12 @@ static SUMMARY_LABEL: LazyLock<Regex> =
 static SURPRISE_LABEL: LazyLock<Regex> = LazyLock::new(|| {
     re(r"(?i)[(\[]?\s*surpris(e|ing information|ing facts?)\s*[)\]]?[\s*_]*:[\s*_]*")
 });
+/// The surprise label opening a line, as the prompt's format puts it. The last
+/// one is the label: the summary comes first and may itself hold a line that
+/// opens "surprise: …" (hard-wrapped text).
+static SURPRISE_LINE: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"(?im)^[\s*_#>-]*[(\[]?\s*surpris(e|ing information|ing facts?)\s*[)\]]?[\s*_]*:[\s*_]*")
+});
 
 /// The reply without code fences and separator lines (`####`, `---`).
 fn body(reply: &str) -> String {
@@ -312,7 +318,11 @@ pub fn fact_summary(reply: &str) -> Option<FactSummary> {
     let text = body(reply);
     let summary_at = SUMMARY_LABEL.find(&text)?;
     let rest = &text[summary_at.end()..];
-    let (summary, surprise) = match SURPRISE_LABEL.find(rest) {
+    let label = SURPRISE_LINE
+        .find_iter(rest)
+        .last()
+        .or_else(|| SURPRISE_LABEL.find(rest));
+    let (summary, surprise) = match label {
         Some(m) => (&rest[..m.start()], unmark(&rest[m.end()..])),
         None => (rest, String::new()),
     };
@@ -584,6 +594,27 @@ mod tests {
             ("He painted.", "")
         );
         assert!(fact_summary("(Summary): He painted.").is_some_and(|f| f.surprise.is_empty()));
+        // The last label that opens a line, not the word inside the summary,
+        // even where a wrapped line of the summary opens with it.
+        for label in ["(Surprise):", "Surprise:"] {
+            let f = fact_summary(&format!(
+                "(Summary): A big surprise: a letter. I got a big\nsurprise: another.\n{label} It was late."
+            ))
+            .expect("parses");
+            assert_eq!(
+                (f.summary.as_str(), f.surprise.as_str()),
+                (
+                    "A big surprise: a letter. I got a big\nsurprise: another.",
+                    "It was late."
+                )
+            );
+        }
+        // One line: the label found wherever it is.
+        let f = fact_summary("(Summary): He painted. (Surprise): It rained.").expect("parses");
+        assert_eq!(
+            (f.summary.as_str(), f.surprise.as_str()),
+            ("He painted.", "It rained.")
+        );
         assert!(fact_summary("He painted.").is_none());
         assert!(fact_summary("(Summary):\n(Surprise): x").is_none());
     }

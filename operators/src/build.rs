@@ -15,7 +15,7 @@ use crate::paginate::{PageConfig, paginate_then};
 use crate::raptor::{RaptorConfig, raptor_tree};
 use crate::segment::{SegmentConfig, segment};
 use crate::text::{CharOffsets, Span, word_count};
-use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, memwalker_tree};
+use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, LeafSummaries, memwalker_tree};
 
 /// One version of one document: the record the dataflow's input collection holds.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -167,13 +167,12 @@ impl BuildConfig {
         graph: GraphConfig::DEFAULT,
     };
 
-    /// The segmentation RAPTOR chunks with: the segments' own when the sizes
-    /// agree, so both memories share one segmentation.
+    /// The segmentation RAPTOR chunks with: the segments' own unless another
+    /// size is set, so both memories share one segmentation (and its leaf calls).
     pub fn chunks(&self) -> SegmentConfig {
-        if self.raptor.chunk_tokens == self.segments.target_tokens {
-            self.segments
-        } else {
-            SegmentConfig::around(self.raptor.chunk_tokens)
+        match self.raptor.chunk_tokens {
+            Some(tokens) if tokens != self.segments.target_tokens => SegmentConfig::around(tokens),
+            _ => self.segments,
         }
     }
 }
@@ -342,12 +341,18 @@ pub async fn build_document(
     } else {
         segment_rows(doc, &chunk_config)
     };
+    let leaves = if memories.raptor && chunks.is_empty() {
+        LeafSummaries::SharedWithRaptor
+    } else {
+        LeafSummaries::Own
+    };
     let tree_and_graph = async {
         let nodes = if memories.memwalker {
             memwalker_tree(
                 &doc.doc_id,
                 &segments,
                 model,
+                leaves,
                 config.max_children,
                 config.parent_max_tokens,
             )

@@ -354,11 +354,14 @@ fn first_mention(text: &str, names: &[String]) -> Option<String> {
 
 /// One description from several (evidence text, description) pairs, in order:
 /// duplicates dropped, the rest kept side by side while they fit `budget`
-/// tokens; a description that does not fit is folded into what is kept by the
-/// paper's merge prompt, every text it is shown capped (the evidence is a
-/// segment's head of [`EVIDENCE_WORDS`] already). A description added
-/// later that fits costs no call, and the calls before it are the same prompts
-/// as before (answered from the call cache).
+/// tokens. When some do not fit, the next budget's worth of them is folded into
+/// what is kept by one call of the paper's merge prompt, every text it is shown
+/// capped (the evidence is a segment's head of [`EVIDENCE_WORDS`] already);
+/// descriptions past those two budgets are not read. One merge at most, however
+/// often the pair recurs, keeps the cost per corpus token flat as an archive
+/// grows (the relation still names every segment it was found in). A
+/// description added later past both budgets costs no call, and one that
+/// leaves the two selections as they were is answered from the call cache.
 async fn merge_descriptions(
     model: &dyn MemoryModel,
     cx: &CallContext,
@@ -369,37 +372,49 @@ async fn merge_descriptions(
     let mut seen = BTreeSet::new();
     let mut items = items
         .into_iter()
-        .filter(|(_, d)| !d.trim().is_empty() && seen.insert(collapse_whitespace(d)));
-    let Some((evidence, mut kept)) = items.next() else {
+        .filter(|(_, d)| !d.trim().is_empty() && seen.insert(collapse_whitespace(d)))
+        .peekable();
+    let Some((evidence, kept)) = take_fitting(&mut items, budget) else {
         return Ok(String::new());
     };
-    let summary = head_words(summary, EVIDENCE_WORDS);
-    let mut kept_tokens = count_tokens(&kept);
-    for (next_evidence, next) in items {
-        let next_tokens = count_tokens(&next);
-        if kept_tokens + 1 + next_tokens <= budget {
-            kept.push_str(DESCRIPTION_SEPARATOR);
-            kept.push_str(&next);
-            kept_tokens += next_tokens + 1;
-            continue;
+    let Some((next_evidence, overflow)) = take_fitting(&mut items, budget) else {
+        return Ok(kept);
+    };
+    model
+        .merge_relations(
+            cx,
+            &head_words(summary, EVIDENCE_WORDS),
+            RelationEvidence {
+                segment: &evidence,
+                relation: &head_tokens(&kept, budget),
+            },
+            RelationEvidence {
+                segment: &next_evidence,
+                relation: &head_tokens(&overflow, budget),
+            },
+        )
+        .await
+}
+
+/// The next description and those after it that fit `budget` tokens with it,
+/// side by side, with the first one's evidence; `None` when none is left.
+fn take_fitting(
+    items: &mut std::iter::Peekable<impl Iterator<Item = (String, String)>>,
+    budget: usize,
+) -> Option<(String, String)> {
+    let (evidence, mut joined) = items.next()?;
+    let mut tokens = count_tokens(&joined);
+    while let Some((_, next)) = items.peek() {
+        let next_tokens = count_tokens(next);
+        if tokens + 1 + next_tokens > budget {
+            break;
         }
-        kept = model
-            .merge_relations(
-                cx,
-                &summary,
-                RelationEvidence {
-                    segment: &evidence,
-                    relation: &head_tokens(&kept, budget),
-                },
-                RelationEvidence {
-                    segment: &next_evidence,
-                    relation: &head_tokens(&next, budget),
-                },
-            )
-            .await?;
-        kept_tokens = count_tokens(&kept);
+        joined.push_str(DESCRIPTION_SEPARATOR);
+        joined.push_str(next);
+        tokens += next_tokens + 1;
+        items.next();
     }
-    Ok(kept)
+    Some((evidence, joined))
 }
 
 /// The words of `text` that fit in about `tokens` tokens (at least 1.3 tokens
@@ -744,8 +759,9 @@ mod tests {
             folded,
             "Ada founded the Harbour press.\nAda sold the press in 1901."
         );
-        // A budget below one description merges every one after the first.
-        assert_eq!(merge(1).1, 2);
+        // However many do not fit, a pair is merged once: the first description
+        // with the second, the third not read.
+        assert_eq!(merge(1).1, 1);
     }
 
     /// Vectors settle what they can: above the band the mentions are one

@@ -155,6 +155,13 @@ where
         .collect()
 }
 
+/// The number of a window's first paragraph in the labels `choose_break` shows.
+/// Labels count within the window, not the document, so a window's prompt
+/// depends only on its text: after an edit, the pages past it that fall back in
+/// step with the old breaks are asked the same prompts and answered from the
+/// call cache, instead of every later label shifting by the paragraphs inserted.
+const FIRST_LABEL: usize = 1;
+
 /// Pages drafted ahead of the sequential walk each time it leaves the draft: more
 /// shortens the chain when the model mostly agrees, and costs more when it does not.
 const REDRAFT_PAGES: usize = 8;
@@ -272,7 +279,12 @@ impl Walker<'_> {
         let remaining_kb = ((self.text.len() - self.units[start].start) / 1024) as u32;
         let chosen = self
             .model
-            .choose_break(&self.cx.chained(remaining_kb), &window, &candidates, start)
+            .choose_break(
+                &self.cx.chained(remaining_kb),
+                &window,
+                &candidates,
+                FIRST_LABEL,
+            )
             .await?;
         Ok(start
             + if candidates.contains(&chosen) {
@@ -377,7 +389,8 @@ mod tests {
                 .expect("the stub answers");
             (pages, model.breaks_asked(), model.peak_breaks_in_flight())
         };
-        let (sequential, needed, _) = run(false);
+        let (sequential, mut needed, _) = run(false);
+        needed.sort_unstable();
         let (drafted, mut asked, peak) = run(true);
         // All the drafted pages were asked for at once, not one after the other.
         assert!(peak > needed.len() / 2, "{peak} of {}", needed.len());
@@ -410,5 +423,42 @@ mod tests {
             "{}",
             model.breaks_asked().len()
         );
+    }
+
+    /// A paragraph inserted mid-way moves the breaks after it until the walk
+    /// falls back in step with the old ones; from there on every window is one
+    /// the model was already shown, prompt for prompt.
+    #[test]
+    fn an_insertion_asks_anew_only_until_the_pages_fall_back_in_step() {
+        let text = numbered_paragraphs();
+        let at = text.len() / 2 + text[text.len() / 2..].find("\n\n").unwrap() + 2;
+        let edited = format!(
+            "{}An inserted paragraph of a few more words than most, to move the breaks after it.\n\n{}",
+            &text[..at],
+            &text[at..]
+        );
+        let cx = CallContext::build("readagent", "d");
+        let asked = |text: &str| {
+            let model = FirstSentence::default();
+            let pages = futures::executor::block_on(paginate(text, &SMALL_PAGES, &model, &cx))
+                .expect("the stub answers");
+            (pages, model.breaks_asked())
+        };
+        let (before, shown_before) = asked(&text);
+        let (after, shown_after) = asked(&edited);
+        let shown_before: std::collections::HashSet<_> = shown_before.into_iter().collect();
+        let anew = shown_after
+            .iter()
+            .filter(|w| !shown_before.contains(*w))
+            .count();
+        let pages_past = after.iter().filter(|p| p.start >= at).count();
+        assert!(pages_past > 30, "{pages_past} pages past the insertion");
+        assert!(
+            anew <= 4,
+            "{anew} of {} windows asked anew",
+            shown_after.len()
+        );
+        let last = |pages: &[Span], text: &str| pages.last().unwrap().of(text).to_string();
+        assert_eq!(last(&after, &edited), last(&before, &text));
     }
 }

@@ -14,9 +14,10 @@ use crate::tokens::count_tokens;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RaptorConfig {
-    /// Chunk size in tokens (RAPTOR: 100, ILM-TR: 600). When it equals the
-    /// MemWalker segment size the chunks are the segments.
-    pub chunk_tokens: usize,
+    /// Chunk size in tokens (RAPTOR: 100, ILM-TR: 600); `None`, or the MemWalker
+    /// segment size, makes the chunks the segments, and then one ILM-TR call
+    /// per segment summarises it for both trees.
+    pub chunk_tokens: Option<usize>,
     /// Most levels above the chunks; the last level is one cluster, the root
     /// (RAPTOR builds 5 layers).
     pub max_levels: u32,
@@ -33,7 +34,7 @@ pub struct RaptorConfig {
 
 impl RaptorConfig {
     pub const DEFAULT: RaptorConfig = RaptorConfig {
-        chunk_tokens: 600,
+        chunk_tokens: None,
         max_levels: 5,
         cluster_max_tokens: 3500,
         reduced_dim: 10,
@@ -42,6 +43,9 @@ impl RaptorConfig {
     };
 
     pub fn validate(&self) -> Result<(), String> {
+        if self.chunk_tokens == Some(0) {
+            return Err("RAPTOR chunks need at least one token".into());
+        }
         if self.max_levels == 0 {
             return Err("a RAPTOR tree needs at least one level above its chunks".into());
         }

@@ -17,8 +17,9 @@ pub struct FirstSentence {
     /// Breaks where the vocabulary shifts most, as pagination's draft predicts;
     /// otherwise after the longest candidate unit, which the draft does not foresee.
     agrees_with_draft: bool,
-    /// The first label of every window `choose_break` was shown, in order.
-    breaks_asked: Mutex<Vec<usize>>,
+    /// Every window `choose_break` was shown (its paragraphs and first label),
+    /// in order.
+    breaks_asked: Mutex<Vec<(Vec<String>, usize)>>,
     breaks_in_flight: AtomicUsize,
     peak_breaks_in_flight: AtomicUsize,
     /// Names `same_entity` says are different entities in every two passages.
@@ -67,7 +68,7 @@ impl FirstSentence {
         self.peak_breaks_in_flight.load(Ordering::SeqCst)
     }
 
-    pub fn breaks_asked(&self) -> Vec<usize> {
+    pub fn breaks_asked(&self) -> Vec<(Vec<String>, usize)> {
         self.breaks_asked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -133,7 +134,7 @@ impl MemoryModel for FirstSentence {
         self.breaks_asked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(first_label);
+            .push((units.iter().map(|u| u.to_string()).collect(), first_label));
         if self.remote {
             // A remote reply takes a while: let the other walks ask in the meantime.
             let in_flight = self.breaks_in_flight.fetch_add(1, Ordering::SeqCst) + 1;

@@ -6,7 +6,7 @@
 
 use memweave_schemas::ids::content_draw;
 use memweave_schemas::{
-    SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TreeNodeRow, content_id,
+    SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TREE_RAPTOR, TreeNodeRow, content_id,
 };
 
 use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
@@ -53,21 +53,41 @@ pub fn group_sizes(ids: &[String], max_children: usize) -> Vec<usize> {
 /// (MemWalker's "predetermined length").
 pub const DEFAULT_PARENT_MAX_TOKENS: usize = 600;
 
+/// Which call summarises a MemWalker leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeafSummaries {
+    /// MemWalker's own prompt.
+    Own,
+    /// The summary part of ILM-TR's call over the same segment, asked in the
+    /// RAPTOR tree's name: when the RAPTOR chunks are the segments, one call
+    /// reads each segment for both trees (the call cache makes the two asks
+    /// one), rather than two calls reading the same text.
+    SharedWithRaptor,
+}
+
 /// The MemWalker tree of one document over its segments (in order). Leaves are
 /// summarised concurrently, then each level's parents concurrently.
 pub async fn memwalker_tree(
     doc_id: &str,
     segments: &[SegmentRow],
     model: &dyn MemoryModel,
+    leaves: LeafSummaries,
     max_children: usize,
     parent_max_tokens: usize,
 ) -> StepResult<Vec<TreeNodeRow>> {
     let cx = CallContext::build(TREE_MEMWALKER, doc_id);
-    let summaries = all_in_order(
-        segments
-            .iter()
-            .map(|s| model.summarize_segment(&cx, &s.text)),
-    )
+    let raptor = CallContext::build(TREE_RAPTOR, doc_id);
+    let summaries = all_in_order(segments.iter().map(|s| {
+        let (cx, raptor) = (&cx, &raptor);
+        async move {
+            match leaves {
+                LeafSummaries::Own => model.summarize_segment(cx, &s.text).await,
+                LeafSummaries::SharedWithRaptor => {
+                    Ok(model.summarize_with_facts(raptor, &s.text).await?.summary)
+                }
+            }
+        }
+    }))
     .await?;
     let level: Vec<TreeNodeRow> = segments
         .iter()
@@ -297,6 +317,7 @@ mod tests {
             "d",
             &segments(n),
             &FirstSentence::default(),
+            LeafSummaries::Own,
             8,
             parent_max_tokens,
         ))

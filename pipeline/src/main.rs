@@ -165,10 +165,12 @@ enum Command {
         /// ("raptor-corpus", the roots clustered by their vectors).
         #[arg(long)]
         corpus_tree: bool,
-        /// RAPTOR chunk size in tokens (RAPTOR used 100, ILM-TR 600); equal to
-        /// --segment-tokens, the chunks are the MemWalker segments.
-        #[arg(long, default_value_t = RaptorConfig::DEFAULT.chunk_tokens)]
-        chunk_tokens: usize,
+        /// RAPTOR chunk size in tokens (RAPTOR used 100, ILM-TR 600). By default
+        /// the chunks are the MemWalker segments (--segment-tokens), and one
+        /// ILM-TR call per segment summarises it for both trees; another size
+        /// reads the text once more for RAPTOR.
+        #[arg(long)]
+        chunk_tokens: Option<usize>,
         /// Most RAPTOR levels above the chunks; the last is one cluster, the root.
         #[arg(long, default_value_t = RaptorConfig::DEFAULT.max_levels)]
         raptor_max_levels: u32,

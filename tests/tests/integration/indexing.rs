@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use memweave_schemas::Table;
 use memweave_tests::{Tables, index, read_tables, shared_data, stdout};
 
-use super::shared::pg_essays;
+use super::shared::{PG_ESSAYS_FLAGS, pg_essays};
 
 #[test]
 fn summary_names_every_count() {
@@ -76,8 +76,9 @@ fn one_worker_and_two_workers_write_identical_tables() {
     let dir = tempfile::tempdir().unwrap();
     let (one, three) = (dir.path().join("w1"), dir.path().join("w2"));
     let source = shared_data("pg-essays");
-    index(&source, &one, &["-w", "1", "--segment-tokens", "400"]);
-    index(&source, &three, &["-w", "2", "--segment-tokens", "400"]);
+    let flags = |workers: &'static str| [&["-w", workers][..], &PG_ESSAYS_FLAGS[..]].concat();
+    index(&source, &one, &flags("1"));
+    index(&source, &three, &flags("2"));
     let (a, b) = (read_tables(&one), read_tables(&three));
     assert!(!a.segments.is_empty());
     assert_eq!(comparable(&a), comparable(&b));

@@ -360,9 +360,11 @@ fn memories_can_be_left_out() {
     );
 }
 
-/// Chunks of the segments' size are the segments: one segmentation, shared.
+/// By default the RAPTOR chunks are the MemWalker segments, and one ILM-TR call
+/// per segment gives both trees their leaf: MemWalker's tree is the one it
+/// builds alone with its own prompt, without that prompt's calls.
 #[test]
-fn raptor_shares_segments_of_the_same_size() {
+fn raptor_and_memwalker_share_segments_and_leaf_calls() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let source = dir.path().join("essays");
     std::fs::create_dir(&source).expect("mkdir");
@@ -372,22 +374,67 @@ fn raptor_shares_segments_of_the_same_size() {
     )
     .expect("copy");
     let tables = dir.path().join("memory");
-    index(
-        &source,
-        &tables,
-        &["--segment-tokens", "500", "--chunk-tokens", "500"],
-    );
+    index(&source, &tables, &["--segment-tokens", "500"]);
     let t = read_tables(&tables);
     assert_invariants(&t);
-    let leaf_segments = |tree: &str| -> HashSet<&str> {
-        t.tree_nodes
+    let leaves = |t: &Tables, tree: &str| -> Vec<(String, String)> {
+        let mut leaves: Vec<(String, String)> = t
+            .tree_nodes
             .iter()
             .filter(|n| n.tree == tree && n.level == 0)
-            .filter_map(|n| n.seg_id.as_deref())
-            .collect()
+            .map(|n| {
+                (
+                    n.seg_id.clone().expect("a leaf's segment"),
+                    n.summary.clone(),
+                )
+            })
+            .collect();
+        leaves.sort();
+        leaves
     };
-    assert_eq!(leaf_segments(TREE_MEMWALKER), leaf_segments(TREE_RAPTOR));
-    assert_eq!(leaf_segments(TREE_RAPTOR).len(), t.segments.len());
+    let raptor = leaves(&t, TREE_RAPTOR);
+    assert_eq!(leaves(&t, TREE_MEMWALKER), raptor);
+    assert_eq!(raptor.len(), t.segments.len());
+    let calls_of = |tables: &std::path::Path, task: &str| {
+        read_calls(tables)
+            .into_iter()
+            .filter(|c| c.task == task)
+            .count()
+    };
+    assert_eq!(calls_of(&tables, "summarize_segment"), 0);
+    let raptor_nodes = t
+        .tree_nodes
+        .iter()
+        .filter(|n| n.tree == TREE_RAPTOR)
+        .count();
+    assert_eq!(calls_of(&tables, "summarize_with_facts"), raptor_nodes);
+
+    let alone = dir.path().join("memwalker-alone");
+    index(
+        &source,
+        &alone,
+        &["--segment-tokens", "500", "--memories", "memwalker"],
+    );
+    let walker = |t: &Tables| -> Vec<TreeNodeRow> {
+        let mut nodes: Vec<TreeNodeRow> = t
+            .tree_nodes
+            .iter()
+            .filter(|n| n.tree == TREE_MEMWALKER)
+            .cloned()
+            .collect();
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        nodes
+    };
+    assert_eq!(walker(&read_tables(&alone)), walker(&t));
+    assert_eq!(calls_of(&alone, "summarize_segment"), t.segments.len());
+
+    let apart = dir.path().join("apart");
+    index(
+        &source,
+        &apart,
+        &["--segment-tokens", "500", "--chunk-tokens", "300"],
+    );
+    assert!(calls_of(&apart, "summarize_segment") > 0);
 }
 
 /// The openai embedder through the simulator, whose /v1/embeddings hashes as

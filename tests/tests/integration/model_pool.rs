@@ -86,7 +86,7 @@ fn the_full_pg_essays_build_through_the_pool_equals_the_extractive_one() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let tables = dir.path().join("openai");
     let mut flags = openai_flags(&server.url);
-    flags.extend(["--segment-tokens".to_string(), "400".to_string()]);
+    flags.extend(super::shared::PG_ESSAYS_FLAGS.map(String::from));
     index(
         &shared_data("pg-essays"),
         &tables,

@@ -5,6 +5,9 @@ use std::sync::OnceLock;
 
 use memweave_tests::{Tables, index, read_tables, shared_data};
 
+/// The flags of the shared build, for tests that build it again another way.
+pub const PG_ESSAYS_FLAGS: [&str; 4] = ["--segment-tokens", "400", "--chunk-tokens", "600"];
+
 pub struct Built {
     _dir: tempfile::TempDir,
     pub tables: std::path::PathBuf,
@@ -13,17 +16,14 @@ pub struct Built {
 }
 
 /// pg-essays indexed with the default sizes but 400-token segments, so every
-/// essay's tree has more than one level.
+/// essay's tree has more than one level, and RAPTOR chunks of ILM-TR's 600
+/// tokens, so two segmentations live side by side.
 pub fn pg_essays() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
         let dir = tempfile::tempdir().expect("a temp dir");
         let tables = dir.path().join("memory");
-        let output = index(
-            &shared_data("pg-essays"),
-            &tables,
-            &["--segment-tokens", "400"],
-        );
+        let output = index(&shared_data("pg-essays"), &tables, &PG_ESSAYS_FLAGS);
         let read = read_tables(&tables);
         Built {
             summary: String::from_utf8_lossy(&output.stdout).into_owned(),
