@@ -127,6 +127,10 @@ pub struct BuildConfig {
     pub corpus_tree: bool,
     pub raptor: RaptorConfig,
     pub graph: GraphConfig,
+    /// Tokens of the finer cut the retrieval baselines rank (`bm25`: a needle
+    /// in a shorter passage ranks higher), kept as segments that no model call
+    /// reads; 0 keeps none. See [`BuildConfig::passages`].
+    pub passage_tokens: usize,
 }
 
 impl BuildConfig {
@@ -145,6 +149,9 @@ impl BuildConfig {
         self.raptor.validate()?;
         self.graph.validate()?;
         self.chunks().validate()?;
+        if let Some(passages) = self.passages() {
+            passages.validate()?;
+        }
         if self.max_children < 2 {
             return Err(format!(
                 "a tree node needs at least 2 children, not {}",
@@ -165,6 +172,7 @@ impl BuildConfig {
         memories: Memories::ALL,
         raptor: RaptorConfig::DEFAULT,
         graph: GraphConfig::DEFAULT,
+        passage_tokens: DEFAULT_PASSAGE_TOKENS,
     };
 
     /// The segmentation RAPTOR chunks with: the segments' own unless another
@@ -175,7 +183,20 @@ impl BuildConfig {
             _ => self.segments,
         }
     }
+
+    /// The cut kept for the retrieval baselines: only where it is finer than the
+    /// segments and is not already there as RAPTOR's chunks.
+    pub fn passages(&self) -> Option<SegmentConfig> {
+        let passages = SegmentConfig::around(self.passage_tokens);
+        let chunked = self.memories.raptor && self.chunks() == passages;
+        (self.passage_tokens > 0 && self.passage_tokens < self.segments.target_tokens && !chunked)
+            .then_some(passages)
+    }
 }
+
+/// The baselines' cut by default: ILM-TR's chunk size, what they ranked when
+/// RAPTOR's chunks were cut apart from the segments.
+pub const DEFAULT_PASSAGE_TOKENS: usize = 600;
 
 /// Ids of repeated texts within a document: the n-th copy of a text gets `n` in its
 /// id, so ids stay unique without depending on position.
@@ -321,8 +342,8 @@ pub enum BuiltRow {
     Error(ErrorRow),
 }
 
-/// The memory of one document: segments (and RAPTOR chunks where their size
-/// differs), then the chosen memories concurrently: its MemWalker tree and, with
+/// The memory of one document: segments (and RAPTOR chunks and the baselines'
+/// passages where their sizes differ), then the chosen memories concurrently: its MemWalker tree and, with
 /// its root summary as background, its graph; its ReadAgent pages and gists; its
 /// RAPTOR tree. When a model step fails the document gets one `errors` row
 /// instead of a partial memory, so a later run (with the pool back, or the cache
@@ -346,6 +367,9 @@ pub async fn build_document(
     } else {
         LeafSummaries::Own
     };
+    let passages = config
+        .passages()
+        .map_or_else(Vec::new, |cut| segment_rows(doc, &cut));
     let tree_and_graph = async {
         let nodes = if memories.memwalker {
             memwalker_tree(
@@ -408,6 +432,7 @@ pub async fn build_document(
             }));
             rows.extend(segments.into_iter().map(BuiltRow::Segment));
             rows.extend(chunks.into_iter().map(BuiltRow::Segment));
+            rows.extend(passages.into_iter().map(BuiltRow::Segment));
             rows.extend(nodes.into_iter().map(BuiltRow::TreeNode));
             for node in raptor_nodes {
                 let vector = EmbeddingRow::new(&node.row.node_id, "node", model, node.vector);

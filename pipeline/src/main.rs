@@ -171,6 +171,11 @@ enum Command {
         /// reads the text once more for RAPTOR.
         #[arg(long)]
         chunk_tokens: Option<usize>,
+        /// Tokens of the finer cut the retrieval baselines (bm25) rank, kept in
+        /// segments beside the memories' own cut when finer than it; no model
+        /// call reads it. 0 keeps none, and the baselines rank the segments.
+        #[arg(long, default_value_t = BuildConfig::DEFAULT.passage_tokens)]
+        passage_tokens: usize,
         /// Most RAPTOR levels above the chunks; the last is one cluster, the root.
         #[arg(long, default_value_t = RaptorConfig::DEFAULT.max_levels)]
         raptor_max_levels: u32,
@@ -409,6 +414,7 @@ fn main() -> ExitCode {
             parent_max_tokens,
             memories,
             chunk_tokens,
+            passage_tokens,
             raptor_max_levels,
             cluster_max_tokens,
             relation_description_tokens,
@@ -454,6 +460,7 @@ fn main() -> ExitCode {
                             same_above: same_entity_above,
                             apart_below: different_entity_below,
                         },
+                        passage_tokens,
                         ..BuildConfig::new(segments, pages, max_children)
                     },
                     llm,

@@ -321,9 +321,14 @@ fn memories_can_be_left_out() {
         std::fs::copy(shared_data("pg-essays").join(name), source.join(name)).expect("copy");
     }
     let graph_only = dir.path().join("graph");
-    index(&source, &graph_only, &["--memories", "graph"]);
+    index(
+        &source,
+        &graph_only,
+        &["--memories", "graph", "--passage-tokens", "0"],
+    );
     let t = read_tables(&graph_only);
     assert_invariants(&t);
+    assert!(t.segments.iter().all(|s| s.target_tokens == 1000));
     assert!(t.tree_nodes.is_empty() && t.pages.is_empty());
     assert!(!t.entities.is_empty() && !t.relations.is_empty());
     assert!(t.embeddings.iter().all(|e| e.owner_kind == "entity"));
@@ -339,10 +344,9 @@ fn memories_can_be_left_out() {
     assert!(t.tree_nodes.iter().all(|n| n.tree == TREE_MEMWALKER) && !t.tree_nodes.is_empty());
     assert!(!t.pages.is_empty());
     assert!(t.entities.is_empty() && t.relations.is_empty() && t.embeddings.is_empty());
-    assert!(
-        t.segments.iter().all(|s| s.target_tokens == 1000),
-        "no RAPTOR chunks"
-    );
+    // The MemWalker segments and the baselines' finer passages; no RAPTOR chunks.
+    let cuts: HashSet<u32> = t.segments.iter().map(|s| s.target_tokens).collect();
+    assert_eq!(cuts, HashSet::from([1000, 600]));
 
     let wrong = memweave([
         "index",
