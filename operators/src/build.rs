@@ -343,11 +343,11 @@ pub enum BuiltRow {
 }
 
 /// The memory of one document: segments (and RAPTOR chunks and the baselines'
-/// passages where their sizes differ), then the chosen memories concurrently: its MemWalker tree and, with
-/// its root summary as background, its graph; its ReadAgent pages and gists; its
-/// RAPTOR tree. When a model step fails the document gets one `errors` row
-/// instead of a partial memory, so a later run (with the pool back, or the cache
-/// filled) builds it whole.
+/// passages where their sizes differ), then the chosen memories concurrently:
+/// its MemWalker tree and, with its root summary as background, its graph; its
+/// ReadAgent pages and gists; its RAPTOR tree. When a model step fails the
+/// document gets one `errors` row instead of a partial memory, so a later run
+/// (with the pool back, or the cache filled) builds it whole.
 pub async fn build_document(
     doc: &Document,
     config: &BuildConfig,
