@@ -162,6 +162,10 @@ where
 /// call cache, instead of every later label shifting by the paragraphs inserted.
 const FIRST_LABEL: usize = 1;
 
+/// Words the model is shown before the first place a page may end: enough to
+/// tell what the candidates' paragraphs go on from.
+const LEAD_WORDS: usize = 100;
+
 /// Pages drafted ahead of the sequential walk each time it leaves the draft: more
 /// shortens the chain when the model mostly agrees, and costs more when it does not.
 const REDRAFT_PAGES: usize = 8;
@@ -190,9 +194,11 @@ struct Draft {
 enum Break {
     /// The rest of the text fits on the page, or only one break is allowed.
     Forced(usize),
-    /// Candidate last units, as offsets from the page's first unit (at least two),
-    /// and the last unit the model is shown (one past the last candidate, for context).
+    /// The units the model is shown, `first..=shown` (from [`LEAD_WORDS`] before
+    /// the first candidate to one past the last, for context), and the candidate
+    /// last units as offsets from `first` (at least two).
     Choice {
+        first: usize,
         candidates: Vec<usize>,
         shown: usize,
     },
@@ -209,9 +215,13 @@ impl Walker<'_> {
         for _ in 0..pages {
             start = 1 + match self.break_at(start) {
                 Break::Forced(end) => end,
-                Break::Choice { candidates, shown } => {
-                    start
-                        + sharpest_shift(&draft.vectors[start..=shown], &candidates)
+                Break::Choice {
+                    first,
+                    candidates,
+                    shown,
+                } => {
+                    first
+                        + sharpest_shift(&draft.vectors[first..=shown], &candidates)
                             .unwrap_or(candidates[candidates.len() - 1])
                 }
             };
@@ -239,7 +249,9 @@ impl Walker<'_> {
     /// Where the page that starts at unit `start` may end. Candidate breaks: after
     /// each unit once the page holds min_words, while it stays within max_words; at
     /// least one, so every page makes progress. Words are counted on the page's
-    /// text, as a reader would count them.
+    /// text, as a reader would count them. The model is shown the candidates'
+    /// stretch and the [`LEAD_WORDS`] before it, not the page's opening: that was
+    /// past the break of the window before, which showed it already.
     fn break_at(&self, start: usize) -> Break {
         let (text, units, config) = (self.text, self.units, self.config);
         if word_count(&text[units[start].start..]) <= config.max_words {
@@ -262,16 +274,32 @@ impl Walker<'_> {
             return Break::Forced(start + candidates[0]);
         }
         let shown = (start + candidates[candidates.len() - 1] + 1).min(units.len() - 1);
-        Break::Choice { candidates, shown }
+        let first_break = start + candidates[0];
+        let mut first = first_break;
+        while first > start
+            && word_count(&text[units[first].start..units[first_break].end]) < LEAD_WORDS
+        {
+            first -= 1;
+        }
+        let candidates = candidates.iter().map(|c| start + c - first).collect();
+        Break::Choice {
+            first,
+            candidates,
+            shown,
+        }
     }
 
     /// The last unit of the page that starts at unit `start`.
     async fn page_end(&self, start: usize) -> StepResult<usize> {
-        let (candidates, shown) = match self.break_at(start) {
+        let (first, candidates, shown) = match self.break_at(start) {
             Break::Forced(end) => return Ok(end),
-            Break::Choice { candidates, shown } => (candidates, shown),
+            Break::Choice {
+                first,
+                candidates,
+                shown,
+            } => (first, candidates, shown),
         };
-        let window: Vec<&str> = self.units[start..=shown]
+        let window: Vec<&str> = self.units[first..=shown]
             .iter()
             .map(|u| u.of(self.text))
             .collect();
@@ -286,7 +314,7 @@ impl Walker<'_> {
                 FIRST_LABEL,
             )
             .await?;
-        Ok(start
+        Ok(first
             + if candidates.contains(&chosen) {
                 chosen
             } else {
@@ -460,5 +488,32 @@ mod tests {
         );
         let last = |pages: &[Span], text: &str| pages.last().unwrap().of(text).to_string();
         assert_eq!(last(&after, &edited), last(&before, &text));
+    }
+
+    /// A window opens LEAD_WORDS before its first candidate, not at the page's
+    /// start: the page's opening was shown by the window before.
+    #[test]
+    fn a_window_shows_the_candidates_and_a_lead_not_the_whole_page() {
+        let text = numbered_paragraphs();
+        let config = PageConfig::DEFAULT;
+        let model = FirstSentence::default();
+        let cx = CallContext::build("readagent", "d");
+        let pages = futures::executor::block_on(paginate(&text, &config, &model, &cx))
+            .expect("the stub answers");
+        assert!(pages.len() > 20, "{} pages", pages.len());
+        let longest = paragraphs(&text)
+            .iter()
+            .map(|p| word_count(p.of(&text)))
+            .max()
+            .unwrap();
+        let shown = model.breaks_asked();
+        assert!(shown.len() + 1 >= pages.len());
+        for (window, _) in &shown {
+            let words: usize = window.iter().map(|u| word_count(u)).sum();
+            assert!(
+                words <= config.max_words - config.min_words + LEAD_WORDS + 2 * longest,
+                "{words} words shown"
+            );
+        }
     }
 }
