@@ -302,10 +302,10 @@ fn rows_added(binary: &Path, tables: &Path) -> Vec<(String, usize)> {
     const KINDS: &str = "SELECT 'segments' AS kind, seg_id AS id FROM segments \
         UNION ALL SELECT concat(tree, CASE WHEN level = 0 THEN ' leaves' ELSE ' parents' END), node_id FROM tree_nodes \
         UNION ALL SELECT 'pages', page_id FROM pages";
-    let ids = |version: Option<u64>| -> Vec<(String, String)> {
+    let sql = |query: &str, version: Option<u64>| -> Vec<Value> {
         let mut sql = Command::new(binary);
         sql.arg("sql")
-            .arg(KINDS)
+            .arg(query)
             .arg("--tables")
             .arg(tables)
             .arg("--format")
@@ -313,9 +313,10 @@ fn rows_added(binary: &Path, tables: &Path) -> Vec<(String, usize)> {
         if let Some(version) = version {
             sql.arg("--version").arg(version.to_string());
         }
-        json_output(&mut sql)
-            .as_array()
-            .unwrap()
+        json_output(&mut sql).as_array().unwrap().clone()
+    };
+    let ids = |version: Option<u64>| -> Vec<(String, String)> {
+        sql(KINDS, version)
             .iter()
             .map(|row| {
                 (
@@ -325,21 +326,15 @@ fn rows_added(binary: &Path, tables: &Path) -> Vec<(String, usize)> {
             })
             .collect()
     };
-    let newest = ids(None);
-    let epochs = json_output(
-        Command::new(binary)
-            .arg("sql")
-            .arg("SELECT max(epoch) AS newest FROM checkpoints")
-            .arg("--tables")
-            .arg(tables)
-            .arg("--format")
-            .arg("json"),
+    let epochs = sql(
+        "SELECT epoch FROM checkpoints ORDER BY epoch DESC LIMIT 2",
+        None,
     );
-    let previous = epochs[0]["newest"].as_u64().unwrap() - 1;
+    let previous = epochs[1]["epoch"].as_u64().unwrap();
     let old: std::collections::HashSet<(String, String)> =
         ids(Some(previous)).into_iter().collect();
     let mut added: BTreeMap<String, usize> = BTreeMap::new();
-    for row in newest.into_iter().filter(|row| !old.contains(row)) {
+    for row in ids(None).into_iter().filter(|row| !old.contains(row)) {
         *added.entry(row.0).or_default() += 1;
     }
     added.into_iter().collect()

@@ -11,9 +11,9 @@
 //!
 //! What bounds the model's work ([`GraphConfig`]): a pair's descriptions are
 //! concatenated (duplicates dropped) while they fit a token budget, and the
-//! paper's merge prompt is asked only to fold in one that does not fit, with
-//! every text it is shown capped; so a pair's merges grow with the text of its
-//! descriptions, not with how often its names recur.
+//! paper's merge prompt is asked at most once per pair, to fold the next
+//! budget's worth into them, with every text it is shown capped; so a pair's
+//! merges do not grow with how often its names recur.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -316,9 +316,9 @@ pub async fn document_graph(
     let doc_relations = all_in_order(relations.into_iter().map(|((source, target), found)| {
         let (cx, background, heads) = (&cx, &background, &heads);
         async move {
-            let evidence: Vec<(String, String)> = found
+            let evidence: Vec<(Arc<str>, String)> = found
                 .iter()
-                .map(|(i, d)| (heads[i].to_string(), d.clone()))
+                .map(|(i, d)| (Arc::clone(&heads[i]), d.clone()))
                 .collect();
             let description =
                 merge_descriptions(model, cx, background, evidence, config.description_budget)
@@ -366,7 +366,7 @@ async fn merge_descriptions(
     model: &dyn MemoryModel,
     cx: &CallContext,
     summary: &str,
-    items: Vec<(String, String)>,
+    items: Vec<(Arc<str>, String)>,
     budget: usize,
 ) -> StepResult<String> {
     let mut seen = BTreeSet::new();
@@ -399,9 +399,9 @@ async fn merge_descriptions(
 /// The next description and those after it that fit `budget` tokens with it,
 /// side by side, with the first one's evidence; `None` when none is left.
 fn take_fitting(
-    items: &mut std::iter::Peekable<impl Iterator<Item = (String, String)>>,
+    items: &mut std::iter::Peekable<impl Iterator<Item = (Arc<str>, String)>>,
     budget: usize,
-) -> Option<(String, String)> {
+) -> Option<(Arc<str>, String)> {
     let (evidence, mut joined) = items.next()?;
     let mut tokens = count_tokens(&joined);
     while let Some((_, next)) = items.peek() {
@@ -570,7 +570,7 @@ pub async fn merge_relations_across(
     let summary = found.first().map_or("", |r| &*r.summary);
     let evidence = found
         .iter()
-        .map(|r| (r.evidence.to_string(), r.description.clone()))
+        .map(|r| (Arc::clone(&r.evidence), r.description.clone()))
         .collect();
     let description =
         merge_descriptions(model, &cx, summary, evidence, config.description_budget).await?;
@@ -717,14 +717,14 @@ mod tests {
     }
 
     /// Descriptions are kept side by side, duplicates dropped, while they fit
-    /// the budget: no call. Past it, each that does not fit is folded into
-    /// what is kept by one merge call.
+    /// the budget: no call. Past it, the next budget's worth is folded into
+    /// what is kept by one merge call, and the rest is not read.
     #[test]
     fn descriptions_are_merged_only_past_the_budget() {
-        let items = |descriptions: &[&str]| -> Vec<(String, String)> {
+        let items = |descriptions: &[&str]| -> Vec<(Arc<str>, String)> {
             descriptions
                 .iter()
-                .map(|d| ("evidence".to_string(), d.to_string()))
+                .map(|d| (Arc::from("evidence"), d.to_string()))
                 .collect()
         };
         let found = items(&[

@@ -313,6 +313,14 @@ fn report_numbers_are_the_sql_that_defines_them() {
         assert_eq!(row["rows"], rows, "{table}");
     }
     let calls = read_calls(&built.tables);
+    // A per-corpus-token figure of the report is what was spent over the corpus.
+    let assert_per_corpus_token = |figure: &serde_json::Value, spent: u64, what: &str| {
+        let figure = figure.as_f64().unwrap();
+        assert!(
+            (figure - spent as f64 / tokens as f64).abs() < 1e-9,
+            "{what}: {figure}"
+        );
+    };
     for row in report["calls_by_task"].as_array().unwrap() {
         let task = row["task"].as_str().unwrap();
         let paid: Vec<_> = calls.iter().filter(|c| c.task == task).collect();
@@ -320,21 +328,14 @@ fn report_numbers_are_the_sql_that_defines_them() {
         let tokens_in: u64 = paid.iter().map(|c| u64::from(c.tokens_in)).sum();
         assert_eq!(row["tokens_in"], tokens_in, "{task}");
         let spent = tokens_spent(paid.iter().copied());
-        let per_token = row["tokens_per_corpus_token"].as_f64().unwrap();
-        assert!(
-            (per_token - spent as f64 / tokens as f64).abs() < 1e-9,
-            "{task}"
-        );
+        assert_per_corpus_token(&row["tokens_per_corpus_token"], spent, task);
     }
     // Every call of the build, over the corpus it built.
     let spent = tokens_spent(&calls);
     let cost = &report["cost"];
     assert_eq!(cost["calls"], calls.len());
+    assert_per_corpus_token(&cost["tokens_per_corpus_token"], spent, "cost");
     let per_token = cost["tokens_per_corpus_token"].as_f64().unwrap();
-    assert!(
-        (per_token - spent as f64 / tokens as f64).abs() < 1e-9,
-        "{cost}"
-    );
     let by_memory: f64 = report["calls_by_memory"]
         .as_array()
         .unwrap()
