@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use memweave_benches::archive::{PYTHON_DOCS, python_docs_installed};
+use memweave_benches::archive::{PYTHON_DOCS, dir_bytes, python_docs_installed};
 use memweave_llm::EmbedArgs;
 use memweave_llm::sim::{Sim, SimConfig};
 use memweave_operators::build::{BuildConfig, Memories};
@@ -60,24 +60,6 @@ fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary,
     (summary, started.elapsed().as_secs_f64())
 }
 
-/// Bytes of the text files under `dir`.
-fn text_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(at) = stack.pop() {
-        for entry in std::fs::read_dir(&at).unwrap() {
-            let entry = entry.unwrap();
-            let meta = entry.metadata().unwrap();
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else {
-                total += meta.len();
-            }
-        }
-    }
-    total
-}
-
 /// In the child: build one corpus, print one JSON line with the figures.
 fn child(source: &str) {
     let (summary, wall) = build(Path::new(source), Memories::ALL, None);
@@ -102,7 +84,7 @@ fn child(source: &str) {
 }
 
 fn throughput(name: &str, source: &Path) {
-    let bytes = text_bytes(source);
+    let bytes = dir_bytes(source);
     let figures = memweave_benches::json_output(
         Command::new(std::env::current_exe().unwrap()).env(CHILD, source),
     );
