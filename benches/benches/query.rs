@@ -14,8 +14,18 @@
 //! in microseconds), then over HTTP on loopback with 8 requests in flight
 //! against a service on 2 worker threads (requests per second, p50/p99).
 //!
+//! (c) Scale: the service over the scale benchmark's memories (SCALE_DIR, as
+//! `benches/scale` leaves them; sizes in QUERY_SCALE_SIZES, default 1M,10M).
+//! Each memory is copied (all but the call cache) and served by the
+//! `memweave-query` binary (QUERY_BIN, else the release build beside the bench):
+//! seconds to ready, requests/s and p50/p99 over HTTP per strategy as in (b),
+//! the service's peak RSS; then a commit that appends one essay's memory (built
+//! apart, its rows added to every table, a new checkpoint naming the versions)
+//! and the seconds until the service serves that epoch. Last, the same
+//! questions in process, one at a time.
+//!
 //! Run: `cargo bench --workspace --bench query` (release). Needs
-//! ../shared/data/pg-essays. QUERY_BENCH=niah or latency runs one part;
+//! ../shared/data/pg-essays. QUERY_BENCH=niah, latency or scale runs one part;
 //! NIAH_TOKENS (default 16000,64000,150000,500000) sets the haystack lengths;
 //! LATENCY_DOCS (default 10000) the store's size, LATENCY_SECONDS (default 10)
 //! the HTTP run per strategy. QUERY_BENCH_EMBEDDER=minilm embeds with
@@ -92,6 +102,9 @@ fn main() {
     }
     if part.is_empty() || part == "latency" {
         latency(&runtime);
+    }
+    if part.is_empty() || part == "scale" {
+        scale(&runtime);
     }
 }
 
@@ -348,10 +361,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn resident_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status_mib("self", "VmRSS:")
+}
+
+/// A memory figure of `/proc/{process}/status` (`VmRSS:`, `VmHWM:`), in MiB.
+fn status_mib(process: &str, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{process}/status")).unwrap();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .unwrap_or(0.0)
         / 1024.0
@@ -406,30 +424,7 @@ fn latency(runtime: &tokio::runtime::Runtime) {
         resident_mib() - before
     );
     let navigator = Navigator::new(runtime);
-    println!(
-        "  In process, one request at a time ({} questions, each strategy):",
-        QUESTIONS.len()
-    );
-    for strategy in Strategy::ALL {
-        let mut times = Vec::new();
-        let mut answered = 0;
-        for _ in 0..3 {
-            for question in QUESTIONS {
-                let started = Instant::now();
-                let answer = navigator.ask(runtime, &snapshot, question, strategy);
-                times.push(started.elapsed().as_secs_f64() * 1000.0);
-                answered += usize::from(answer.answered);
-            }
-        }
-        times.sort_by(f64::total_cmp);
-        println!(
-            "    {:<13} p50 {:>7.2} ms  p99 {:>7.2} ms  ({answered} of {} answered)",
-            strategy.name(),
-            percentile(&times, 0.5),
-            percentile(&times, 0.99),
-            times.len()
-        );
-    }
+    in_process(runtime, &navigator, &snapshot);
     drop(snapshot);
 
     let store = TableStore::new(&tables.display().to_string(), HashMap::new()).unwrap();
@@ -449,9 +444,40 @@ fn latency(runtime: &tokio::runtime::Runtime) {
         .unwrap();
     let address = listener.local_addr().unwrap();
     runtime.spawn(async move { axum::serve(listener, router(state)).await });
+    http_latency(address, seconds);
+}
+
+/// Every strategy asked the questions in process, one request at a time.
+fn in_process(runtime: &tokio::runtime::Runtime, navigator: &Navigator, snapshot: &Snapshot) {
     println!(
-        "  Over HTTP on loopback, 8 requests in flight, service on 2 worker threads, {seconds} s per strategy:"
+        "  In process, one request at a time ({} questions, each strategy):",
+        QUESTIONS.len()
     );
+    for strategy in Strategy::ALL {
+        let mut times = Vec::new();
+        let mut answered = 0;
+        for _ in 0..3 {
+            for question in QUESTIONS {
+                let started = Instant::now();
+                let answer = navigator.ask(runtime, snapshot, question, strategy);
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+                answered += usize::from(answer.answered);
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "    {:<13} p50 {:>7.2} ms  p99 {:>7.2} ms  ({answered} of {} answered)",
+            strategy.name(),
+            percentile(&times, 0.5),
+            percentile(&times, 0.99),
+            times.len()
+        );
+    }
+}
+
+/// Every strategy asked over HTTP for `seconds`, 8 requests in flight.
+fn http_latency(address: std::net::SocketAddr, seconds: u64) {
+    println!("  Over HTTP on loopback, 8 requests in flight, {seconds} s per strategy:");
     let client_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -518,4 +544,185 @@ async fn load_test(
         failures += f;
     }
     (times, failures)
+}
+
+/// The service over the scale benchmark's memories, as a separate process.
+fn scale(runtime: &tokio::runtime::Runtime) {
+    let binary = std::env::var_os("QUERY_BIN").map_or_else(
+        || {
+            let exe = std::env::current_exe().unwrap();
+            exe.parent().unwrap().with_file_name("memweave-query")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        binary.exists(),
+        "{} is missing: run `cargo build --release -p memweave-query` first, or set QUERY_BIN",
+        binary.display()
+    );
+    let work = std::env::var_os("SCALE_DIR").map_or_else(
+        || std::env::temp_dir().join("memweave-scale"),
+        PathBuf::from,
+    );
+    let seconds: u64 = std::env::var("LATENCY_SECONDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10);
+    let sizes = std::env::var("QUERY_SCALE_SIZES").unwrap_or_else(|_| "1M,10M".into());
+    let navigator = Navigator::new(runtime);
+    for size in sizes.split(',') {
+        let built = work.join(format!("tables-generated-{size}"));
+        if !built.join("checkpoints.lance").exists() {
+            println!(
+                "Scale {size}: no memory at {}; build it with SCALE_SIZES={size} cargo bench --bench scale",
+                built.display()
+            );
+            continue;
+        }
+        let tables = work.join(format!("query-{size}"));
+        copy_memory(&built, &tables);
+        println!(
+            "Scale {size}: {} ({:.0} MB of tables, the call cache left out), {}",
+            tables.display(),
+            memweave_benches::archive::dir_bytes(&tables) as f64 / 1e6,
+            binary.display()
+        );
+        let address = free_address();
+        let log = std::fs::File::create(work.join(format!("query-{size}.log"))).unwrap();
+        let started = Instant::now();
+        let mut service = std::process::Command::new(&binary)
+            .args(["serve", "--tables"])
+            .arg(&tables)
+            .args(["--listen", &address.to_string(), "--refresh-secs", "1"])
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let epoch = runtime.block_on(served_epoch(address, 0));
+        println!(
+            "  ready in {:.2} s (epoch {epoch}), peak RSS {:.0} MiB",
+            started.elapsed().as_secs_f64(),
+            peak_mib(service.id())
+        );
+        http_latency(address, seconds);
+        println!("  service's peak RSS {:.0} MiB", peak_mib(service.id()));
+        let committed = runtime.block_on(append_essay(&work, &tables));
+        let started = Instant::now();
+        runtime.block_on(served_epoch(address, committed));
+        println!(
+            "  a commit appending one essay's memory (epoch {committed}) served {:.2} s after it, peak RSS {:.0} MiB",
+            started.elapsed().as_secs_f64(),
+            peak_mib(service.id())
+        );
+        service.kill().unwrap();
+        service.wait().unwrap();
+        let before = resident_mib();
+        let started = Instant::now();
+        let snapshot = load(runtime, &tables);
+        println!(
+            "  in process: loaded in {:.1} s, {:.0} MiB resident for it",
+            started.elapsed().as_secs_f64(),
+            resident_mib() - before
+        );
+        in_process(runtime, &navigator, &snapshot);
+    }
+}
+
+/// A copy of every table of `from` but the call cache (the service never
+/// reads it), fresh at `to`.
+fn copy_memory(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == "llm_calls.lance") {
+            continue;
+        }
+        let status = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(&path)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(status.success(), "copying {}", path.display());
+    }
+}
+
+fn free_address() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// Polls `/readyz` until the service serves an epoch of at least `epoch`;
+/// returns it.
+async fn served_epoch(address: std::net::SocketAddr, epoch: u64) -> u64 {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    while Instant::now() < deadline {
+        if let Ok(response) = client.get(format!("http://{address}/readyz")).send().await
+            && response.status().is_success()
+            && let Ok(body) = response.json::<serde_json::Value>().await
+            && let Some(served) = body["epoch"].as_u64()
+            && served >= epoch
+        {
+            return served;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the service at {address} did not serve epoch {epoch} within 30 minutes");
+}
+
+/// The peak resident memory of process `pid` so far (VmHWM), in MiB.
+fn peak_mib(pid: u32) -> f64 {
+    status_mib(&pid.to_string(), "VmHWM:")
+}
+
+/// Commits one essay's memory into `tables` as the indexer commits a round:
+/// its rows staged into every table, the tables' new versions named by a new
+/// checkpoint. The essay is indexed apart (same build settings) so the big
+/// memory's call cache is not needed. Returns the new epoch.
+async fn append_essay(work: &Path, tables: &Path) -> u64 {
+    let essay_dir = work.join("query-essay");
+    let essay_tables = work.join("query-essay-tables");
+    if !essay_tables.join("checkpoints.lance").exists() {
+        let _ = std::fs::remove_dir_all(&essay_dir);
+        std::fs::create_dir_all(&essay_dir).unwrap();
+        let essays = memweave_benches::shared_data("pg-essays");
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&essays)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        std::fs::copy(&names[0], essay_dir.join("appended-essay.txt")).unwrap();
+        let (dir, out) = (essay_dir.clone(), essay_tables.clone());
+        tokio::task::spawn_blocking(move || index(&dir, &out))
+            .await
+            .unwrap();
+    }
+    let essay = TableStore::new(&essay_tables.display().to_string(), HashMap::new()).unwrap();
+    let checkpoint = essay.latest_checkpoint().await.unwrap().unwrap();
+    let rows = memweave_schemas::MemoryTables::read_at(&essay, &checkpoint)
+        .await
+        .unwrap();
+    let width = rows.embeddings.first().map_or(0, |e| e.vector.len());
+    let store = TableStore::new(&tables.display().to_string(), HashMap::new()).unwrap();
+    let latest = store.latest_checkpoint().await.unwrap().unwrap();
+    let mut versions = latest.table_versions.clone();
+    for (table, batch, _) in rows.batches(width).unwrap() {
+        let fragments = store.stage_batch(table, batch).await.unwrap();
+        let version = store
+            .commit_staged(table, &[], false, fragments)
+            .await
+            .unwrap();
+        if let Some(named) = versions.iter_mut().find(|v| v.table == table.name()) {
+            named.version = version;
+        }
+    }
+    store
+        .commit_checkpoint(latest.source_positions.clone(), versions)
+        .await
+        .unwrap()
+        .epoch
 }

@@ -809,7 +809,9 @@ fn ask(
                 "no memory under {tables}: run `memweave index SOURCE --out {tables}` first"
             ))
         })?;
-    memweave_query::http::validate(request, &snapshot).map_err(UsageError)?;
+    request
+        .validate(|id| snapshot.document(id).is_some())
+        .map_err(UsageError)?;
     let models = Models {
         model: &model,
         embedder: &*embedder,

@@ -25,21 +25,15 @@ use tokio::sync::RwLock;
 use crate::analytics::catalog::Catalog;
 use crate::analytics::metrics::prometheus;
 use crate::analytics::report::report;
-use crate::navigate::{AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Models, Strategy, ask};
+use crate::navigate::{Models, ask};
+use crate::request::{
+    AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, MAX_BUDGET, MAX_OPTION, MAX_QUESTION_CHARS,
+    MAX_STEP_LIMIT, MAX_TOKEN_LIMIT, Strategy,
+};
 use crate::snapshot::Snapshot;
 
-/// Longest question accepted, in characters.
-pub const MAX_QUESTION_CHARS: usize = 4_000;
 /// Largest request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// Largest context budget a request may ask for, in tokens.
-pub const MAX_BUDGET: usize = 32_000;
-/// Largest `top_k`, `max_pages` and `max_rounds` a request may ask for.
-pub const MAX_OPTION: usize = 50;
-/// Most model tokens a request may allow itself.
-pub const MAX_TOKEN_LIMIT: usize = 1_000_000;
-/// Most trace steps a request may allow itself.
-pub const MAX_STEP_LIMIT: usize = 1_000;
 
 /// Limits every request runs under.
 #[derive(Debug, Clone)]
@@ -210,7 +204,7 @@ async fn ask_handler(
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    if let Err(message) = validate(&request, &snapshot) {
+    if let Err(message) = request.validate(|id| snapshot.document(id).is_some()) {
         state.count(request.strategy.name(), StatusCode::BAD_REQUEST, 0.0);
         return error(StatusCode::BAD_REQUEST, &message);
     }
@@ -244,59 +238,6 @@ async fn ask_handler(
             )
         }
     }
-}
-
-/// What a request must satisfy before a navigator sees it.
-pub fn validate(request: &AskRequest, snapshot: &Snapshot) -> Result<(), String> {
-    let question = request.question.trim();
-    if question.is_empty() {
-        return Err("question is empty".into());
-    }
-    let chars = question.chars().count();
-    if chars > MAX_QUESTION_CHARS {
-        return Err(format!(
-            "question has {chars} characters; the limit is {MAX_QUESTION_CHARS}"
-        ));
-    }
-    if let Some(documents) = &request.documents
-        && let Some(unknown) = documents.iter().find(|d| snapshot.document(d).is_none())
-    {
-        return Err(format!(
-            "unknown document {unknown:?}; GET /v1/documents lists them"
-        ));
-    }
-    if let Some(budget) = request.budget
-        && !(1..=MAX_BUDGET).contains(&budget)
-    {
-        return Err(format!(
-            "budget {budget} is outside 1..={MAX_BUDGET} tokens"
-        ));
-    }
-    let options = &request.options;
-    for (name, value) in [
-        ("top_k", options.top_k),
-        ("max_pages", options.max_pages),
-        ("max_rounds", options.max_rounds),
-    ] {
-        if let Some(value) = value
-            && !(1..=MAX_OPTION).contains(&value)
-        {
-            return Err(format!(
-                "options.{name} {value} is outside 1..={MAX_OPTION}"
-            ));
-        }
-    }
-    for (name, value, limit) in [
-        ("max_tokens", options.max_tokens, MAX_TOKEN_LIMIT),
-        ("max_steps", options.max_steps, MAX_STEP_LIMIT),
-    ] {
-        if let Some(value) = value
-            && !(1..=limit).contains(&value)
-        {
-            return Err(format!("options.{name} {value} is outside 1..={limit}"));
-        }
-    }
-    Ok(())
 }
 
 async fn documents_handler(State(state): State<Arc<ServiceState>>) -> Response {

@@ -7,9 +7,11 @@
 pub mod analytics;
 pub mod http;
 pub mod navigate;
+pub mod request;
 pub mod snapshot;
 
-pub use navigate::{Answer, AskOptions, AskRequest, Models, Passage, Step, Strategy, ask};
+pub use navigate::{Answer, Models, Passage, Step, ask};
+pub use request::{AskOptions, AskRequest, Strategy};
 pub use snapshot::Snapshot;
 
 /// Log filter unless RUST_LOG says otherwise: Lance logs every scan at info.

@@ -273,3 +273,46 @@ impl Navigation<'_> {
         Ok(passages)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{answer, memory, request};
+    use crate::request::Strategy;
+
+    #[tokio::test]
+    async fn an_alias_in_the_question_finds_its_entity_and_its_segments() {
+        let snapshot = memory();
+        let answer = answer(
+            &snapshot,
+            &request("What was The Atelier like?", Strategy::QrmemTrial),
+        )
+        .await;
+        let entities = &answer.trace[0];
+        assert_eq!(entities.action, "entities");
+        assert_eq!(entities.target, "Studio");
+        assert!(entities.reasoning.contains("matched by name or alias"));
+        let cited: Vec<&str> = answer
+            .supporting
+            .iter()
+            .map(|p| p.from_id.as_str())
+            .collect();
+        assert_eq!(cited, ["s-p1"]);
+    }
+
+    #[tokio::test]
+    async fn expansion_follows_relations_to_the_neighbours_segments() {
+        let snapshot = memory();
+        let answer = answer(
+            &snapshot,
+            &request("What was The Atelier like?", Strategy::QrmemExpand),
+        )
+        .await;
+        let mut cited: Vec<&str> = answer
+            .supporting
+            .iter()
+            .map(|p| p.from_id.as_str())
+            .collect();
+        cited.sort();
+        assert_eq!(cited, ["s-p1", "s-s1"]);
+    }
+}

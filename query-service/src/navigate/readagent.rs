@@ -164,3 +164,44 @@ fn memory<'a>(pages: &'a [PageRow], expanded: &[u32]) -> Vec<PageView<'a>> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{answer, memory, request, steps};
+    use crate::request::Strategy;
+
+    #[tokio::test]
+    async fn the_document_is_chosen_by_its_gists_and_its_pages_looked_up() {
+        let snapshot = memory();
+        for strategy in [Strategy::ReadagentP, Strategy::ReadagentS] {
+            let answer = answer(&snapshot, &request("What taught patience?", strategy)).await;
+            let trace = steps(&answer);
+            assert_eq!(trace[0], ("choose_document".into(), "paint".into()));
+            assert!(
+                trace.iter().any(|(action, _)| action == "lookup"),
+                "{strategy:?}: {trace:?}"
+            );
+            assert!(answer.answered, "{strategy:?}");
+            assert!(
+                answer
+                    .supporting
+                    .iter()
+                    .all(|p| p.doc_id == "paint" && p.title == "PAINT")
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn no_document_is_read_when_no_gist_shares_a_word() {
+        let snapshot = memory();
+        let answer = answer(
+            &snapshot,
+            &request("Quantum chromodynamics?", Strategy::ReadagentP),
+        )
+        .await;
+        assert!(!answer.answered);
+        assert_eq!(answer.trace.len(), 1);
+        assert_eq!(answer.trace[0].action, "no_answer");
+        assert_eq!(answer.usage.model_calls, 0);
+    }
+}

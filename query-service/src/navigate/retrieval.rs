@@ -268,7 +268,37 @@ fn lcs_share(a: &str, b: &str) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixture::{answer, memory, request};
     use super::lcs_share;
+    use crate::request::Strategy;
+
+    #[tokio::test]
+    async fn bm25_ranks_the_passages_that_hold_the_question_terms_first() {
+        let snapshot = memory();
+        let mut asked = request("Who do investors fund?", Strategy::Bm25);
+        asked.options.top_k = Some(2);
+        let answer = answer(&snapshot, &asked).await;
+        let cited: Vec<&str> = answer
+            .supporting
+            .iter()
+            .map(|p| p.from_id.as_str())
+            .collect();
+        // Only one passage shares a word with the question.
+        assert_eq!(cited, ["s-s1"]);
+        assert_eq!(answer.trace[0].action, "retrieve");
+    }
+
+    #[tokio::test]
+    async fn the_collapsed_tree_gathers_nodes_within_the_budget() {
+        let snapshot = memory();
+        let mut asked = request("What taught patience when painting?", Strategy::Raptor);
+        let wide = answer(&snapshot, &asked).await;
+        asked.budget = Some(25);
+        let narrow = answer(&snapshot, &asked).await;
+        assert!(wide.supporting.len() > narrow.supporting.len());
+        assert_eq!(narrow.supporting[0].from_id, wide.supporting[0].from_id);
+        assert_eq!(wide.supporting[0].doc_id, "paint");
+    }
 
     #[test]
     fn lcs_share_measures_how_much_of_the_memory_stayed() {

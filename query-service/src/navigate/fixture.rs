@@ -1,0 +1,264 @@
+//! A two-document memory small enough to reason about by hand, and the
+//! extractive model and hashing embedder to navigate it with: the navigators'
+//! unit tests ask it questions and check each step.
+
+use memweave_llm::TaskModel;
+use memweave_operators::embed::HashingEmbedder;
+use memweave_operators::lexical::hashing_embedding;
+use memweave_schemas::{
+    DocumentRow, EmbeddingRow, EntityRow, MemoryTables, PageRow, RelationRow, SegmentRow,
+    TREE_MEMWALKER, TREE_RAPTOR, TreeNodeRow,
+};
+
+use super::Navigation;
+use crate::request::{AskOptions, AskRequest, Strategy};
+use crate::{Answer, Models, Snapshot, ask};
+
+const DIM: usize = 64;
+
+/// "paint": two segments; the first leaf's summary promises what only the
+/// second segment says, so a walk must revert from it. "startup": one segment.
+pub(super) const SEGMENTS: [(&str, &str, &str); 3] = [
+    (
+        "paint",
+        "s-p1",
+        "I spent a winter painting still lifes. The studio was cold and quiet. Paint dried slowly on the canvas.",
+    ),
+    (
+        "paint",
+        "s-p2",
+        "Painting taught me to look closely at light. Looking at paint every day taught me patience.",
+    ),
+    (
+        "startup",
+        "s-s1",
+        "Startups should grow fast. Investors fund founders whose companies grow.",
+    ),
+];
+
+pub(super) fn memory() -> Snapshot {
+    let mut rows = MemoryTables::default();
+    for doc_id in ["paint", "startup"] {
+        let text: Vec<&str> = SEGMENTS
+            .iter()
+            .filter(|s| s.0 == doc_id)
+            .map(|s| s.2)
+            .collect();
+        let text = text.join(" ");
+        rows.documents.push(DocumentRow {
+            doc_id: doc_id.into(),
+            source_uri: format!("file:///{doc_id}.txt"),
+            content_hash: String::new(),
+            version: 1,
+            title: doc_id.to_uppercase(),
+            n_chars: text.chars().count() as u64,
+            n_tokens: 0,
+            ingested_at: 0,
+            deleted: false,
+            text,
+        });
+    }
+    let mut offsets = std::collections::HashMap::new();
+    for (ordinal, (doc_id, seg_id, text)) in SEGMENTS.iter().enumerate() {
+        let start: &mut u64 = offsets.entry(*doc_id).or_default();
+        rows.segments.push(SegmentRow {
+            seg_id: (*seg_id).into(),
+            doc_id: (*doc_id).into(),
+            ordinal: ordinal as u32,
+            start_char: *start,
+            end_char: *start + text.chars().count() as u64,
+            text: (*text).into(),
+            n_tokens: 20,
+            target_tokens: 400,
+        });
+        *start += text.chars().count() as u64 + 1;
+        rows.embeddings.push(embedding(seg_id, "segment", text));
+        // RAPTOR's leaves are the segments too, summarised as themselves.
+        let raptor_id = format!("r-{seg_id}");
+        rows.tree_nodes.push(node(
+            TREE_RAPTOR,
+            doc_id,
+            &raptor_id,
+            None,
+            &[],
+            Some(seg_id),
+            text,
+        ));
+        rows.embeddings.push(embedding(&raptor_id, "node", text));
+    }
+    let memwalker = [
+        (
+            "paint",
+            "n-p",
+            None,
+            &["n-p1", "n-p2"][..],
+            None,
+            "Painting still lifes, and what painting taught.",
+        ),
+        (
+            "paint",
+            "n-p1",
+            Some("n-p"),
+            &[][..],
+            Some("s-p1"),
+            "What painting taught about patience.",
+        ),
+        (
+            "paint",
+            "n-p2",
+            Some("n-p"),
+            &[][..],
+            Some("s-p2"),
+            "A cold studio.",
+        ),
+        (
+            "startup",
+            "n-s",
+            None,
+            &["n-s1"][..],
+            None,
+            "Startups grow fast; investors fund them.",
+        ),
+        (
+            "startup",
+            "n-s1",
+            Some("n-s"),
+            &[][..],
+            Some("s-s1"),
+            "Startups grow fast; investors fund them.",
+        ),
+    ];
+    for (doc_id, id, parent, children, seg_id, summary) in memwalker {
+        rows.tree_nodes.push(node(
+            TREE_MEMWALKER,
+            doc_id,
+            id,
+            parent,
+            children,
+            seg_id,
+            summary,
+        ));
+    }
+    for (doc_id, page_id, ordinal, gist) in [
+        ("paint", "g-p1", 0, "A winter of painting in a cold studio."),
+        ("paint", "g-p2", 1, "Painting taught looking and patience."),
+        ("startup", "g-s1", 0, "Startups, growth and investors."),
+    ] {
+        let seg = &SEGMENTS[usize::from(page_id == "g-p2") + 2 * usize::from(doc_id == "startup")];
+        rows.pages.push(PageRow {
+            page_id: page_id.into(),
+            doc_id: doc_id.into(),
+            ordinal,
+            start_char: 0,
+            end_char: seg.2.chars().count() as u64,
+            text: seg.2.into(),
+            gist: gist.into(),
+        });
+    }
+    for (entity_id, name, aliases, seg_ids) in [
+        (
+            "e-studio",
+            "Studio",
+            vec!["The Atelier".to_string()],
+            vec!["s-p1".to_string()],
+        ),
+        ("e-investors", "Investors", vec![], vec!["s-s1".to_string()]),
+    ] {
+        rows.embeddings.push(embedding(entity_id, "entity", name));
+        rows.entities.push(EntityRow {
+            entity_id: entity_id.into(),
+            name: name.into(),
+            entity_type: "concept".into(),
+            description: String::new(),
+            aliases,
+            seg_ids,
+        });
+    }
+    rows.relations.push(RelationRow {
+        relation_id: "r-studio-investors".into(),
+        source_id: "e-studio".into(),
+        target_id: "e-investors".into(),
+        description: "unrelated, for the expansion".into(),
+        seg_ids: vec!["s-s1".into()],
+    });
+    Snapshot::from_rows(1, rows)
+}
+
+fn node(
+    tree: &str,
+    doc_id: &str,
+    id: &str,
+    parent: Option<&str>,
+    children: &[&str],
+    seg_id: Option<&str>,
+    summary: &str,
+) -> TreeNodeRow {
+    TreeNodeRow {
+        node_id: id.into(),
+        tree: tree.into(),
+        doc_id: Some(doc_id.into()),
+        level: u32::from(children.is_empty()),
+        ordinal: 0,
+        parent_id: parent.map(str::to_string),
+        child_ids: children.iter().map(|c| c.to_string()).collect(),
+        seg_id: seg_id.map(str::to_string),
+        summary: summary.into(),
+        surprise: None,
+        n_tokens: 10,
+    }
+}
+
+fn embedding(owner_id: &str, kind: &str, text: &str) -> EmbeddingRow {
+    let embedder = HashingEmbedder::new(DIM);
+    EmbeddingRow::new(
+        owner_id,
+        kind,
+        memweave_operators::embed::Embedder::model(&embedder),
+        hashing_embedding(text, DIM),
+    )
+}
+
+pub(super) fn request(question: &str, strategy: Strategy) -> AskRequest {
+    AskRequest {
+        question: question.into(),
+        strategy,
+        documents: None,
+        budget: None,
+        options: AskOptions::default(),
+    }
+}
+
+/// `request` answered over `snapshot` by the extractive model.
+pub(super) async fn answer(snapshot: &Snapshot, request: &AskRequest) -> Answer {
+    let model = TaskModel::extractive();
+    let embedder = HashingEmbedder::new(DIM);
+    let models = Models {
+        model: &model,
+        embedder: &embedder,
+    };
+    ask(snapshot, request, models).await
+}
+
+/// The trace's (action, target) pairs, in order.
+pub(super) fn steps(answer: &Answer) -> Vec<(String, String)> {
+    answer
+        .trace
+        .iter()
+        .map(|s| (s.action.clone(), s.target.clone()))
+        .collect()
+}
+
+/// Calls `each` with a navigation of `request` over `snapshot`, before any step.
+pub(super) fn with_navigation<T>(
+    snapshot: &Snapshot,
+    request: &AskRequest,
+    each: impl FnOnce(&Navigation<'_>) -> T,
+) -> T {
+    let model = TaskModel::extractive();
+    let embedder = HashingEmbedder::new(DIM);
+    let models = Models {
+        model: &model,
+        embedder: &embedder,
+    };
+    each(&Navigation::new(snapshot, request, models))
+}

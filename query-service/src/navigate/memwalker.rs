@@ -1,0 +1,476 @@
+//! MemWalker (Chen et al. 2023): walk a document's summary tree from the root,
+//! the model choosing a child at each node (triage) and answering from a leaf
+//! or reverting to its parent; over a corpus, the best-matching documents in
+//! turn.
+
+use std::collections::HashSet;
+
+use memweave_operators::lexical::terms;
+use memweave_operators::model::StepError;
+use memweave_operators::text::{CharOffsets, sentences};
+
+use super::{Navigation, Passage};
+
+/// Leaves MemWalker may read before it answers with the best passage seen.
+const MAX_LEAF_READS: usize = 8;
+/// Documents MemWalker may walk, best match first, before it gives up on a corpus.
+const MAX_DOCUMENTS: usize = 3;
+/// MemWalker's working memory: the summaries on the path, the nearest the leaf
+/// kept when they are longer than this (characters, about 1000 tokens).
+const WORKING_MEMORY_CHARS: usize = 4000;
+
+/// A passage with how well it covers the question.
+#[derive(Debug, Clone)]
+pub(super) struct Candidate {
+    pub(super) passage: Passage,
+    pub(super) coverage: f64,
+    pub(super) score: f64,
+}
+
+impl Navigation<'_> {
+    /// Documents ranked by the best score any of their tree nodes reaches.
+    fn rank_documents_by_tree(&self) -> Vec<(String, f64, usize)> {
+        let mut best: std::collections::HashMap<&str, (f64, usize)> = Default::default();
+        for (i, score) in self.snapshot.node_bm25.rank(&self.query) {
+            let Some(doc_id) = self.snapshot.nodes[i].doc_id.as_deref() else {
+                continue;
+            };
+            if self.allowed(doc_id) {
+                best.entry(doc_id).or_insert((score, i));
+            }
+        }
+        let mut ranked: Vec<(String, f64, usize)> = best
+            .into_iter()
+            .map(|(d, (s, i))| (d.to_string(), s, i))
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked
+    }
+
+    /// MemWalker over a corpus: walk the best-matching document's tree; when the walk
+    /// finds no leaf that answers, go back up to the corpus and try the next document.
+    pub(super) async fn memwalker(&mut self) -> Result<(), StepError> {
+        let ranked: Vec<(String, f64, usize)> = self
+            .rank_documents_by_tree()
+            .into_iter()
+            .filter(|d| d.1 > 0.0)
+            .take(MAX_DOCUMENTS)
+            .collect();
+        if ranked.is_empty() {
+            self.record(
+                "no_answer",
+                "",
+                None,
+                0.0,
+                "no document's memory mentions the question's terms".into(),
+            );
+            return Ok(());
+        }
+        let mut leaf_reads = 0;
+        for (rank, (doc_id, score, node)) in ranked.iter().enumerate() {
+            let Some(root) = self.snapshot.root_of(doc_id) else {
+                continue;
+            };
+            let title = self.snapshot.title_of(doc_id);
+            self.depth = 0;
+            let why = if rank == 0 {
+                "matches the question best".to_string()
+            } else {
+                format!("is the next best match ({} of {})", rank + 1, ranked.len())
+            };
+            self.record(
+                "choose_document",
+                doc_id,
+                None,
+                *score,
+                format!(
+                    "\"{title}\": its node {} {why}",
+                    self.snapshot.nodes[*node].node_id
+                ),
+            );
+            if self.walk(root, &mut leaf_reads).await? {
+                self.answered = true;
+                return Ok(());
+            }
+            if leaf_reads >= MAX_LEAF_READS {
+                self.answer_with_best("read the leaf budget; answering with the best passage seen");
+                return Ok(());
+            }
+        }
+        self.answer_with_best(
+            "every branch was read or reverted from; answering with the best passage seen",
+        );
+        Ok(())
+    }
+
+    /// Walks one tree from its root; true when a leaf answered.
+    async fn walk(&mut self, root: usize, leaf_reads: &mut usize) -> Result<bool, StepError> {
+        let mut visited: HashSet<usize> = HashSet::new();
+        let mut path = vec![root];
+        self.depth = 1;
+        self.record_descend(root, "start at the root".into());
+        while let Some(&current) = path.last() {
+            visited.insert(current);
+            self.depth = path.len() as u32;
+            if self.snapshot.nodes[current].child_ids.is_empty() {
+                *leaf_reads += 1;
+                if self.read_leaf(current, &path).await? {
+                    return Ok(true);
+                }
+                if *leaf_reads >= MAX_LEAF_READS {
+                    return Ok(false);
+                }
+                self.revert(
+                    &mut path,
+                    "the leaf cannot answer; back to its parent (action -1)",
+                );
+                continue;
+            }
+            match self.triage(current, &visited).await? {
+                Some((child, reasoning)) => {
+                    path.push(child);
+                    self.depth = path.len() as u32;
+                    self.record_descend(child, reasoning);
+                }
+                None => self.revert(&mut path, "every child has been read"),
+            }
+        }
+        Ok(false)
+    }
+
+    /// MemWalker's revert: leave the current node for its parent.
+    fn revert(&mut self, path: &mut Vec<usize>, reasoning: &str) {
+        path.pop();
+        self.depth = path.len() as u32;
+        if let Some(&parent) = path.last() {
+            let node = &self.snapshot.nodes[parent];
+            let (id, level) = (node.node_id.clone(), node.level);
+            self.record("revert", &id, Some(level), 0.0, reasoning.to_string());
+        }
+    }
+
+    fn record_descend(&mut self, node: usize, reasoning: String) {
+        let n = &self.snapshot.nodes[node];
+        let (id, level) = (n.node_id.clone(), n.level);
+        self.record("descend", &id, Some(level), 0.0, reasoning);
+    }
+
+    /// MemWalker's triage prompt over the summaries of the children not read yet
+    /// (after a revert the model chooses among the others); `None` when every
+    /// child has been read.
+    async fn triage(
+        &self,
+        node: usize,
+        visited: &HashSet<usize>,
+    ) -> Result<Option<(usize, String)>, StepError> {
+        let children: Vec<usize> = self.snapshot.nodes[node]
+            .child_ids
+            .iter()
+            .filter_map(|id| self.snapshot.node_position(id))
+            .filter(|c| !visited.contains(c))
+            .collect();
+        if children.is_empty() {
+            return Ok(None);
+        }
+        let summaries: Vec<&str> = children
+            .iter()
+            .map(|&c| self.snapshot.nodes[c].summary.as_str())
+            .collect();
+        let triage = self
+            .model
+            .triage(&self.cx, &self.request.question, &summaries)
+            .await?;
+        Ok(Some((
+            children[triage.choice],
+            format!(
+                "summary {} of {}: {}",
+                triage.choice,
+                children.len(),
+                triage.reasoning
+            ),
+        )))
+    }
+
+    /// The summaries on the path to a leaf, root first, as MemWalker's working
+    /// memory; the nearest the leaf are kept when they do not all fit.
+    fn working_memory(&self, path: &[usize]) -> String {
+        let mut kept: Vec<&str> = Vec::new();
+        let mut length = 0;
+        for &node in path[..path.len().saturating_sub(1)].iter().rev() {
+            let summary = self.snapshot.nodes[node].summary.as_str();
+            if length + summary.len() > WORKING_MEMORY_CHARS {
+                break;
+            }
+            length += summary.len();
+            kept.push(summary);
+        }
+        kept.reverse();
+        kept.join("\n\n")
+    }
+
+    /// MemWalker's leaf prompt: the model answers from the segment and the working
+    /// memory (action -2) or reverts (-1). The best matching window of the
+    /// segment is kept as the passage an answer cites.
+    async fn read_leaf(&mut self, leaf: usize, path: &[usize]) -> Result<bool, StepError> {
+        let node = &self.snapshot.nodes[leaf];
+        let (node_id, level) = (node.node_id.clone(), node.level);
+        let Some(segment) = node
+            .seg_id
+            .as_deref()
+            .and_then(|s| self.snapshot.segment(s))
+        else {
+            self.record(
+                "read_leaf",
+                &node_id,
+                Some(level),
+                0.0,
+                "the leaf's segment is missing".into(),
+            );
+            return Ok(false);
+        };
+        let memory = self.working_memory(path);
+        let judgement = self
+            .model
+            .read_leaf(&self.cx, &self.request.question, &memory, &segment.text)
+            .await?;
+        let candidate = self.best_window(
+            &segment.doc_id,
+            &segment.seg_id,
+            &segment.text,
+            segment.start_char,
+        );
+        let score = candidate.as_ref().map_or(0.0, |c| c.score);
+        let answers = judgement.answer.is_some();
+        self.record(
+            "read_leaf",
+            &segment.seg_id,
+            Some(level),
+            score,
+            format!(
+                "{} ({})",
+                judgement.reasoning,
+                if answers {
+                    "answer, action -2"
+                } else {
+                    "revert, action -1"
+                }
+            ),
+        );
+        if answers {
+            // The passage this answer cites is this segment's, whatever was seen before.
+            self.best = candidate.filter(|c| c.coverage > 0.0);
+            self.model_answer = judgement.answer;
+            self.depth = 0;
+            self.record(
+                "answer",
+                &segment.seg_id,
+                Some(level),
+                score,
+                "answer from this segment".into(),
+            );
+        } else {
+            self.offer(candidate);
+        }
+        Ok(answers)
+    }
+
+    fn answer_with_best(&mut self, reasoning: &str) {
+        self.depth = 0;
+        if let Some(best) = self.best.clone().filter(|b| b.coverage > 0.0) {
+            self.answered = true;
+            self.record(
+                "answer",
+                &best.passage.from_id,
+                None,
+                best.score,
+                reasoning.to_string(),
+            );
+        } else {
+            self.record(
+                "no_answer",
+                "",
+                None,
+                0.0,
+                "nothing read covers the question".into(),
+            );
+        }
+    }
+
+    fn offer(&mut self, candidate: Option<Candidate>) {
+        let Some(candidate) = candidate else { return };
+        let better = self
+            .best
+            .as_ref()
+            .is_none_or(|b| (candidate.coverage, candidate.score) > (b.coverage, b.score));
+        if better {
+            self.best = Some(candidate);
+        }
+    }
+
+    /// The window of up to three sentences of `text` that best matches the question.
+    fn best_window(
+        &self,
+        doc_id: &str,
+        from_id: &str,
+        text: &str,
+        start_char: u64,
+    ) -> Option<Candidate> {
+        let spans = sentences(text);
+        if spans.is_empty() || self.distinct_terms.is_empty() {
+            return None;
+        }
+        // Every window of three sentences; the one covering most of the question's
+        // terms wins, BM25 (with the corpus statistics) breaking ties.
+        let (start, end, coverage, score) = (0..spans.len())
+            .map(|center| {
+                let start = spans[center.saturating_sub(1)].start;
+                let end = spans[(center + 1).min(spans.len() - 1)].end;
+                let window = &text[start..end];
+                let window_terms: HashSet<String> = terms(window).into_iter().collect();
+                let coverage = self.coverage(&window_terms);
+                let score = self.snapshot.node_bm25.score_text(&self.query, window);
+                (start, end, coverage, score)
+            })
+            .max_by(|a, b| {
+                (a.2, a.3)
+                    .partial_cmp(&(b.2, b.3))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+                    .then(b.0.cmp(&a.0))
+            })?;
+        let window = &text[start..end];
+        let mut chars = CharOffsets::new(text);
+        let document = self.snapshot.document(doc_id);
+        Some(Candidate {
+            coverage,
+            score,
+            passage: Passage {
+                doc_id: doc_id.to_string(),
+                title: document.map_or_else(String::new, |d| d.title.clone()),
+                source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
+                from_id: from_id.to_string(),
+                start_char: start_char + chars.at(start),
+                end_char: start_char + chars.at(end),
+                text: window.split_whitespace().collect::<Vec<_>>().join(" "),
+            },
+        })
+    }
+
+    /// Share of the question's terms a passage holds, each term weighted by its
+    /// rarity across the memory, so "paint" counts for more than "author".
+    fn coverage(&self, passage_terms: &HashSet<String>) -> f64 {
+        let bm25 = &self.snapshot.node_bm25;
+        let total: f64 = self.distinct_terms.iter().map(|t| bm25.idf(t)).sum();
+        let covered: f64 = self
+            .distinct_terms
+            .iter()
+            .filter(|t| passage_terms.contains(*t))
+            .map(|t| bm25.idf(t))
+            .sum();
+        if total > 0.0 { covered / total } else { 0.0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{SEGMENTS, answer, memory, request, steps, with_navigation};
+    use super::*;
+    use crate::Snapshot;
+    use crate::request::Strategy;
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(a, t)| (a.to_string(), t.to_string()))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_leaf_that_cannot_answer_is_reverted_from_and_its_sibling_answers() {
+        let snapshot = memory();
+        let asked = request("What taught patience when painting?", Strategy::Memwalker);
+        let answer = answer(&snapshot, &asked).await;
+        // Triage trusts n-p1's summary; its segment lacks "taught" and
+        // "patience", so the walk goes back to the root and on to n-p2.
+        assert_eq!(
+            steps(&answer),
+            pairs(&[
+                ("choose_document", "paint"),
+                ("descend", "n-p"),
+                ("descend", "n-p1"),
+                ("read_leaf", "s-p1"),
+                ("revert", "n-p"),
+                ("descend", "n-p2"),
+                ("read_leaf", "s-p2"),
+                ("answer", "s-p2"),
+            ])
+        );
+        assert!(answer.answered);
+        assert!(answer.answer.contains("patience"), "{}", answer.answer);
+        assert_eq!(answer.supporting[0].from_id, "s-p2");
+        let depths: Vec<u32> = answer.trace.iter().map(|s| s.depth).collect();
+        assert_eq!(depths, [0, 1, 2, 2, 1, 2, 2, 0]);
+    }
+
+    #[tokio::test]
+    async fn the_documents_a_request_names_bound_the_walk() {
+        let snapshot = memory();
+        let mut asked = request("What taught patience when painting?", Strategy::Memwalker);
+        asked.documents = Some(vec!["startup".into()]);
+        let answer = answer(&snapshot, &asked).await;
+        assert!(!answer.answered);
+        assert_eq!(steps(&answer), pairs(&[("no_answer", "")]));
+    }
+
+    #[test]
+    fn the_cited_window_holds_the_rarest_question_terms_with_its_characters() {
+        let snapshot = memory();
+        let asked = request("Who fund founders?", Strategy::Memwalker);
+        let (doc_id, seg_id, text) = SEGMENTS[2];
+        let offset = 100;
+        let candidate = with_navigation(&snapshot, &asked, |navigation| {
+            navigation.best_window(doc_id, seg_id, text, offset)
+        })
+        .expect("a window");
+        assert!(candidate.passage.text.contains("Investors fund founders"));
+        assert!((candidate.coverage - 1.0).abs() < 1e-9, "{candidate:?}");
+        let (start, end) = (
+            candidate.passage.start_char - offset,
+            candidate.passage.end_char - offset,
+        );
+        let cited: String = text
+            .chars()
+            .skip(start as usize)
+            .take((end - start) as usize)
+            .collect();
+        assert_eq!(cited, candidate.passage.text);
+        assert_eq!(candidate.passage.title, "STARTUP");
+    }
+
+    #[test]
+    fn working_memory_keeps_the_summaries_nearest_the_leaf() {
+        let snapshot = memory();
+        let asked = request("anything", Strategy::Memwalker);
+        with_navigation(&snapshot, &asked, |navigation| {
+            remembers_nearest_the_leaf(&snapshot, navigation)
+        });
+    }
+
+    fn remembers_nearest_the_leaf(snapshot: &Snapshot, navigation: &Navigation<'_>) {
+        let root = snapshot.node_position("n-p").unwrap();
+        let leaf = snapshot.node_position("n-p2").unwrap();
+        // The leaf itself is read whole, not remembered.
+        assert_eq!(
+            navigation.working_memory(&[root, leaf]),
+            snapshot.nodes[root].summary
+        );
+        assert_eq!(navigation.working_memory(&[leaf]), "");
+        // Past the limit the summaries farthest from the leaf go first.
+        let path = vec![root; WORKING_MEMORY_CHARS / snapshot.nodes[root].summary.len() + 2];
+        let kept = navigation.working_memory(&path);
+        assert!(
+            kept.len() <= WORKING_MEMORY_CHARS + path.len() * 2,
+            "{}",
+            kept.len()
+        );
+        assert!(kept.len() > WORKING_MEMORY_CHARS - snapshot.nodes[root].summary.len() * 2);
+    }
+}

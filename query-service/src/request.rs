@@ -1,0 +1,266 @@
+//! What a question to the memory is: the strategy that navigates, the request
+//! with its knobs and limits, and the rules a request must meet before any
+//! navigator sees it (the HTTP API and `memweave ask` share them).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case", try_from = "String")]
+pub enum Strategy {
+    /// MemWalker: walk the summary tree from the root, reverting from leaves that
+    /// cannot answer.
+    #[default]
+    Memwalker,
+    /// ReadAgent, parallel look-up: the model picks pages from the gists, they are
+    /// expanded in place, then it answers.
+    ReadagentP,
+    /// ReadAgent, sequential look-up: one page at a time until STOP.
+    ReadagentS,
+    /// QRMeM Entity Trial: the segments of the question's entities.
+    QrmemTrial,
+    /// QRMeM Graph Expansion Search: the entities and their neighbours.
+    QrmemExpand,
+    /// QRMeM's reflection loop (Algorithm 1).
+    Qrmem,
+    /// ILM-TR: collapsed-tree retrieval with the short-term-memory inner loop.
+    Ilmtr,
+    /// RAPTOR: collapsed tree, the most similar nodes within the budget.
+    Raptor,
+    /// Baseline: the top segments by BM25.
+    Bm25,
+    /// Baseline: the top segments by embedding similarity.
+    Dense,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 10] = [
+        Strategy::Memwalker,
+        Strategy::ReadagentP,
+        Strategy::ReadagentS,
+        Strategy::QrmemTrial,
+        Strategy::QrmemExpand,
+        Strategy::Qrmem,
+        Strategy::Ilmtr,
+        Strategy::Raptor,
+        Strategy::Bm25,
+        Strategy::Dense,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Memwalker => "memwalker",
+            Strategy::ReadagentP => "readagent-p",
+            Strategy::ReadagentS => "readagent-s",
+            Strategy::QrmemTrial => "qrmem-trial",
+            Strategy::QrmemExpand => "qrmem-expand",
+            Strategy::Qrmem => "qrmem",
+            Strategy::Ilmtr => "ilmtr",
+            Strategy::Raptor => "raptor",
+            Strategy::Bm25 => "bm25",
+            Strategy::Dense => "dense",
+        }
+    }
+
+    /// Every strategy name, comma separated, for messages.
+    pub fn names() -> String {
+        Strategy::ALL.map(Strategy::name).join(", ")
+    }
+}
+
+impl TryFrom<String> for Strategy {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        name.parse()
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown strategy {s:?}; expected one of {}",
+                    Strategy::names()
+                )
+            })
+    }
+}
+
+/// The body of `POST /v1/ask`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskRequest {
+    pub question: String,
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// Restrict the search to these documents (ids).
+    #[serde(default)]
+    pub documents: Option<Vec<String>>,
+    /// Tokens of context the retrieval strategies gather (default 2,000).
+    #[serde(default)]
+    pub budget: Option<usize>,
+    #[serde(default)]
+    pub options: AskOptions,
+}
+
+/// Per-strategy knobs; every one has the papers' default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AskOptions {
+    /// Passages `bm25` and `dense` return (default 5).
+    pub top_k: Option<usize>,
+    /// Pages ReadAgent may look up (default 3).
+    pub max_pages: Option<usize>,
+    /// Rounds of ILM-TR's inner loop and QRMeM's reflection (default 5).
+    pub max_rounds: Option<usize>,
+    /// Model tokens (prompts and replies) the request may spend before the
+    /// navigation stops with no answer (default 100,000).
+    pub max_tokens: Option<usize>,
+    /// Trace steps the navigation may take before it stops with no answer
+    /// (default 200).
+    pub max_steps: Option<usize>,
+}
+
+/// Steps a request may take when it names no limit: far more than any default
+/// navigation takes (MemWalker's 3 documents and 8 leaf reads, 5 rounds).
+pub const DEFAULT_MAX_STEPS: usize = 200;
+
+/// Model tokens a request may spend when it names no limit: several times what
+/// the longest default navigation (QRMeM's five rounds over a 2,000-token
+/// window) needs.
+pub const DEFAULT_MAX_TOKENS: usize = 100_000;
+
+/// Context tokens when a request names no budget (RAPTOR's collapsed tree: 2,000).
+pub const DEFAULT_BUDGET: usize = 2000;
+
+/// Longest question accepted, in characters.
+pub const MAX_QUESTION_CHARS: usize = 4_000;
+/// Largest context budget a request may ask for, in tokens.
+pub const MAX_BUDGET: usize = 32_000;
+/// Largest `top_k`, `max_pages` and `max_rounds` a request may ask for.
+pub const MAX_OPTION: usize = 50;
+/// Most model tokens a request may allow itself.
+pub const MAX_TOKEN_LIMIT: usize = 1_000_000;
+/// Most trace steps a request may allow itself.
+pub const MAX_STEP_LIMIT: usize = 1_000;
+
+impl AskRequest {
+    /// What a request must satisfy before a navigator sees it; `known_document`
+    /// says whether the served memory holds a document id.
+    pub fn validate(&self, known_document: impl Fn(&str) -> bool) -> Result<(), String> {
+        let request = self;
+        let question = request.question.trim();
+        if question.is_empty() {
+            return Err("question is empty".into());
+        }
+        let chars = question.chars().count();
+        if chars > MAX_QUESTION_CHARS {
+            return Err(format!(
+                "question has {chars} characters; the limit is {MAX_QUESTION_CHARS}"
+            ));
+        }
+        if let Some(documents) = &request.documents
+            && let Some(unknown) = documents.iter().find(|d| !known_document(d))
+        {
+            return Err(format!(
+                "unknown document {unknown:?}; GET /v1/documents lists them"
+            ));
+        }
+        if let Some(budget) = request.budget
+            && !(1..=MAX_BUDGET).contains(&budget)
+        {
+            return Err(format!(
+                "budget {budget} is outside 1..={MAX_BUDGET} tokens"
+            ));
+        }
+        let options = &request.options;
+        for (name, value) in [
+            ("top_k", options.top_k),
+            ("max_pages", options.max_pages),
+            ("max_rounds", options.max_rounds),
+        ] {
+            if let Some(value) = value
+                && !(1..=MAX_OPTION).contains(&value)
+            {
+                return Err(format!(
+                    "options.{name} {value} is outside 1..={MAX_OPTION}"
+                ));
+            }
+        }
+        for (name, value, limit) in [
+            ("max_tokens", options.max_tokens, MAX_TOKEN_LIMIT),
+            ("max_steps", options.max_steps, MAX_STEP_LIMIT),
+        ] {
+            if let Some(value) = value
+                && !(1..=limit).contains(&value)
+            {
+                return Err(format!("options.{name} {value} is outside 1..={limit}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn asking(question: &str) -> AskRequest {
+        serde_json::from_value(serde_json::json!({ "question": question })).expect("parses")
+    }
+
+    #[test]
+    fn a_request_names_what_is_wrong_with_it() {
+        let known = |id: &str| id == "essay";
+        assert_eq!(asking("Why?").validate(known), Ok(()));
+        assert_eq!(
+            asking(" \n").validate(known),
+            Err("question is empty".into())
+        );
+        let long = asking(&"x".repeat(MAX_QUESTION_CHARS + 1)).validate(known);
+        assert!(long.unwrap_err().contains("the limit is 4000"));
+        let mut request = asking("Why?");
+        request.documents = Some(vec!["essay".into(), "missing".into()]);
+        let unknown = request.validate(known).unwrap_err();
+        assert!(unknown.contains("\"missing\""), "{unknown}");
+        let mut request = asking("Why?");
+        request.budget = Some(0);
+        assert!(request.validate(known).unwrap_err().starts_with("budget 0"));
+        let mut request = asking("Why?");
+        request.options.max_pages = Some(MAX_OPTION + 1);
+        assert_eq!(
+            request.validate(known),
+            Err(format!("options.max_pages 51 is outside 1..={MAX_OPTION}"))
+        );
+        request.options = AskOptions {
+            max_steps: Some(MAX_STEP_LIMIT + 1),
+            ..AskOptions::default()
+        };
+        assert!(request.validate(known).unwrap_err().contains("max_steps"));
+    }
+
+    #[test]
+    fn strategies_parse_by_name_and_unknown_ones_list_the_choices() {
+        for strategy in Strategy::ALL {
+            assert_eq!(strategy.name().parse::<Strategy>(), Ok(strategy));
+        }
+        let unknown = "graphrag".parse::<Strategy>().unwrap_err();
+        assert!(unknown.contains("memwalker, readagent-p"), "{unknown}");
+        let request: Result<AskRequest, _> =
+            serde_json::from_value(serde_json::json!({ "question": "q", "strategy": "nope" }));
+        assert!(
+            request
+                .unwrap_err()
+                .to_string()
+                .contains("unknown strategy")
+        );
+        let defaults = asking("q");
+        assert_eq!(defaults.strategy, Strategy::Memwalker);
+        let extra: Result<AskRequest, _> =
+            serde_json::from_value(serde_json::json!({ "question": "q", "top_k": 3 }));
+        assert!(extra.is_err(), "options belong under \"options\"");
+    }
+}
