@@ -521,7 +521,7 @@ impl CallCache {
     async fn index_appended(&self, store: &TableStore) -> anyhow::Result<Option<u64>> {
         let flushed = self.flushed.load(Ordering::SeqCst);
         let version = store
-            .index_key(Table::LlmCalls, "call_key")
+            .index_lookups(Table::LlmCalls)
             .await
             .context("indexing llm_calls by call_key")?;
         self.indexed.store(flushed, Ordering::SeqCst);

@@ -249,17 +249,12 @@ impl RoundWriter {
                 .commit_staged(table, &removed, replace, fragments)
                 .await?;
             let mut version = self.store.compact_if_fragmented(table).await?;
-            if table == Table::Documents {
-                // Texts to retract or carry over are looked up by id.
-                version = self
-                    .store
-                    .index_key(table, table.key_column())
-                    .await?
-                    .unwrap_or(version);
+            if table == Table::Embeddings {
+                version = self.store.index_vectors(replace).await?.unwrap_or(version);
             }
-            if table == Table::Embeddings && replace {
-                version = self.store.index_vectors().await?.unwrap_or(version);
-            }
+            // Texts to retract or carry over, and every id a walk follows, are
+            // looked up through indexes that cover the rows this round added.
+            version = self.store.index_lookups(table).await?.unwrap_or(version);
             versions.push(TableVersion {
                 table: table.name().to_string(),
                 version,

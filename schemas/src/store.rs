@@ -69,6 +69,14 @@ const VECTOR_TRAINING_PER_PARTITION: usize = 64;
 /// the round's end: the largest allocation of its commit.
 const VECTOR_SQ_TRAINING_PER_LEVEL: usize = 16;
 
+/// Segments an index may have (one per commit that appended rows) before a
+/// commit merges them: a lookup reads each segment, and a long `--watch` or
+/// `--follow` commits every few seconds.
+const MERGE_INDEX_SEGMENTS_AT: usize = 8;
+
+/// The name of the `embeddings` table's vector index.
+const VECTOR_INDEX_NAME: &str = "vector_ivf";
+
 /// The name of the B-tree index on a table's key `column`.
 fn key_index_name(column: &str) -> String {
     format!("{column}_btree")
@@ -273,17 +281,26 @@ impl TableStore {
     }
 
     /// Indexes the vectors of the `embeddings` table (IVF, cosine) once there
-    /// are enough of them that an index beats a scan; returns the version. The
+    /// are enough of them that an index beats a scan, and trains it anew with
+    /// `retrain` (a rebuild replaced every vector); later appends join it as
+    /// segments ([`TableStore::index_lookups`]). Returns the version. The
     /// partitions hold 8-bit scalar-quantized vectors: building an IVF_FLAT
     /// index, whose partitions copy the vectors whole, held about five times
     /// the table's vectors at once (pylance, 50K vectors: +255 MiB, IVF_SQ
     /// +165 MiB), and a search can re-rank its candidates with the table's
     /// own vectors (`refine_factor`).
-    pub async fn index_vectors(&self) -> Result<Option<u64>> {
+    pub async fn index_vectors(&self, retrain: bool) -> Result<Option<u64>> {
         let table = Table::Embeddings;
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Ok(None);
         };
+        let indexed = dataset
+            .load_indices_by_name(VECTOR_INDEX_NAME)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if !retrain && !indexed.is_empty() {
+            return Ok(Some(dataset.version().version));
+        }
         let rows = dataset
             .count_rows(None)
             .await
@@ -309,7 +326,7 @@ impl TableStore {
             .create_index(
                 &["vector"],
                 IndexType::Vector,
-                Some("vector_ivf".to_string()),
+                Some(VECTOR_INDEX_NAME.to_string()),
                 &params,
                 true,
             )
@@ -364,7 +381,7 @@ impl TableStore {
 
     /// The `value` column of the newest rows of `table` whose `key` column is one
     /// of `keys`, by key. Reads only those two columns, and uses a scalar index on
-    /// `key` where one exists (see [`TableStore::index_key`]).
+    /// `key` where one exists (see [`TableStore::index_lookups`]).
     pub async fn lookup(
         &self,
         table: Table,
@@ -434,35 +451,63 @@ impl TableStore {
         .await
     }
 
-    /// Creates the B-tree index on `column` of `table`, or indexes the fragments
-    /// appended since as a new segment of it, so key lookups stay index-backed as
-    /// the table grows. Returns the table's version after; `None` when the table
-    /// does not exist.
-    pub async fn index_key(&self, table: Table, column: &str) -> Result<Option<u64>> {
+    /// Brings every index of `table` over the rows appended since it was last
+    /// indexed (a new segment of each, so a lookup stays index-backed as the
+    /// table grows), and creates the B-tree index of each of the table's
+    /// [`Table::lookup_columns`] that has none yet. Returns the table's version
+    /// after; `None` when the table does not exist. A table with no rows gets
+    /// its indexes at the first commit that gives it some.
+    pub async fn index_lookups(&self, table: Table) -> Result<Option<u64>> {
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Ok(None);
         };
-        let name = key_index_name(column);
         let indices = dataset
             .load_indices()
             .await
             .map_err(|e| self.lance_error(table, e))?;
-        if indices.iter().any(|i| i.name == name) {
+        if !indices.is_empty() {
+            // Each append is a segment that a lookup reads apart; past a few,
+            // they are merged into one.
+            let mut segments: HashMap<&str, usize> = HashMap::new();
+            for index in indices.iter() {
+                *segments.entry(index.name.as_str()).or_default() += 1;
+            }
+            let most = segments.values().copied().max().unwrap_or(0);
+            let options = if most >= MERGE_INDEX_SEGMENTS_AT {
+                OptimizeOptions::merge(most)
+            } else {
+                OptimizeOptions::append()
+            };
             dataset
-                .optimize_indices(&OptimizeOptions::append())
+                .optimize_indices(&options)
                 .await
                 .map_err(|e| self.lance_error(table, e))?;
-        } else {
-            dataset
-                .create_index(
-                    &[column],
-                    IndexType::BTree,
-                    Some(name),
-                    &ScalarIndexParams::default(),
-                    true,
-                )
+        }
+        let missing: Vec<&str> = table
+            .lookup_columns()
+            .iter()
+            .copied()
+            .filter(|column| !indices.iter().any(|i| i.name == key_index_name(column)))
+            .collect();
+        if !missing.is_empty()
+            && dataset
+                .count_rows(None)
                 .await
-                .map_err(|e| self.lance_error(table, e))?;
+                .map_err(|e| self.lance_error(table, e))?
+                > 0
+        {
+            for column in missing {
+                dataset
+                    .create_index(
+                        &[column],
+                        IndexType::BTree,
+                        Some(key_index_name(column)),
+                        &ScalarIndexParams::default(),
+                        true,
+                    )
+                    .await
+                    .map_err(|e| self.lance_error(table, e))?;
+            }
         }
         Ok(Some(dataset.version().version))
     }
@@ -811,6 +856,78 @@ mod tests {
         let mut back: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
         back.sort();
         assert_eq!(back, rows);
+    }
+
+    #[tokio::test]
+    async fn lookup_indexes_are_created_then_brought_over_each_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let outside = |column: &'static str| store.rows_outside_key_index(Table::TreeNodes, column);
+        store.index_lookups(Table::TreeNodes).await.unwrap();
+        assert_eq!(
+            outside("node_id").await.unwrap(),
+            None,
+            "no rows: no index yet"
+        );
+        let mut version = 0;
+        let rounds: Vec<[String; 2]> = (0..MERGE_INDEX_SEGMENTS_AT + 2)
+            .map(|r| [format!("{r}a"), format!("{r}b")])
+            .collect();
+        for (round, ids) in rounds.iter().enumerate() {
+            let rows: Vec<TreeNodeRow> = ids.iter().map(|id| node(id, None)).collect();
+            let refs: Vec<&TreeNodeRow> = rows.iter().collect();
+            let fragments = stage(&store, &refs).await;
+            store
+                .commit_staged(Table::TreeNodes, &[], false, fragments)
+                .await
+                .unwrap();
+            if round > 0 {
+                assert_eq!(
+                    outside("node_id").await.unwrap(),
+                    Some(2),
+                    "appended, not indexed"
+                );
+            }
+            version = store
+                .index_lookups(Table::TreeNodes)
+                .await
+                .unwrap()
+                .unwrap();
+            for column in Table::TreeNodes.lookup_columns() {
+                assert_eq!(
+                    outside(column).await.unwrap(),
+                    Some(0),
+                    "{column}, round {round}"
+                );
+            }
+            let segments = store
+                .dataset(Table::TreeNodes, None)
+                .await
+                .unwrap()
+                .unwrap()
+                .load_indices_by_name("node_id_btree")
+                .await
+                .unwrap()
+                .len();
+            // One segment per commit, merged before they pass the limit.
+            assert_eq!(
+                segments,
+                (round % MERGE_INDEX_SEGMENTS_AT) + 1,
+                "round {round}"
+            );
+        }
+        // A filtered read at that version finds the rows through the index.
+        let dataset = store
+            .dataset(Table::TreeNodes, Some(version))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut scan = dataset.scan();
+        scan.filter("node_id IN ('0b', '9a')").unwrap();
+        let plan = scan.explain_plan(true).await.unwrap();
+        assert!(plan.contains("ScalarIndexQuery"), "{plan}");
+        assert_eq!(scan.count_rows().await.unwrap(), 2);
     }
 
     #[tokio::test]

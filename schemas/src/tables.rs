@@ -174,6 +174,26 @@ impl Table {
             .filter(|t| *t != Table::Checkpoints)
     }
 
+    /// The columns rows are looked up by: the key a commit deletes by, and the
+    /// ids a walk follows (a document's segments, nodes and pages; a node's
+    /// children; an entity's relations; an owner's vector). Each has a B-tree
+    /// index that every commit brings over the rows it adds
+    /// ([`crate::TableStore::index_lookups`]).
+    pub fn lookup_columns(self) -> &'static [&'static str] {
+        match self {
+            Table::Documents => &["doc_id"],
+            Table::Segments => &["seg_id", "doc_id"],
+            Table::TreeNodes => &["node_id", "doc_id"],
+            Table::Pages => &["page_id", "doc_id"],
+            Table::Entities => &["entity_id"],
+            Table::Relations => &["relation_id", "source_id", "target_id"],
+            Table::Embeddings => &["owner_id"],
+            Table::Errors => &["error_id"],
+            Table::LlmCalls => &["call_key"],
+            Table::CallStats | Table::Checkpoints => &[],
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Table> {
         Self::ALL.iter().copied().find(|t| t.name() == name)
     }

@@ -10,10 +10,13 @@ use super::shared::pg_essays;
 const COUNT_ROWS: &str = r#"
 import json, sys, lance, duckdb
 root, tables = sys.argv[1], sys.argv[2].split(",")
-counts = {}
+counts, scalar_indices = {}, {}
 for name in tables:
     ds = lance.dataset(f"{root}/{name}.lance")
     counts[name] = ds.count_rows()
+    scalar_indices[name] = sorted(
+        i["fields"][0] for i in ds.list_indices() if i["type"].lower() == "btree"
+    )
 docs = lance.dataset(f"{root}/documents.lance").to_table(columns=["doc_id", "n_chars"]).to_pylist()
 segments = lance.dataset(f"{root}/segments.lance").to_table(columns=["doc_id", "n_tokens"])
 per_doc = duckdb.sql("SELECT count(DISTINCT doc_id), sum(n_tokens) FROM segments").fetchall()[0]
@@ -26,6 +29,7 @@ print(json.dumps({
     "vector_indices": [i["type"] for i in embeddings.list_indices() if i["fields"] == ["vector"]],
     "nearest_is_itself": nearest[0]["owner_id"] == probe["owner_id"],
     "counts": counts,
+    "scalar_indices": scalar_indices,
     "chars": sum(d["n_chars"] for d in docs),
     "duckdb_docs_with_segments": per_doc[0],
     "duckdb_segment_tokens": int(per_doc[1]),
@@ -71,6 +75,19 @@ fn pylance_and_duckdb_read_the_same_counts() {
     assert!(t.embeddings.len() >= memweave_schemas::store::VECTOR_INDEX_MIN_ROWS);
     assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_SQ"]));
     assert_eq!(seen["nearest_is_itself"], true);
+    // Every column a walk or a commit looks rows up by has a B-tree index.
+    for table in Table::ALL {
+        let mut expected: Vec<&str> = table.lookup_columns().to_vec();
+        expected.sort();
+        if seen["counts"][table.name()] == 0 {
+            expected.clear();
+        }
+        assert_eq!(
+            seen["scalar_indices"][table.name()],
+            serde_json::json!(expected),
+            "{table}"
+        );
+    }
     let chars: u64 = t.documents.iter().map(|d| d.n_chars).sum();
     assert_eq!(seen["chars"], chars);
     assert_eq!(seen["duckdb_docs_with_segments"], t.documents.len());
