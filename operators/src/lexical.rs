@@ -101,12 +101,58 @@ pub fn sharpest_shift(vectors: &[TermVector], candidates: &[usize]) -> Option<us
 pub struct Bm25 {
     docs: Vec<HashMap<String, f64>>,
     lengths: Vec<f64>,
-    average_length: f64,
-    document_frequency: HashMap<String, f64>,
+    stats: CorpusStats,
 }
 
 const K1: f64 = 1.2;
 const B: f64 = 0.75;
+
+/// What BM25 needs of a corpus to score any text against it: how many texts it
+/// has, their average length in terms, and how many of them hold each term
+/// (those of one query suffice to score that query).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CorpusStats {
+    pub texts: f64,
+    pub average_length: f64,
+    pub document_frequency: HashMap<String, f64>,
+}
+
+impl CorpusStats {
+    /// Inverse document frequency of `term` in the corpus.
+    pub fn idf(&self, term: &str) -> f64 {
+        let df = self.document_frequency.get(term).copied().unwrap_or(0.0);
+        ((self.texts - df + 0.5) / (df + 0.5) + 1.0).ln()
+    }
+
+    /// BM25 score of `text` (any text, in the corpus or not) for the query terms.
+    pub fn score_text(&self, query: &[String], text: &str) -> f64 {
+        let terms = terms(text);
+        let length = terms.len() as f64;
+        let mut counts: HashMap<String, f64> = HashMap::new();
+        for term in terms {
+            *counts.entry(term).or_insert(0.0) += 1.0;
+        }
+        self.score_counts(query, &counts, length)
+    }
+
+    fn score_counts(&self, query: &[String], doc: &HashMap<String, f64>, length: f64) -> f64 {
+        let length_norm = if self.average_length > 0.0 {
+            length / self.average_length
+        } else {
+            1.0
+        };
+        query
+            .iter()
+            .filter_map(|term| {
+                let tf = *doc.get(term)?;
+                let idf = self.idf(term);
+                Some(idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length_norm)))
+            })
+            // An empty sum is -0.0; adding 0.0 keeps "no match" at plain zero.
+            .sum::<f64>()
+            + 0.0
+    }
+}
 
 impl Bm25 {
     pub fn new<'a>(texts: impl IntoIterator<Item = &'a str>) -> Self {
@@ -131,52 +177,43 @@ impl Bm25 {
             lengths.iter().sum::<f64>() / lengths.len() as f64
         };
         Bm25 {
+            stats: CorpusStats {
+                texts: docs.len() as f64,
+                average_length,
+                document_frequency,
+            },
             docs,
             lengths,
-            average_length,
-            document_frequency,
         }
     }
 
     /// BM25 score of text `index` for the query terms.
     pub fn score(&self, query: &[String], index: usize) -> f64 {
-        self.score_counts(query, &self.docs[index], self.lengths[index])
+        self.stats
+            .score_counts(query, &self.docs[index], self.lengths[index])
     }
 
     /// BM25 score of a text outside the index, with the index's statistics.
     pub fn score_text(&self, query: &[String], text: &str) -> f64 {
-        let terms = terms(text);
-        let length = terms.len() as f64;
-        let mut counts: HashMap<String, f64> = HashMap::new();
-        for term in terms {
-            *counts.entry(term).or_insert(0.0) += 1.0;
-        }
-        self.score_counts(query, &counts, length)
+        self.stats.score_text(query, text)
     }
 
     /// Inverse document frequency of `term` in the indexed texts.
     pub fn idf(&self, term: &str) -> f64 {
-        let n = self.docs.len() as f64;
-        let df = self.document_frequency.get(term).copied().unwrap_or(0.0);
-        ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+        self.stats.idf(term)
     }
 
-    fn score_counts(&self, query: &[String], doc: &HashMap<String, f64>, length: f64) -> f64 {
-        let length_norm = if self.average_length > 0.0 {
-            length / self.average_length
-        } else {
-            1.0
-        };
-        query
-            .iter()
-            .filter_map(|term| {
-                let tf = *doc.get(term)?;
-                let idf = self.idf(term);
-                Some(idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length_norm)))
-            })
-            // An empty sum is -0.0; adding 0.0 keeps "no match" at plain zero.
-            .sum::<f64>()
-            + 0.0
+    /// The index's statistics for `query`'s terms: they score any text for
+    /// that query exactly as the index does.
+    pub fn stats(&self, query: &[String]) -> CorpusStats {
+        CorpusStats {
+            texts: self.stats.texts,
+            average_length: self.stats.average_length,
+            document_frequency: query
+                .iter()
+                .filter_map(|t| Some((t.clone(), *self.stats.document_frequency.get(t)?)))
+                .collect(),
+        }
     }
 
     /// Indices of the texts ordered by descending score (ties by index), with scores.
@@ -232,6 +269,23 @@ mod tests {
         assert_eq!(ranked[0].0, 1);
         assert!(ranked[0].1 > 0.0);
         assert_eq!(ranked[1].1, 0.0);
+    }
+
+    #[test]
+    fn a_query_s_statistics_score_as_the_whole_index_does() {
+        let texts = [
+            "painting taught me patience",
+            "startups grow",
+            "paint and paint",
+        ];
+        let bm25 = Bm25::new(texts);
+        let query = terms("What did painting teach about patience?");
+        let stats = bm25.stats(&query);
+        assert_eq!(stats.document_frequency.len(), 2, "{stats:?}");
+        for (i, text) in texts.iter().enumerate() {
+            assert_eq!(stats.score_text(&query, text), bm25.score(&query, i));
+        }
+        assert_eq!(stats.idf("paint"), bm25.idf("paint"));
     }
 
     #[test]

@@ -809,14 +809,16 @@ fn ask(
                 "no memory under {tables}: run `memweave index SOURCE --out {tables}` first"
             ))
         })?;
+    let named = request.documents.as_deref().unwrap_or_default();
+    let known = runtime.block_on(snapshot.known_documents(named))?;
     request
-        .validate(|id| snapshot.document(id).is_some())
+        .validate(|id| known.contains(id))
         .map_err(UsageError)?;
     let models = Models {
         model: &model,
         embedder: &*embedder,
     };
-    let answer = runtime.block_on(memweave_query::ask(&snapshot, request, models));
+    let answer = runtime.block_on(memweave_query::ask(&snapshot, request, models))?;
     if json {
         print_json(&answer)?;
     } else {

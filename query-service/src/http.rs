@@ -17,7 +17,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::{TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow};
+use memweave_schemas::{StoreError, TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
@@ -94,7 +94,7 @@ impl ServiceState {
 
     /// Loads the newest checkpoint if it is newer than the one served; returns the
     /// epoch now served.
-    pub async fn refresh(&self) -> Result<Option<u64>, memweave_schemas::StoreError> {
+    pub async fn refresh(&self) -> Result<Option<u64>, StoreError> {
         let served = self.snapshot.read().await.as_ref().map(|s| s.epoch);
         let Some(checkpoint) = self.store.latest_checkpoint().await? else {
             return Ok(served);
@@ -103,11 +103,7 @@ impl ServiceState {
             return Ok(served);
         }
         let snapshot = Snapshot::load(&self.store, &checkpoint).await?;
-        tracing::info!(
-            epoch = checkpoint.epoch,
-            documents = snapshot.documents.len(),
-            "serving checkpoint"
-        );
+        tracing::info!(epoch = checkpoint.epoch, "serving checkpoint");
         *self.snapshot.write().await = Some(Arc::new(snapshot));
         match memory_metrics(&self.store, checkpoint.epoch).await {
             Ok(text) => *self.memory_metrics.write().await = text,
@@ -204,7 +200,12 @@ async fn ask_handler(
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    if let Err(message) = request.validate(|id| snapshot.document(id).is_some()) {
+    let named = request.documents.as_deref().unwrap_or_default();
+    let known = match snapshot.known_documents(named).await {
+        Ok(known) => known,
+        Err(failure) => return unreadable(&failure),
+    };
+    if let Err(message) = request.validate(|id| known.contains(id)) {
         state.count(request.strategy.name(), StatusCode::BAD_REQUEST, 0.0);
         return error(StatusCode::BAD_REQUEST, &message);
     }
@@ -219,9 +220,17 @@ async fn ask_handler(
     .await;
     let seconds = started.elapsed().as_secs_f64();
     match answered {
-        Ok(answer) => {
+        Ok(Ok(answer)) => {
             state.count(request.strategy.name(), StatusCode::OK, seconds);
             Json(answer).into_response()
+        }
+        Ok(Err(failure)) => {
+            state.count(
+                request.strategy.name(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                seconds,
+            );
+            unreadable(&failure)
         }
         Err(_) => {
             state.count(
@@ -245,8 +254,11 @@ async fn documents_handler(State(state): State<Arc<ServiceState>>) -> Response {
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    let documents: Vec<Value> = snapshot
-        .documents
+    let documents = match snapshot.documents().await {
+        Ok(documents) => documents,
+        Err(failure) => return unreadable(&failure),
+    };
+    let documents: Vec<Value> = documents
         .iter()
         .map(|d| {
             json!({
@@ -272,25 +284,23 @@ async fn tree_handler(
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    if snapshot.document(&id).is_none() {
-        return error(StatusCode::NOT_FOUND, &format!("unknown document {id:?}"));
+    match snapshot.document(&id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return error(StatusCode::NOT_FOUND, &format!("unknown document {id:?}")),
+        Err(failure) => return unreadable(&failure),
     }
     let tree = query.tree.as_deref().unwrap_or(TREE_MEMWALKER);
-    let nodes: &[TreeNodeRow] = match tree {
-        TREE_MEMWALKER => &snapshot.nodes,
-        TREE_RAPTOR => &snapshot.raptor,
-        other => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                &format!("unknown tree {other:?}; expected {TREE_MEMWALKER} or {TREE_RAPTOR}"),
-            );
-        }
+    if tree != TREE_MEMWALKER && tree != TREE_RAPTOR {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("unknown tree {tree:?}; expected {TREE_MEMWALKER} or {TREE_RAPTOR}"),
+        );
+    }
+    let nodes = match snapshot.tree(&id, tree).await {
+        Ok(nodes) => nodes,
+        Err(failure) => return unreadable(&failure),
     };
-    let nodes: Vec<Value> = nodes
-        .iter()
-        .filter(|n| n.doc_id.as_deref() == Some(id.as_str()))
-        .map(node_json)
-        .collect();
+    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n)).collect();
     Json(json!({ "doc_id": id, "tree": tree, "nodes": nodes })).into_response()
 }
 
@@ -299,13 +309,10 @@ async fn node_handler(State(state): State<Arc<ServiceState>>, Path(id): Path<Str
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    let node = snapshot
-        .node_position(&id)
-        .map(|i| &snapshot.nodes[i])
-        .or_else(|| snapshot.raptor_position(&id).map(|i| &snapshot.raptor[i]));
-    match node {
-        Some(node) => Json(node_json(node)).into_response(),
-        None => error(StatusCode::NOT_FOUND, &format!("unknown node {id:?}")),
+    match snapshot.node(&id).await {
+        Ok(Some(node)) => Json(node_json(&node)).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, &format!("unknown node {id:?}")),
+        Err(failure) => unreadable(&failure),
     }
 }
 
@@ -317,14 +324,19 @@ async fn entity_handler(
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    let Some(entity) = snapshot.entity(&id) else {
-        return error(StatusCode::NOT_FOUND, &format!("unknown entity {id:?}"));
+    let read = async {
+        let entity = snapshot.entity(&id).await?;
+        let relations = snapshot.relations_of(&id).await?;
+        Ok::<_, StoreError>((entity, relations))
     };
-    let relations: Vec<Value> = snapshot
-        .relations_of(&id)
+    let (entity, relations) = match read.await {
+        Ok((Some(entity), relations)) => (entity, relations),
+        Ok((None, _)) => return error(StatusCode::NOT_FOUND, &format!("unknown entity {id:?}")),
+        Err(failure) => return unreadable(&failure),
+    };
+    let relations: Vec<Value> = relations
         .iter()
-        .map(|&r| {
-            let r = &snapshot.relations[r];
+        .map(|r| {
             json!({
                 "relation_id": r.relation_id, "source_id": r.source_id,
                 "target_id": r.target_id, "description": r.description, "seg_ids": r.seg_ids,
@@ -391,6 +403,16 @@ fn not_ready() -> Response {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         "no checkpoint has been committed under the tables root yet",
+    )
+}
+
+/// A read of the memory tables failed (storage down, a version vacuumed
+/// away): the request may succeed on retry or on another replica.
+fn unreadable(failure: &StoreError) -> Response {
+    tracing::warn!(error = %failure, "reading the memory tables failed");
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("the memory tables could not be read: {failure}"),
     )
 }
 

@@ -10,7 +10,6 @@ use memweave_schemas::{
     TREE_MEMWALKER, TREE_RAPTOR, TreeNodeRow,
 };
 
-use super::Navigation;
 use crate::request::{AskOptions, AskRequest, Strategy};
 use crate::{Answer, Models, Snapshot, ask};
 
@@ -228,15 +227,21 @@ pub(super) fn request(question: &str, strategy: Strategy) -> AskRequest {
     }
 }
 
+/// The extractive model, and the embedder that made the fixture's vectors.
+pub(super) fn models() -> (TaskModel, HashingEmbedder) {
+    (TaskModel::extractive(), HashingEmbedder::new(DIM))
+}
+
 /// `request` answered over `snapshot` by the extractive model.
 pub(super) async fn answer(snapshot: &Snapshot, request: &AskRequest) -> Answer {
-    let model = TaskModel::extractive();
-    let embedder = HashingEmbedder::new(DIM);
+    let (model, embedder) = models();
     let models = Models {
         model: &model,
         embedder: &embedder,
     };
-    ask(snapshot, request, models).await
+    ask(snapshot, request, models)
+        .await
+        .expect("an in-memory snapshot reads without failing")
 }
 
 /// The trace's (action, target) pairs, in order.
@@ -246,19 +251,4 @@ pub(super) fn steps(answer: &Answer) -> Vec<(String, String)> {
         .iter()
         .map(|s| (s.action.clone(), s.target.clone()))
         .collect()
-}
-
-/// Calls `each` with a navigation of `request` over `snapshot`, before any step.
-pub(super) fn with_navigation<T>(
-    snapshot: &Snapshot,
-    request: &AskRequest,
-    each: impl FnOnce(&Navigation<'_>) -> T,
-) -> T {
-    let model = TaskModel::extractive();
-    let embedder = HashingEmbedder::new(DIM);
-    let models = Models {
-        model: &model,
-        embedder: &embedder,
-    };
-    each(&Navigation::new(snapshot, request, models))
 }

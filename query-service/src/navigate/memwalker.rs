@@ -4,12 +4,14 @@
 //! turn.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
+use memweave_operators::lexical::CorpusStats;
 use memweave_operators::lexical::terms;
-use memweave_operators::model::StepError;
 use memweave_operators::text::{CharOffsets, sentences};
+use memweave_schemas::TreeNodeRow;
 
-use super::{Navigation, Passage};
+use super::{Navigation, Passage, Walked};
 
 /// Leaves MemWalker may read before it answers with the best passage seen.
 const MAX_LEAF_READS: usize = 8;
@@ -28,34 +30,13 @@ pub(super) struct Candidate {
 }
 
 impl Navigation<'_> {
-    /// Documents ranked by the best score any of their tree nodes reaches.
-    fn rank_documents_by_tree(&self) -> Vec<(String, f64, usize)> {
-        let mut best: std::collections::HashMap<&str, (f64, usize)> = Default::default();
-        for (i, score) in self.snapshot.node_bm25.rank(&self.query) {
-            let Some(doc_id) = self.snapshot.nodes[i].doc_id.as_deref() else {
-                continue;
-            };
-            if self.allowed(doc_id) {
-                best.entry(doc_id).or_insert((score, i));
-            }
-        }
-        let mut ranked: Vec<(String, f64, usize)> = best
-            .into_iter()
-            .map(|(d, (s, i))| (d.to_string(), s, i))
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        ranked
-    }
-
     /// MemWalker over a corpus: walk the best-matching document's tree; when the walk
     /// finds no leaf that answers, go back up to the corpus and try the next document.
-    pub(super) async fn memwalker(&mut self) -> Result<(), StepError> {
-        let ranked: Vec<(String, f64, usize)> = self
-            .rank_documents_by_tree()
-            .into_iter()
-            .filter(|d| d.1 > 0.0)
-            .take(MAX_DOCUMENTS)
-            .collect();
+    pub(super) async fn memwalker(&mut self) -> Walked {
+        let ranked = self
+            .snapshot
+            .documents_by_nodes(&self.query, self.documents(), MAX_DOCUMENTS)
+            .await?;
         if ranked.is_empty() {
             self.record(
                 "no_answer",
@@ -68,10 +49,10 @@ impl Navigation<'_> {
         }
         let mut leaf_reads = 0;
         for (rank, (doc_id, score, node)) in ranked.iter().enumerate() {
-            let Some(root) = self.snapshot.root_of(doc_id) else {
+            let Some(root) = self.snapshot.root_of(doc_id).await? else {
                 continue;
             };
-            let title = self.snapshot.title_of(doc_id);
+            let title = self.title_of(doc_id).await?;
             self.depth = 0;
             let why = if rank == 0 {
                 "matches the question best".to_string()
@@ -83,10 +64,7 @@ impl Navigation<'_> {
                 doc_id,
                 None,
                 *score,
-                format!(
-                    "\"{title}\": its node {} {why}",
-                    self.snapshot.nodes[*node].node_id
-                ),
+                format!("\"{title}\": its node {} {why}", node.node_id),
             );
             if self.walk(root, &mut leaf_reads).await? {
                 self.answered = true;
@@ -104,17 +82,17 @@ impl Navigation<'_> {
     }
 
     /// Walks one tree from its root; true when a leaf answered.
-    async fn walk(&mut self, root: usize, leaf_reads: &mut usize) -> Result<bool, StepError> {
-        let mut visited: HashSet<usize> = HashSet::new();
-        let mut path = vec![root];
+    async fn walk(&mut self, root: Arc<TreeNodeRow>, leaf_reads: &mut usize) -> Walked<bool> {
+        let mut visited: HashSet<String> = HashSet::new();
         self.depth = 1;
-        self.record_descend(root, "start at the root".into());
-        while let Some(&current) = path.last() {
-            visited.insert(current);
+        self.record_descend(&root, "start at the root".into());
+        let mut path = vec![root];
+        while let Some(current) = path.last().cloned() {
+            visited.insert(current.node_id.clone());
             self.depth = path.len() as u32;
-            if self.snapshot.nodes[current].child_ids.is_empty() {
+            if current.child_ids.is_empty() {
                 *leaf_reads += 1;
-                if self.read_leaf(current, &path).await? {
+                if self.read_leaf(&current, &path).await? {
                     return Ok(true);
                 }
                 if *leaf_reads >= MAX_LEAF_READS {
@@ -126,11 +104,11 @@ impl Navigation<'_> {
                 );
                 continue;
             }
-            match self.triage(current, &visited).await? {
+            match self.triage(&current, &visited).await? {
                 Some((child, reasoning)) => {
+                    self.depth = path.len() as u32 + 1;
+                    self.record_descend(&child, reasoning);
                     path.push(child);
-                    self.depth = path.len() as u32;
-                    self.record_descend(child, reasoning);
                 }
                 None => self.revert(&mut path, "every child has been read"),
             }
@@ -139,20 +117,17 @@ impl Navigation<'_> {
     }
 
     /// MemWalker's revert: leave the current node for its parent.
-    fn revert(&mut self, path: &mut Vec<usize>, reasoning: &str) {
+    fn revert(&mut self, path: &mut Vec<Arc<TreeNodeRow>>, reasoning: &str) {
         path.pop();
         self.depth = path.len() as u32;
-        if let Some(&parent) = path.last() {
-            let node = &self.snapshot.nodes[parent];
-            let (id, level) = (node.node_id.clone(), node.level);
+        if let Some(parent) = path.last() {
+            let (id, level) = (parent.node_id.clone(), parent.level);
             self.record("revert", &id, Some(level), 0.0, reasoning.to_string());
         }
     }
 
-    fn record_descend(&mut self, node: usize, reasoning: String) {
-        let n = &self.snapshot.nodes[node];
-        let (id, level) = (n.node_id.clone(), n.level);
-        self.record("descend", &id, Some(level), 0.0, reasoning);
+    fn record_descend(&mut self, node: &TreeNodeRow, reasoning: String) {
+        self.record("descend", &node.node_id, Some(node.level), 0.0, reasoning);
     }
 
     /// MemWalker's triage prompt over the summaries of the children not read yet
@@ -160,44 +135,35 @@ impl Navigation<'_> {
     /// child has been read.
     async fn triage(
         &self,
-        node: usize,
-        visited: &HashSet<usize>,
-    ) -> Result<Option<(usize, String)>, StepError> {
-        let children: Vec<usize> = self.snapshot.nodes[node]
-            .child_ids
-            .iter()
-            .filter_map(|id| self.snapshot.node_position(id))
-            .filter(|c| !visited.contains(c))
-            .collect();
+        node: &TreeNodeRow,
+        visited: &HashSet<String>,
+    ) -> Walked<Option<(Arc<TreeNodeRow>, String)>> {
+        let mut children = self.snapshot.nodes(&node.child_ids).await?;
+        children.retain(|c| !visited.contains(&c.node_id));
         if children.is_empty() {
             return Ok(None);
         }
-        let summaries: Vec<&str> = children
-            .iter()
-            .map(|&c| self.snapshot.nodes[c].summary.as_str())
-            .collect();
+        let summaries: Vec<&str> = children.iter().map(|c| c.summary.as_str()).collect();
         let triage = self
             .model
             .triage(&self.cx, &self.request.question, &summaries)
             .await?;
-        Ok(Some((
-            children[triage.choice],
-            format!(
-                "summary {} of {}: {}",
-                triage.choice,
-                children.len(),
-                triage.reasoning
-            ),
-        )))
+        let reasoning = format!(
+            "summary {} of {}: {}",
+            triage.choice,
+            children.len(),
+            triage.reasoning
+        );
+        Ok(Some((children.swap_remove(triage.choice), reasoning)))
     }
 
     /// The summaries on the path to a leaf, root first, as MemWalker's working
     /// memory; the nearest the leaf are kept when they do not all fit.
-    fn working_memory(&self, path: &[usize]) -> String {
+    fn working_memory(path: &[Arc<TreeNodeRow>]) -> String {
         let mut kept: Vec<&str> = Vec::new();
         let mut length = 0;
-        for &node in path[..path.len().saturating_sub(1)].iter().rev() {
-            let summary = self.snapshot.nodes[node].summary.as_str();
+        for node in path[..path.len().saturating_sub(1)].iter().rev() {
+            let summary = node.summary.as_str();
             if length + summary.len() > WORKING_MEMORY_CHARS {
                 break;
             }
@@ -211,34 +177,35 @@ impl Navigation<'_> {
     /// MemWalker's leaf prompt: the model answers from the segment and the working
     /// memory (action -2) or reverts (-1). The best matching window of the
     /// segment is kept as the passage an answer cites.
-    async fn read_leaf(&mut self, leaf: usize, path: &[usize]) -> Result<bool, StepError> {
-        let node = &self.snapshot.nodes[leaf];
-        let (node_id, level) = (node.node_id.clone(), node.level);
-        let Some(segment) = node
-            .seg_id
-            .as_deref()
-            .and_then(|s| self.snapshot.segment(s))
-        else {
+    async fn read_leaf(&mut self, node: &TreeNodeRow, path: &[Arc<TreeNodeRow>]) -> Walked<bool> {
+        let level = node.level;
+        let segment = match node.seg_id.as_deref() {
+            Some(seg_id) => self.snapshot.segment(seg_id).await?,
+            None => None,
+        };
+        let Some(segment) = segment else {
             self.record(
                 "read_leaf",
-                &node_id,
+                &node.node_id,
                 Some(level),
                 0.0,
                 "the leaf's segment is missing".into(),
             );
             return Ok(false);
         };
-        let memory = self.working_memory(path);
+        let memory = Self::working_memory(path);
         let judgement = self
             .model
             .read_leaf(&self.cx, &self.request.question, &memory, &segment.text)
             .await?;
-        let candidate = self.best_window(
-            &segment.doc_id,
-            &segment.seg_id,
-            &segment.text,
-            segment.start_char,
-        );
+        let candidate = self
+            .best_window(
+                &segment.doc_id,
+                &segment.seg_id,
+                &segment.text,
+                segment.start_char,
+            )
+            .await?;
         let score = candidate.as_ref().map_or(0.0, |c| c.score);
         let answers = judgement.answer.is_some();
         self.record(
@@ -307,28 +274,38 @@ impl Navigation<'_> {
         }
     }
 
+    /// The node summaries' BM25 statistics for the question's terms, read once.
+    async fn node_stats(&mut self) -> Walked<Arc<CorpusStats>> {
+        if self.node_stats.is_none() {
+            let stats = self.snapshot.node_stats(&self.query).await?;
+            self.node_stats = Some(Arc::new(stats));
+        }
+        Ok(self.node_stats.clone().expect("set above"))
+    }
+
     /// The window of up to three sentences of `text` that best matches the question.
-    fn best_window(
-        &self,
+    async fn best_window(
+        &mut self,
         doc_id: &str,
         from_id: &str,
         text: &str,
         start_char: u64,
-    ) -> Option<Candidate> {
+    ) -> Walked<Option<Candidate>> {
         let spans = sentences(text);
         if spans.is_empty() || self.distinct_terms.is_empty() {
-            return None;
+            return Ok(None);
         }
+        let stats = self.node_stats().await?;
         // Every window of three sentences; the one covering most of the question's
         // terms wins, BM25 (with the corpus statistics) breaking ties.
-        let (start, end, coverage, score) = (0..spans.len())
+        let best = (0..spans.len())
             .map(|center| {
                 let start = spans[center.saturating_sub(1)].start;
                 let end = spans[(center + 1).min(spans.len() - 1)].end;
                 let window = &text[start..end];
                 let window_terms: HashSet<String> = terms(window).into_iter().collect();
-                let coverage = self.coverage(&window_terms);
-                let score = self.snapshot.node_bm25.score_text(&self.query, window);
+                let coverage = self.coverage(&stats, &window_terms);
+                let score = stats.score_text(&self.query, window);
                 (start, end, coverage, score)
             })
             .max_by(|a, b| {
@@ -336,29 +313,31 @@ impl Navigation<'_> {
                     .partial_cmp(&(b.2, b.3))
                     .unwrap_or(std::cmp::Ordering::Equal)
                     .then(b.0.cmp(&a.0))
-            })?;
+            });
+        let Some((start, end, coverage, score)) = best else {
+            return Ok(None);
+        };
         let window = &text[start..end];
         let mut chars = CharOffsets::new(text);
-        let document = self.snapshot.document(doc_id);
-        Some(Candidate {
+        let passage = self
+            .passage(
+                doc_id,
+                from_id,
+                &window.split_whitespace().collect::<Vec<_>>().join(" "),
+                start_char + chars.at(start),
+                start_char + chars.at(end),
+            )
+            .await?;
+        Ok(Some(Candidate {
             coverage,
             score,
-            passage: Passage {
-                doc_id: doc_id.to_string(),
-                title: document.map_or_else(String::new, |d| d.title.clone()),
-                source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
-                from_id: from_id.to_string(),
-                start_char: start_char + chars.at(start),
-                end_char: start_char + chars.at(end),
-                text: window.split_whitespace().collect::<Vec<_>>().join(" "),
-            },
-        })
+            passage,
+        }))
     }
 
     /// Share of the question's terms a passage holds, each term weighted by its
     /// rarity across the memory, so "paint" counts for more than "author".
-    fn coverage(&self, passage_terms: &HashSet<String>) -> f64 {
-        let bm25 = &self.snapshot.node_bm25;
+    fn coverage(&self, bm25: &CorpusStats, passage_terms: &HashSet<String>) -> f64 {
         let total: f64 = self.distinct_terms.iter().map(|t| bm25.idf(t)).sum();
         let covered: f64 = self
             .distinct_terms
@@ -372,9 +351,9 @@ impl Navigation<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixture::{SEGMENTS, answer, memory, request, steps, with_navigation};
+    use super::super::Models;
+    use super::super::fixture::{SEGMENTS, answer, memory, models, request, steps};
     use super::*;
-    use crate::Snapshot;
     use crate::request::Strategy;
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -420,16 +399,23 @@ mod tests {
         assert_eq!(steps(&answer), pairs(&[("no_answer", "")]));
     }
 
-    #[test]
-    fn the_cited_window_holds_the_rarest_question_terms_with_its_characters() {
+    #[tokio::test]
+    async fn the_cited_window_holds_the_rarest_question_terms_with_its_characters() {
         let snapshot = memory();
         let asked = request("Who fund founders?", Strategy::Memwalker);
+        let (model, embedder) = models();
+        let models = Models {
+            model: &model,
+            embedder: &embedder,
+        };
+        let mut navigation = Navigation::new(&snapshot, &asked, models);
         let (doc_id, seg_id, text) = SEGMENTS[2];
         let offset = 100;
-        let candidate = with_navigation(&snapshot, &asked, |navigation| {
-            navigation.best_window(doc_id, seg_id, text, offset)
-        })
-        .expect("a window");
+        let candidate = navigation
+            .best_window(doc_id, seg_id, text, offset)
+            .await
+            .expect("reads")
+            .expect("a window");
         assert!(candidate.passage.text.contains("Investors fund founders"));
         assert!((candidate.coverage - 1.0).abs() < 1e-9, "{candidate:?}");
         let (start, end) = (
@@ -445,32 +431,25 @@ mod tests {
         assert_eq!(candidate.passage.title, "STARTUP");
     }
 
-    #[test]
-    fn working_memory_keeps_the_summaries_nearest_the_leaf() {
+    #[tokio::test]
+    async fn working_memory_keeps_the_summaries_nearest_the_leaf() {
         let snapshot = memory();
-        let asked = request("anything", Strategy::Memwalker);
-        with_navigation(&snapshot, &asked, |navigation| {
-            remembers_nearest_the_leaf(&snapshot, navigation)
-        });
-    }
-
-    fn remembers_nearest_the_leaf(snapshot: &Snapshot, navigation: &Navigation<'_>) {
-        let root = snapshot.node_position("n-p").unwrap();
-        let leaf = snapshot.node_position("n-p2").unwrap();
+        let root = snapshot.node("n-p").await.unwrap().unwrap();
+        let leaf = snapshot.node("n-p2").await.unwrap().unwrap();
         // The leaf itself is read whole, not remembered.
         assert_eq!(
-            navigation.working_memory(&[root, leaf]),
-            snapshot.nodes[root].summary
+            Navigation::working_memory(&[root.clone(), leaf.clone()]),
+            root.summary
         );
-        assert_eq!(navigation.working_memory(&[leaf]), "");
+        assert_eq!(Navigation::working_memory(&[leaf]), "");
         // Past the limit the summaries farthest from the leaf go first.
-        let path = vec![root; WORKING_MEMORY_CHARS / snapshot.nodes[root].summary.len() + 2];
-        let kept = navigation.working_memory(&path);
+        let path = vec![root.clone(); WORKING_MEMORY_CHARS / root.summary.len() + 2];
+        let kept = Navigation::working_memory(&path);
         assert!(
             kept.len() <= WORKING_MEMORY_CHARS + path.len() * 2,
             "{}",
             kept.len()
         );
-        assert!(kept.len() > WORKING_MEMORY_CHARS - snapshot.nodes[root].summary.len() * 2);
+        assert!(kept.len() > WORKING_MEMORY_CHARS - root.summary.len() * 2);
     }
 }

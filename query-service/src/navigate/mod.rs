@@ -13,16 +13,17 @@ mod readagent;
 mod retrieval;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use memweave_operators::embed::Embedder;
-use memweave_operators::lexical::terms;
+use memweave_operators::lexical::{CorpusStats, terms};
 use memweave_operators::model::{CallContext, CallLedger, MemoryModel, ModelCall, StepError};
-use memweave_schemas::SegmentRow;
+use memweave_schemas::{SegmentRow, StoreError};
 use serde::{Deserialize, Serialize};
 
 use self::memwalker::Candidate;
 use crate::request::{AskRequest, DEFAULT_BUDGET, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Strategy};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Allowed, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
@@ -87,7 +88,37 @@ pub struct Models<'a> {
     pub embedder: &'a dyn Embedder,
 }
 
-pub async fn ask(snapshot: &Snapshot, request: &AskRequest, models: Models<'_>) -> Answer {
+/// Why a navigation stopped short: a step the model could not take (the answer
+/// then says so), or the memory could not be read (there is no answer).
+#[derive(Debug)]
+enum Failure {
+    Step(StepError),
+    Store(StoreError),
+}
+
+impl From<StepError> for Failure {
+    fn from(failure: StepError) -> Self {
+        Failure::Step(failure)
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(failure: StoreError) -> Self {
+        Failure::Store(failure)
+    }
+}
+
+/// What navigating returns: `Failure::Step` ends the answer with a step that
+/// says why, `Failure::Store` fails the request.
+type Walked<T = ()> = Result<T, Failure>;
+
+/// Answers `request` from `snapshot`; an error only when the memory tables
+/// could not be read.
+pub async fn ask(
+    snapshot: &Snapshot,
+    request: &AskRequest,
+    models: Models<'_>,
+) -> Result<Answer, StoreError> {
     let mut nav = Navigation::new(snapshot, request, models);
     let walked = match request.strategy {
         Strategy::Memwalker => nav.memwalker().await,
@@ -101,10 +132,12 @@ pub async fn ask(snapshot: &Snapshot, request: &AskRequest, models: Models<'_>) 
         Strategy::Bm25 => nav.bm25().await,
         Strategy::Dense => nav.dense().await,
     };
-    if let Err(failure) = walked {
-        nav.give_up(&failure);
+    match walked {
+        Ok(()) => {}
+        Err(Failure::Step(failure)) => nav.give_up(&failure),
+        Err(Failure::Store(failure)) => return Err(failure),
     }
-    nav.finish()
+    Ok(nav.finish())
 }
 
 struct Navigation<'a> {
@@ -120,6 +153,9 @@ struct Navigation<'a> {
     /// The depth the next recorded step has.
     depth: u32,
     best: Option<Candidate>,
+    /// The node summaries' BM25 statistics for the question's terms (MemWalker
+    /// weighs and scores the windows it cites with them).
+    node_stats: Option<Arc<CorpusStats>>,
     /// Passages a retrieval strategy gathered; when empty, `best` is cited.
     supporting: Vec<Passage>,
     /// The question's vector once asked for (`Some(None)`: the tables' vectors
@@ -151,6 +187,7 @@ impl<'a> Navigation<'a> {
             trace: Vec::new(),
             depth: 0,
             best: None,
+            node_stats: None,
             supporting: Vec::new(),
             question_embedding: None,
             model_answer: None,
@@ -194,11 +231,13 @@ impl<'a> Navigation<'a> {
         });
     }
 
+    /// The documents the request may read.
+    fn documents(&self) -> Allowed<'a> {
+        Allowed(self.request.documents.as_deref())
+    }
+
     fn allowed(&self, doc_id: &str) -> bool {
-        self.request
-            .documents
-            .as_ref()
-            .is_none_or(|docs| docs.iter().any(|d| d == doc_id))
+        self.documents().admits(doc_id)
     }
 
     fn finish(mut self) -> Answer {
@@ -242,8 +281,17 @@ impl<'a> Navigation<'a> {
         }
     }
 
+    /// The title of a document, empty when it is unknown.
+    async fn title_of(&self, doc_id: &str) -> Walked<String> {
+        Ok(self
+            .snapshot
+            .document(doc_id)
+            .await?
+            .map_or_else(String::new, |d| d.title.clone()))
+    }
+
     /// A whole segment as a cited passage.
-    fn segment_passage(&self, segment: &SegmentRow) -> Passage {
+    async fn segment_passage(&self, segment: &SegmentRow) -> Walked<Passage> {
         self.passage(
             &segment.doc_id,
             &segment.seg_id,
@@ -251,26 +299,29 @@ impl<'a> Navigation<'a> {
             segment.start_char,
             segment.end_char,
         )
+        .await
     }
 
-    fn passage(
+    async fn passage(
         &self,
         doc_id: &str,
         from_id: &str,
         text: &str,
         start_char: u64,
         end_char: u64,
-    ) -> Passage {
-        let document = self.snapshot.document(doc_id);
-        Passage {
+    ) -> Walked<Passage> {
+        let document = self.snapshot.document(doc_id).await?;
+        Ok(Passage {
             doc_id: doc_id.to_string(),
-            title: document.map_or_else(String::new, |d| d.title.clone()),
+            title: document
+                .as_ref()
+                .map_or_else(String::new, |d| d.title.clone()),
             source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
             from_id: from_id.to_string(),
             start_char,
             end_char,
             text: text.to_string(),
-        }
+        })
     }
 
     fn budget(&self) -> usize {
@@ -282,7 +333,7 @@ impl<'a> Navigation<'a> {
     }
 
     /// The model's answer from the gathered passages; they become the citation.
-    async fn answer_from(&mut self, passages: Vec<Passage>, why: &str) -> Result<(), StepError> {
+    async fn answer_from(&mut self, passages: Vec<Passage>, why: &str) -> Walked {
         let context = context_of(&passages);
         self.answer_with_context(context, passages, why).await
     }
@@ -293,7 +344,7 @@ impl<'a> Navigation<'a> {
         context: String,
         passages: Vec<Passage>,
         why: &str,
-    ) -> Result<(), StepError> {
+    ) -> Walked {
         self.depth = 0;
         if passages.is_empty() {
             self.record("no_answer", "", None, 0.0, "nothing was gathered".into());
@@ -318,7 +369,7 @@ impl<'a> Navigation<'a> {
 
     /// The question's vector, by the embedder that made the tables' vectors;
     /// embedded once per question.
-    async fn question_vector(&mut self) -> Result<Option<Vec<f32>>, StepError> {
+    async fn question_vector(&mut self) -> Walked<Option<Vec<f32>>> {
         if let Some(known) = &self.question_embedding {
             return Ok(known.clone());
         }

@@ -5,13 +5,13 @@
 //! to the question, the reason and the entities, add its segments, and keep the
 //! context within the window by similarity to the question.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
-use memweave_operators::embed::embed_all;
-use memweave_operators::model::StepError;
+use memweave_operators::embed::{cosine, embed_all};
+use memweave_schemas::{EntityRow, RelationRow};
 
-use super::{Navigation, Passage};
-use memweave_operators::embed::cosine;
+use super::{Navigation, Passage, Walked};
 
 /// Entities taken by similarity when none of the question's names is in the graph.
 const NEAREST_ENTITIES: usize = 3;
@@ -19,15 +19,15 @@ const NEAREST_ENTITIES: usize = 3;
 impl Navigation<'_> {
     /// The graph entities the question names (the model extracts them, as it did
     /// from every segment); the nearest entity vectors when none matches.
-    async fn question_entities(&mut self) -> Result<Vec<usize>, StepError> {
+    async fn question_entities(&mut self) -> Walked<Vec<Arc<EntityRow>>> {
         let names = self
             .model
             .extract_entities(&self.cx, "", &self.request.question)
             .await?;
-        let mut found: Vec<usize> = Vec::new();
+        let mut found: Vec<Arc<EntityRow>> = Vec::new();
         for name in &names {
-            for &entity in self.snapshot.entities_named(name) {
-                if !found.contains(&entity) {
+            for entity in self.snapshot.entities_named(name).await? {
+                if !found.iter().any(|e| e.entity_id == entity.entity_id) {
                     found.push(entity);
                 }
             }
@@ -36,22 +36,18 @@ impl Navigation<'_> {
             let Some(question) = self.question_vector().await? else {
                 return Ok(Vec::new());
             };
-            let mut ranked: Vec<(usize, f64)> = (0..self.snapshot.entities.len())
-                .filter_map(|i| {
-                    let vector = self.snapshot.vector(&self.snapshot.entities[i].entity_id)?;
-                    Some((i, cosine(&question, vector)))
-                })
+            found = self
+                .snapshot
+                .nearest_entities(&question, NEAREST_ENTITIES)
+                .await?
+                .into_iter()
+                .map(|(entity, _)| entity)
                 .collect();
-            ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            found = ranked.iter().take(NEAREST_ENTITIES).map(|r| r.0).collect();
             "none is in the graph; the entities nearest the question instead"
         } else {
             "matched by name or alias"
         };
-        let listed: Vec<&str> = found
-            .iter()
-            .map(|&e| self.snapshot.entities[e].name.as_str())
-            .collect();
+        let listed: Vec<&str> = found.iter().map(|e| e.name.as_str()).collect();
         self.record(
             "entities",
             &listed.join(", "),
@@ -63,9 +59,9 @@ impl Navigation<'_> {
     }
 
     /// QRMeM's Entity Trial: the segments the question's entities came from.
-    pub(super) async fn qrmem_trial(&mut self) -> Result<(), StepError> {
+    pub(super) async fn qrmem_trial(&mut self) -> Walked {
         let entities = self.question_entities().await?;
-        let segments = self.segments_of(&entities, &[]);
+        let segments = self.segments_of(&entities, &[]).await?;
         let passages = self.within_window(segments).await?;
         self.answer_from(passages, "from the segments of the question's entities")
             .await
@@ -73,16 +69,20 @@ impl Navigation<'_> {
 
     /// QRMeM's Graph Expansion Search: the entities, their neighbours, and the
     /// relations between them.
-    pub(super) async fn qrmem_expand(&mut self) -> Result<(), StepError> {
+    pub(super) async fn qrmem_expand(&mut self) -> Walked {
         let mut entities = self.question_entities().await?;
-        let relations = self.adjacent_relations(&entities, &[]);
-        for &r in &relations {
-            self.add_ends(&mut entities, r);
-            let relation = &self.snapshot.relations[r];
-            let (id, description) = (relation.relation_id.clone(), relation.description.clone());
-            self.record("expand", &id, None, 0.0, description);
+        let relations = self.adjacent_relations(&entities, &[]).await?;
+        for relation in &relations {
+            self.add_ends(&mut entities, relation).await?;
+            self.record(
+                "expand",
+                &relation.relation_id,
+                None,
+                0.0,
+                relation.description.clone(),
+            );
         }
-        let segments = self.segments_of(&entities, &relations);
+        let segments = self.segments_of(&entities, &relations).await?;
         let passages = self.within_window(segments).await?;
         self.answer_from(
             passages,
@@ -92,11 +92,11 @@ impl Navigation<'_> {
     }
 
     /// QRMeM's reflection loop (Algorithm 1).
-    pub(super) async fn qrmem(&mut self) -> Result<(), StepError> {
+    pub(super) async fn qrmem(&mut self) -> Walked {
         let mut entities = self.question_entities().await?;
-        let mut followed: Vec<usize> = Vec::new();
+        let mut followed: Vec<Arc<RelationRow>> = Vec::new();
         let mut passages = self
-            .within_window(self.segments_of(&entities, &followed))
+            .within_window(self.segments_of(&entities, &followed).await?)
             .await?;
         for round in 1..=self.max_rounds() {
             let judgement = self
@@ -118,7 +118,7 @@ impl Navigation<'_> {
                 break;
             }
             // The relations at the edge of what was gathered, not followed yet.
-            let candidates = self.adjacent_relations(&entities, &followed);
+            let candidates = self.adjacent_relations(&entities, &followed).await?;
             if candidates.is_empty() {
                 self.record(
                     "unanswerable",
@@ -132,10 +132,7 @@ impl Navigation<'_> {
                 );
                 break;
             }
-            let names: Vec<&str> = entities
-                .iter()
-                .map(|&e| self.snapshot.entities[e].name.as_str())
-                .collect();
+            let names: Vec<&str> = entities.iter().map(|e| e.name.as_str()).collect();
             let probe = format!(
                 "{}\n{}\n{}",
                 self.request.question,
@@ -143,31 +140,35 @@ impl Navigation<'_> {
                 names.join(", ")
             );
             let mut texts: Vec<String> = vec![probe];
-            texts.extend(candidates.iter().map(|&r| self.relation_text(r)));
+            for relation in &candidates {
+                texts.push(self.relation_text(relation).await?);
+            }
             let text_refs: Vec<&str> = texts.iter().map(String::as_str).collect();
             let vectors = embed_all(self.embedder, &self.cx, &text_refs).await?;
+            // Ties go to the relation first in id order.
             let (best, similarity) = candidates
                 .iter()
                 .zip(&vectors[1..])
-                .map(|(&r, v)| (r, cosine(&vectors[0], v)))
-                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+                .enumerate()
+                .map(|(i, (r, v))| (i, r, cosine(&vectors[0], v)))
+                .max_by(|a, b| a.2.total_cmp(&b.2).then(b.0.cmp(&a.0)))
+                .map(|(_, r, similarity)| (r.clone(), similarity))
                 .expect("candidates is not empty");
-            followed.push(best);
-            self.add_ends(&mut entities, best);
-            let id = self.snapshot.relations[best].relation_id.clone();
+            self.add_ends(&mut entities, &best).await?;
+            let followed_text = self.relation_text(&best).await?;
             self.record(
                 "expand",
-                &id,
+                &best.relation_id,
                 None,
                 similarity,
                 format!(
-                    "round {round}: not answerable yet ({}); follow \"{}\"",
+                    "round {round}: not answerable yet ({}); follow \"{followed_text}\"",
                     judgement.reasoning,
-                    self.relation_text(best)
                 ),
             );
+            followed.push(best);
             passages = self
-                .within_window(self.segments_of(&entities, &followed))
+                .within_window(self.segments_of(&entities, &followed).await?)
                 .await?;
         }
         self.answer_from(passages, "from the segments gathered on the graph")
@@ -176,99 +177,117 @@ impl Navigation<'_> {
 
     /// Relations touching any of `entities`, except those in `skip`, each once,
     /// in id order.
-    fn adjacent_relations(&self, entities: &[usize], skip: &[usize]) -> Vec<usize> {
-        entities
-            .iter()
-            .flat_map(|&e| {
-                self.snapshot
-                    .relations_of(&self.snapshot.entities[e].entity_id)
-            })
-            .copied()
-            .filter(|r| !skip.contains(r))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect()
+    async fn adjacent_relations(
+        &self,
+        entities: &[Arc<EntityRow>],
+        skip: &[Arc<RelationRow>],
+    ) -> Walked<Vec<Arc<RelationRow>>> {
+        let mut adjacent: BTreeMap<String, Arc<RelationRow>> = BTreeMap::new();
+        for entity in entities {
+            for relation in self.snapshot.relations_of(&entity.entity_id).await? {
+                if !skip.iter().any(|s| s.relation_id == relation.relation_id) {
+                    adjacent.insert(relation.relation_id.clone(), relation);
+                }
+            }
+        }
+        Ok(adjacent.into_values().collect())
     }
 
     /// Adds the entities at both ends of `relation` to `entities`.
-    fn add_ends(&self, entities: &mut Vec<usize>, relation: usize) {
-        let relation = &self.snapshot.relations[relation];
+    async fn add_ends(&self, entities: &mut Vec<Arc<EntityRow>>, relation: &RelationRow) -> Walked {
         for end in [&relation.source_id, &relation.target_id] {
-            if let Some(e) = self.snapshot.entity_position(end)
-                && !entities.contains(&e)
-            {
-                entities.push(e);
+            if entities.iter().any(|e| &e.entity_id == end) {
+                continue;
+            }
+            if let Some(entity) = self.snapshot.entity(end).await? {
+                entities.push(entity);
             }
         }
+        Ok(())
     }
 
-    fn relation_text(&self, relation: usize) -> String {
-        let r = &self.snapshot.relations[relation];
-        let name = |id: &str| {
-            self.snapshot
-                .entity(id)
-                .map_or(id, |e| e.name.as_str())
-                .to_string()
-        };
-        format!(
+    async fn relation_text(&self, relation: &RelationRow) -> Walked<String> {
+        let mut names = Vec::new();
+        for id in [&relation.source_id, &relation.target_id] {
+            names.push(
+                self.snapshot
+                    .entity(id)
+                    .await?
+                    .map_or_else(|| id.clone(), |e| e.name.clone()),
+            );
+        }
+        Ok(format!(
             "{} — {} — {}",
-            name(&r.source_id),
-            r.description,
-            name(&r.target_id)
-        )
+            names[0], relation.description, names[1]
+        ))
     }
 
     /// The source segments of entities and relations, each once, in the allowed
     /// documents.
-    fn segments_of(&self, entities: &[usize], relations: &[usize]) -> Vec<String> {
+    async fn segments_of(
+        &self,
+        entities: &[Arc<EntityRow>],
+        relations: &[Arc<RelationRow>],
+    ) -> Walked<Vec<String>> {
         let ids = entities
             .iter()
-            .flat_map(|&e| &self.snapshot.entities[e].seg_ids)
-            .chain(
-                relations
-                    .iter()
-                    .flat_map(|&r| &self.snapshot.relations[r].seg_ids),
-            );
+            .flat_map(|e| &e.seg_ids)
+            .chain(relations.iter().flat_map(|r| &r.seg_ids));
         let mut seen = BTreeSet::new();
-        ids.filter(|id| {
-            self.snapshot
-                .segment(id)
-                .is_some_and(|s| self.allowed(&s.doc_id))
-        })
-        .filter(|id| seen.insert(id.as_str()))
-        .cloned()
-        .collect()
+        let mut kept = Vec::new();
+        for id in ids {
+            if seen.contains(id.as_str()) {
+                continue;
+            }
+            if let Some(segment) = self.snapshot.segment(id).await?
+                && self.allowed(&segment.doc_id)
+            {
+                seen.insert(id.as_str());
+                kept.push(id.clone());
+            }
+        }
+        Ok(kept)
     }
 
     /// The segments most similar to the question that fit the context window
     /// (the budget), most similar first.
-    async fn within_window(&mut self, segments: Vec<String>) -> Result<Vec<Passage>, StepError> {
+    async fn within_window(&mut self, segments: Vec<String>) -> Walked<Vec<Passage>> {
         let question = self.question_vector().await?;
-        let mut ranked: Vec<(String, f64)> = segments
-            .into_iter()
-            .map(|id| {
-                let score = match (&question, self.snapshot.vector(&id)) {
-                    (Some(q), Some(v)) => cosine(q, v),
-                    _ => self.snapshot.segment(&id).map_or(0.0, |s| {
-                        self.snapshot.passage_bm25.score_text(&self.query, &s.text)
-                    }),
-                };
-                (id, score)
-            })
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut used = 0;
-        let mut passages = Vec::new();
-        for (id, _) in ranked {
-            let Some(segment) = self.snapshot.segment(&id) else {
+        // Segments without a vector (or a question without one) rank by BM25.
+        let mut lexical = None;
+        let mut ranked = Vec::new();
+        for id in segments {
+            let Some(segment) = self.snapshot.segment(&id).await? else {
                 continue;
             };
+            let vector = match &question {
+                Some(_) => self.snapshot.vector(&id).await?,
+                None => None,
+            };
+            let score = match (&question, vector) {
+                (Some(q), Some(v)) => cosine(q, &v),
+                _ => {
+                    if lexical.is_none() {
+                        lexical = Some(self.snapshot.passage_stats(&self.query).await?);
+                    }
+                    lexical
+                        .as_ref()
+                        .expect("read above")
+                        .score_text(&self.query, &segment.text)
+                }
+            };
+            ranked.push((segment, score));
+        }
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.seg_id.cmp(&b.0.seg_id)));
+        let mut used = 0;
+        let mut passages = Vec::new();
+        for (segment, _) in ranked {
             let tokens = segment.n_tokens as usize;
             if used + tokens > self.budget() && !passages.is_empty() {
                 break;
             }
             used += tokens;
-            passages.push(self.segment_passage(segment));
+            passages.push(self.segment_passage(&segment).await?);
         }
         Ok(passages)
     }

@@ -2,10 +2,10 @@
 //! memory; the model picks the pages to read again in full, which are expanded in
 //! place among the gists, and answers from that.
 
-use memweave_operators::model::{PageView, StepError};
+use memweave_operators::model::PageView;
 use memweave_schemas::PageRow;
 
-use super::Navigation;
+use super::{Navigation, Walked};
 
 /// Pages ReadAgent may look up when a request does not say.
 const DEFAULT_MAX_PAGES: usize = 3;
@@ -13,19 +13,12 @@ const DEFAULT_MAX_PAGES: usize = 3;
 impl Navigation<'_> {
     /// ReadAgent reads one long document: the one whose gists match the question
     /// best (BM25), among those the request allows.
-    fn readagent_document(&mut self) -> Option<String> {
-        let snapshot = self.snapshot;
-        let candidates = snapshot
-            .gist_documents
-            .iter()
-            .filter(|d| self.allowed(d))
-            .count();
-        let best = snapshot
-            .gist_bm25
-            .rank(&self.query)
-            .into_iter()
-            .find(|&(i, _)| self.allowed(&snapshot.gist_documents[i]));
-        let Some((doc_index, doc_score)) = best.filter(|d| d.1 > 0.0) else {
+    async fn readagent_document(&mut self) -> Walked<Option<String>> {
+        let (best, candidates) = self
+            .snapshot
+            .document_by_gists(&self.query, self.documents())
+            .await?;
+        let Some((doc_id, doc_score)) = best else {
             self.record(
                 "no_answer",
                 "",
@@ -33,10 +26,9 @@ impl Navigation<'_> {
                 0.0,
                 "no document's gists mention the question's terms".into(),
             );
-            return None;
+            return Ok(None);
         };
-        let doc_id = snapshot.gist_documents[doc_index].clone();
-        let title = self.snapshot.title_of(&doc_id);
+        let title = self.title_of(&doc_id).await?;
         self.record(
             "choose_document",
             &doc_id,
@@ -44,7 +36,7 @@ impl Navigation<'_> {
             doc_score,
             format!("\"{title}\": its gists match the question best of {candidates} documents"),
         );
-        Some(doc_id)
+        Ok(Some(doc_id))
     }
 
     fn max_pages(&self) -> usize {
@@ -56,33 +48,33 @@ impl Navigation<'_> {
     }
 
     /// ReadAgent-P: the model names 1..k pages at once from the gists.
-    pub(super) async fn readagent_parallel(&mut self) -> Result<(), StepError> {
-        let Some(doc_id) = self.readagent_document() else {
+    pub(super) async fn readagent_parallel(&mut self) -> Walked {
+        let Some(doc_id) = self.readagent_document().await? else {
             return Ok(());
         };
-        let pages = self.snapshot.pages_of(&doc_id);
+        let pages = self.snapshot.pages_of(&doc_id).await?;
         let chosen = self
             .model
             .lookup_pages(
                 &self.cx,
                 &self.request.question,
-                &memory(pages, &[]),
+                &memory(&pages, &[]),
                 self.max_pages(),
             )
             .await?;
         for &number in &chosen {
-            self.record_lookup(pages, number, "chosen with the others at once");
+            self.record_lookup(&pages, number, "chosen with the others at once");
         }
-        self.answer_from_pages(pages, &chosen).await
+        self.answer_from_pages(&pages, &chosen).await
     }
 
     /// ReadAgent-S: one page at a time, the pages already read shown, until the
     /// model says STOP or k pages are read.
-    pub(super) async fn readagent_sequential(&mut self) -> Result<(), StepError> {
-        let Some(doc_id) = self.readagent_document() else {
+    pub(super) async fn readagent_sequential(&mut self) -> Walked {
+        let Some(doc_id) = self.readagent_document().await? else {
             return Ok(());
         };
-        let pages = self.snapshot.pages_of(&doc_id);
+        let pages = self.snapshot.pages_of(&doc_id).await?;
         let mut read: Vec<u32> = Vec::new();
         while read.len() < self.max_pages() {
             let next = self
@@ -90,7 +82,7 @@ impl Navigation<'_> {
                 .lookup_next_page(
                     &self.cx,
                     &self.request.question,
-                    &memory(pages, &read),
+                    &memory(&pages, &read),
                     &read,
                 )
                 .await?;
@@ -106,9 +98,9 @@ impl Navigation<'_> {
                 break;
             };
             read.push(number);
-            self.record_lookup(pages, number, &format!("look-up {}", read.len()));
+            self.record_lookup(&pages, number, &format!("look-up {}", read.len()));
         }
-        self.answer_from_pages(pages, &read).await
+        self.answer_from_pages(&pages, &read).await
     }
 
     fn record_lookup(&mut self, pages: &[PageRow], number: u32, how: &str) {
@@ -130,21 +122,22 @@ impl Navigation<'_> {
 
     /// The gists with the pages read expanded in place, as the model answers from
     /// them; the pages read are the citation.
-    async fn answer_from_pages(
-        &mut self,
-        pages: &[PageRow],
-        read: &[u32],
-    ) -> Result<(), StepError> {
+    async fn answer_from_pages(&mut self, pages: &[PageRow], read: &[u32]) -> Walked {
         let context = memory(pages, read)
             .iter()
             .map(|p| format!("<Page {}>\n{}", p.number, p.text))
             .collect::<Vec<_>>()
             .join("\n\n");
-        let passages = read
+        let mut passages = Vec::new();
+        for p in read
             .iter()
             .filter_map(|n| pages.iter().find(|p| p.ordinal == *n))
-            .map(|p| self.passage(&p.doc_id, &p.page_id, &p.text, p.start_char, p.end_char))
-            .collect();
+        {
+            passages.push(
+                self.passage(&p.doc_id, &p.page_id, &p.text, p.start_char, p.end_char)
+                    .await?,
+            );
+        }
         self.answer_with_context(context, passages, "from the gists and the pages read")
             .await
     }

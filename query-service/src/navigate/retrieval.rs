@@ -3,14 +3,18 @@
 //! al. 2024): retrieve with the question and the short-term memory, let the model
 //! rewrite the memory, stop when it stops changing.
 
-use memweave_operators::model::StepError;
-use memweave_operators::tokens::count_tokens;
+use std::sync::Arc;
 
-use super::{Navigation, Passage};
-use memweave_operators::embed::cosine;
+use memweave_operators::tokens::count_tokens;
+use memweave_schemas::{SegmentRow, TreeNodeRow};
+
+use super::{Navigation, Passage, Walked};
 
 /// Passages the baselines return when a request does not say.
 const DEFAULT_TOP_K: usize = 5;
+/// RAPTOR nodes the collapsed tree reads first; four times as many each time
+/// the budget is not full yet.
+const NEAREST_NODES_FIRST: usize = 64;
 /// ILM-TR stops when the new memory keeps this share of the last one (longest
 /// common subsequence of words).
 const CONVERGED: f64 = 0.9;
@@ -21,75 +25,61 @@ impl Navigation<'_> {
     }
 
     /// Baseline: the segments BM25 ranks highest.
-    pub(super) async fn bm25(&mut self) -> Result<(), StepError> {
-        let ranked: Vec<(&str, f64)> = self
+    pub(super) async fn bm25(&mut self) -> Walked {
+        let ranked = self
             .snapshot
-            .passage_bm25
-            .rank(&self.query)
-            .into_iter()
-            .map(|(i, score)| (self.snapshot.passages[i].as_str(), score))
-            .filter(|&(id, score)| score > 0.0 && self.segment_allowed(id))
-            .take(self.top_k())
-            .collect();
-        let passages = self.retrieved(&ranked, "BM25");
+            .passages_by_bm25(&self.query, self.documents(), self.top_k())
+            .await?;
+        let passages = self.retrieved(&ranked, "BM25").await?;
         self.answer_from(passages, "from the top segments by BM25")
             .await
     }
 
     /// Baseline: the segments whose vectors (of their own text) are nearest the
     /// question's.
-    pub(super) async fn dense(&mut self) -> Result<(), StepError> {
+    pub(super) async fn dense(&mut self) -> Walked {
         let Some(question) = self.question_vector().await? else {
             return Ok(());
         };
-        let snapshot = self.snapshot;
-        let mut ranked: Vec<(&str, f64)> = snapshot
-            .embedded_segments
-            .iter()
-            .filter(|id| self.segment_allowed(id))
-            .filter_map(|id| Some((id.as_str(), cosine(&question, snapshot.vector(id)?))))
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-        ranked.truncate(self.top_k());
-        let passages = self.retrieved(&ranked, "cosine");
+        let ranked = self
+            .snapshot
+            .nearest_segments(&question, self.documents(), self.top_k())
+            .await?;
+        let passages = self.retrieved(&ranked, "cosine").await?;
         self.answer_from(passages, "from the segments nearest the question")
             .await
     }
 
-    fn segment_allowed(&self, seg_id: &str) -> bool {
-        self.snapshot
-            .segment(seg_id)
-            .is_some_and(|s| self.allowed(&s.doc_id))
-    }
-
     /// Records one retrieval step per ranked segment and returns them as passages.
-    fn retrieved(&mut self, ranked: &[(&str, f64)], by: &str) -> Vec<Passage> {
-        let snapshot = self.snapshot;
+    async fn retrieved(
+        &mut self,
+        ranked: &[(Arc<SegmentRow>, f64)],
+        by: &str,
+    ) -> Walked<Vec<Passage>> {
         let mut passages = Vec::new();
-        for (rank, &(seg_id, score)) in ranked.iter().enumerate() {
-            let Some(segment) = snapshot.segment(seg_id) else {
-                continue;
-            };
-            let passage = self.segment_passage(segment);
+        for (rank, (segment, score)) in ranked.iter().enumerate() {
+            let passage = self.segment_passage(segment).await?;
             self.record(
                 "retrieve",
                 &passage.from_id,
                 None,
-                score,
+                *score,
                 format!("rank {} by {by} in \"{}\"", rank + 1, passage.title),
             );
             passages.push(passage);
         }
-        passages
+        Ok(passages)
     }
 
     /// RAPTOR: every node of every allowed tree ranked by similarity to the
     /// question, leaves and summaries alike, taken until the token budget is full.
-    pub(super) async fn raptor(&mut self) -> Result<(), StepError> {
+    pub(super) async fn raptor(&mut self) -> Walked {
         let Some(question) = self.question_vector().await? else {
             return Ok(());
         };
-        let passages = self.collapsed_tree(&question, false, "collapsed tree");
+        let passages = self
+            .collapsed_tree(&question, false, "collapsed tree")
+            .await?;
         self.answer_from(passages, "from the collapsed tree's nearest nodes")
             .await
     }
@@ -97,7 +87,7 @@ impl Navigation<'_> {
     /// ILM-TR: retrieve from the collapsed tree (summaries with their surprising
     /// facts) with the question and the short-term memory, let the model write the
     /// next memory, until it converges or the rounds run out; answer from it.
-    pub(super) async fn ilmtr(&mut self) -> Result<(), StepError> {
+    pub(super) async fn ilmtr(&mut self) -> Walked {
         if self.embedder_mismatch() {
             return Ok(());
         }
@@ -127,7 +117,9 @@ impl Navigation<'_> {
                 ),
             );
             self.depth = 1;
-            passages = self.collapsed_tree(&vector, true, &format!("round {round}"));
+            passages = self
+                .collapsed_tree(&vector, true, &format!("round {round}"))
+                .await?;
             let retrieved = super::context_of(&passages);
             let next = self
                 .model
@@ -160,81 +152,90 @@ impl Navigation<'_> {
     }
 
     /// The collapsed tree: RAPTOR nodes of the allowed documents by cosine to
-    /// `query`, most similar first, while their text fits the budget.
-    fn collapsed_tree(&mut self, query: &[f32], with_facts: bool, round: &str) -> Vec<Passage> {
-        let snapshot = self.snapshot;
-        let mut ranked: Vec<(usize, f64)> = snapshot
-            .raptor
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.doc_id.as_deref().is_some_and(|d| self.allowed(d)))
-            .filter_map(|(i, n)| Some((i, cosine(query, snapshot.vector(&n.node_id)?))))
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    /// `query`, most similar first, while their text fits the budget. Nodes are
+    /// read nearest first, a widening batch at a time, until one does not fit.
+    async fn collapsed_tree(
+        &mut self,
+        query: &[f32],
+        with_facts: bool,
+        round: &str,
+    ) -> Walked<Vec<Passage>> {
         let mut passages = Vec::new();
         let mut used = 0;
-        for (i, score) in ranked {
-            let Some(passage) = self.raptor_passage(i, with_facts) else {
-                continue;
-            };
-            let tokens = count_tokens(&passage.text);
-            if used + tokens > self.budget() {
-                if passages.is_empty() {
+        let mut batch = NEAREST_NODES_FIRST;
+        let mut seen = 0;
+        loop {
+            let ranked = self
+                .snapshot
+                .nearest_raptor_nodes(query, self.documents(), batch)
+                .await?;
+            let exhausted = ranked.len() < batch;
+            for (node, score) in ranked.into_iter().skip(seen) {
+                seen += 1;
+                let Some(passage) = self.raptor_passage(&node, with_facts).await? else {
                     continue;
+                };
+                let tokens = count_tokens(&passage.text);
+                if used + tokens > self.budget() {
+                    if passages.is_empty() {
+                        continue;
+                    }
+                    return Ok(passages);
                 }
-                break;
+                used += tokens;
+                self.record(
+                    "retrieve",
+                    &node.node_id,
+                    Some(node.level),
+                    score,
+                    format!(
+                        "{round}: {} at level {} ({tokens} tokens, {used} of {} used)",
+                        if node.level == 0 { "leaf" } else { "summary" },
+                        node.level,
+                        self.budget()
+                    ),
+                );
+                passages.push(passage);
             }
-            used += tokens;
-            let node = &snapshot.raptor[i];
-            self.record(
-                "retrieve",
-                &node.node_id,
-                Some(node.level),
-                score,
-                format!(
-                    "{round}: {} at level {} ({tokens} tokens, {used} of {} used)",
-                    if node.level == 0 { "leaf" } else { "summary" },
-                    node.level,
-                    self.budget()
-                ),
-            );
-            passages.push(passage);
+            if exhausted {
+                return Ok(passages);
+            }
+            batch *= 4;
         }
-        passages
     }
 
     /// A RAPTOR node as a passage: a leaf is its chunk; a summary (with its
     /// surprising facts for ILM-TR) spans the characters of the leaves under it.
-    fn raptor_passage(&self, node: usize, with_facts: bool) -> Option<Passage> {
-        let snapshot = self.snapshot;
-        let row = &snapshot.raptor[node];
-        if let Some(segment) = row.seg_id.as_deref().and_then(|s| snapshot.segment(s)) {
-            return Some(self.segment_passage(segment));
+    async fn raptor_passage(&self, row: &TreeNodeRow, with_facts: bool) -> Walked<Option<Passage>> {
+        if let Some(seg_id) = row.seg_id.as_deref()
+            && let Some(segment) = self.snapshot.segment(seg_id).await?
+        {
+            return Ok(Some(self.segment_passage(&segment).await?));
         }
         let (mut start, mut end) = (u64::MAX, 0);
-        let mut stack = vec![node];
-        while let Some(n) = stack.pop() {
-            let row = &snapshot.raptor[n];
-            if let Some(segment) = row.seg_id.as_deref().and_then(|s| snapshot.segment(s)) {
+        let mut stack: Vec<String> = row.child_ids.clone();
+        while let Some(id) = stack.pop() {
+            let Some(node) = self.snapshot.node(&id).await? else {
+                continue;
+            };
+            if let Some(seg_id) = node.seg_id.as_deref()
+                && let Some(segment) = self.snapshot.segment(seg_id).await?
+            {
                 start = start.min(segment.start_char);
                 end = end.max(segment.end_char);
             }
-            stack.extend(
-                row.child_ids
-                    .iter()
-                    .filter_map(|c| snapshot.raptor_position(c)),
-            );
+            stack.extend(node.child_ids.iter().cloned());
         }
         let text = match (&row.surprise, with_facts) {
             (Some(facts), true) if !facts.is_empty() => format!("{}\n{facts}", row.summary),
             _ => row.summary.clone(),
         };
-        Some(self.passage(
-            row.doc_id.as_deref()?,
-            &row.node_id,
-            &text,
-            start.min(end),
-            end,
+        let Some(doc_id) = row.doc_id.as_deref() else {
+            return Ok(None);
+        };
+        Ok(Some(
+            self.passage(doc_id, &row.node_id, &text, start.min(end), end)
+                .await?,
         ))
     }
 }
