@@ -407,22 +407,13 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<SegmentRow>, f64)>> {
-        let mut ranked: Vec<(&str, f64)> = self
+        let candidates = self
             .embedded_segments
             .iter()
-            .filter(|id| {
-                self.segments
-                    .get(*id)
-                    .is_some_and(|s| allowed.admits(&s.doc_id))
-            })
-            .filter_map(|id| Some((id.as_str(), cosine(vector, self.vectors.get(id)?))))
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-        ranked.truncate(limit);
-        Ok(ranked
-            .into_iter()
-            .filter_map(|(id, score)| Some((self.segments.get(id)?.clone(), score)))
-            .collect())
+            .filter_map(|id| self.segments.get(id))
+            .filter(|s| allowed.admits(&s.doc_id))
+            .map(|s| (s.seg_id.as_str(), s));
+        Ok(self.nearest(vector, candidates, limit))
     }
 
     /// The RAPTOR nodes of the allowed documents nearest `vector` (cosine),
@@ -433,19 +424,12 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<TreeNodeRow>, f64)>> {
-        let mut ranked: Vec<(usize, f64)> = self
+        let candidates = self
             .raptor
             .iter()
-            .enumerate()
-            .filter(|(_, n)| n.doc_id.as_deref().is_some_and(|d| allowed.admits(d)))
-            .filter_map(|(i, n)| Some((i, cosine(vector, self.vectors.get(&n.node_id)?))))
-            .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        ranked.truncate(limit);
-        Ok(ranked
-            .into_iter()
-            .map(|(i, score)| (self.raptor[i].clone(), score))
-            .collect())
+            .filter(|n| n.doc_id.as_deref().is_some_and(|d| allowed.admits(d)))
+            .map(|n| (n.node_id.as_str(), n));
+        Ok(self.nearest(vector, candidates, limit))
     }
 
     /// The entities nearest `vector` (cosine), at most `limit`, ties in id order.
@@ -454,18 +438,27 @@ impl Snapshot {
         vector: &[f32],
         limit: usize,
     ) -> Read<Vec<(Arc<EntityRow>, f64)>> {
-        let mut ranked: Vec<(usize, f64)> = self
-            .entities
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| Some((i, cosine(vector, self.vectors.get(&e.entity_id)?))))
+        let candidates = self.entities.iter().map(|e| (e.entity_id.as_str(), e));
+        Ok(self.nearest(vector, candidates, limit))
+    }
+
+    /// The `candidates` (id, row) with a vector, most similar to `vector`
+    /// first, ties in id order, at most `limit`.
+    fn nearest<'s, T: 's>(
+        &'s self,
+        vector: &[f32],
+        candidates: impl Iterator<Item = (&'s str, &'s Arc<T>)>,
+        limit: usize,
+    ) -> Vec<(Arc<T>, f64)> {
+        let mut ranked: Vec<(&str, &Arc<T>, f64)> = candidates
+            .filter_map(|(id, row)| Some((id, row, cosine(vector, self.vectors.get(id)?))))
             .collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(b.0)));
         ranked.truncate(limit);
-        Ok(ranked
+        ranked
             .into_iter()
-            .map(|(i, score)| (self.entities[i].clone(), score))
-            .collect())
+            .map(|(_, row, score)| (Arc::clone(row), score))
+            .collect()
     }
 }
 
