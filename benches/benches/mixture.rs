@@ -43,11 +43,7 @@ print(json.dumps({"seconds": seconds, "k": k, "bic": bic,
 "#;
 
 fn chunks(dir: &Path) -> Vec<String> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
+    let files = memweave_benches::files_in(dir);
     let mut chunks = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(file).unwrap();

@@ -173,11 +173,7 @@ impl MemoryModel for Remote {
 #[tokio::main]
 async fn main() {
     let dir = memweave_benches::shared_data("pg-essays");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
+    let files = memweave_benches::files_in(&dir);
     let texts: Vec<Arc<String>> = files
         .iter()
         .map(|f| Arc::new(std::fs::read_to_string(f).unwrap()))

@@ -111,14 +111,9 @@ fn main() {
 /// The pg-essays sentences, in file order.
 fn essay_sentences() -> Vec<String> {
     let dir = memweave_benches::shared_data("pg-essays");
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    names.sort();
-    names
+    memweave_benches::files_in(&dir)
         .iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
         .flat_map(|path| {
             let text = std::fs::read_to_string(path).unwrap();
             sentences(&text)
@@ -226,6 +221,28 @@ fn load(runtime: &tokio::runtime::Runtime, tables: &Path) -> Snapshot {
         .block_on(Snapshot::load_latest(&store))
         .unwrap()
         .expect("a checkpoint")
+}
+
+/// The snapshot of `tables`, and how long it took to load and the memory it
+/// holds, in words.
+fn load_timed(runtime: &tokio::runtime::Runtime, tables: &Path) -> (Snapshot, String) {
+    let before = resident_mib();
+    let started = Instant::now();
+    let snapshot = load(runtime, tables);
+    let loaded = format!(
+        "snapshot loaded in {:.1} s, {:.0} MiB resident for it",
+        started.elapsed().as_secs_f64(),
+        resident_mib() - before
+    );
+    (snapshot, loaded)
+}
+
+/// Seconds each strategy is asked over HTTP: LATENCY_SECONDS, default 10.
+fn latency_seconds() -> u64 {
+    std::env::var("LATENCY_SECONDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10)
 }
 
 /// Sentences from the start of pg-essays, repeated, until `tokens` tokens.
@@ -382,10 +399,7 @@ fn latency(runtime: &tokio::runtime::Runtime) {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(10_000);
-    let seconds: u64 = std::env::var("LATENCY_SECONDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10);
+    let seconds = latency_seconds();
     // Kept between runs: building the store takes minutes.
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -414,14 +428,8 @@ fn latency(runtime: &tokio::runtime::Runtime) {
             started.elapsed().as_secs_f64()
         );
     }
-    let before = resident_mib();
-    let started = Instant::now();
-    let snapshot = load(runtime, &tables);
-    println!(
-        "Latency, {count} documents: snapshot loaded in {:.1} s, {:.0} MiB resident for it",
-        started.elapsed().as_secs_f64(),
-        resident_mib() - before
-    );
+    let (snapshot, loaded) = load_timed(runtime, &tables);
+    println!("Latency, {count} documents: {loaded}");
     let navigator = Navigator::new(runtime);
     in_process(runtime, &navigator, &snapshot);
     drop(snapshot);
@@ -563,10 +571,7 @@ fn scale(runtime: &tokio::runtime::Runtime) {
         || std::env::temp_dir().join("memweave-scale"),
         PathBuf::from,
     );
-    let seconds: u64 = std::env::var("LATENCY_SECONDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10);
+    let seconds = latency_seconds();
     let sizes = std::env::var("QUERY_SCALE_SIZES").unwrap_or_else(|_| "1M,10M".into());
     let navigator = Navigator::new(runtime);
     for size in sizes.split(',') {
@@ -615,14 +620,8 @@ fn scale(runtime: &tokio::runtime::Runtime) {
         );
         service.kill().unwrap();
         service.wait().unwrap();
-        let before = resident_mib();
-        let started = Instant::now();
-        let snapshot = load(runtime, &tables);
-        println!(
-            "  in process: loaded in {:.1} s, {:.0} MiB resident for it",
-            started.elapsed().as_secs_f64(),
-            resident_mib() - before
-        );
+        let (snapshot, loaded) = load_timed(runtime, &tables);
+        println!("  in process: {loaded}");
         in_process(runtime, &navigator, &snapshot);
     }
 }
@@ -689,12 +688,8 @@ async fn append_essay(work: &Path, tables: &Path) -> u64 {
         let _ = std::fs::remove_dir_all(&essay_dir);
         std::fs::create_dir_all(&essay_dir).unwrap();
         let essays = memweave_benches::shared_data("pg-essays");
-        let mut names: Vec<PathBuf> = std::fs::read_dir(&essays)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        names.sort();
-        std::fs::copy(&names[0], essay_dir.join("appended-essay.txt")).unwrap();
+        let first = &memweave_benches::files_in(&essays)[0];
+        std::fs::copy(first, essay_dir.join("appended-essay.txt")).unwrap();
         let (dir, out) = (essay_dir.clone(), essay_tables.clone());
         tokio::task::spawn_blocking(move || index(&dir, &out))
             .await

@@ -12,12 +12,7 @@ use memweave_operators::ingest::RawDocument;
 
 fn essays() -> Vec<Document> {
     let dir = memweave_benches::shared_data("pg-essays");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("entry").path())
-        .collect();
-    paths.sort();
-    paths
+    memweave_benches::files_in(&dir)
         .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).expect("utf-8 essay");

@@ -62,11 +62,7 @@ fn options(source: &Path, tables: &Path, cluster: Cluster, llm: Option<&str>) ->
 /// pg-essays cut into `count` documents of consecutive sentences.
 fn thousand_documents(dir: &Path, count: usize) {
     let essays = memweave_benches::shared_data("pg-essays");
-    let mut names: Vec<_> = std::fs::read_dir(&essays)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    names.sort();
+    let names = memweave_benches::files_in(&essays);
     let text: String = names
         .iter()
         .map(|p| std::fs::read_to_string(p).unwrap().replace('\n', " "))

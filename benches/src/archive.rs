@@ -96,11 +96,7 @@ pub struct Markov {
 
 impl Markov {
     pub fn train(essays: &Path) -> Markov {
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(essays)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        paths.sort();
+        let paths = crate::files_in(essays);
         let mut index: HashMap<String, u32> = HashMap::new();
         let mut words: Vec<String> = Vec::new();
         let mut next: HashMap<(u32, u32), Vec<u32>> = HashMap::new();

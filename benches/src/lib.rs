@@ -23,6 +23,17 @@ pub fn shared_data(name: &str) -> PathBuf {
     path
 }
 
+/// The files of `dir`, in name order (the shared corpora's documents, read in
+/// the same order by every benchmark).
+pub fn files_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
 /// Runs `command` (a child process the benchmark measures apart, or a
 /// reference implementation) and reads the one JSON object it prints.
 pub fn json_output(command: &mut Command) -> serde_json::Value {

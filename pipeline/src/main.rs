@@ -809,10 +809,8 @@ fn ask(
                 "no memory under {tables}: run `memweave index SOURCE --out {tables}` first"
             ))
         })?;
-    let named = request.documents.as_deref().unwrap_or_default();
-    let known = runtime.block_on(snapshot.known_documents(named))?;
-    request
-        .validate(|id| known.contains(id))
+    runtime
+        .block_on(snapshot.validate(request))?
         .map_err(UsageError)?;
     let models = Models {
         model: &model,

@@ -200,12 +200,11 @@ async fn ask_handler(
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    let named = request.documents.as_deref().unwrap_or_default();
-    let known = match snapshot.known_documents(named).await {
-        Ok(known) => known,
+    let valid = match snapshot.validate(&request).await {
+        Ok(valid) => valid,
         Err(failure) => return unreadable(&failure),
     };
-    if let Err(message) = request.validate(|id| known.contains(id)) {
+    if let Err(message) = valid {
         state.count(request.strategy.name(), StatusCode::BAD_REQUEST, 0.0);
         return error(StatusCode::BAD_REQUEST, &message);
     }

@@ -15,6 +15,8 @@ use memweave_schemas::{
     StoreError, TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow,
 };
 
+use crate::request::AskRequest;
+
 /// What reading the memory can fail with.
 pub type Read<T> = Result<T, StoreError>;
 
@@ -233,12 +235,21 @@ impl Snapshot {
     }
 
     /// Which of `doc_ids` the memory holds.
-    pub async fn known_documents(&self, doc_ids: &[String]) -> Read<HashSet<String>> {
+    async fn known_documents(&self, doc_ids: &[String]) -> Read<HashSet<String>> {
         Ok(doc_ids
             .iter()
             .filter(|d| self.doc_index.contains_key(d.as_str()))
             .cloned()
             .collect())
+    }
+
+    /// `request`'s rules ([`AskRequest::validate`]), the documents it names
+    /// looked up in this checkpoint: what the request gets wrong, or a failed
+    /// read.
+    pub async fn validate(&self, request: &AskRequest) -> Read<Result<(), String>> {
+        let named = request.documents.as_deref().unwrap_or_default();
+        let known = self.known_documents(named).await?;
+        Ok(request.validate(|id| known.contains(id)))
     }
 
     /// A MemWalker or RAPTOR node.

@@ -138,19 +138,32 @@ pub(super) fn memory() -> Snapshot {
             summary,
         ));
     }
-    for (doc_id, page_id, ordinal, gist) in [
-        ("paint", "g-p1", 0, "A winter of painting in a cold studio."),
-        ("paint", "g-p2", 1, "Painting taught looking and patience."),
-        ("startup", "g-s1", 0, "Startups, growth and investors."),
+    // Each page is one segment's text (by its place in SEGMENTS) with a gist.
+    for (doc_id, page_id, ordinal, gist, segment) in [
+        (
+            "paint",
+            "g-p1",
+            0,
+            "A winter of painting in a cold studio.",
+            0,
+        ),
+        (
+            "paint",
+            "g-p2",
+            1,
+            "Painting taught looking and patience.",
+            1,
+        ),
+        ("startup", "g-s1", 0, "Startups, growth and investors.", 2),
     ] {
-        let seg = &SEGMENTS[usize::from(page_id == "g-p2") + 2 * usize::from(doc_id == "startup")];
+        let text = SEGMENTS[segment].2;
         rows.pages.push(PageRow {
             page_id: page_id.into(),
             doc_id: doc_id.into(),
             ordinal,
             start_char: 0,
-            end_char: seg.2.chars().count() as u64,
-            text: seg.2.into(),
+            end_char: text.chars().count() as u64,
+            text: text.into(),
             gist: gist.into(),
         });
     }
@@ -242,6 +255,15 @@ pub(super) async fn answer(snapshot: &Snapshot, request: &AskRequest) -> Answer 
     ask(snapshot, request, models)
         .await
         .expect("an in-memory snapshot reads without failing")
+}
+
+/// The ids of the passages the answer cites, in order.
+pub(super) fn cited(answer: &Answer) -> Vec<&str> {
+    answer
+        .supporting
+        .iter()
+        .map(|p| p.from_id.as_str())
+        .collect()
 }
 
 /// The trace's (action, target) pairs, in order.

@@ -295,7 +295,7 @@ impl Navigation<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixture::{answer, memory, request};
+    use super::super::fixture::{answer, cited, memory, request};
     use crate::request::Strategy;
 
     #[tokio::test]
@@ -310,12 +310,7 @@ mod tests {
         assert_eq!(entities.action, "entities");
         assert_eq!(entities.target, "Studio");
         assert!(entities.reasoning.contains("matched by name or alias"));
-        let cited: Vec<&str> = answer
-            .supporting
-            .iter()
-            .map(|p| p.from_id.as_str())
-            .collect();
-        assert_eq!(cited, ["s-p1"]);
+        assert_eq!(cited(&answer), ["s-p1"]);
     }
 
     #[tokio::test]
@@ -326,12 +321,8 @@ mod tests {
             &request("What was The Atelier like?", Strategy::QrmemExpand),
         )
         .await;
-        let mut cited: Vec<&str> = answer
-            .supporting
-            .iter()
-            .map(|p| p.from_id.as_str())
-            .collect();
-        cited.sort();
-        assert_eq!(cited, ["s-p1", "s-s1"]);
+        let mut passages = cited(&answer);
+        passages.sort();
+        assert_eq!(passages, ["s-p1", "s-s1"]);
     }
 }

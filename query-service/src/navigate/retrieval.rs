@@ -269,7 +269,7 @@ fn lcs_share(a: &str, b: &str) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixture::{answer, memory, request};
+    use super::super::fixture::{answer, cited, memory, request};
     use super::lcs_share;
     use crate::request::Strategy;
 
@@ -279,13 +279,8 @@ mod tests {
         let mut asked = request("Who do investors fund?", Strategy::Bm25);
         asked.options.top_k = Some(2);
         let answer = answer(&snapshot, &asked).await;
-        let cited: Vec<&str> = answer
-            .supporting
-            .iter()
-            .map(|p| p.from_id.as_str())
-            .collect();
         // Only one passage shares a word with the question.
-        assert_eq!(cited, ["s-s1"]);
+        assert_eq!(cited(&answer), ["s-s1"]);
         assert_eq!(answer.trace[0].action, "retrieve");
     }
 
