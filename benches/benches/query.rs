@@ -700,23 +700,6 @@ async fn append_essay(work: &Path, tables: &Path) -> u64 {
     let rows = memweave_schemas::MemoryTables::read_at(&essay, &checkpoint)
         .await
         .unwrap();
-    let width = rows.embeddings.first().map_or(0, |e| e.vector.len());
     let store = TableStore::new(&tables.display().to_string(), HashMap::new()).unwrap();
-    let latest = store.latest_checkpoint().await.unwrap().unwrap();
-    let mut versions = latest.table_versions.clone();
-    for (table, batch, _) in rows.batches(width).unwrap() {
-        let fragments = store.stage_batch(table, batch).await.unwrap();
-        let version = store
-            .commit_staged(table, &[], false, fragments)
-            .await
-            .unwrap();
-        if let Some(named) = versions.iter_mut().find(|v| v.table == table.name()) {
-            named.version = version;
-        }
-    }
-    store
-        .commit_checkpoint(latest.source_positions.clone(), versions)
-        .await
-        .unwrap()
-        .epoch
+    store.commit_memory(&rows, false).await.unwrap().epoch
 }

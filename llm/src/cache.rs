@@ -805,7 +805,7 @@ mod tests {
             });
             cache.pending.lock().unwrap().extend(rows);
         };
-        let outside = || store.rows_outside_key_index(Table::LlmCalls, "call_key");
+        let outside = || store.rows_outside_index(Table::LlmCalls, "call_key_btree");
         append(&["a", "b"]);
         cache.flush().await.unwrap();
         assert_eq!(outside().await.unwrap(), None, "two rows: no index yet");

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use memweave_schemas::ids::content_hash;
-use memweave_schemas::{EmbeddingRow, ErrorRow, PageRow, SegmentRow, TreeNodeRow, content_id};
+use memweave_schemas::{
+    EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, SegmentRow, TreeNodeRow, content_id,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, embed_all};
@@ -239,6 +241,16 @@ pub fn segment_rows(doc: &Document, config: &SegmentConfig) -> Vec<SegmentRow> {
         .collect()
 }
 
+/// ReadAgent's gist memory of a document from its `pages` (in order): one
+/// gist a line.
+pub fn gist_memory(doc_id: &str, pages: &[PageRow]) -> GistMemoryRow {
+    let gists: Vec<&str> = pages.iter().map(|p| p.gist.as_str()).collect();
+    GistMemoryRow {
+        doc_id: doc_id.to_string(),
+        gists: gists.join("\n"),
+    }
+}
+
 pub async fn page_rows(
     doc: &Document,
     config: &PageConfig,
@@ -330,6 +342,8 @@ pub enum BuiltRow {
     Segment(SegmentRow),
     TreeNode(TreeNodeRow),
     Page(PageRow),
+    /// The document's gist memory: its pages' gists together.
+    GistMemory(GistMemoryRow),
     /// An entity of the document, before disambiguation across documents.
     Entity(DocEntity),
     /// A relation of the document, merged across its segments.
@@ -441,6 +455,9 @@ pub async fn build_document(
                 }
                 rows.push(BuiltRow::Embedding(vector));
                 rows.push(BuiltRow::TreeNode(node.row));
+            }
+            if !pages.is_empty() {
+                rows.push(BuiltRow::GistMemory(gist_memory(&doc.doc_id, &pages)));
             }
             rows.extend(pages.into_iter().map(BuiltRow::Page));
             if let Some((entities, relations)) = graph {

@@ -172,22 +172,7 @@ pub struct EntityAssignment {
     pub entity_id: String,
 }
 
-/// A name as entities are matched by: lower case, no leading article, no
-/// possessive, punctuation as spaces. "The Beatles'" and "beatles" match.
-pub fn normalise(name: &str) -> String {
-    let lower = name.to_lowercase().replace(['\u{2019}', '`'], "'");
-    let lower = lower.strip_suffix("'s").unwrap_or(&lower);
-    let cleaned: String = lower
-        .chars()
-        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
-        .collect();
-    let words: Vec<&str> = cleaned.split_whitespace().collect();
-    let words = match words.as_slice() {
-        [first, rest @ ..] if !rest.is_empty() && matches!(*first, "the" | "a" | "an") => rest,
-        all => all,
-    };
-    words.join(" ")
-}
+pub use memweave_schemas::text::normalise;
 
 /// Keys that are one word of exactly one longer key of the same document, as its
 /// first or last word ("Graham" for "Paul Graham", "Viaweb" for "Viaweb Store"),

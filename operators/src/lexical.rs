@@ -3,48 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-const STOPWORDS: &[&str] = &[
-    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
-    "because", "been", "before", "being", "but", "by", "can", "could", "did", "do", "does",
-    "doing", "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers", "him",
-    "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "me", "more", "most", "my",
-    "no", "not", "now", "of", "on", "one", "only", "or", "other", "our", "out", "over", "own",
-    "she", "so", "some", "such", "than", "that", "the", "their", "them", "then", "there", "these",
-    "they", "this", "those", "through", "to", "too", "under", "up", "very", "was", "we", "were",
-    "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would",
-    "you", "your",
-];
-
-/// Content terms of `text`: lowercased words, stopwords dropped, lightly stemmed so
-/// "learned" meets "learn" and "paintings" meets "painting".
-pub fn terms(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .filter(|w| w.chars().count() > 1 && !STOPWORDS.contains(&w.as_str()))
-        .map(|w| stem(&w))
-        .collect()
-}
-
-fn stem(word: &str) -> String {
-    if !word.is_ascii() {
-        return word.to_string();
-    }
-    let mut word = word.to_string();
-    let n = word.len();
-    if n > 5 && word.ends_with("ies") {
-        word.replace_range(n - 3.., "y");
-    } else if n > 3 && word.ends_with('s') && !word.ends_with("ss") && !word.ends_with("us") {
-        word.pop();
-    }
-    for suffix in ["ing", "ed"] {
-        if word.len() > suffix.len() + 3 && word.ends_with(suffix) {
-            word.truncate(word.len() - suffix.len());
-            break;
-        }
-    }
-    word
-}
+pub use memweave_schemas::text::terms;
 
 /// A bag of terms with counts.
 /// Ordered, so sums run in one order and similarities are the same bit for bit in
@@ -126,11 +85,20 @@ impl CorpusStats {
 
     /// BM25 score of `text` (any text, in the corpus or not) for the query terms.
     pub fn score_text(&self, query: &[String], text: &str) -> f64 {
-        let terms = terms(text);
-        let length = terms.len() as f64;
+        self.score_terms(query, terms(text).iter().map(String::as_str))
+    }
+
+    /// BM25 score of a text given as its [`terms`], for the query terms.
+    pub fn score_terms<'a>(
+        &self,
+        query: &[String],
+        terms: impl IntoIterator<Item = &'a str>,
+    ) -> f64 {
+        let mut length = 0.0;
         let mut counts: HashMap<String, f64> = HashMap::new();
-        for term in terms {
-            *counts.entry(term).or_insert(0.0) += 1.0;
+        for term in terms.into_iter().filter(|t| !t.is_empty()) {
+            length += 1.0;
+            *counts.entry(term.to_string()).or_insert(0.0) += 1.0;
         }
         self.score_counts(query, &counts, length)
     }

@@ -165,6 +165,10 @@ pub fn build(
             BuiltRow::Page(p) => Some(p),
             _ => None,
         });
+        let gist_memories = memory.clone().flat_map(|row| match row {
+            BuiltRow::GistMemory(g) => Some(g),
+            _ => None,
+        });
         let doc_entities = memory.clone().flat_map(|row| match row {
             BuiltRow::Entity(e) => Some(e),
             _ => None,
@@ -237,6 +241,7 @@ pub fn build(
             .map(MemoryRow::Document)
             .concat(segments.map(MemoryRow::Segment))
             .concat(pages.map(MemoryRow::Page))
+            .concat(gist_memories.map(MemoryRow::GistMemory))
             .concat(document_tree_nodes.map(MemoryRow::TreeNode))
             .concat(doc_embeddings.map(MemoryRow::Embedding))
             .concat(build_errors.map(MemoryRow::Error))

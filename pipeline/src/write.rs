@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use memweave_schemas::search::LexiconDelta;
 use memweave_schemas::store::Fragment;
 use memweave_schemas::{ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion};
 use serde::{Deserialize, Serialize};
@@ -44,6 +45,8 @@ pub struct StagedPart {
     pub documents_added: Vec<DocumentChange>,
     pub documents_removed: Vec<String>,
     pub errors_added: Vec<ErrorRow>,
+    /// The searched texts added and removed, counted for the lexicon.
+    pub lexicon: LexiconDelta,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -168,9 +171,12 @@ impl RoundWriter {
     async fn stage_tables(&self, batch: Batch) -> anyhow::Result<StagedPart> {
         let mut added = MemoryTables::default();
         let mut removed: HashMap<Table, Vec<String>> = HashMap::new();
+        let mut lexicon = LexiconDelta::default();
         for (row, diff) in batch {
             // A row counted more than once is one row, as in a table.
-            match diff.signum() {
+            let sign = diff.signum() as i64;
+            lexicon.count(&row, sign);
+            match sign {
                 1 => added.push(row),
                 -1 => removed.entry(row.table()).or_default().push(row.key()),
                 _ => {}
@@ -198,6 +204,7 @@ impl RoundWriter {
             documents_removed: removed.get(&Table::Documents).cloned().unwrap_or_default(),
             errors_added: added.errors.clone(),
             tables: Vec::new(),
+            lexicon,
         };
         added.sort_by_key();
         for (table, batch, rows) in added.batches(width)? {
@@ -228,7 +235,9 @@ impl RoundWriter {
     ) -> anyhow::Result<(Vec<TableVersion>, RoundChanges)> {
         let mut changes = RoundChanges::default();
         let mut tables: HashMap<Table, (Vec<Fragment>, Vec<String>)> = HashMap::new();
+        let mut lexicon = LexiconDelta::default();
         for part in parts {
+            lexicon.merge(part.lexicon);
             changes.documents_added.extend(part.documents_added);
             changes.documents_removed.extend(part.documents_removed);
             changes.errors_added.extend(part.errors_added);
@@ -261,6 +270,14 @@ impl RoundWriter {
             });
             self.stages.done(COMMIT, 1);
         }
+        // The statistics the searched texts are scored with, as of the tables
+        // just committed.
+        self.store.apply_lexicon(&lexicon, replace).await?;
+        let version = self.store.index_lookups(Table::Lexicon).await?;
+        versions.push(TableVersion {
+            table: Table::Lexicon.name().to_string(),
+            version: version.unwrap_or_default(),
+        });
         Ok((versions, changes))
     }
 }

@@ -1,19 +1,43 @@
 //! One consistent, immutable view of the memory tables: the versions the newest
 //! checkpoint names. Navigators read it only through the questions below (a
 //! row by id, a document's rows, the best matches of a question's terms or
-//! vector), each answered for the whole checkpoint, so how the rows are found
-//! is this module's business alone.
+//! vector), each answered for the whole checkpoint.
+//!
+//! Nothing here holds the memory: a snapshot is the tables' Lance datasets
+//! opened at the checkpoint's versions, and each question is a read through
+//! their indexes (B-tree on the ids a walk follows, full-text on the searched
+//! terms, IVF on the vectors; see [`Table::column_indexes`]). Lance answers
+//! over rows a commit has not indexed yet by scanning them, so every read sees
+//! the whole checkpoint. Opening a newer checkpoint is opening its versions.
+//!
+//! Ranking has one definition, the project's: BM25 over
+//! [`memweave_schemas::text::terms`] with the lexicon's statistics, and
+//! cosine similarity. Lance's full-text and vector indexes find candidates
+//! (more than asked for); the candidates are scored exactly and ordered with
+//! ties broken by id, so an answer does not depend on how Lance splits or
+//! approximates its indexes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use arrow::array::{Array, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
+use futures::TryStreamExt;
+use lance::dataset::Dataset;
+use lance::dataset::scanner::Scanner;
+use lance_index::scalar::FullTextSearchQuery;
 use memweave_operators::embed::cosine;
-use memweave_operators::graph::normalise;
-use memweave_operators::lexical::{Bm25, CorpusStats};
-use memweave_schemas::{
-    CheckpointRow, DocumentRow, EntityRow, MemoryTables, PageRow, RelationRow, SegmentRow,
-    StoreError, TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow,
+use memweave_operators::lexical::CorpusStats;
+use memweave_schemas::search::{
+    GIST_CORPUS, NAME_KEYS, TERMS, TOTALS, lexicon_entry, segments_corpus, segments_cut,
+    tree_corpus,
 };
+use memweave_schemas::text::normalise;
+use memweave_schemas::{
+    CheckpointRow, EntityRow, LexiconRow, PageRow, RelationRow, SegmentRow, StoreError,
+    TREE_MEMWALKER, TREE_RAPTOR, Table, TableStore, TreeNodeRow,
+};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::request::AskRequest;
 
@@ -28,47 +52,51 @@ impl Allowed<'_> {
     pub fn admits(&self, doc_id: &str) -> bool {
         self.0.is_none_or(|docs| docs.iter().any(|d| d == doc_id))
     }
+
+    /// The SQL condition "`column` is an allowed document", if any.
+    fn condition(&self, column: &str) -> Option<String> {
+        self.0.map(|docs| format!("{column} IN ({})", quoted(docs)))
+    }
 }
 
+/// A document as the query service shows it: everything but its text.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Document {
+    pub doc_id: String,
+    pub source_uri: String,
+    pub title: String,
+    pub version: u64,
+    pub n_tokens: u64,
+}
+
+const DOCUMENT_COLUMNS: &[&str] = &["doc_id", "source_uri", "title", "version", "n_tokens"];
+
+/// Candidates Lance's full-text index is asked for, per result wanted, and at
+/// least: the exact BM25 order of the best results lies well inside Lance's
+/// own (measured: the exact top 10 within Lance's top 40 on the scale
+/// benchmark's memories, 10M and 100M tokens).
+const TEXT_CANDIDATES_PER_RESULT: usize = 4;
+const TEXT_CANDIDATES_AT_LEAST: usize = 64;
+
+/// Candidates the vector index is asked for, per result wanted, and at least;
+/// the IVF partitions it probes; and the quantized candidates re-ranked with
+/// the table's own vectors per candidate kept.
+const VECTOR_CANDIDATES_PER_RESULT: usize = 2;
+const VECTOR_CANDIDATES_AT_LEAST: usize = 32;
+const VECTOR_PROBES: usize = 64;
+const VECTOR_REFINE: u32 = 10;
+
+/// The memory tables at one checkpoint.
 #[derive(Debug)]
 pub struct Snapshot {
     pub epoch: u64,
-    documents: Vec<Arc<DocumentRow>>,
-    doc_index: HashMap<String, usize>,
-    segments: HashMap<String, Arc<SegmentRow>>,
-    /// MemWalker nodes, in node id order.
-    nodes: Vec<Arc<TreeNodeRow>>,
-    node_index: HashMap<String, usize>,
-    /// BM25 over every MemWalker node summary, in `nodes` order.
-    node_bm25: Bm25,
-    roots: HashMap<String, usize>,
-    /// Pages of each document, in order.
-    pages: HashMap<String, Arc<[PageRow]>>,
-    /// The documents with pages, in doc_id order, and BM25 over each one's gists
-    /// together: ReadAgent picks its document by them.
-    gist_documents: Vec<String>,
-    gist_bm25: Bm25,
-    /// The RAPTOR / ILM-TR nodes of every document, in node id order.
-    raptor: Vec<Arc<TreeNodeRow>>,
-    raptor_index: HashMap<String, usize>,
-    /// The passages the retrieval baselines rank: each document's finest cut.
-    passages: Vec<String>,
-    /// BM25 over `passages`, in that order.
-    passage_bm25: Bm25,
-    /// The segments embedded from their own text (MemWalker's), which the
-    /// `dense` baseline ranks; in document order.
-    embedded_segments: Vec<String>,
-    /// In entity id order.
-    entities: Vec<Arc<EntityRow>>,
-    /// Normalised names and aliases to entities.
-    entity_names: HashMap<String, Vec<usize>>,
-    entity_index: HashMap<String, usize>,
-    /// In relation id order.
-    relations: Vec<Arc<RelationRow>>,
-    /// Relations touching each entity (positions in `relations`).
-    adjacent: HashMap<String, Vec<usize>>,
-    /// Vectors by owner (segment, node, entity id).
-    vectors: HashMap<String, Arc<[f32]>>,
+    store: TableStore,
+    datasets: HashMap<Table, Dataset>,
+    /// Each searched corpus's size: its texts, and their terms in all.
+    totals: HashMap<String, (u64, u64)>,
+    /// The passages the retrieval baselines rank: the memory's finest cut of
+    /// segments (their target size).
+    passage_cut: Option<u32>,
     /// The embedder that made the vectors (`embeddings.model`); a question must
     /// be embedded by the same one.
     pub embedding_model: Option<String>,
@@ -83,164 +111,90 @@ impl Snapshot {
         }
     }
 
+    /// Opens the tables at the versions `checkpoint` names, and reads the
+    /// few rows every question needs: the corpora's sizes, the embedder.
     pub async fn load(store: &TableStore, checkpoint: &CheckpointRow) -> Read<Snapshot> {
-        let rows = MemoryTables::read_at(store, checkpoint).await?;
-        Ok(Self::from_rows(checkpoint.epoch, rows))
-    }
-
-    /// The snapshot of `rows` (every memory table of one checkpoint); errors
-    /// are not navigated.
-    pub fn from_rows(epoch: u64, rows: MemoryTables) -> Snapshot {
-        let MemoryTables {
-            mut documents,
-            segments,
-            tree_nodes: nodes,
-            pages: page_rows,
-            mut entities,
-            mut relations,
-            embeddings,
-            errors: _,
-        } = rows;
-        documents.retain(|d| !d.deleted);
-        documents.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-        let (mut nodes, mut raptor): (Vec<TreeNodeRow>, Vec<TreeNodeRow>) = nodes
-            .into_iter()
-            .filter(|n| n.tree == TREE_MEMWALKER || n.tree == TREE_RAPTOR)
-            .partition(|n| n.tree == TREE_MEMWALKER);
-        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        raptor.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        let raptor_index = positions(raptor.iter().map(|n| n.node_id.as_str()));
-        entities.sort_by(|a, b| a.entity_id.cmp(&b.entity_id));
-        relations.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
-        let entity_index = positions(entities.iter().map(|e| e.entity_id.as_str()));
-        let mut entity_names: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, entity) in entities.iter().enumerate() {
-            for name in std::iter::once(&entity.name).chain(&entity.aliases) {
-                let list = entity_names.entry(normalise(name)).or_default();
-                if !list.contains(&i) {
-                    list.push(i);
+        let mut datasets = HashMap::new();
+        for &table in Table::MEMORY.iter().chain([&Table::Lexicon]) {
+            let Some(version) = checkpoint.version_of(table) else {
+                if table == Table::Lexicon {
+                    return Err(StoreError::Invalid {
+                        table,
+                        message: format!(
+                            "checkpoint {} has no lexicon: the memory was written by an \
+                             older memweave; index it again with `memweave index --rebuild`",
+                            checkpoint.epoch
+                        ),
+                    });
                 }
+                continue;
+            };
+            if let Some(dataset) = store.dataset(table, Some(version)).await? {
+                datasets.insert(table, dataset);
             }
         }
-        let mut adjacent: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, relation) in relations.iter().enumerate() {
-            adjacent
-                .entry(relation.source_id.clone())
-                .or_default()
-                .push(i);
-            adjacent
-                .entry(relation.target_id.clone())
-                .or_default()
-                .push(i);
-        }
-        // The finest cut of each document: the retrieval baselines rank passages
-        // of one size, not the same text twice at two sizes.
-        let mut finest: HashMap<&str, u32> = HashMap::new();
-        for segment in &segments {
-            let size = finest
-                .entry(&segment.doc_id)
-                .or_insert(segment.target_tokens);
-            *size = (*size).min(segment.target_tokens);
-        }
-        let mut passages: Vec<&SegmentRow> = segments
-            .iter()
-            .filter(|s| finest.get(s.doc_id.as_str()) == Some(&s.target_tokens))
-            .collect();
-        passages.sort_by(|a, b| (&a.doc_id, a.ordinal).cmp(&(&b.doc_id, b.ordinal)));
-        let passage_bm25 = Bm25::new(passages.iter().map(|s| s.text.as_str()));
-        let passages = passages.iter().map(|s| s.seg_id.clone()).collect();
-        let embedding_model = embeddings.first().map(|e| e.model.clone());
-        let vectors: HashMap<String, Arc<[f32]>> = embeddings
+        let mut snapshot = Snapshot {
+            epoch: checkpoint.epoch,
+            store: store.clone(),
+            datasets,
+            totals: HashMap::new(),
+            passage_cut: None,
+            embedding_model: None,
+        };
+        let totals: Vec<LexiconRow> = snapshot
+            .select(Table::Lexicon, &[], &format!("term = '{TOTALS}'"), None)
+            .await?;
+        snapshot.totals = totals
             .into_iter()
-            .map(|e| (e.owner_id, e.vector.into()))
+            .map(|r| (r.corpus, (r.rows, r.occurrences)))
             .collect();
-        let mut embedded: Vec<&SegmentRow> = segments
-            .iter()
-            .filter(|s| vectors.contains_key(&s.seg_id))
-            .collect();
-        embedded.sort_by(|a, b| (&a.doc_id, a.ordinal).cmp(&(&b.doc_id, b.ordinal)));
-        let embedded_segments = embedded.iter().map(|s| s.seg_id.clone()).collect();
-        let doc_index = positions(documents.iter().map(|d| d.doc_id.as_str()));
-        let node_index = positions(nodes.iter().map(|n| n.node_id.as_str()));
-        let roots = nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.parent_id.is_none())
-            .filter_map(|(i, n)| Some((n.doc_id.clone()?, i)))
-            .collect();
-        let node_bm25 = Bm25::new(nodes.iter().map(|n| n.summary.as_str()));
-        let mut pages: HashMap<String, Vec<PageRow>> = HashMap::new();
-        for page in page_rows {
-            pages.entry(page.doc_id.clone()).or_default().push(page);
+        snapshot.passage_cut = snapshot
+            .totals
+            .keys()
+            .filter_map(|corpus| segments_cut(corpus))
+            .min();
+        #[derive(Deserialize)]
+        struct Model {
+            model: String,
         }
-        for list in pages.values_mut() {
-            list.sort_by_key(|p| p.ordinal);
-        }
-        let mut gist_documents: Vec<String> = pages.keys().cloned().collect();
-        gist_documents.sort();
-        let gist_memories: Vec<String> = gist_documents
-            .iter()
-            .map(|d| {
-                pages[d]
-                    .iter()
-                    .map(|p| p.gist.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .collect();
-        let gist_bm25 = Bm25::new(gist_memories.iter().map(String::as_str));
-        Snapshot {
-            epoch,
-            documents: documents.into_iter().map(Arc::new).collect(),
-            doc_index,
-            segments: segments
-                .into_iter()
-                .map(|s| (s.seg_id.clone(), Arc::new(s)))
-                .collect(),
-            nodes: nodes.into_iter().map(Arc::new).collect(),
-            node_index,
-            node_bm25,
-            roots,
-            pages: pages
-                .into_iter()
-                .map(|(doc, list)| (doc, list.into()))
-                .collect(),
-            gist_documents,
-            gist_bm25,
-            raptor: raptor.into_iter().map(Arc::new).collect(),
-            raptor_index,
-            passages,
-            passage_bm25,
-            embedded_segments,
-            entities: entities.into_iter().map(Arc::new).collect(),
-            entity_names,
-            entity_index,
-            relations: relations.into_iter().map(Arc::new).collect(),
-            adjacent,
-            vectors,
-            embedding_model,
-        }
+        let model: Vec<Model> = snapshot
+            .select(Table::Embeddings, &["model"], "true", Some(1))
+            .await?;
+        snapshot.embedding_model = model.into_iter().next().map(|m| m.model);
+        Ok(snapshot)
     }
 
     /// Every document not deleted, in id order.
-    pub async fn documents(&self) -> Read<Vec<Arc<DocumentRow>>> {
-        Ok(self.documents.clone())
+    pub async fn documents(&self) -> Read<Vec<Arc<Document>>> {
+        let mut documents: Vec<Document> = self
+            .select(Table::Documents, DOCUMENT_COLUMNS, "deleted = false", None)
+            .await?;
+        documents.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+        Ok(documents.into_iter().map(Arc::new).collect())
     }
 
-    pub async fn document(&self, doc_id: &str) -> Read<Option<Arc<DocumentRow>>> {
-        Ok(self
-            .doc_index
-            .get(doc_id)
-            .map(|&i| self.documents[i].clone()))
+    pub async fn document(&self, doc_id: &str) -> Read<Option<Arc<Document>>> {
+        let filter = format!("doc_id = {} AND deleted = false", quote(doc_id));
+        let found: Vec<Document> = self
+            .select(Table::Documents, DOCUMENT_COLUMNS, &filter, None)
+            .await?;
+        Ok(found.into_iter().next().map(Arc::new))
     }
 
     /// Which of `doc_ids` the memory holds.
     async fn known_documents(&self, doc_ids: &[String]) -> Read<HashSet<String>> {
-        Ok(doc_ids
-            .iter()
-            .filter(|d| self.doc_index.contains_key(d.as_str()))
-            .cloned()
-            .collect())
+        if doc_ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        #[derive(Deserialize)]
+        struct Id {
+            doc_id: String,
+        }
+        let filter = format!("doc_id IN ({}) AND deleted = false", quoted(doc_ids));
+        let found: Vec<Id> = self
+            .select(Table::Documents, &["doc_id"], &filter, None)
+            .await?;
+        Ok(found.into_iter().map(|d| d.doc_id).collect())
     }
 
     /// `request`'s rules ([`AskRequest::validate`]), the documents it names
@@ -254,80 +208,91 @@ impl Snapshot {
 
     /// A MemWalker or RAPTOR node.
     pub async fn node(&self, node_id: &str) -> Read<Option<Arc<TreeNodeRow>>> {
-        Ok(self
-            .node_index
-            .get(node_id)
-            .map(|&i| self.nodes[i].clone())
-            .or_else(|| {
-                self.raptor_index
-                    .get(node_id)
-                    .map(|&i| self.raptor[i].clone())
-            }))
+        Ok(self.nodes(&[node_id.to_string()]).await?.into_iter().next())
     }
 
-    /// The nodes of `ids` that exist, in that order.
+    /// The MemWalker and RAPTOR nodes of `ids` that exist, in that order.
     pub async fn nodes(&self, ids: &[String]) -> Read<Vec<Arc<TreeNodeRow>>> {
-        let mut found = Vec::new();
-        for id in ids {
-            found.extend(self.node(id).await?);
+        if ids.is_empty() {
+            return Ok(Vec::new());
         }
-        Ok(found)
+        let filter = format!("node_id IN ({}) AND {}", quoted(ids), DOCUMENT_TREES);
+        let found: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+        let mut by_id: HashMap<String, Arc<TreeNodeRow>> = found
+            .into_iter()
+            .map(|n| (n.node_id.clone(), Arc::new(n)))
+            .collect();
+        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
     }
 
     /// Every node of one tree (`memwalker` or `raptor`) of a document, in id order.
     pub async fn tree(&self, doc_id: &str, tree: &str) -> Read<Vec<Arc<TreeNodeRow>>> {
-        let nodes = if tree == TREE_RAPTOR {
-            &self.raptor
-        } else {
-            &self.nodes
-        };
-        Ok(nodes
-            .iter()
-            .filter(|n| n.doc_id.as_deref() == Some(doc_id))
-            .cloned()
-            .collect())
+        let filter = format!("doc_id = {} AND tree = {}", quote(doc_id), quote(tree));
+        let mut nodes: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        Ok(nodes.into_iter().map(Arc::new).collect())
     }
 
     /// The root of a document's MemWalker tree.
     pub async fn root_of(&self, doc_id: &str) -> Read<Option<Arc<TreeNodeRow>>> {
-        Ok(self.roots.get(doc_id).map(|&i| self.nodes[i].clone()))
+        let filter = format!(
+            "doc_id = {} AND tree = '{TREE_MEMWALKER}' AND parent_id IS NULL",
+            quote(doc_id)
+        );
+        let mut roots: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+        roots.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+        Ok(roots.into_iter().next().map(Arc::new))
     }
 
     pub async fn segment(&self, seg_id: &str) -> Read<Option<Arc<SegmentRow>>> {
-        Ok(self.segments.get(seg_id).cloned())
+        let filter = format!("seg_id = {}", quote(seg_id));
+        let found: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
+        Ok(found.into_iter().next().map(Arc::new))
     }
 
     pub async fn pages_of(&self, doc_id: &str) -> Read<Arc<[PageRow]>> {
-        Ok(self.pages.get(doc_id).cloned().unwrap_or_else(|| [].into()))
+        let filter = format!("doc_id = {}", quote(doc_id));
+        let mut pages: Vec<PageRow> = self.select(Table::Pages, &[], &filter, None).await?;
+        pages.sort_by_key(|p| p.ordinal);
+        Ok(pages.into())
     }
 
     pub async fn entity(&self, entity_id: &str) -> Read<Option<Arc<EntityRow>>> {
-        Ok(self
-            .entity_index
-            .get(entity_id)
-            .map(|&i| self.entities[i].clone()))
+        let filter = format!("entity_id = {}", quote(entity_id));
+        let found: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
+        Ok(found.into_iter().next().map(Arc::new))
     }
 
     /// Entities whose name or an alias normalises to `name`'s normal form, in
     /// id order.
     pub async fn entities_named(&self, name: &str) -> Read<Vec<Arc<EntityRow>>> {
-        Ok(self
-            .entity_names
-            .get(&normalise(name))
-            .map_or_else(Vec::new, |list| {
-                list.iter().map(|&i| self.entities[i].clone()).collect()
-            }))
+        let filter = format!("array_has_any({NAME_KEYS}, [{}])", quote(&normalise(name)));
+        let mut found: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
+        found.sort_by(|a, b| a.entity_id.cmp(&b.entity_id));
+        Ok(found.into_iter().map(Arc::new).collect())
     }
 
     /// Relations with `entity_id` at either end, in id order.
     pub async fn relations_of(&self, entity_id: &str) -> Read<Vec<Arc<RelationRow>>> {
-        Ok(self.adjacent.get(entity_id).map_or_else(Vec::new, |list| {
-            list.iter().map(|&r| self.relations[r].clone()).collect()
-        }))
+        let id = quote(entity_id);
+        let filter = format!("source_id = {id} OR target_id = {id}");
+        let mut found: Vec<RelationRow> = self.select(Table::Relations, &[], &filter, None).await?;
+        found.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
+        Ok(found.into_iter().map(Arc::new).collect())
     }
 
     pub async fn vector(&self, owner_id: &str) -> Read<Option<Arc<[f32]>>> {
-        Ok(self.vectors.get(owner_id).cloned())
+        let filter = format!("owner_id = {}", quote(owner_id));
+        let batches = self
+            .scan(Table::Embeddings, &["owner_id", "vector"], &filter, |_| {
+                Ok(())
+            })
+            .await?;
+        Ok(batches
+            .iter()
+            .flat_map(|b| vectors(b).into_iter().map(|(_, v)| v))
+            .next()
+            .map(Into::into))
     }
 
     /// The documents whose best MemWalker node matches `query` best (BM25 over
@@ -339,19 +304,32 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(String, f64, Arc<TreeNodeRow>)>> {
-        let mut best: HashMap<&str, (f64, usize)> = HashMap::new();
-        for (i, score) in self.node_bm25.rank(query) {
-            let Some(doc_id) = self.nodes[i].doc_id.as_deref() else {
+        let stats = self.node_stats(query).await?;
+        let condition = [
+            Some(format!("tree = '{TREE_MEMWALKER}'")),
+            allowed.condition("doc_id"),
+        ];
+        let scored: Vec<(TreeNodeRow, f64)> = self
+            .best_texts(Table::TreeNodes, query, &stats, &condition, limit)
+            .await?;
+        let mut best: HashMap<String, (f64, TreeNodeRow)> = HashMap::new();
+        for (node, score) in scored {
+            let Some(doc_id) = node.doc_id.clone() else {
                 continue;
             };
-            if allowed.admits(doc_id) {
-                best.entry(doc_id).or_insert((score, i));
+            let better = |(s, n): &(f64, TreeNodeRow)| {
+                score
+                    .total_cmp(s)
+                    .then(n.node_id.cmp(&node.node_id))
+                    .is_gt()
+            };
+            if best.get(&doc_id).is_none_or(better) {
+                best.insert(doc_id, (score, node));
             }
         }
         let mut ranked: Vec<(String, f64, Arc<TreeNodeRow>)> = best
             .into_iter()
-            .filter(|(_, (score, _))| *score > 0.0)
-            .map(|(d, (s, i))| (d.to_string(), s, self.nodes[i].clone()))
+            .map(|(d, (s, n))| (d, s, Arc::new(n)))
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked.truncate(limit);
@@ -360,15 +338,18 @@ impl Snapshot {
 
     /// The BM25 statistics of the MemWalker node summaries for `query`'s terms.
     pub async fn node_stats(&self, query: &[String]) -> Read<CorpusStats> {
-        Ok(self.node_bm25.stats(query))
+        self.corpus_stats(&tree_corpus(TREE_MEMWALKER), query).await
     }
 
     /// The BM25 statistics of the passages for `query`'s terms.
     pub async fn passage_stats(&self, query: &[String]) -> Read<CorpusStats> {
-        Ok(self.passage_bm25.stats(query))
+        match self.passage_cut {
+            Some(cut) => self.corpus_stats(&segments_corpus(cut), query).await,
+            None => Ok(CorpusStats::default()),
+        }
     }
 
-    /// ReadAgent's document: the one whose gists together match `query` best,
+    /// ReadAgent's document: the one whose gist memory matches `query` best,
     /// with its score (none when no gist shares a term), and how many allowed
     /// documents have gists.
     pub async fn document_by_gists(
@@ -376,38 +357,57 @@ impl Snapshot {
         query: &[String],
         allowed: Allowed<'_>,
     ) -> Read<(Option<(String, f64)>, usize)> {
-        let candidates = self
-            .gist_documents
-            .iter()
-            .filter(|d| allowed.admits(d))
-            .count();
-        let best = self
-            .gist_bm25
-            .rank(query)
+        let candidates = match allowed.condition("doc_id") {
+            None => self.totals.get(GIST_CORPUS).map_or(0, |t| t.0 as usize),
+            Some(condition) => self.count(Table::GistMemories, &condition).await?,
+        };
+        #[derive(Deserialize)]
+        struct Gists {
+            doc_id: String,
+        }
+        let stats = self.corpus_stats(GIST_CORPUS, query).await?;
+        let scored: Vec<(Gists, f64)> = self
+            .best_texts(
+                Table::GistMemories,
+                query,
+                &stats,
+                &[allowed.condition("doc_id")],
+                1,
+            )
+            .await?;
+        let best = scored
             .into_iter()
-            .find(|&(i, _)| allowed.admits(&self.gist_documents[i]))
-            .filter(|&(_, score)| score > 0.0)
-            .map(|(i, score)| (self.gist_documents[i].clone(), score));
+            .map(|(g, score)| (g.doc_id, score))
+            .min_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         Ok((best, candidates))
     }
 
-    /// The passages (each document's finest cut) BM25 ranks highest for
-    /// `query`, at most `limit`, only those with a positive score.
+    /// The passages (the memory's finest cut) BM25 ranks highest for `query`,
+    /// at most `limit`, only those with a positive score; ties in document
+    /// order.
     pub async fn passages_by_bm25(
         &self,
         query: &[String],
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<SegmentRow>, f64)>> {
-        Ok(self
-            .passage_bm25
-            .rank(query)
-            .into_iter()
-            .filter(|&(_, score)| score > 0.0)
-            .filter_map(|(i, score)| Some((self.segments.get(&self.passages[i])?.clone(), score)))
-            .filter(|(s, _)| allowed.admits(&s.doc_id))
-            .take(limit)
-            .collect())
+        let Some(cut) = self.passage_cut else {
+            return Ok(Vec::new());
+        };
+        let stats = self.passage_stats(query).await?;
+        let condition = [
+            Some(format!("target_tokens = {cut}")),
+            allowed.condition("doc_id"),
+        ];
+        let mut scored: Vec<(SegmentRow, f64)> = self
+            .best_texts(Table::Segments, query, &stats, &condition, limit)
+            .await?;
+        scored.sort_by(|(a, x), (b, y)| {
+            y.total_cmp(x)
+                .then((&a.doc_id, a.ordinal).cmp(&(&b.doc_id, b.ordinal)))
+        });
+        scored.truncate(limit);
+        Ok(scored.into_iter().map(|(s, x)| (Arc::new(s), x)).collect())
     }
 
     /// The segments embedded from their own text nearest `vector` (cosine),
@@ -418,13 +418,20 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<SegmentRow>, f64)>> {
-        let candidates = self
-            .embedded_segments
-            .iter()
-            .filter_map(|id| self.segments.get(id))
-            .filter(|s| allowed.admits(&s.doc_id))
-            .map(|s| (s.seg_id.as_str(), s));
-        Ok(self.nearest(vector, candidates, limit))
+        let owners = match allowed.0 {
+            None => None,
+            Some(_) => Some(self.owners(Table::Segments, "seg_id", allowed).await?),
+        };
+        let near = self
+            .nearest("segment", vector, owners.as_deref(), limit)
+            .await?;
+        if near.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
+        let filter = format!("seg_id IN ({})", quoted(&ids));
+        let rows: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
+        Ok(in_order(near, rows, |s| &s.seg_id))
     }
 
     /// The RAPTOR nodes of the allowed documents nearest `vector` (cosine),
@@ -435,12 +442,33 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<TreeNodeRow>, f64)>> {
-        let candidates = self
-            .raptor
-            .iter()
-            .filter(|n| n.doc_id.as_deref().is_some_and(|d| allowed.admits(d)))
-            .map(|n| (n.node_id.as_str(), n));
-        Ok(self.nearest(vector, candidates, limit))
+        let owners = match allowed.0 {
+            None => None,
+            Some(_) => Some(self.owners(Table::TreeNodes, "node_id", allowed).await?),
+        };
+        let mut found = Vec::new();
+        let mut wanted = limit;
+        // Corpus-tree nodes are vectors of the same kind; ask again for more
+        // when they crowd out the documents' own.
+        loop {
+            let near = self
+                .nearest("node", vector, owners.as_deref(), wanted)
+                .await?;
+            let exhausted = near.len() < wanted;
+            if near.is_empty() {
+                break;
+            }
+            let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
+            let filter = format!("node_id IN ({}) AND tree = '{TREE_RAPTOR}'", quoted(&ids));
+            let rows: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+            found = in_order(near, rows, |n| &n.node_id);
+            if found.len() >= limit || exhausted {
+                break;
+            }
+            wanted *= 4;
+        }
+        found.truncate(limit);
+        Ok(found)
     }
 
     /// The entities nearest `vector` (cosine), at most `limit`, ties in id order.
@@ -449,30 +477,259 @@ impl Snapshot {
         vector: &[f32],
         limit: usize,
     ) -> Read<Vec<(Arc<EntityRow>, f64)>> {
-        let candidates = self.entities.iter().map(|e| (e.entity_id.as_str(), e));
-        Ok(self.nearest(vector, candidates, limit))
+        let near = self.nearest("entity", vector, None, limit).await?;
+        if near.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
+        let filter = format!("entity_id IN ({})", quoted(&ids));
+        let rows: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
+        Ok(in_order(near, rows, |e| &e.entity_id))
     }
 
-    /// The `candidates` (id, row) with a vector, most similar to `vector`
-    /// first, ties in id order, at most `limit`.
-    fn nearest<'s, T: 's>(
-        &'s self,
+    /// The owners (of `owner_kind`) whose vectors are nearest `vector`, at
+    /// most `limit`, with their exact cosine, most similar first, ties in id
+    /// order; only `owners` where given.
+    async fn nearest(
+        &self,
+        owner_kind: &str,
         vector: &[f32],
-        candidates: impl Iterator<Item = (&'s str, &'s Arc<T>)>,
+        owners: Option<&[String]>,
         limit: usize,
-    ) -> Vec<(Arc<T>, f64)> {
-        let mut ranked: Vec<(&str, &Arc<T>, f64)> = candidates
-            .filter_map(|(id, row)| Some((id, row, cosine(vector, self.vectors.get(id)?))))
+    ) -> Read<Vec<(String, f64)>> {
+        if limit == 0 || owners.is_some_and(<[String]>::is_empty) {
+            return Ok(Vec::new());
+        }
+        let mut filter = format!("owner_kind = {}", quote(owner_kind));
+        if let Some(owners) = owners {
+            filter.push_str(&format!(" AND owner_id IN ({})", quoted(owners)));
+        }
+        let candidates = (limit * VECTOR_CANDIDATES_PER_RESULT).max(VECTOR_CANDIDATES_AT_LEAST);
+        let query = Float32Array::from(vector.to_vec());
+        let batches = self
+            .scan(
+                Table::Embeddings,
+                &["owner_id", "vector"],
+                &filter,
+                |scan| {
+                    scan.nearest("vector", &query, candidates)?
+                        .distance_metric(lance_linalg::distance::DistanceType::Cosine)
+                        .nprobes(VECTOR_PROBES)
+                        .refine(VECTOR_REFINE)
+                        .prefilter(true);
+                    Ok(())
+                },
+            )
+            .await?;
+        let mut scored: Vec<(String, f64)> = batches
+            .iter()
+            .flat_map(vectors)
+            .map(|(id, v)| {
+                let score = cosine(vector, &v);
+                (id, score)
+            })
             .collect();
-        ranked.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(b.0)));
-        ranked.truncate(limit);
-        ranked
-            .into_iter()
-            .map(|(_, row, score)| (Arc::clone(row), score))
-            .collect()
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(limit);
+        Ok(scored)
+    }
+
+    /// The ids (`column`) of `table`'s rows of the allowed documents.
+    async fn owners(&self, table: Table, column: &str, allowed: Allowed<'_>) -> Read<Vec<String>> {
+        let filter = allowed.condition("doc_id").unwrap_or_else(|| "true".into());
+        let batches = self.scan(table, &[column], &filter, |_| Ok(())).await?;
+        Ok(batches
+            .iter()
+            .filter_map(|b| strings(b, column))
+            .flat_map(|ids| ids.iter().flatten().map(str::to_string))
+            .collect())
+    }
+
+    /// The BM25 statistics of `corpus` for `query`'s terms, from the lexicon.
+    async fn corpus_stats(&self, corpus: &str, query: &[String]) -> Read<CorpusStats> {
+        let (texts, terms) = self.totals.get(corpus).copied().unwrap_or_default();
+        let mut stats = CorpusStats {
+            texts: texts as f64,
+            average_length: if texts == 0 {
+                0.0
+            } else {
+                terms as f64 / texts as f64
+            },
+            document_frequency: HashMap::new(),
+        };
+        if query.is_empty() || texts == 0 {
+            return Ok(stats);
+        }
+        let entries: Vec<String> = query.iter().map(|t| lexicon_entry(corpus, t)).collect();
+        let filter = format!("entry IN ({})", quoted(&entries));
+        let found: Vec<LexiconRow> = self.select(Table::Lexicon, &[], &filter, None).await?;
+        stats.document_frequency = found.into_iter().map(|r| (r.term, r.rows as f64)).collect();
+        Ok(stats)
+    }
+
+    /// The rows of `table` (one with a [`TERMS`] column) meeting every
+    /// `condition` that Lance's full-text index ranks best for `query`, enough
+    /// of them that the `limit` best by exact BM25 (`stats`) are among them,
+    /// each with that score; only those with a positive one, best first.
+    async fn best_texts<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        query: &[String],
+        stats: &CorpusStats,
+        conditions: &[Option<String>],
+        limit: usize,
+    ) -> Read<Vec<(R, f64)>> {
+        if query.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let filter: Vec<&str> = conditions.iter().flatten().map(String::as_str).collect();
+        let filter = if filter.is_empty() {
+            "true".to_string()
+        } else {
+            filter.join(" AND ")
+        };
+        let candidates = (limit * TEXT_CANDIDATES_PER_RESULT).max(TEXT_CANDIDATES_AT_LEAST);
+        let search = FullTextSearchQuery::new(query.join(" "))
+            .with_column(TERMS.to_string())
+            .map_err(|e| self.store.lance_error(table, e))?
+            .limit(Some(candidates as i64));
+        let batches = self
+            .scan(table, &[], &filter, |scan| {
+                scan.full_text_search(search.clone())?.prefilter(true);
+                Ok(())
+            })
+            .await?;
+        let mut scored = Vec::new();
+        for batch in &batches {
+            let rows: Vec<R> = serde_arrow::from_record_batch(batch)
+                .map_err(|source| StoreError::Rows { table, source })?;
+            let terms = strings(batch, TERMS).ok_or_else(|| StoreError::Invalid {
+                table,
+                message: format!("no {TERMS} column"),
+            })?;
+            for (row, terms) in rows.into_iter().zip(terms.iter()) {
+                let score = stats.score_terms(query, terms.unwrap_or_default().split(' '));
+                if score > 0.0 {
+                    scored.push((row, score));
+                }
+            }
+        }
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(scored)
+    }
+
+    /// Rows of `table` meeting `filter` (columns: `columns`, or all), at most
+    /// `limit`.
+    async fn select<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        columns: &[&str],
+        filter: &str,
+        limit: Option<i64>,
+    ) -> Read<Vec<R>> {
+        let batches = self
+            .scan(table, columns, filter, |scan| {
+                scan.limit(limit, None)?;
+                Ok(())
+            })
+            .await?;
+        let mut rows = Vec::new();
+        for batch in &batches {
+            let part: Vec<R> = serde_arrow::from_record_batch(batch)
+                .map_err(|source| StoreError::Rows { table, source })?;
+            rows.extend(part);
+        }
+        Ok(rows)
+    }
+
+    /// The batches of a scan of `table` at this checkpoint: `columns` (all
+    /// when empty) of the rows meeting `filter`, after `shape` set up the rest
+    /// (a search, a limit). No batches for a table the checkpoint lacks.
+    async fn scan(
+        &self,
+        table: Table,
+        columns: &[&str],
+        filter: &str,
+        shape: impl FnOnce(&mut Scanner) -> lance::Result<()>,
+    ) -> Read<Vec<RecordBatch>> {
+        let Some(dataset) = self.datasets.get(&table) else {
+            return Ok(Vec::new());
+        };
+        let failed = |e| self.store.lance_error(table, e);
+        let mut scan = dataset.scan();
+        if !columns.is_empty() {
+            scan.project(columns).map_err(failed)?;
+        }
+        scan.filter(filter).map_err(failed)?;
+        shape(&mut scan).map_err(failed)?;
+        scan.try_into_stream()
+            .await
+            .map_err(failed)?
+            .try_collect()
+            .await
+            .map_err(failed)
+    }
+
+    /// Rows of `table` meeting `filter`.
+    async fn count(&self, table: Table, filter: &str) -> Read<usize> {
+        let Some(dataset) = self.datasets.get(&table) else {
+            return Ok(0);
+        };
+        dataset
+            .count_rows(Some(filter.to_string()))
+            .await
+            .map_err(|e| self.store.lance_error(table, e))
     }
 }
 
-fn positions<'a>(ids: impl Iterator<Item = &'a str>) -> HashMap<String, usize> {
-    ids.enumerate().map(|(i, id)| (id.to_string(), i)).collect()
+/// The trees a walk reads nodes of.
+const DOCUMENT_TREES: &str = "tree IN ('memwalker', 'raptor')";
+
+/// `rows` in the order of `ranked` (id, score), each with its score.
+fn in_order<R>(
+    ranked: Vec<(String, f64)>,
+    rows: Vec<R>,
+    id: impl Fn(&R) -> &String,
+) -> Vec<(Arc<R>, f64)> {
+    let mut by_id: HashMap<String, R> = rows.into_iter().map(|r| (id(&r).clone(), r)).collect();
+    ranked
+        .into_iter()
+        .filter_map(|(owner, score)| Some((Arc::new(by_id.remove(&owner)?), score)))
+        .collect()
+}
+
+/// The (owner id, vector) pairs of an embeddings batch.
+fn vectors(batch: &RecordBatch) -> Vec<(String, Vec<f32>)> {
+    let (Some(ids), Some(vectors)) = (
+        strings(batch, "owner_id"),
+        batch
+            .column_by_name("vector")
+            .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>()),
+    ) else {
+        return Vec::new();
+    };
+    (0..batch.num_rows())
+        .filter_map(|i| {
+            let values = vectors.value(i);
+            let values = values.as_any().downcast_ref::<Float32Array>()?;
+            Some((ids.value(i).to_string(), values.values().to_vec()))
+        })
+        .collect()
+}
+
+fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+}
+
+/// `value` as an SQL string literal.
+fn quote(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// `values` as a list of SQL string literals.
+fn quoted(values: &[String]) -> String {
+    let quoted: Vec<String> = values.iter().map(|v| quote(v)).collect();
+    quoted.join(", ")
 }

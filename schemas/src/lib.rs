@@ -6,10 +6,12 @@
 
 pub mod ids;
 pub mod rows;
+pub mod search;
 pub mod store;
 pub mod tables;
+pub mod text;
 
 pub use ids::{content_id, hash128};
 pub use rows::*;
 pub use store::{StoreError, TableStore, to_batch};
-pub use tables::{MemoryRow, MemoryTables, Table};
+pub use tables::{ColumnIndex, MemoryRow, MemoryTables, Table};

@@ -88,6 +88,16 @@ pub struct PageRow {
     pub gist: String,
 }
 
+/// ReadAgent's gist memory of one document: its pages' gists in page order,
+/// the text the method reads to choose pages, and the one ReadAgent's
+/// document choice is searched by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GistMemoryRow {
+    pub doc_id: String,
+    /// One gist a line.
+    pub gists: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct EntityRow {
     pub entity_id: String,
@@ -244,6 +254,20 @@ impl ErrorRow {
             message: message.to_string(),
         }
     }
+}
+
+/// One term of one searched corpus ([`crate::search`]): how many of the
+/// corpus's texts hold it and how often it occurs in them. The term
+/// [`crate::search::TOTALS`] stands for the corpus itself: its texts, and
+/// their terms in all.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LexiconRow {
+    /// `corpus` and `term`, one space apart: the key lookups go by.
+    pub entry: String,
+    pub corpus: String,
+    pub term: String,
+    pub rows: u64,
+    pub occurrences: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

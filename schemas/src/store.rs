@@ -22,14 +22,18 @@ use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
 pub use lance::table::format::Fragment;
 use lance_index::IndexType;
 use lance_index::optimize::OptimizeOptions;
-use lance_index::scalar::ScalarIndexParams;
+use lance_index::scalar::inverted::tokenizer::Language;
+use lance_index::scalar::{BuiltinIndexType, InvertedIndexParams, ScalarIndexParams};
 use lance_index::vector::ivf::IvfBuildParams;
 use lance_index::vector::sq::builder::SQBuildParams;
 use lance_linalg::distance::DistanceType;
 
-use crate::Table;
+use crate::rows::LexiconRow;
 use crate::rows::{CheckpointRow, TableRow, TableVersion, now_micros};
+use crate::search::{self, LexiconDelta};
 use crate::tables::DEFAULT_EMBEDDING_DIM;
+use crate::tables::MemoryTables;
+use crate::{ColumnIndex, Table};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -76,11 +80,6 @@ const MERGE_INDEX_SEGMENTS_AT: usize = 8;
 
 /// The name of the `embeddings` table's vector index.
 const VECTOR_INDEX_NAME: &str = "vector_ivf";
-
-/// The name of the B-tree index on a table's key `column`.
-fn key_index_name(column: &str) -> String {
-    format!("{column}_btree")
-}
 
 /// Data files a table may have before a commit compacts it: few enough that
 /// a scan opens a handful of files per thousand rows, many enough that most
@@ -452,9 +451,9 @@ impl TableStore {
     }
 
     /// Brings every index of `table` over the rows appended since it was last
-    /// indexed (a new segment of each, so a lookup stays index-backed as the
-    /// table grows), and creates the B-tree index of each of the table's
-    /// [`Table::lookup_columns`] that has none yet. Returns the table's version
+    /// indexed (a new segment of each, so a lookup or search stays
+    /// index-backed as the table grows), and creates each of the table's
+    /// [`Table::column_indexes`] that is missing. Returns the table's version
     /// after; `None` when the table does not exist. A table with no rows gets
     /// its indexes at the first commit that gives it some.
     pub async fn index_lookups(&self, table: Table) -> Result<Option<u64>> {
@@ -483,11 +482,11 @@ impl TableStore {
                 .await
                 .map_err(|e| self.lance_error(table, e))?;
         }
-        let missing: Vec<&str> = table
-            .lookup_columns()
+        let missing: Vec<(&str, ColumnIndex)> = table
+            .column_indexes()
             .iter()
             .copied()
-            .filter(|column| !indices.iter().any(|i| i.name == key_index_name(column)))
+            .filter(|(column, kind)| !indices.iter().any(|i| i.name == kind.name(column)))
             .collect();
         if !missing.is_empty()
             && dataset
@@ -496,30 +495,80 @@ impl TableStore {
                 .map_err(|e| self.lance_error(table, e))?
                 > 0
         {
-            for column in missing {
-                dataset
-                    .create_index(
-                        &[column],
-                        IndexType::BTree,
-                        Some(key_index_name(column)),
-                        &ScalarIndexParams::default(),
-                        true,
-                    )
-                    .await
-                    .map_err(|e| self.lance_error(table, e))?;
+            for (column, kind) in missing {
+                let name = Some(kind.name(column));
+                let created = match kind {
+                    ColumnIndex::BTree => {
+                        let params = ScalarIndexParams::default();
+                        dataset
+                            .create_index(&[column], IndexType::BTree, name, &params, true)
+                            .await
+                    }
+                    ColumnIndex::Labels => {
+                        let params = ScalarIndexParams::for_builtin(BuiltinIndexType::LabelList);
+                        dataset
+                            .create_index(&[column], IndexType::LabelList, name, &params, true)
+                            .await
+                    }
+                    ColumnIndex::FullText => {
+                        dataset
+                            .create_index(
+                                &[column],
+                                IndexType::Inverted,
+                                name,
+                                &terms_index(),
+                                true,
+                            )
+                            .await
+                    }
+                };
+                created.map_err(|e| self.lance_error(table, e))?;
             }
         }
         Ok(Some(dataset.version().version))
     }
 
-    /// Rows of the newest version of `table` that the key index on `column`
-    /// does not cover; `None` when the table or the index does not exist.
-    pub async fn rows_outside_key_index(&self, table: Table, column: &str) -> Result<Option<u64>> {
+    /// Applies `delta` to the `lexicon` table (to an empty one with
+    /// `replace`, a rebuild): the changed entries' rows deleted and their new
+    /// counts appended, one version. Returns it.
+    pub async fn apply_lexicon(&self, delta: &LexiconDelta, replace: bool) -> Result<u64> {
+        let table = Table::Lexicon;
+        self.create_if_missing(table, DEFAULT_EMBEDDING_DIM as usize)
+            .await?;
+        let entries = delta.entries();
+        let current: HashMap<String, LexiconRow> = if replace {
+            HashMap::new()
+        } else {
+            let version = self.table_version(table).await?.unwrap_or_default();
+            self.rows_with_keys::<LexiconRow>(version, &entries)
+                .await?
+                .into_iter()
+                .map(|row| (row.entry.clone(), row))
+                .collect()
+        };
+        let rows = delta
+            .apply(&current)
+            .map_err(|message| StoreError::Invalid { table, message })?;
+        let fragments = if rows.is_empty() {
+            Vec::new()
+        } else {
+            let sorted: Vec<&LexiconRow> = rows.iter().collect();
+            self.stage_batch(table, to_batch(&sorted)?).await?
+        };
+        let removed: Vec<String> = current.into_keys().collect();
+        self.commit_staged(table, &removed, replace, fragments)
+            .await
+    }
+
+    /// Rows of the newest version of `table` that its index `name` (see
+    /// [`ColumnIndex::name`]) does not cover; `None` when the table or the
+    /// index does not exist.
+    pub async fn rows_outside_index(&self, table: Table, name: &str) -> Result<Option<u64>> {
         let Some(dataset) = self.dataset(table, None).await? else {
             return Ok(None);
         };
         let segments = dataset
-            .load_indices_by_name(&key_index_name(column))
+            .load_indices_by_name(name)
             .await
             .map_err(|e| self.lance_error(table, e))?;
         if segments.is_empty() {
@@ -678,6 +727,65 @@ impl TableStore {
         self.read_rows(Some(version)).await
     }
 
+    /// Commits `memory` as one round, as the indexer commits one: its rows
+    /// appended to the memory tables (replacing their content, with
+    /// `replace`), the lexicon counted, the indexes brought over them, and a
+    /// checkpoint naming the new versions (and the previous checkpoint's
+    /// others). For programs that make a memory without the indexing
+    /// dataflow: tests, benchmarks.
+    pub async fn commit_memory(
+        &self,
+        memory: &MemoryTables,
+        replace: bool,
+    ) -> Result<CheckpointRow> {
+        let width = memory
+            .embeddings
+            .first()
+            .map_or(DEFAULT_EMBEDDING_DIM as usize, |e| e.vector.len());
+        let mut lexicon = LexiconDelta::default();
+        for row in memory.rows() {
+            lexicon.count(&row, 1);
+        }
+        let mut sorted = memory.clone();
+        sorted.sort_by_key();
+        let mut batches: HashMap<Table, RecordBatch> = sorted
+            .batches(width)?
+            .into_iter()
+            .map(|(table, batch, _)| (table, batch))
+            .collect();
+        let latest = self.latest_checkpoint().await?;
+        let mut versions: HashMap<String, u64> = latest
+            .iter()
+            .flat_map(|c| &c.table_versions)
+            .map(|v| (v.table.clone(), v.version))
+            .collect();
+        for &table in Table::MEMORY {
+            self.create_if_missing(table, width).await?;
+            let fragments = match batches.remove(&table) {
+                Some(batch) => self.stage_batch(table, batch).await?,
+                None => Vec::new(),
+            };
+            self.commit_staged(table, &[], replace, fragments).await?;
+            if table == Table::Embeddings {
+                self.index_vectors(replace).await?;
+            }
+            let version = self.index_lookups(table).await?.unwrap_or_default();
+            versions.insert(table.name().to_string(), version);
+        }
+        self.apply_lexicon(&lexicon, replace).await?;
+        let version = self
+            .index_lookups(Table::Lexicon)
+            .await?
+            .unwrap_or_default();
+        versions.insert(Table::Lexicon.name().to_string(), version);
+        let positions = latest.map_or_else(|| "{}".to_string(), |c| c.source_positions);
+        let versions = versions
+            .into_iter()
+            .map(|(table, version)| TableVersion { table, version })
+            .collect();
+        self.commit_checkpoint(positions, versions).await
+    }
+
     /// The newest checkpoint, if any commit has happened under this root.
     pub async fn latest_checkpoint(&self) -> Result<Option<CheckpointRow>> {
         let checkpoints: Vec<CheckpointRow> = self.read_rows(None).await?;
@@ -730,13 +838,27 @@ impl TableStore {
         }
     }
 
-    fn lance_error(&self, table: Table, source: lance::Error) -> StoreError {
+    /// `source` as the error of `table` of this store.
+    pub fn lance_error(&self, table: Table, source: lance::Error) -> StoreError {
         StoreError::Lance {
             table,
             uri: self.table_uri(table),
             source: Box::new(source),
         }
     }
+}
+
+/// The full-text index of a [`search::TERMS`] column: its tokens are the
+/// words between spaces, as they are (the column holds terms already), so
+/// the index counts exactly the terms BM25 scores with.
+fn terms_index() -> InvertedIndexParams {
+    InvertedIndexParams::new("whitespace".to_string(), Language::English)
+        .with_position(false)
+        .max_token_length(None)
+        .lower_case(false)
+        .stem(false)
+        .remove_stop_words(false)
+        .ascii_folding(false)
 }
 
 /// Deletes the rows of `table` whose key is one of `keys`.
@@ -772,11 +894,19 @@ pub fn to_batch<R: TableRow>(rows: &[&R]) -> Result<RecordBatch> {
     rows_batch(rows, DEFAULT_EMBEDDING_DIM as usize)
 }
 
-/// [`to_batch`] where vectors have `vector_width` components.
+/// [`to_batch`] where vectors have `vector_width` components: the rows'
+/// fields, then the columns derived from them for search.
 pub fn rows_batch<R: TableRow>(rows: &[&R], vector_width: usize) -> Result<RecordBatch> {
     let table = R::TABLE;
-    serde_arrow::to_record_batch(&table.fields_of_width(vector_width), &rows)
-        .map_err(|source| StoreError::Rows { table, source })
+    let batch = serde_arrow::to_record_batch(&table.row_fields(vector_width), &rows)
+        .map_err(|source| StoreError::Rows { table, source })?;
+    let schema = Arc::new(arrow_schema::Schema::new(
+        table.fields_of_width(vector_width),
+    ));
+    search::with_derived_columns(table, &batch, schema).map_err(|e| StoreError::Invalid {
+        table,
+        message: format!("deriving the search columns: {e}"),
+    })
 }
 
 fn is_url(root: &str) -> bool {
@@ -803,7 +933,7 @@ mod tests {
             parent_id: parent.map(Into::into),
             child_ids: vec!["a".into(), "b".into()],
             seg_id: None,
-            summary: "s".into(),
+            summary: format!("summary of {id}"),
             surprise: None,
             n_tokens: 3,
         }
@@ -863,10 +993,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = TableStore::local(dir.path()).unwrap();
         store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
-        let outside = |column: &'static str| store.rows_outside_key_index(Table::TreeNodes, column);
+        let outside = |name: String| {
+            let store = store.clone();
+            async move { store.rows_outside_index(Table::TreeNodes, &name).await }
+        };
         store.index_lookups(Table::TreeNodes).await.unwrap();
         assert_eq!(
-            outside("node_id").await.unwrap(),
+            outside("node_id_btree".into()).await.unwrap(),
             None,
             "no rows: no index yet"
         );
@@ -884,7 +1017,7 @@ mod tests {
                 .unwrap();
             if round > 0 {
                 assert_eq!(
-                    outside("node_id").await.unwrap(),
+                    outside("node_id_btree".into()).await.unwrap(),
                     Some(2),
                     "appended, not indexed"
                 );
@@ -894,9 +1027,9 @@ mod tests {
                 .await
                 .unwrap()
                 .unwrap();
-            for column in Table::TreeNodes.lookup_columns() {
+            for (column, kind) in Table::TreeNodes.column_indexes() {
                 assert_eq!(
-                    outside(column).await.unwrap(),
+                    outside(kind.name(column)).await.unwrap(),
                     Some(0),
                     "{column}, round {round}"
                 );
@@ -928,6 +1061,32 @@ mod tests {
         let plan = scan.explain_plan(true).await.unwrap();
         assert!(plan.contains("ScalarIndexQuery"), "{plan}");
         assert_eq!(scan.count_rows().await.unwrap(), 2);
+        // The summaries' terms are searched through the full-text index, which
+        // covers the first round's rows and the last's.
+        for id in ["0a", "9b"] {
+            let mut search = dataset.scan();
+            search
+                .full_text_search(
+                    lance_index::scalar::FullTextSearchQuery::new(id.to_string())
+                        .with_column(search::TERMS.to_string())
+                        .unwrap(),
+                )
+                .unwrap()
+                .project(&["node_id"])
+                .unwrap();
+            let batches: Vec<RecordBatch> = search
+                .try_into_stream()
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            let found: Vec<&str> = batches
+                .iter()
+                .flat_map(|b| strings(b, "node_id").unwrap().iter().flatten())
+                .collect();
+            assert_eq!(found, vec![id]);
+        }
     }
 
     #[tokio::test]
@@ -1204,6 +1363,25 @@ mod tests {
                 "binary",
                 "NUL bytes",
             )],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![GistMemoryRow {
+                doc_id: "d".into(),
+                gists: "The first page.\nThe second.".into(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![LexiconRow {
+                entry: "gist_memories page".into(),
+                corpus: "gist_memories".into(),
+                term: "page".into(),
+                rows: 1,
+                occurrences: 1,
+            }],
         )
         .await;
         round_trip(

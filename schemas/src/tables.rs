@@ -5,6 +5,7 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::rows::*;
+use crate::search::{NAME_KEYS, TERMS, derived_fields};
 
 /// The one list of tables: each line gives a table's `Table` variant, name,
 /// key column (its row type's key field) and row type; a memory table (one
@@ -106,6 +107,12 @@ macro_rules! tables {
                 }
             }
 
+            /// Every row, table by table.
+            pub fn rows(&self) -> impl Iterator<Item = MemoryRow> + '_ {
+                std::iter::empty()
+                    $( .chain(self.$mfield.iter().cloned().map(MemoryRow::$mvar)) )*
+            }
+
             /// Sorts each table by its key (the order a table's rows are
             /// written in).
             pub fn sort_by_key(&mut self) {
@@ -148,6 +155,7 @@ tables! {
         Segments("segments", seg_id: SegmentRow) as Segment in segments,
         TreeNodes("tree_nodes", node_id: TreeNodeRow) as TreeNode in tree_nodes,
         Pages("pages", page_id: PageRow) as Page in pages,
+        GistMemories("gist_memories", doc_id: GistMemoryRow) as GistMemory in gist_memories,
         Entities("entities", entity_id: EntityRow) as Entity in entities,
         Relations("relations", relation_id: RelationRow) as Relation in relations,
         Embeddings("embeddings", owner_id: EmbeddingRow) as Embedding in embeddings,
@@ -157,6 +165,9 @@ tables! {
         LlmCalls("llm_calls", call_key: LlmCallRow),
         /// Model calls made and answered from the cache, per round, stage and task.
         CallStats("call_stats", stat_id: CallStatRow),
+        /// How many texts of each searched corpus hold each term: the
+        /// statistics BM25 scores with, kept by every commit.
+        Lexicon("lexicon", entry: LexiconRow),
         Checkpoints("checkpoints", epoch: CheckpointRow),
     }
 }
@@ -174,22 +185,30 @@ impl Table {
             .filter(|t| *t != Table::Checkpoints)
     }
 
-    /// The columns rows are looked up by: the key a commit deletes by, and the
-    /// ids a walk follows (a document's segments, nodes and pages; a node's
-    /// children; an entity's relations; an owner's vector). Each has a B-tree
-    /// index that every commit brings over the rows it adds
-    /// ([`crate::TableStore::index_lookups`]).
-    pub fn lookup_columns(self) -> &'static [&'static str] {
+    /// The indexes every commit keeps over the rows it adds
+    /// ([`crate::TableStore::index_lookups`]): a B-tree on each column rows are
+    /// looked up by (the key a commit deletes by, and the ids a walk follows:
+    /// a document's segments, nodes and pages, an entity's relations, an
+    /// owner's vector), a full-text index on each search column, a label-list
+    /// index on entities' name keys.
+    pub fn column_indexes(self) -> &'static [(&'static str, ColumnIndex)] {
+        use ColumnIndex::*;
         match self {
-            Table::Documents => &["doc_id"],
-            Table::Segments => &["seg_id", "doc_id"],
-            Table::TreeNodes => &["node_id", "doc_id"],
-            Table::Pages => &["page_id", "doc_id"],
-            Table::Entities => &["entity_id"],
-            Table::Relations => &["relation_id", "source_id", "target_id"],
-            Table::Embeddings => &["owner_id"],
-            Table::Errors => &["error_id"],
-            Table::LlmCalls => &["call_key"],
+            Table::Documents => &[("doc_id", BTree)],
+            Table::Segments => &[("seg_id", BTree), ("doc_id", BTree), (TERMS, FullText)],
+            Table::TreeNodes => &[("node_id", BTree), ("doc_id", BTree), (TERMS, FullText)],
+            Table::Pages => &[("page_id", BTree), ("doc_id", BTree)],
+            Table::GistMemories => &[("doc_id", BTree), (TERMS, FullText)],
+            Table::Entities => &[("entity_id", BTree), (NAME_KEYS, Labels)],
+            Table::Relations => &[
+                ("relation_id", BTree),
+                ("source_id", BTree),
+                ("target_id", BTree),
+            ],
+            Table::Embeddings => &[("owner_id", BTree)],
+            Table::Errors => &[("error_id", BTree)],
+            Table::LlmCalls => &[("call_key", BTree)],
+            Table::Lexicon => &[("entry", BTree)],
             Table::CallStats | Table::Checkpoints => &[],
         }
     }
@@ -209,8 +228,16 @@ impl Table {
     }
 
     /// The table's Arrow fields, an embeddings table's vectors of
-    /// `vector_width` components.
+    /// `vector_width` components: its row type's, then the columns derived
+    /// from them for search ([`crate::search`]).
     pub fn fields_of_width(self, vector_width: usize) -> Vec<FieldRef> {
+        let mut fields = self.row_fields(vector_width);
+        fields.extend(derived_fields(self).into_iter().map(Arc::new));
+        fields
+    }
+
+    /// The fields of the table's row type.
+    pub(crate) fn row_fields(self, vector_width: usize) -> Vec<FieldRef> {
         let fields = match self {
             Table::Documents => vec![
                 utf8("doc_id"),
@@ -255,6 +282,14 @@ impl Table {
                 Field::new("end_char", DataType::UInt64, false),
                 utf8("text"),
                 utf8("gist"),
+            ],
+            Table::GistMemories => vec![utf8("doc_id"), utf8("gists")],
+            Table::Lexicon => vec![
+                utf8("entry"),
+                utf8("corpus"),
+                utf8("term"),
+                Field::new("rows", DataType::UInt64, false),
+                Field::new("occurrences", DataType::UInt64, false),
             ],
             Table::Entities => vec![
                 utf8("entity_id"),
@@ -351,7 +386,29 @@ impl std::fmt::Display for Table {
     }
 }
 
-fn utf8(name: &str) -> Field {
+/// The kinds of index a column can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnIndex {
+    /// Rows by value: `column = v`, `column IN (…)`.
+    BTree,
+    /// BM25 over whitespace-separated terms ([`crate::search`]).
+    FullText,
+    /// Rows whose list holds a value: `array_has_any(column, […])`.
+    Labels,
+}
+
+impl ColumnIndex {
+    /// The index's name on `column`.
+    pub fn name(self, column: &str) -> String {
+        match self {
+            ColumnIndex::BTree => format!("{column}_btree"),
+            ColumnIndex::FullText => format!("{column}_fts"),
+            ColumnIndex::Labels => format!("{column}_labels"),
+        }
+    }
+}
+
+pub(crate) fn utf8(name: &str) -> Field {
     Field::new(name, DataType::Utf8, false)
 }
 
@@ -359,7 +416,7 @@ fn utf8_null(name: &str) -> Field {
     Field::new(name, DataType::Utf8, true)
 }
 
-fn utf8_list(name: &str) -> Field {
+pub(crate) fn utf8_list(name: &str) -> Field {
     Field::new(
         name,
         DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, false))),

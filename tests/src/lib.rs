@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use memweave_schemas::{CheckpointRow, MemoryTables, TableStore};
+use memweave_schemas::search::LexiconDelta;
+use memweave_schemas::{CheckpointRow, LexiconRow, MemoryTables, TableStore};
 
 pub fn workspace_root() -> PathBuf {
     // Cargo sets the variable when it runs the tests too; prefer that over the
@@ -175,6 +176,21 @@ pub fn calls_made(output: &Output) -> u64 {
 pub struct Tables {
     pub checkpoint: CheckpointRow,
     pub rows: MemoryTables,
+    /// The lexicon the commits kept, by entry.
+    pub lexicon: Vec<LexiconRow>,
+}
+
+impl Tables {
+    /// The lexicon counted afresh from the rows: what the kept one must equal.
+    pub fn recounted_lexicon(&self) -> Vec<LexiconRow> {
+        let mut delta = LexiconDelta::default();
+        for row in self.rows.rows() {
+            delta.count(&row, 1);
+        }
+        let mut lexicon = delta.apply(&Default::default()).expect("counts only add");
+        lexicon.sort();
+        lexicon
+    }
 }
 
 impl std::ops::Deref for Tables {
@@ -211,7 +227,14 @@ pub fn try_read_tables(root: &Path) -> Option<Tables> {
             .await
             .expect("the memory tables read");
         rows.sort_by_key();
-        Some(Tables { checkpoint, rows })
+        let mut lexicon: Vec<LexiconRow> =
+            store.read_at(&checkpoint).await.expect("the lexicon reads");
+        lexicon.sort();
+        Some(Tables {
+            checkpoint,
+            rows,
+            lexicon,
+        })
     })
 }
 

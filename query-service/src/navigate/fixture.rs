@@ -3,11 +3,12 @@
 //! unit tests ask it questions and check each step.
 
 use memweave_llm::TaskModel;
+use memweave_operators::build::gist_memory;
 use memweave_operators::embed::HashingEmbedder;
 use memweave_operators::lexical::hashing_embedding;
 use memweave_schemas::{
     DocumentRow, EmbeddingRow, EntityRow, MemoryTables, PageRow, RelationRow, SegmentRow,
-    TREE_MEMWALKER, TREE_RAPTOR, TreeNodeRow,
+    TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow,
 };
 
 use crate::request::{AskOptions, AskRequest, Strategy};
@@ -35,7 +36,21 @@ pub(super) const SEGMENTS: [(&str, &str, &str); 3] = [
     ),
 ];
 
-pub(super) fn memory() -> Snapshot {
+/// The fixture's memory, written as the indexer writes one (tables, lexicon,
+/// indexes, a checkpoint) into a directory that lives as long as it does.
+pub(super) struct Memory {
+    snapshot: Snapshot,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Memory {
+    type Target = Snapshot;
+    fn deref(&self) -> &Snapshot {
+        &self.snapshot
+    }
+}
+
+pub(super) async fn memory() -> Memory {
     let mut rows = MemoryTables::default();
     for doc_id in ["paint", "startup"] {
         let text: Vec<&str> = SEGMENTS
@@ -193,7 +208,28 @@ pub(super) fn memory() -> Snapshot {
         description: "unrelated, for the expansion".into(),
         seg_ids: vec!["s-s1".into()],
     });
-    Snapshot::from_rows(1, rows)
+    for doc_id in ["paint", "startup"] {
+        let pages: Vec<PageRow> = rows
+            .pages
+            .iter()
+            .filter(|p| p.doc_id == doc_id)
+            .cloned()
+            .collect();
+        rows.gist_memories.push(gist_memory(doc_id, &pages));
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = TableStore::local(dir.path()).expect("a store");
+    let checkpoint = store
+        .commit_memory(&rows, true)
+        .await
+        .expect("the fixture writes");
+    let snapshot = Snapshot::load(&store, &checkpoint)
+        .await
+        .expect("the fixture reads");
+    Memory {
+        snapshot,
+        _dir: dir,
+    }
 }
 
 fn node(

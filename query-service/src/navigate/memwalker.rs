@@ -364,7 +364,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_leaf_that_cannot_answer_is_reverted_from_and_its_sibling_answers() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let asked = request("What taught patience when painting?", Strategy::Memwalker);
         let answer = answer(&snapshot, &asked).await;
         // Triage trusts n-p1's summary; its segment lacks "taught" and
@@ -391,7 +391,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_documents_a_request_names_bound_the_walk() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let mut asked = request("What taught patience when painting?", Strategy::Memwalker);
         asked.documents = Some(vec!["startup".into()]);
         let answer = answer(&snapshot, &asked).await;
@@ -401,7 +401,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_cited_window_holds_the_rarest_question_terms_with_its_characters() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let asked = request("Who fund founders?", Strategy::Memwalker);
         let (model, embedder) = models();
         let models = Models {
@@ -433,7 +433,7 @@ mod tests {
 
     #[tokio::test]
     async fn working_memory_keeps_the_summaries_nearest_the_leaf() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let root = snapshot.node("n-p").await.unwrap().unwrap();
         let leaf = snapshot.node("n-p2").await.unwrap().unwrap();
         // The leaf itself is read whole, not remembered.

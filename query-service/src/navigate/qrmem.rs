@@ -300,7 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_alias_in_the_question_finds_its_entity_and_its_segments() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let answer = answer(
             &snapshot,
             &request("What was The Atelier like?", Strategy::QrmemTrial),
@@ -315,7 +315,7 @@ mod tests {
 
     #[tokio::test]
     async fn expansion_follows_relations_to_the_neighbours_segments() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let answer = answer(
             &snapshot,
             &request("What was The Atelier like?", Strategy::QrmemExpand),

@@ -165,7 +165,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_document_is_chosen_by_its_gists_and_its_pages_looked_up() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         for strategy in [Strategy::ReadagentP, Strategy::ReadagentS] {
             let answer = answer(&snapshot, &request("What taught patience?", strategy)).await;
             let trace = steps(&answer);
@@ -186,7 +186,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_document_is_read_when_no_gist_shares_a_word() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let answer = answer(
             &snapshot,
             &request("Quantum chromodynamics?", Strategy::ReadagentP),

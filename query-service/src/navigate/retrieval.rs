@@ -275,7 +275,7 @@ mod tests {
 
     #[tokio::test]
     async fn bm25_ranks_the_passages_that_hold_the_question_terms_first() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let mut asked = request("Who do investors fund?", Strategy::Bm25);
         asked.options.top_k = Some(2);
         let answer = answer(&snapshot, &asked).await;
@@ -286,7 +286,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_collapsed_tree_gathers_nodes_within_the_budget() {
-        let snapshot = memory();
+        let snapshot = memory().await;
         let mut asked = request("What taught patience when painting?", Strategy::Raptor);
         let wide = answer(&snapshot, &asked).await;
         asked.budget = Some(25);

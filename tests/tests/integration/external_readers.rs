@@ -15,11 +15,16 @@ for name in tables:
     ds = lance.dataset(f"{root}/{name}.lance")
     counts[name] = ds.count_rows()
     scalar_indices[name] = sorted(
-        i["fields"][0] for i in ds.list_indices() if i["type"].lower() == "btree"
+        i["name"] for i in ds.list_indices() if i["fields"] != ["vector"]
     )
 docs = lance.dataset(f"{root}/documents.lance").to_table(columns=["doc_id", "n_chars"]).to_pylist()
 segments = lance.dataset(f"{root}/segments.lance").to_table(columns=["doc_id", "n_tokens"])
 per_doc = duckdb.sql("SELECT count(DISTINCT doc_id), sum(n_tokens) FROM segments").fetchall()[0]
+first = lance.dataset(f"{root}/segments.lance").to_table(columns=["seg_id", "terms"], limit=1).to_pylist()[0]
+term = first["terms"].split()[0]
+found = lance.dataset(f"{root}/segments.lance").to_table(
+    columns=["seg_id", "terms"], full_text_query={"columns": ["terms"], "query": term}
+).to_pylist()
 embeddings = lance.dataset(f"{root}/embeddings.lance")
 probe = embeddings.to_table(limit=1).to_pylist()[0]
 nearest = embeddings.to_table(
@@ -28,6 +33,9 @@ nearest = embeddings.to_table(
 print(json.dumps({
     "vector_indices": [i["type"] for i in embeddings.list_indices() if i["fields"] == ["vector"]],
     "nearest_is_itself": nearest[0]["owner_id"] == probe["owner_id"],
+    "full_text_finds_the_term": bool(found)
+        and any(r["seg_id"] == first["seg_id"] for r in found)
+        and all(term in r["terms"].split() for r in found),
     "counts": counts,
     "scalar_indices": scalar_indices,
     "chars": sum(d["n_chars"] for d in docs),
@@ -61,6 +69,7 @@ fn pylance_and_duckdb_read_the_same_counts() {
         ("segments", t.segments.len()),
         ("tree_nodes", t.tree_nodes.len()),
         ("pages", t.pages.len()),
+        ("gist_memories", t.gist_memories.len()),
         ("errors", t.errors.len()),
         ("entities", t.entities.len()),
         ("relations", t.relations.len()),
@@ -75,9 +84,15 @@ fn pylance_and_duckdb_read_the_same_counts() {
     assert!(t.embeddings.len() >= memweave_schemas::store::VECTOR_INDEX_MIN_ROWS);
     assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_SQ"]));
     assert_eq!(seen["nearest_is_itself"], true);
-    // Every column a walk or a commit looks rows up by has a B-tree index.
+    // Every column a walk or a commit looks rows up by has a B-tree index,
+    // every searched text a full-text index pylance searches through.
+    assert_eq!(seen["full_text_finds_the_term"], true);
     for table in Table::ALL {
-        let mut expected: Vec<&str> = table.lookup_columns().to_vec();
+        let mut expected: Vec<String> = table
+            .column_indexes()
+            .iter()
+            .map(|(column, kind)| kind.name(column))
+            .collect();
         expected.sort();
         if seen["counts"][table.name()] == 0 {
             expected.clear();

@@ -182,6 +182,14 @@ fn incremental_equals_scratch(ops: &[Op]) {
     run_index(&options(&source, &scratch)).unwrap();
     let (incremental, scratch) = (read_tables(&tables), read_tables(&scratch));
     assert!(!scratch.documents.is_empty());
+    // The lexicon each commit kept counts exactly the texts the tables hold
+    // (the equality below carries it over to the incremental one).
+    assert!(!scratch.lexicon.is_empty());
+    assert_eq!(
+        scratch.lexicon,
+        scratch.recounted_lexicon(),
+        "after {ops:?}"
+    );
     assert_eq!(
         comparable(&incremental),
         comparable(&scratch),

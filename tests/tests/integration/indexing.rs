@@ -81,6 +81,7 @@ fn one_worker_and_two_workers_write_identical_tables() {
     index(&source, &three, &flags("2"));
     let (a, b) = (read_tables(&one), read_tables(&three));
     assert!(!a.segments.is_empty());
+    assert_eq!(a.lexicon, a.recounted_lexicon());
     assert_eq!(comparable(&a), comparable(&b));
     assert_eq!(
         comparable(&a),

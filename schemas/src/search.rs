@@ -1,0 +1,292 @@
+//! What the memory is searched by, derived from the rows as they are written,
+//! so a reader finds texts through Lance's indexes instead of holding them:
+//!
+//! - a `terms` column beside each searched text (segments' text, tree nodes'
+//!   summaries, documents' gist memories): its [`terms`], one space apart.
+//!   Lance's full-text index reads it with a whitespace tokenizer and nothing
+//!   else (no lower-casing, stemming or stop words), so the index's tokens,
+//!   frequencies and lengths are exactly those BM25 scores with here;
+//! - a `name_keys` list beside each entity: its name and aliases
+//!   [`normalise`]d, the keys entities are looked up by;
+//! - the `lexicon` table: per corpus and term, how many texts hold the term
+//!   and how often it occurs, and per corpus ([`TOTALS`]) how many texts and
+//!   terms it has. A reader scores BM25 with it, so a score does not depend on
+//!   how Lance splits its index into segments.
+//!
+//! A corpus is a set of texts ranked against each other: the segments of one
+//! cut size, the nodes of one tree, the gist memories.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_schema::{ArrowError, Field, Schema};
+use serde::{Deserialize, Serialize};
+
+use crate::rows::LexiconRow;
+use crate::tables::{utf8, utf8_list};
+use crate::text::{normalise, terms};
+use crate::{MemoryRow, Table};
+
+/// The column of a searched text's terms.
+pub const TERMS: &str = "terms";
+/// The column of an entity's normalised name and aliases.
+pub const NAME_KEYS: &str = "name_keys";
+/// The lexicon's term for its corpus as a whole: `rows` its texts,
+/// `occurrences` their terms in all.
+pub const TOTALS: &str = "*";
+/// The corpus of ReadAgent's gist memories, one text per document.
+pub const GIST_CORPUS: &str = "gist_memories";
+
+/// The corpus of the segments cut to `target_tokens`.
+pub fn segments_corpus(target_tokens: u32) -> String {
+    format!("segments/{target_tokens}")
+}
+
+/// The cut size of a segments corpus, `None` for any other corpus.
+pub fn segments_cut(corpus: &str) -> Option<u32> {
+    corpus.strip_prefix("segments/")?.parse().ok()
+}
+
+/// The corpus of the summaries of one tree (`memwalker`, `raptor`, …).
+pub fn tree_corpus(tree: &str) -> String {
+    format!("tree_nodes/{tree}")
+}
+
+/// The lexicon's key of `term` in `corpus`.
+pub fn lexicon_entry(corpus: &str, term: &str) -> String {
+    format!("{corpus} {term}")
+}
+
+/// The column of `table` whose text is searched, if any.
+fn searched_column(table: Table) -> Option<&'static str> {
+    match table {
+        Table::Segments => Some("text"),
+        Table::TreeNodes => Some("summary"),
+        Table::GistMemories => Some("gists"),
+        _ => None,
+    }
+}
+
+/// The columns `table` has beyond its row type's, derived from them.
+pub(crate) fn derived_fields(table: Table) -> Vec<Field> {
+    match table {
+        Table::Entities => vec![utf8_list(NAME_KEYS)],
+        _ if searched_column(table).is_some() => vec![utf8(TERMS)],
+        _ => Vec::new(),
+    }
+}
+
+/// The keys an entity is found by: its name and aliases, normalised, sorted
+/// and once each.
+pub fn name_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let keys: BTreeSet<String> = names.into_iter().map(normalise).collect();
+    keys.into_iter().collect()
+}
+
+/// `batch` (rows of `table`, its row type's columns) with the derived columns
+/// appended, as `schema` declares them.
+pub(crate) fn with_derived_columns(
+    table: Table,
+    batch: &RecordBatch,
+    schema: Arc<Schema>,
+) -> Result<RecordBatch, ArrowError> {
+    let mut columns = batch.columns().to_vec();
+    if let Some(source) = searched_column(table) {
+        let texts = string_column(batch, source)?;
+        let derived: StringArray = texts
+            .iter()
+            .map(|text| Some(terms(text.unwrap_or_default()).join(" ")))
+            .collect();
+        columns.push(Arc::new(derived) as ArrayRef);
+    }
+    if table == Table::Entities {
+        let names = string_column(batch, "name")?;
+        let aliases = batch
+            .column_by_name("aliases")
+            .and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>())
+            .ok_or_else(|| ArrowError::SchemaError("entities have no aliases list".into()))?;
+        let field = Field::new_list_field(arrow_schema::DataType::Utf8, false);
+        let mut keys = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(field));
+        for row in 0..batch.num_rows() {
+            let row_aliases = aliases.value(row);
+            let row_aliases = row_aliases
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| ArrowError::SchemaError("aliases are not strings".into()))?;
+            let names = std::iter::once(names.value(row)).chain(row_aliases.iter().flatten());
+            for key in name_keys(names) {
+                keys.values().append_value(key);
+            }
+            keys.append(true);
+        }
+        columns.push(Arc::new(keys.finish()));
+    }
+    RecordBatch::try_new(schema, columns)
+}
+
+fn string_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray, ArrowError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| ArrowError::SchemaError(format!("no string column {name}")))
+}
+
+/// The corpus a row's searched text belongs to, and that text.
+fn searched_text(row: &MemoryRow) -> Option<(String, &str)> {
+    match row {
+        MemoryRow::Segment(s) => Some((segments_corpus(s.target_tokens), &s.text)),
+        MemoryRow::TreeNode(n) => Some((tree_corpus(&n.tree), &n.summary)),
+        MemoryRow::GistMemory(g) => Some((GIST_CORPUS.to_string(), &g.gists)),
+        _ => None,
+    }
+}
+
+/// A change to the lexicon: per corpus and term, texts and occurrences added
+/// (positive) or removed (negative).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LexiconDelta {
+    changes: BTreeMap<(String, String), (i64, i64)>,
+}
+
+impl LexiconDelta {
+    /// Counts `row`'s searched text in (`sign` 1) or out (`sign` -1).
+    pub fn count(&mut self, row: &MemoryRow, sign: i64) {
+        let Some((corpus, text)) = searched_text(row) else {
+            return;
+        };
+        let terms = terms(text);
+        let mut counts: HashMap<String, i64> = HashMap::new();
+        for term in &terms {
+            *counts.entry(term.clone()).or_default() += 1;
+        }
+        self.add(&corpus, TOTALS, sign, sign * terms.len() as i64);
+        for (term, count) in counts {
+            self.add(&corpus, &term, sign, sign * count);
+        }
+    }
+
+    fn add(&mut self, corpus: &str, term: &str, rows: i64, occurrences: i64) {
+        let change = self
+            .changes
+            .entry((corpus.to_string(), term.to_string()))
+            .or_default();
+        change.0 += rows;
+        change.1 += occurrences;
+    }
+
+    pub fn merge(&mut self, other: LexiconDelta) {
+        for ((corpus, term), (rows, occurrences)) in other.changes {
+            self.add(&corpus, &term, rows, occurrences);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// The lexicon entries this delta changes.
+    pub fn entries(&self) -> Vec<String> {
+        self.changes
+            .keys()
+            .map(|(corpus, term)| lexicon_entry(corpus, term))
+            .collect()
+    }
+
+    /// The rows that replace `current` (the changed entries' rows before,
+    /// by entry): an entry no text holds any more has none. An entry that
+    /// would go below zero is an error: the lexicon and the tables disagree.
+    pub fn apply(&self, current: &HashMap<String, LexiconRow>) -> Result<Vec<LexiconRow>, String> {
+        let mut rows = Vec::new();
+        for ((corpus, term), &(rows_change, occurrences_change)) in &self.changes {
+            let entry = lexicon_entry(corpus, term);
+            let before = current.get(&entry);
+            let after = |was: Option<u64>, change: i64| {
+                u64::try_from(was.unwrap_or(0) as i64 + change).map_err(|_| {
+                    format!(
+                        "lexicon entry {entry:?} would count below zero ({change} from {was:?})"
+                    )
+                })
+            };
+            let texts = after(before.map(|r| r.rows), rows_change)?;
+            let occurrences = after(before.map(|r| r.occurrences), occurrences_change)?;
+            if texts > 0 {
+                rows.push(LexiconRow {
+                    entry,
+                    corpus: corpus.clone(),
+                    term: term.clone(),
+                    rows: texts,
+                    occurrences,
+                });
+            }
+        }
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rows::{GistMemoryRow, SegmentRow};
+
+    fn segment(text: &str, target_tokens: u32) -> MemoryRow {
+        MemoryRow::Segment(SegmentRow {
+            seg_id: text.into(),
+            doc_id: "d".into(),
+            ordinal: 0,
+            start_char: 0,
+            end_char: 0,
+            text: text.into(),
+            n_tokens: 0,
+            target_tokens,
+        })
+    }
+
+    #[test]
+    fn a_delta_counts_texts_and_occurrences_per_corpus_and_drops_emptied_entries() {
+        let mut delta = LexiconDelta::default();
+        delta.count(&segment("Paint, paints and startups.", 100), 1);
+        delta.count(&segment("A startup.", 100), 1);
+        delta.count(&segment("A startup.", 600), 1);
+        let gists = MemoryRow::GistMemory(GistMemoryRow {
+            doc_id: "d".into(),
+            gists: "paints".into(),
+        });
+        delta.count(&gists, 1);
+        let rows = delta.apply(&HashMap::new()).unwrap();
+        let find = |entry: &str| rows.iter().find(|r| r.entry == entry).cloned();
+        let painting = find("segments/100 paint").unwrap();
+        assert_eq!((painting.rows, painting.occurrences), (1, 2));
+        let startup = find("segments/100 startup").unwrap();
+        assert_eq!((startup.rows, startup.occurrences), (2, 2));
+        let totals = find("segments/100 *").unwrap();
+        assert_eq!((totals.rows, totals.occurrences), (2, 4));
+        assert_eq!(find("segments/600 *").unwrap().rows, 1);
+        assert_eq!(find("gist_memories paint").unwrap().rows, 1);
+
+        // Taking a text out again leaves the others' counts, and no entry for
+        // a term no text holds.
+        let current: HashMap<String, LexiconRow> =
+            rows.into_iter().map(|r| (r.entry.clone(), r)).collect();
+        let mut removal = LexiconDelta::default();
+        removal.count(&segment("Paint, paints and startups.", 100), -1);
+        let after = removal.apply(&current).unwrap();
+        assert!(!after.iter().any(|r| r.term == "paint"));
+        let startup = after.iter().find(|r| r.term == "startup").unwrap();
+        assert_eq!((startup.rows, startup.occurrences), (1, 1));
+
+        // Removing what was never counted is an error, not a silent zero.
+        let mut wrong = LexiconDelta::default();
+        wrong.count(&segment("unknown words", 100), -1);
+        assert!(wrong.apply(&current).unwrap_err().contains("below zero"));
+    }
+
+    #[test]
+    fn name_keys_are_normalised_sorted_and_once_each() {
+        assert_eq!(
+            name_keys(["The Beatles", "beatles", "Fab Four"]),
+            vec!["beatles".to_string(), "fab four".to_string()]
+        );
+    }
+}
