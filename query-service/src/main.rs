@@ -40,8 +40,9 @@ enum Command {
         /// Address to listen on.
         #[arg(long, env = "MEMWEAVE_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// Seconds between checks for a newer checkpoint.
-        #[arg(long, default_value_t = 5)]
+        /// Seconds between checks for a newer checkpoint (serving one opens
+        /// its table versions; nothing is reloaded).
+        #[arg(long, default_value_t = 1)]
         refresh_secs: u64,
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
         #[arg(long = "storage-option", value_parser = parse_storage_option)]

@@ -122,7 +122,8 @@ impl Snapshot {
                         table,
                         message: format!(
                             "checkpoint {} has no lexicon: the memory was written by an \
-                             older memweave; index it again with `memweave index --rebuild`",
+                             older memweave; index its source again into a new tables \
+                             directory (`memweave index SOURCE --out NEW_TABLES`)",
                             checkpoint.epoch
                         ),
                     });
@@ -245,9 +246,22 @@ impl Snapshot {
     }
 
     pub async fn segment(&self, seg_id: &str) -> Read<Option<Arc<SegmentRow>>> {
-        let filter = format!("seg_id = {}", quote(seg_id));
-        let found: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
-        Ok(found.into_iter().next().map(Arc::new))
+        Ok(self
+            .segments(&[seg_id.to_string()])
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// The segments of `ids` that exist, in that order: one read for them all.
+    pub async fn segments(&self, ids: &[String]) -> Read<Vec<Arc<SegmentRow>>> {
+        let mut by_id: HashMap<String, Arc<SegmentRow>> = HashMap::new();
+        for chunk in ids.chunks(IDS_PER_READ) {
+            let filter = format!("seg_id IN ({})", quoted(chunk));
+            let found: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
+            by_id.extend(found.into_iter().map(|s| (s.seg_id.clone(), Arc::new(s))));
+        }
+        Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
     }
 
     pub async fn pages_of(&self, doc_id: &str) -> Read<Arc<[PageRow]>> {
@@ -282,17 +296,30 @@ impl Snapshot {
     }
 
     pub async fn vector(&self, owner_id: &str) -> Read<Option<Arc<[f32]>>> {
-        let filter = format!("owner_id = {}", quote(owner_id));
-        let batches = self
-            .scan(Table::Embeddings, &["owner_id", "vector"], &filter, |_| {
-                Ok(())
-            })
-            .await?;
-        Ok(batches
-            .iter()
-            .flat_map(|b| vectors(b).into_iter().map(|(_, v)| v))
-            .next()
-            .map(Into::into))
+        Ok(self
+            .vectors(&[owner_id.to_string()])
+            .await?
+            .remove(owner_id))
+    }
+
+    /// The vectors of those of `owner_ids` that have one: one read for them all.
+    pub async fn vectors(&self, owner_ids: &[String]) -> Read<HashMap<String, Arc<[f32]>>> {
+        let mut found = HashMap::new();
+        for chunk in owner_ids.chunks(IDS_PER_READ) {
+            let filter = format!("owner_id IN ({})", quoted(chunk));
+            let batches = self
+                .scan(Table::Embeddings, &["owner_id", "vector"], &filter, |_| {
+                    Ok(())
+                })
+                .await?;
+            found.extend(
+                batches
+                    .iter()
+                    .flat_map(vectors)
+                    .map(|(id, v)| (id, Arc::from(v))),
+            );
+        }
+        Ok(found)
     }
 
     /// The documents whose best MemWalker node matches `query` best (BM25 over
@@ -681,6 +708,10 @@ impl Snapshot {
             .map_err(|e| self.store.lance_error(table, e))
     }
 }
+
+/// Ids one read looks up at most: a few thousand keep a predicate quick to
+/// plan.
+const IDS_PER_READ: usize = 2048;
 
 /// The trees a walk reads nodes of.
 const DOCUMENT_TREES: &str = "tree IN ('memwalker', 'raptor')";

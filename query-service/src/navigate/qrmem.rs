@@ -5,7 +5,7 @@
 //! to the question, the reason and the entities, add its segments, and keep the
 //! context within the window by similarity to the question.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use memweave_operators::embed::{cosine, embed_all};
@@ -234,18 +234,15 @@ impl Navigation<'_> {
             .flat_map(|e| &e.seg_ids)
             .chain(relations.iter().flat_map(|r| &r.seg_ids));
         let mut seen = BTreeSet::new();
-        let mut kept = Vec::new();
-        for id in ids {
-            if seen.contains(id.as_str()) {
-                continue;
-            }
-            if let Some(segment) = self.snapshot.segment(id).await?
-                && self.allowed(&segment.doc_id)
-            {
-                seen.insert(id.as_str());
-                kept.push(id.clone());
-            }
-        }
+        let unique: Vec<String> = ids.filter(|id| seen.insert(id.as_str())).cloned().collect();
+        let kept = self
+            .snapshot
+            .segments(&unique)
+            .await?
+            .into_iter()
+            .filter(|segment| self.allowed(&segment.doc_id))
+            .map(|segment| segment.seg_id.clone())
+            .collect();
         Ok(kept)
     }
 
@@ -256,14 +253,13 @@ impl Navigation<'_> {
         // Segments without a vector (or a question without one) rank by BM25.
         let mut lexical = None;
         let mut ranked = Vec::new();
-        for id in segments {
-            let Some(segment) = self.snapshot.segment(&id).await? else {
-                continue;
-            };
-            let vector = match &question {
-                Some(_) => self.snapshot.vector(&id).await?,
-                None => None,
-            };
+        let rows = self.snapshot.segments(&segments).await?;
+        let mut vectors = match &question {
+            Some(_) => self.snapshot.vectors(&segments).await?,
+            None => HashMap::new(),
+        };
+        for segment in rows {
+            let vector = vectors.remove(&segment.seg_id);
             let score = match (&question, vector) {
                 (Some(q), Some(v)) => cosine(q, &v),
                 _ => {
