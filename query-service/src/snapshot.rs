@@ -20,7 +20,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, FixedSizeListArray, Float32Array, RecordBatch, StringArray};
+use arrow::array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
 use futures::TryStreamExt;
 use lance::dataset::Dataset;
 use lance::dataset::scanner::Scanner;
@@ -31,6 +31,7 @@ use memweave_schemas::search::{
     GIST_CORPUS, NAME_KEYS, TERMS, TOTALS, lexicon_entry, segments_corpus, segments_cut,
     tree_corpus,
 };
+use memweave_schemas::store::{KEYS_PER_PREDICATE, sql_string, sql_strings, strings};
 use memweave_schemas::text::normalise;
 use memweave_schemas::{
     CheckpointRow, EntityRow, LexiconRow, PageRow, RelationRow, SegmentRow, StoreError,
@@ -55,7 +56,8 @@ impl Allowed<'_> {
 
     /// The SQL condition "`column` is an allowed document", if any.
     fn condition(&self, column: &str) -> Option<String> {
-        self.0.map(|docs| format!("{column} IN ({})", quoted(docs)))
+        self.0
+            .map(|docs| format!("{column} IN ({})", sql_strings(docs)))
     }
 }
 
@@ -175,7 +177,7 @@ impl Snapshot {
     }
 
     pub async fn document(&self, doc_id: &str) -> Read<Option<Arc<Document>>> {
-        let filter = format!("doc_id = {} AND deleted = false", quote(doc_id));
+        let filter = format!("doc_id = {} AND deleted = false", sql_string(doc_id));
         let found: Vec<Document> = self
             .select(Table::Documents, DOCUMENT_COLUMNS, &filter, None)
             .await?;
@@ -191,7 +193,7 @@ impl Snapshot {
         struct Id {
             doc_id: String,
         }
-        let filter = format!("doc_id IN ({}) AND deleted = false", quoted(doc_ids));
+        let filter = format!("doc_id IN ({}) AND deleted = false", sql_strings(doc_ids));
         let found: Vec<Id> = self
             .select(Table::Documents, &["doc_id"], &filter, None)
             .await?;
@@ -217,7 +219,7 @@ impl Snapshot {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let filter = format!("node_id IN ({}) AND {}", quoted(ids), DOCUMENT_TREES);
+        let filter = format!("node_id IN ({}) AND {}", sql_strings(ids), DOCUMENT_TREES);
         let found: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
         let mut by_id: HashMap<String, Arc<TreeNodeRow>> = found
             .into_iter()
@@ -228,7 +230,11 @@ impl Snapshot {
 
     /// Every node of one tree (`memwalker` or `raptor`) of a document, in id order.
     pub async fn tree(&self, doc_id: &str, tree: &str) -> Read<Vec<Arc<TreeNodeRow>>> {
-        let filter = format!("doc_id = {} AND tree = {}", quote(doc_id), quote(tree));
+        let filter = format!(
+            "doc_id = {} AND tree = {}",
+            sql_string(doc_id),
+            sql_string(tree)
+        );
         let mut nodes: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
         nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
         Ok(nodes.into_iter().map(Arc::new).collect())
@@ -238,7 +244,7 @@ impl Snapshot {
     pub async fn root_of(&self, doc_id: &str) -> Read<Option<Arc<TreeNodeRow>>> {
         let filter = format!(
             "doc_id = {} AND tree = '{TREE_MEMWALKER}' AND parent_id IS NULL",
-            quote(doc_id)
+            sql_string(doc_id)
         );
         let mut roots: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
         roots.sort_by(|a, b| a.node_id.cmp(&b.node_id));
@@ -256,8 +262,8 @@ impl Snapshot {
     /// The segments of `ids` that exist, in that order: one read for them all.
     pub async fn segments(&self, ids: &[String]) -> Read<Vec<Arc<SegmentRow>>> {
         let mut by_id: HashMap<String, Arc<SegmentRow>> = HashMap::new();
-        for chunk in ids.chunks(IDS_PER_READ) {
-            let filter = format!("seg_id IN ({})", quoted(chunk));
+        for chunk in ids.chunks(KEYS_PER_PREDICATE) {
+            let filter = format!("seg_id IN ({})", sql_strings(chunk));
             let found: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
             by_id.extend(found.into_iter().map(|s| (s.seg_id.clone(), Arc::new(s))));
         }
@@ -265,14 +271,14 @@ impl Snapshot {
     }
 
     pub async fn pages_of(&self, doc_id: &str) -> Read<Arc<[PageRow]>> {
-        let filter = format!("doc_id = {}", quote(doc_id));
+        let filter = format!("doc_id = {}", sql_string(doc_id));
         let mut pages: Vec<PageRow> = self.select(Table::Pages, &[], &filter, None).await?;
         pages.sort_by_key(|p| p.ordinal);
         Ok(pages.into())
     }
 
     pub async fn entity(&self, entity_id: &str) -> Read<Option<Arc<EntityRow>>> {
-        let filter = format!("entity_id = {}", quote(entity_id));
+        let filter = format!("entity_id = {}", sql_string(entity_id));
         let found: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
         Ok(found.into_iter().next().map(Arc::new))
     }
@@ -280,7 +286,10 @@ impl Snapshot {
     /// Entities whose name or an alias normalises to `name`'s normal form, in
     /// id order.
     pub async fn entities_named(&self, name: &str) -> Read<Vec<Arc<EntityRow>>> {
-        let filter = format!("array_has_any({NAME_KEYS}, [{}])", quote(&normalise(name)));
+        let filter = format!(
+            "array_has_any({NAME_KEYS}, [{}])",
+            sql_string(&normalise(name))
+        );
         let mut found: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
         found.sort_by(|a, b| a.entity_id.cmp(&b.entity_id));
         Ok(found.into_iter().map(Arc::new).collect())
@@ -288,7 +297,7 @@ impl Snapshot {
 
     /// Relations with `entity_id` at either end, in id order.
     pub async fn relations_of(&self, entity_id: &str) -> Read<Vec<Arc<RelationRow>>> {
-        let id = quote(entity_id);
+        let id = sql_string(entity_id);
         let filter = format!("source_id = {id} OR target_id = {id}");
         let mut found: Vec<RelationRow> = self.select(Table::Relations, &[], &filter, None).await?;
         found.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
@@ -305,8 +314,8 @@ impl Snapshot {
     /// The vectors of those of `owner_ids` that have one: one read for them all.
     pub async fn vectors(&self, owner_ids: &[String]) -> Read<HashMap<String, Arc<[f32]>>> {
         let mut found = HashMap::new();
-        for chunk in owner_ids.chunks(IDS_PER_READ) {
-            let filter = format!("owner_id IN ({})", quoted(chunk));
+        for chunk in owner_ids.chunks(KEYS_PER_PREDICATE) {
+            let filter = format!("owner_id IN ({})", sql_strings(chunk));
             let batches = self
                 .scan(Table::Embeddings, &["owner_id", "vector"], &filter, |_| {
                     Ok(())
@@ -456,7 +465,7 @@ impl Snapshot {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
-        let filter = format!("seg_id IN ({})", quoted(&ids));
+        let filter = format!("seg_id IN ({})", sql_strings(&ids));
         let rows: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
         Ok(in_order(near, rows, |s| &s.seg_id))
     }
@@ -486,7 +495,10 @@ impl Snapshot {
                 break;
             }
             let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
-            let filter = format!("node_id IN ({}) AND tree = '{TREE_RAPTOR}'", quoted(&ids));
+            let filter = format!(
+                "node_id IN ({}) AND tree = '{TREE_RAPTOR}'",
+                sql_strings(&ids)
+            );
             let rows: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
             found = in_order(near, rows, |n| &n.node_id);
             if found.len() >= limit || exhausted {
@@ -509,7 +521,7 @@ impl Snapshot {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
-        let filter = format!("entity_id IN ({})", quoted(&ids));
+        let filter = format!("entity_id IN ({})", sql_strings(&ids));
         let rows: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
         Ok(in_order(near, rows, |e| &e.entity_id))
     }
@@ -527,9 +539,9 @@ impl Snapshot {
         if limit == 0 || owners.is_some_and(<[String]>::is_empty) {
             return Ok(Vec::new());
         }
-        let mut filter = format!("owner_kind = {}", quote(owner_kind));
+        let mut filter = format!("owner_kind = {}", sql_string(owner_kind));
         if let Some(owners) = owners {
-            filter.push_str(&format!(" AND owner_id IN ({})", quoted(owners)));
+            filter.push_str(&format!(" AND owner_id IN ({})", sql_strings(owners)));
         }
         let candidates = (limit * VECTOR_CANDIDATES_PER_RESULT).max(VECTOR_CANDIDATES_AT_LEAST);
         let query = Float32Array::from(vector.to_vec());
@@ -588,7 +600,7 @@ impl Snapshot {
             return Ok(stats);
         }
         let entries: Vec<String> = query.iter().map(|t| lexicon_entry(corpus, t)).collect();
-        let filter = format!("entry IN ({})", quoted(&entries));
+        let filter = format!("entry IN ({})", sql_strings(&entries));
         let found: Vec<LexiconRow> = self.select(Table::Lexicon, &[], &filter, None).await?;
         stats.document_frequency = found.into_iter().map(|r| (r.term, r.rows as f64)).collect();
         Ok(stats)
@@ -709,10 +721,6 @@ impl Snapshot {
     }
 }
 
-/// Ids one read looks up at most: a few thousand keep a predicate quick to
-/// plan.
-const IDS_PER_READ: usize = 2048;
-
 /// The trees a walk reads nodes of.
 const DOCUMENT_TREES: &str = "tree IN ('memwalker', 'raptor')";
 
@@ -746,21 +754,4 @@ fn vectors(batch: &RecordBatch) -> Vec<(String, Vec<f32>)> {
             Some((ids.value(i).to_string(), values.values().to_vec()))
         })
         .collect()
-}
-
-fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-}
-
-/// `value` as an SQL string literal.
-fn quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
-
-/// `values` as a list of SQL string literals.
-fn quoted(values: &[String]) -> String {
-    let quoted: Vec<String> = values.iter().map(|v| quote(v)).collect();
-    quoted.join(", ")
 }

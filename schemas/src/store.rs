@@ -871,19 +871,26 @@ async fn delete_keys(dataset: &mut Dataset, table: Table, keys: &[String]) -> la
 
 /// Keys a predicate names at most: a few thousand keep each one quick to
 /// parse and plan.
-const KEYS_PER_PREDICATE: usize = 4096;
+pub const KEYS_PER_PREDICATE: usize = 4096;
 
 /// The predicate "`table`'s key is one of `keys`", keys quoted as SQL strings.
 fn key_in(table: Table, keys: &[String]) -> String {
-    let quoted: Vec<String> = keys
-        .iter()
-        .map(|k| format!("'{}'", k.replace('\'', "''")))
-        .collect();
-    format!("{} IN ({})", table.key_column(), quoted.join(","))
+    format!("{} IN ({})", table.key_column(), sql_strings(keys))
+}
+
+/// `value` as an SQL string literal.
+pub fn sql_string(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// `values` as a comma-separated list of SQL string literals.
+pub fn sql_strings(values: &[String]) -> String {
+    let quoted: Vec<String> = values.iter().map(|v| sql_string(v)).collect();
+    quoted.join(", ")
 }
 
 /// The string column `name` of `batch`, if it has one.
-fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
+pub fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray> {
     batch
         .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<StringArray>())

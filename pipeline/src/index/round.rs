@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch, StringArray};
+use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type, UInt64Type};
 use memweave_operators::build::Document;
 use memweave_operators::ingest::{RawDocument, SourceFile};
 use memweave_query::analytics::catalog::Catalog;
 use memweave_query::analytics::metrics::prometheus;
 use memweave_query::analytics::report::report;
+use memweave_schemas::store::strings;
 use memweave_schemas::{
     CallStatRow, CheckpointRow, DocumentRow, ErrorRow, LlmCallRow, MemoryRow, Table, TableStore,
     TableVersion,
@@ -705,13 +706,6 @@ async fn tree_shapes(
         })
         .await?;
     Ok(shapes)
-}
-
-/// The string column `name` of `batch`, if it has one.
-fn strings<'b>(batch: &'b RecordBatch, name: &str) -> Option<&'b StringArray> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_string_opt::<i32>())
 }
 
 /// The column `name` of `batch` as values of `T`, if it has one.
