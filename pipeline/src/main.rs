@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -28,10 +29,11 @@ use memweave_pipeline::source::SourceOptions;
 use memweave_pipeline::{Interrupted, UsageError};
 use memweave_query::analytics::catalog::{Catalog, CatalogError};
 use memweave_query::analytics::report;
+use memweave_query::cache::ReadCache;
 use memweave_query::{
     Answer, AskOptions, AskRequest, Models, Snapshot, Strategy, parse_storage_option,
 };
-use memweave_schemas::TableStore;
+use memweave_schemas::{StoreError, TableStore};
 
 /// jemalloc, not glibc's malloc: the indexer frees as much as it allocates
 /// (texts in, rows out), and glibc's per-thread arenas kept the freed pages
@@ -39,6 +41,9 @@ use memweave_schemas::TableStore;
 /// them to the system.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// `memweave ask` reads one question's rows once: small read caches do.
+const ASK_CACHE_MIB: u64 = 64;
 
 #[derive(Parser)]
 #[command(
@@ -803,7 +808,14 @@ fn ask(
         .block_on(embed.embedder(llm, CallCache::in_memory()))
         .map_err(UsageError)?;
     let snapshot = runtime
-        .block_on(Snapshot::load_latest(&store))?
+        .block_on(Snapshot::load_latest(
+            &store,
+            Arc::new(ReadCache::new(ASK_CACHE_MIB)),
+        ))
+        .map_err(|e| match e {
+            older @ StoreError::OlderMemory { .. } => UsageError(older.to_string()).into(),
+            other => anyhow::Error::from(other),
+        })?
         .ok_or_else(|| {
             UsageError(format!(
                 "no memory under {tables}: run `memweave index SOURCE --out {tables}` first"

@@ -25,6 +25,7 @@ use tokio::sync::RwLock;
 use crate::analytics::catalog::Catalog;
 use crate::analytics::metrics::prometheus;
 use crate::analytics::report::report;
+use crate::cache::ReadCache;
 use crate::navigate::{Models, ask};
 use crate::request::{
     AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, MAX_BUDGET, MAX_OPTION, MAX_QUESTION_CHARS,
@@ -58,6 +59,7 @@ impl Default for Limits {
 #[derive(Debug)]
 pub struct ServiceState {
     store: TableStore,
+    cache: Arc<ReadCache>,
     snapshot: RwLock<Option<Arc<Snapshot>>>,
     model: Arc<dyn MemoryModel>,
     embedder: Arc<dyn Embedder>,
@@ -77,12 +79,14 @@ struct Metrics {
 impl ServiceState {
     pub fn new(
         store: TableStore,
+        cache: Arc<ReadCache>,
         model: Arc<dyn MemoryModel>,
         embedder: Arc<dyn Embedder>,
         limits: Limits,
     ) -> Arc<Self> {
         Arc::new(ServiceState {
             store,
+            cache,
             snapshot: RwLock::new(None),
             model,
             embedder,
@@ -102,7 +106,7 @@ impl ServiceState {
         if served == Some(checkpoint.epoch) {
             return Ok(served);
         }
-        let snapshot = Snapshot::load(&self.store, &checkpoint).await?;
+        let snapshot = Snapshot::load(&self.store, &checkpoint, self.cache.clone()).await?;
         tracing::info!(epoch = checkpoint.epoch, "serving checkpoint");
         *self.snapshot.write().await = Some(Arc::new(snapshot));
         match memory_metrics(&self.store, checkpoint.epoch).await {
@@ -394,6 +398,37 @@ async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
         "memweave_query_epoch {}\n",
         epoch.map_or(-1, |e| e as i64)
     ));
+    let rows = state.cache.row_stats();
+    for (name, kind, help, value) in [
+        (
+            "row_cache_hits_total",
+            "counter",
+            "Row look-ups answered from the row cache.",
+            rows.hits,
+        ),
+        (
+            "row_cache_misses_total",
+            "counter",
+            "Row look-ups that read the tables.",
+            rows.misses,
+        ),
+        (
+            "row_cache_entries",
+            "gauge",
+            "Look-up answers the row cache holds.",
+            rows.entries,
+        ),
+        (
+            "row_cache_bytes",
+            "gauge",
+            "Bytes the row cache holds (estimated).",
+            rows.bytes,
+        ),
+    ] {
+        text.push_str(&format!(
+            "# HELP memweave_query_{name} {help}\n# TYPE memweave_query_{name} {kind}\nmemweave_query_{name} {value}\n"
+        ));
+    }
     text.push_str(&memory);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

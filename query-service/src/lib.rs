@@ -5,6 +5,7 @@
 //! This crate must not depend on the pipeline or on timely: its image stays small.
 
 pub mod analytics;
+pub mod cache;
 pub mod http;
 pub mod navigate;
 pub mod request;

@@ -8,9 +8,15 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
+use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
 use memweave_query::http::{Limits, ServiceState, router};
 use memweave_query::parse_storage_option;
 use memweave_schemas::TableStore;
+
+/// jemalloc, not glibc's malloc: Lance's reads allocate and free per
+/// question on many threads, where glibc's arenas keep freed pages.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser)]
 #[command(
@@ -54,6 +60,13 @@ enum Command {
         /// Seconds one answer may take, model calls included (then 504).
         #[arg(long, default_value_t = 120)]
         request_timeout_secs: u64,
+        /// MiB of memory the replica keeps between questions: half for
+        /// Lance's index pages (posting lists, B-tree pages, vector
+        /// partitions), an eighth for file metadata, the rest for the rows
+        /// walks read most. The replica's memory is about this plus the
+        /// questions in flight; 0 reads everything from the tables each time.
+        #[arg(long, env = "MEMWEAVE_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
+        cache_mib: u64,
         /// The model navigators ask (the extractive backend by default).
         #[command(flatten)]
         llm: LlmArgs,
@@ -82,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
         storage_options,
         auth_token_file,
         request_timeout_secs,
+        cache_mib,
         llm,
         embed,
     } = Cli::parse().command;
@@ -121,7 +135,8 @@ async fn main() -> anyhow::Result<()> {
         request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
         auth_token,
     };
-    let state = ServiceState::new(store, Arc::new(model), embedder, limits);
+    let cache = Arc::new(ReadCache::new(cache_mib));
+    let state = ServiceState::new(store, cache, Arc::new(model), embedder, limits);
     match state.refresh().await {
         Ok(Some(epoch)) => tracing::info!(epoch, "loaded tables"),
         Ok(None) => {

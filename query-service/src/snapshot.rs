@@ -17,10 +17,12 @@
 //! ties broken by id, so an answer does not depend on how Lance splits or
 //! approximates its indexes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, FixedSizeListArray, Float32Array, RecordBatch};
+use std::future::Future;
+
+use arrow::array::{Float32Array, RecordBatch};
 use futures::TryStreamExt;
 use lance::dataset::Dataset;
 use lance::dataset::scanner::Scanner;
@@ -37,9 +39,10 @@ use memweave_schemas::{
     CheckpointRow, EntityRow, LexiconRow, PageRow, RelationRow, SegmentRow, StoreError,
     TREE_MEMWALKER, TREE_RAPTOR, Table, TableStore, TreeNodeRow,
 };
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
+use crate::cache::{ReadCache, RowCacheStats, rows_bytes};
 use crate::request::AskRequest;
 
 /// What reading the memory can fail with.
@@ -62,7 +65,7 @@ impl Allowed<'_> {
 }
 
 /// A document as the query service shows it: everything but its text.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Document {
     pub doc_id: String,
     pub source_uri: String,
@@ -73,6 +76,24 @@ pub struct Document {
 
 const DOCUMENT_COLUMNS: &[&str] = &["doc_id", "source_uri", "title", "version", "n_tokens"];
 
+/// An owner's vector, as the embeddings table holds it.
+#[derive(Debug, Serialize, Deserialize)]
+struct OwnerVector {
+    owner_id: String,
+    vector: Vec<f32>,
+}
+
+const VECTOR_COLUMNS: &[&str] = &["owner_id", "vector"];
+
+/// The lookups whose answers are cached: a row by its id, and the rest by
+/// what they are about.
+const BY_ID: &str = "id";
+const ROOT_OF: &str = "root";
+const TREE_OF: &str = "tree";
+const PAGES_OF: &str = "pages";
+const RELATIONS_OF: &str = "relations";
+const NAMED: &str = "named";
+
 /// Candidates Lance's full-text index is asked for, per result wanted, and at
 /// least: the exact BM25 order of the best results lies well inside Lance's
 /// own (measured: the exact top 10 within Lance's top 40 on the scale
@@ -82,11 +103,14 @@ const TEXT_CANDIDATES_AT_LEAST: usize = 64;
 
 /// Candidates the vector index is asked for, per result wanted, and at least;
 /// the IVF partitions it probes; and the quantized candidates re-ranked with
-/// the table's own vectors per candidate kept.
+/// the table's own vectors per candidate kept, at most 10 and within
+/// [`VECTOR_REFINE_ROWS`] vectors read in all (asked for 2,048, ten times
+/// as many full vectors would be 30 MB read for one question).
 const VECTOR_CANDIDATES_PER_RESULT: usize = 2;
 const VECTOR_CANDIDATES_AT_LEAST: usize = 32;
 const VECTOR_PROBES: usize = 64;
-const VECTOR_REFINE: u32 = 10;
+const VECTOR_REFINE_AT_MOST: usize = 10;
+const VECTOR_REFINE_ROWS: usize = 512;
 
 /// The memory tables at one checkpoint.
 #[derive(Debug)]
@@ -94,6 +118,7 @@ pub struct Snapshot {
     pub epoch: u64,
     store: TableStore,
     datasets: HashMap<Table, Dataset>,
+    cache: Arc<ReadCache>,
     /// Each searched corpus's size: its texts, and their terms in all.
     totals: HashMap<String, (u64, u64)>,
     /// The passages the retrieval baselines rank: the memory's finest cut of
@@ -106,30 +131,26 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// The snapshot at the newest checkpoint, or `None` before the first commit.
-    pub async fn load_latest(store: &TableStore) -> Read<Option<Snapshot>> {
+    pub async fn load_latest(store: &TableStore, cache: Arc<ReadCache>) -> Read<Option<Snapshot>> {
         match store.latest_checkpoint().await? {
-            Some(checkpoint) => Ok(Some(Self::load(store, &checkpoint).await?)),
+            Some(checkpoint) => Ok(Some(Self::load(store, &checkpoint, cache).await?)),
             None => Ok(None),
         }
     }
 
-    /// Opens the tables at the versions `checkpoint` names, and reads the
-    /// few rows every question needs: the corpora's sizes, the embedder.
-    pub async fn load(store: &TableStore, checkpoint: &CheckpointRow) -> Read<Snapshot> {
+    /// Opens the tables at the versions `checkpoint` names, in `cache`'s
+    /// Lance session, and reads the few rows every question needs: the
+    /// corpora's sizes, the embedder.
+    pub async fn load(
+        store: &TableStore,
+        checkpoint: &CheckpointRow,
+        cache: Arc<ReadCache>,
+    ) -> Read<Snapshot> {
+        store.check_current(checkpoint)?;
+        let store = store.clone().with_session(cache.session());
         let mut datasets = HashMap::new();
         for &table in Table::MEMORY.iter().chain([&Table::Lexicon]) {
             let Some(version) = checkpoint.version_of(table) else {
-                if table == Table::Lexicon {
-                    return Err(StoreError::Invalid {
-                        table,
-                        message: format!(
-                            "checkpoint {} has no lexicon: the memory was written by an \
-                             older memweave; index its source again into a new tables \
-                             directory (`memweave index SOURCE --out NEW_TABLES`)",
-                            checkpoint.epoch
-                        ),
-                    });
-                }
                 continue;
             };
             if let Some(dataset) = store.dataset(table, Some(version)).await? {
@@ -138,8 +159,9 @@ impl Snapshot {
         }
         let mut snapshot = Snapshot {
             epoch: checkpoint.epoch,
-            store: store.clone(),
+            store,
             datasets,
+            cache,
             totals: HashMap::new(),
             passage_cut: None,
             embedding_model: None,
@@ -177,27 +199,24 @@ impl Snapshot {
     }
 
     pub async fn document(&self, doc_id: &str) -> Read<Option<Arc<Document>>> {
-        let filter = format!("doc_id = {} AND deleted = false", sql_string(doc_id));
-        let found: Vec<Document> = self
-            .select(Table::Documents, DOCUMENT_COLUMNS, &filter, None)
-            .await?;
-        Ok(found.into_iter().next().map(Arc::new))
+        Ok(self
+            .documents_of(&[doc_id.to_string()])
+            .await?
+            .remove(doc_id))
     }
 
-    /// Which of `doc_ids` the memory holds.
-    async fn known_documents(&self, doc_ids: &[String]) -> Read<HashSet<String>> {
-        if doc_ids.is_empty() {
-            return Ok(HashSet::new());
-        }
-        #[derive(Deserialize)]
-        struct Id {
-            doc_id: String,
-        }
-        let filter = format!("doc_id IN ({}) AND deleted = false", sql_strings(doc_ids));
-        let found: Vec<Id> = self
-            .select(Table::Documents, &["doc_id"], &filter, None)
-            .await?;
-        Ok(found.into_iter().map(|d| d.doc_id).collect())
+    /// The documents of `doc_ids` the memory holds, by id: one read for those
+    /// not cached.
+    pub async fn documents_of(&self, doc_ids: &[String]) -> Read<HashMap<String, Arc<Document>>> {
+        self.rows_by_id(
+            Table::Documents,
+            DOCUMENT_COLUMNS,
+            "doc_id",
+            Some("deleted = false"),
+            doc_ids,
+            |d: &Document| &d.doc_id,
+        )
+        .await
     }
 
     /// `request`'s rules ([`AskRequest::validate`]), the documents it names
@@ -205,8 +224,8 @@ impl Snapshot {
     /// read.
     pub async fn validate(&self, request: &AskRequest) -> Read<Result<(), String>> {
         let named = request.documents.as_deref().unwrap_or_default();
-        let known = self.known_documents(named).await?;
-        Ok(request.validate(|id| known.contains(id)))
+        let known = self.documents_of(named).await?;
+        Ok(request.validate(|id| known.contains_key(id)))
     }
 
     /// A MemWalker or RAPTOR node.
@@ -216,16 +235,17 @@ impl Snapshot {
 
     /// The MemWalker and RAPTOR nodes of `ids` that exist, in that order.
     pub async fn nodes(&self, ids: &[String]) -> Read<Vec<Arc<TreeNodeRow>>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let filter = format!("node_id IN ({}) AND {}", sql_strings(ids), DOCUMENT_TREES);
-        let found: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
-        let mut by_id: HashMap<String, Arc<TreeNodeRow>> = found
-            .into_iter()
-            .map(|n| (n.node_id.clone(), Arc::new(n)))
-            .collect();
-        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
+        let by_id = self
+            .rows_by_id(
+                Table::TreeNodes,
+                &[],
+                "node_id",
+                Some(DOCUMENT_TREES),
+                ids,
+                |n: &TreeNodeRow| &n.node_id,
+            )
+            .await?;
+        Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
     }
 
     /// Every node of one tree (`memwalker` or `raptor`) of a document, in id order.
@@ -235,9 +255,17 @@ impl Snapshot {
             sql_string(doc_id),
             sql_string(tree)
         );
-        let mut nodes: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
-        nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        Ok(nodes.into_iter().map(Arc::new).collect())
+        let key = format!("{tree} {doc_id}");
+        let read = async {
+            let mut nodes: Vec<TreeNodeRow> =
+                self.select(Table::TreeNodes, &[], &filter, None).await?;
+            nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+            Ok(nodes.into_iter().map(Arc::new).collect::<Vec<_>>())
+        };
+        let nodes = self.cached(Table::TreeNodes, TREE_OF, &key, read, |rows| {
+            rows_bytes(rows.iter().map(|r| &**r))
+        });
+        Ok(nodes.await?.as_ref().clone())
     }
 
     /// The root of a document's MemWalker tree.
@@ -246,9 +274,15 @@ impl Snapshot {
             "doc_id = {} AND tree = '{TREE_MEMWALKER}' AND parent_id IS NULL",
             sql_string(doc_id)
         );
-        let mut roots: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
-        roots.sort_by(|a, b| a.node_id.cmp(&b.node_id));
-        Ok(roots.into_iter().next().map(Arc::new))
+        let read = async {
+            let roots: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+            let root = roots.into_iter().min_by(|a, b| a.node_id.cmp(&b.node_id));
+            Ok(root.map(Arc::new))
+        };
+        let root = self.cached(Table::TreeNodes, ROOT_OF, doc_id, read, |root| {
+            rows_bytes(root.as_deref())
+        });
+        Ok(root.await?.as_ref().clone())
     }
 
     pub async fn segment(&self, seg_id: &str) -> Read<Option<Arc<SegmentRow>>> {
@@ -261,47 +295,127 @@ impl Snapshot {
 
     /// The segments of `ids` that exist, in that order: one read for them all.
     pub async fn segments(&self, ids: &[String]) -> Read<Vec<Arc<SegmentRow>>> {
-        let mut by_id: HashMap<String, Arc<SegmentRow>> = HashMap::new();
-        for chunk in ids.chunks(KEYS_PER_PREDICATE) {
-            let filter = format!("seg_id IN ({})", sql_strings(chunk));
-            let found: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
-            by_id.extend(found.into_iter().map(|s| (s.seg_id.clone(), Arc::new(s))));
-        }
+        let by_id = self
+            .rows_by_id(
+                Table::Segments,
+                &[],
+                "seg_id",
+                None,
+                ids,
+                |s: &SegmentRow| &s.seg_id,
+            )
+            .await?;
         Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
     }
 
     pub async fn pages_of(&self, doc_id: &str) -> Read<Arc<[PageRow]>> {
         let filter = format!("doc_id = {}", sql_string(doc_id));
-        let mut pages: Vec<PageRow> = self.select(Table::Pages, &[], &filter, None).await?;
-        pages.sort_by_key(|p| p.ordinal);
-        Ok(pages.into())
+        let read = async {
+            let mut pages: Vec<PageRow> = self.select(Table::Pages, &[], &filter, None).await?;
+            pages.sort_by_key(|p| p.ordinal);
+            Ok(Arc::<[PageRow]>::from(pages))
+        };
+        let pages = self.cached(Table::Pages, PAGES_OF, doc_id, read, |pages| {
+            rows_bytes(pages.iter())
+        });
+        Ok(pages.await?.as_ref().clone())
     }
 
     pub async fn entity(&self, entity_id: &str) -> Read<Option<Arc<EntityRow>>> {
-        let filter = format!("entity_id = {}", sql_string(entity_id));
-        let found: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
-        Ok(found.into_iter().next().map(Arc::new))
+        Ok(self
+            .entities(&[entity_id.to_string()])
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// The entities of `ids` that exist, in that order: one read for those not
+    /// cached.
+    pub async fn entities(&self, ids: &[String]) -> Read<Vec<Arc<EntityRow>>> {
+        let by_id = self
+            .rows_by_id(
+                Table::Entities,
+                &[],
+                "entity_id",
+                None,
+                ids,
+                |e: &EntityRow| &e.entity_id,
+            )
+            .await?;
+        Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
     }
 
     /// Entities whose name or an alias normalises to `name`'s normal form, in
     /// id order.
     pub async fn entities_named(&self, name: &str) -> Read<Vec<Arc<EntityRow>>> {
-        let filter = format!(
-            "array_has_any({NAME_KEYS}, [{}])",
-            sql_string(&normalise(name))
-        );
-        let mut found: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
-        found.sort_by(|a, b| a.entity_id.cmp(&b.entity_id));
-        Ok(found.into_iter().map(Arc::new).collect())
+        let key = normalise(name);
+        let filter = format!("array_has_any({NAME_KEYS}, [{}])", sql_string(&key));
+        let read = async {
+            let mut found: Vec<EntityRow> =
+                self.select(Table::Entities, &[], &filter, None).await?;
+            found.sort_by(|a, b| a.entity_id.cmp(&b.entity_id));
+            Ok(found.into_iter().map(Arc::new).collect::<Vec<_>>())
+        };
+        let found = self.cached(Table::Entities, NAMED, &key, read, |rows| {
+            rows_bytes(rows.iter().map(|r| &**r))
+        });
+        Ok(found.await?.as_ref().clone())
     }
 
     /// Relations with `entity_id` at either end, in id order.
     pub async fn relations_of(&self, entity_id: &str) -> Read<Vec<Arc<RelationRow>>> {
-        let id = sql_string(entity_id);
-        let filter = format!("source_id = {id} OR target_id = {id}");
-        let mut found: Vec<RelationRow> = self.select(Table::Relations, &[], &filter, None).await?;
-        found.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
-        Ok(found.into_iter().map(Arc::new).collect())
+        self.relations_touching(&[entity_id.to_string()]).await
+    }
+
+    /// Relations with any of `entity_ids` at either end, each once, in id
+    /// order: one read for the entities whose relations are not cached.
+    pub async fn relations_touching(&self, entity_ids: &[String]) -> Read<Vec<Arc<RelationRow>>> {
+        let version = self.version(Table::Relations);
+        let mut touching: HashMap<String, Arc<RelationRow>> = HashMap::new();
+        let mut missing: Vec<String> = Vec::new();
+        for id in entity_ids {
+            match self.cache.get::<Vec<Arc<RelationRow>>>(
+                Table::Relations,
+                version,
+                RELATIONS_OF,
+                id,
+            ) {
+                Some(hit) => {
+                    touching.extend(hit.iter().map(|r| (r.relation_id.clone(), r.clone())))
+                }
+                None => missing.push(id.clone()),
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        for chunk in missing.chunks(KEYS_PER_PREDICATE) {
+            let ids = sql_strings(chunk);
+            let filter = format!("source_id IN ({ids}) OR target_id IN ({ids})");
+            let mut found: Vec<RelationRow> =
+                self.select(Table::Relations, &[], &filter, None).await?;
+            found.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
+            let found: Vec<Arc<RelationRow>> = found.into_iter().map(Arc::new).collect();
+            for id in chunk {
+                let of: Vec<Arc<RelationRow>> = found
+                    .iter()
+                    .filter(|r| &r.source_id == id || &r.target_id == id)
+                    .cloned()
+                    .collect();
+                let bytes = rows_bytes(of.iter().map(|r| &**r));
+                self.cache.put(
+                    Table::Relations,
+                    version,
+                    RELATIONS_OF,
+                    id.clone(),
+                    Arc::new(of),
+                    bytes,
+                );
+            }
+            touching.extend(found.into_iter().map(|r| (r.relation_id.clone(), r)));
+        }
+        let mut touching: Vec<Arc<RelationRow>> = touching.into_values().collect();
+        touching.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
+        Ok(touching)
     }
 
     pub async fn vector(&self, owner_id: &str) -> Read<Option<Arc<[f32]>>> {
@@ -313,22 +427,20 @@ impl Snapshot {
 
     /// The vectors of those of `owner_ids` that have one: one read for them all.
     pub async fn vectors(&self, owner_ids: &[String]) -> Read<HashMap<String, Arc<[f32]>>> {
-        let mut found = HashMap::new();
-        for chunk in owner_ids.chunks(KEYS_PER_PREDICATE) {
-            let filter = format!("owner_id IN ({})", sql_strings(chunk));
-            let batches = self
-                .scan(Table::Embeddings, &["owner_id", "vector"], &filter, |_| {
-                    Ok(())
-                })
-                .await?;
-            found.extend(
-                batches
-                    .iter()
-                    .flat_map(vectors)
-                    .map(|(id, v)| (id, Arc::from(v))),
-            );
-        }
-        Ok(found)
+        let found = self
+            .rows_by_id(
+                Table::Embeddings,
+                VECTOR_COLUMNS,
+                "owner_id",
+                None,
+                owner_ids,
+                |v: &OwnerVector| &v.owner_id,
+            )
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|(id, v)| (id, Arc::from(v.vector.as_slice())))
+            .collect())
     }
 
     /// The documents whose best MemWalker node matches `query` best (BM25 over
@@ -345,15 +457,27 @@ impl Snapshot {
             Some(format!("tree = '{TREE_MEMWALKER}'")),
             allowed.condition("doc_id"),
         ];
-        let scored: Vec<(TreeNodeRow, f64)> = self
-            .best_texts(Table::TreeNodes, query, &stats, &condition, limit)
+        #[derive(Deserialize)]
+        struct Matched {
+            node_id: String,
+            doc_id: Option<String>,
+        }
+        let scored: Vec<(Matched, f64)> = self
+            .best_texts(
+                Table::TreeNodes,
+                &["node_id", "doc_id"],
+                query,
+                &stats,
+                &condition,
+                limit,
+            )
             .await?;
-        let mut best: HashMap<String, (f64, TreeNodeRow)> = HashMap::new();
+        let mut best: HashMap<String, (f64, Matched)> = HashMap::new();
         for (node, score) in scored {
             let Some(doc_id) = node.doc_id.clone() else {
                 continue;
             };
-            let better = |(s, n): &(f64, TreeNodeRow)| {
+            let better = |(s, n): &(f64, Matched)| {
                 score
                     .total_cmp(s)
                     .then(n.node_id.cmp(&node.node_id))
@@ -363,13 +487,19 @@ impl Snapshot {
                 best.insert(doc_id, (score, node));
             }
         }
-        let mut ranked: Vec<(String, f64, Arc<TreeNodeRow>)> = best
+        let mut ranked: Vec<(String, f64, String)> = best
             .into_iter()
-            .map(|(d, (s, n))| (d, s, Arc::new(n)))
+            .map(|(d, (s, n))| (d, s, n.node_id))
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked.truncate(limit);
-        Ok(ranked)
+        let ids: Vec<String> = ranked.iter().map(|r| r.2.clone()).collect();
+        let nodes = self.nodes(&ids).await?;
+        Ok(ranked
+            .into_iter()
+            .zip(nodes)
+            .map(|((d, s, _), n)| (d, s, n))
+            .collect())
     }
 
     /// The BM25 statistics of the MemWalker node summaries for `query`'s terms.
@@ -405,6 +535,7 @@ impl Snapshot {
         let scored: Vec<(Gists, f64)> = self
             .best_texts(
                 Table::GistMemories,
+                &["doc_id"],
                 query,
                 &stats,
                 &[allowed.condition("doc_id")],
@@ -435,15 +566,34 @@ impl Snapshot {
             Some(format!("target_tokens = {cut}")),
             allowed.condition("doc_id"),
         ];
-        let mut scored: Vec<(SegmentRow, f64)> = self
-            .best_texts(Table::Segments, query, &stats, &condition, limit)
+        #[derive(Deserialize)]
+        struct Matched {
+            seg_id: String,
+            doc_id: String,
+            ordinal: u32,
+        }
+        let mut scored: Vec<(Matched, f64)> = self
+            .best_texts(
+                Table::Segments,
+                &["seg_id", "doc_id", "ordinal"],
+                query,
+                &stats,
+                &condition,
+                limit,
+            )
             .await?;
         scored.sort_by(|(a, x), (b, y)| {
             y.total_cmp(x)
                 .then((&a.doc_id, a.ordinal).cmp(&(&b.doc_id, b.ordinal)))
         });
         scored.truncate(limit);
-        Ok(scored.into_iter().map(|(s, x)| (Arc::new(s), x)).collect())
+        let ids: Vec<String> = scored.iter().map(|(m, _)| m.seg_id.clone()).collect();
+        let segments = self.segments(&ids).await?;
+        Ok(segments
+            .into_iter()
+            .zip(scored)
+            .map(|(segment, (_, score))| (segment, score))
+            .collect())
     }
 
     /// The segments embedded from their own text nearest `vector` (cosine),
@@ -454,20 +604,29 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<SegmentRow>, f64)>> {
-        let owners = match allowed.0 {
-            None => None,
-            Some(_) => Some(self.owners(Table::Segments, "seg_id", allowed).await?),
-        };
-        let near = self
-            .nearest("segment", vector, owners.as_deref(), limit)
-            .await?;
+        let near = self.nearest_segment_ids(vector, allowed, limit).await?;
         if near.is_empty() {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
-        let filter = format!("seg_id IN ({})", sql_strings(&ids));
-        let rows: Vec<SegmentRow> = self.select(Table::Segments, &[], &filter, None).await?;
+        let rows = self.segments(&ids).await?;
         Ok(in_order(near, rows, |s| &s.seg_id))
+    }
+
+    /// The ids of the segments [`Snapshot::nearest_segments`] finds, with
+    /// their similarity, without reading the segments.
+    pub async fn nearest_segment_ids(
+        &self,
+        vector: &[f32],
+        allowed: Allowed<'_>,
+        limit: usize,
+    ) -> Read<Vec<(String, f64)>> {
+        let owners = match allowed.0 {
+            None => None,
+            Some(_) => Some(self.owners(Table::Segments, "seg_id", allowed).await?),
+        };
+        self.nearest("segment", vector, owners.as_deref(), limit)
+            .await
     }
 
     /// The RAPTOR nodes of the allowed documents nearest `vector` (cosine),
@@ -495,11 +654,8 @@ impl Snapshot {
                 break;
             }
             let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
-            let filter = format!(
-                "node_id IN ({}) AND tree = '{TREE_RAPTOR}'",
-                sql_strings(&ids)
-            );
-            let rows: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+            let mut rows = self.nodes(&ids).await?;
+            rows.retain(|n| n.tree == TREE_RAPTOR);
             found = in_order(near, rows, |n| &n.node_id);
             if found.len() >= limit || exhausted {
                 break;
@@ -521,8 +677,7 @@ impl Snapshot {
             return Ok(Vec::new());
         }
         let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
-        let filter = format!("entity_id IN ({})", sql_strings(&ids));
-        let rows: Vec<EntityRow> = self.select(Table::Entities, &[], &filter, None).await?;
+        let rows = self.entities(&ids).await?;
         Ok(in_order(near, rows, |e| &e.entity_id))
     }
 
@@ -544,30 +699,31 @@ impl Snapshot {
             filter.push_str(&format!(" AND owner_id IN ({})", sql_strings(owners)));
         }
         let candidates = (limit * VECTOR_CANDIDATES_PER_RESULT).max(VECTOR_CANDIDATES_AT_LEAST);
+        let refine = (VECTOR_REFINE_ROWS / candidates).clamp(1, VECTOR_REFINE_AT_MOST) as u32;
         let query = Float32Array::from(vector.to_vec());
         let batches = self
-            .scan(
-                Table::Embeddings,
-                &["owner_id", "vector"],
-                &filter,
-                |scan| {
-                    scan.nearest("vector", &query, candidates)?
-                        .distance_metric(lance_linalg::distance::DistanceType::Cosine)
-                        .nprobes(VECTOR_PROBES)
-                        .refine(VECTOR_REFINE)
-                        .prefilter(true);
-                    Ok(())
-                },
-            )
-            .await?;
-        let mut scored: Vec<(String, f64)> = batches
-            .iter()
-            .flat_map(vectors)
-            .map(|(id, v)| {
-                let score = cosine(vector, &v);
-                (id, score)
+            .scan(Table::Embeddings, VECTOR_COLUMNS, &filter, |scan| {
+                scan.nearest("vector", &query, candidates)?
+                    .distance_metric(lance_linalg::distance::DistanceType::Cosine)
+                    .nprobes(VECTOR_PROBES)
+                    .refine(refine)
+                    .prefilter(true);
+                Ok(())
             })
-            .collect();
+            .await?;
+        let mut scored = Vec::new();
+        for batch in &batches {
+            let found: Vec<OwnerVector> =
+                serde_arrow::from_record_batch(batch).map_err(|source| StoreError::Rows {
+                    table: Table::Embeddings,
+                    source,
+                })?;
+            scored.extend(
+                found
+                    .into_iter()
+                    .map(|v| (v.owner_id, cosine(vector, &v.vector))),
+            );
+        }
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(limit);
         Ok(scored)
@@ -600,19 +756,32 @@ impl Snapshot {
             return Ok(stats);
         }
         let entries: Vec<String> = query.iter().map(|t| lexicon_entry(corpus, t)).collect();
-        let filter = format!("entry IN ({})", sql_strings(&entries));
-        let found: Vec<LexiconRow> = self.select(Table::Lexicon, &[], &filter, None).await?;
-        stats.document_frequency = found.into_iter().map(|r| (r.term, r.rows as f64)).collect();
+        let found = self
+            .rows_by_id(
+                Table::Lexicon,
+                &[],
+                "entry",
+                None,
+                &entries,
+                |r: &LexiconRow| &r.entry,
+            )
+            .await?;
+        stats.document_frequency = found
+            .into_values()
+            .map(|r| (r.term.clone(), r.rows as f64))
+            .collect();
         Ok(stats)
     }
 
-    /// The rows of `table` (one with a [`TERMS`] column) meeting every
-    /// `condition` that Lance's full-text index ranks best for `query`, enough
+    /// The rows of `table` (one with a [`TERMS`] column; read: `columns`)
+    /// meeting every `condition` that Lance's full-text index ranks best for
+    /// `query`, enough
     /// of them that the `limit` best by exact BM25 (`stats`) are among them,
     /// each with that score; only those with a positive one, best first.
     async fn best_texts<R: DeserializeOwned>(
         &self,
         table: Table,
+        columns: &[&str],
         query: &[String],
         stats: &CorpusStats,
         conditions: &[Option<String>],
@@ -632,8 +801,11 @@ impl Snapshot {
             .with_column(TERMS.to_string())
             .map_err(|e| self.store.lance_error(table, e))?
             .limit(Some(candidates as i64));
+        // Only what ranking needs: the candidates' full rows are read after,
+        // and only for the results kept.
+        let projected: Vec<&str> = columns.iter().copied().chain([TERMS]).collect();
         let batches = self
-            .scan(table, &[], &filter, |scan| {
+            .scan(table, &projected, &filter, |scan| {
                 scan.full_text_search(search.clone())?.prefilter(true);
                 Ok(())
             })
@@ -655,6 +827,99 @@ impl Snapshot {
         }
         scored.sort_by(|a, b| b.1.total_cmp(&a.1));
         Ok(scored)
+    }
+
+    /// How the row cache this snapshot reads through has done.
+    pub fn cache_stats(&self) -> RowCacheStats {
+        self.cache.row_stats()
+    }
+
+    /// The version of `table` this snapshot reads (0 for a table it lacks).
+    fn version(&self, table: Table) -> u64 {
+        self.datasets.get(&table).map_or(0, |d| d.version().version)
+    }
+
+    /// The answer to `lookup` of `key` in `table`: the cached one, or `read`'s,
+    /// then cached.
+    async fn cached<T: Send + Sync + 'static>(
+        &self,
+        table: Table,
+        lookup: &'static str,
+        key: &str,
+        read: impl Future<Output = Read<T>>,
+        bytes: impl FnOnce(&T) -> usize,
+    ) -> Read<Arc<T>> {
+        let version = self.version(table);
+        if let Some(hit) = self.cache.get::<T>(table, version, lookup, key) {
+            return Ok(hit);
+        }
+        let value = read.await?;
+        let bytes = bytes(&value);
+        let value = Arc::new(value);
+        self.cache.put(
+            table,
+            version,
+            lookup,
+            key.to_string(),
+            value.clone(),
+            bytes,
+        );
+        Ok(value)
+    }
+
+    /// The rows of `table` whose `column` is one of `ids` (and meeting
+    /// `filter`), by id: cached ones, and one read for the rest (absent ones
+    /// are cached as absent too).
+    async fn rows_by_id<R>(
+        &self,
+        table: Table,
+        columns: &[&str],
+        column: &str,
+        filter: Option<&'static str>,
+        ids: &[String],
+        id_of: fn(&R) -> &String,
+    ) -> Read<HashMap<String, Arc<R>>>
+    where
+        R: DeserializeOwned + Serialize + Send + Sync + 'static,
+    {
+        // Each table is looked up by id under one filter; it names the lookup.
+        let lookup = filter.unwrap_or(BY_ID);
+        let version = self.version(table);
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        for id in ids {
+            match self.cache.get::<Option<Arc<R>>>(table, version, lookup, id) {
+                Some(hit) => found.extend(hit.as_ref().clone().map(|row| (id.clone(), row))),
+                None => missing.push(id.clone()),
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        for chunk in missing.chunks(KEYS_PER_PREDICATE) {
+            let mut condition = format!("{column} IN ({})", sql_strings(chunk));
+            if let Some(filter) = filter {
+                condition = format!("{condition} AND {filter}");
+            }
+            let rows: Vec<R> = self.select(table, columns, &condition, None).await?;
+            let mut read: HashMap<String, Arc<R>> = rows
+                .into_iter()
+                .map(|row| (id_of(&row).clone(), Arc::new(row)))
+                .collect();
+            for id in chunk {
+                let row = read.remove(id);
+                let bytes = rows_bytes(row.as_deref());
+                self.cache.put(
+                    table,
+                    version,
+                    lookup,
+                    id.clone(),
+                    Arc::new(row.clone()),
+                    bytes,
+                );
+                found.extend(row.map(|row| (id.clone(), row)));
+            }
+        }
+        Ok(found)
     }
 
     /// Rows of `table` meeting `filter` (columns: `columns`, or all), at most
@@ -727,31 +992,13 @@ const DOCUMENT_TREES: &str = "tree IN ('memwalker', 'raptor')";
 /// `rows` in the order of `ranked` (id, score), each with its score.
 fn in_order<R>(
     ranked: Vec<(String, f64)>,
-    rows: Vec<R>,
+    rows: Vec<Arc<R>>,
     id: impl Fn(&R) -> &String,
 ) -> Vec<(Arc<R>, f64)> {
-    let mut by_id: HashMap<String, R> = rows.into_iter().map(|r| (id(&r).clone(), r)).collect();
+    let mut by_id: HashMap<String, Arc<R>> =
+        rows.into_iter().map(|r| (id(&r).clone(), r)).collect();
     ranked
         .into_iter()
-        .filter_map(|(owner, score)| Some((Arc::new(by_id.remove(&owner)?), score)))
-        .collect()
-}
-
-/// The (owner id, vector) pairs of an embeddings batch.
-fn vectors(batch: &RecordBatch) -> Vec<(String, Vec<f32>)> {
-    let (Some(ids), Some(vectors)) = (
-        strings(batch, "owner_id"),
-        batch
-            .column_by_name("vector")
-            .and_then(|c| c.as_any().downcast_ref::<FixedSizeListArray>()),
-    ) else {
-        return Vec::new();
-    };
-    (0..batch.num_rows())
-        .filter_map(|i| {
-            let values = vectors.value(i);
-            let values = values.as_any().downcast_ref::<Float32Array>()?;
-            Some((ids.value(i).to_string(), values.values().to_vec()))
-        })
+        .filter_map(|(owner, score)| Some((by_id.remove(&owner)?, score)))
         .collect()
 }

@@ -19,6 +19,7 @@ use lance::dataset::{CommitBuilder, Dataset, InsertBuilder, WriteMode, WritePara
 use lance::index::DatasetIndexExt;
 use lance::index::vector::VectorIndexParams;
 use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+use lance::session::Session;
 pub use lance::table::format::Fragment;
 use lance_index::IndexType;
 use lance_index::optimize::OptimizeOptions;
@@ -56,6 +57,12 @@ pub enum StoreError {
     MissingTable { epoch: u64, table: Table },
     #[error("table {table}: {message}")]
     Invalid { table: Table, message: String },
+    #[error(
+        "tables root {root}: checkpoint {epoch} was written by an older memweave, without the \
+         lexicon and search columns reads go through; index the sources again into a new \
+         tables directory (`memweave index SOURCE --out NEW_TABLES`)"
+    )]
+    OlderMemory { root: String, epoch: u64 },
 }
 
 /// Fewest vectors the `embeddings` table is indexed at: below it a scan of
@@ -93,6 +100,10 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub struct TableStore {
     root: String,
     storage_options: HashMap<String, String>,
+    /// The Lance session [`TableStore::dataset`] opens datasets in: one shared,
+    /// bounded set of index and metadata caches (a reader's); without it each
+    /// dataset gets Lance's default caches of its own.
+    session: Option<Arc<Session>>,
 }
 
 impl TableStore {
@@ -111,7 +122,26 @@ impl TableStore {
         Ok(TableStore {
             root,
             storage_options,
+            session: None,
         })
+    }
+
+    /// This store, opening its datasets in `session`.
+    pub fn with_session(mut self, session: Arc<Session>) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// `Ok` when `checkpoint` is of a memory this memweave reads and appends
+    /// to: one with a lexicon (every commit since the search columns names one).
+    pub fn check_current(&self, checkpoint: &CheckpointRow) -> Result<()> {
+        match checkpoint.version_of(Table::Lexicon) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::OlderMemory {
+                root: self.root.clone(),
+                epoch: checkpoint.epoch,
+            }),
+        }
     }
 
     /// A store at a local path, with no object-store settings.
@@ -821,6 +851,9 @@ impl TableStore {
             DatasetBuilder::from_uri(&uri).with_storage_options(self.storage_options.clone());
         if let Some(version) = version {
             builder = builder.with_version(version);
+        }
+        if let Some(session) = &self.session {
+            builder = builder.with_session(session.clone());
         }
         match builder.load().await {
             Ok(dataset) => Ok(Some(dataset)),

@@ -24,13 +24,13 @@ use super::{
     Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion, Listing,
     Previous, RoundInput, RoundSource, Stages, TreeShape, Update, Updates,
 };
-use crate::Interrupted;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
 use crate::progress::Progress;
 use crate::workers::InputChange;
 use crate::write::{RoundChanges, StagedPart};
+use crate::{Interrupted, UsageError};
 
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
@@ -611,6 +611,11 @@ async fn previous_tables(store: &TableStore) -> anyhow::Result<Option<Previous>>
     let Some(checkpoint) = store.latest_checkpoint().await? else {
         return Ok(None);
     };
+    // An older memory's tables lack the columns rows are staged with now:
+    // refuse before touching them.
+    store
+        .check_current(&checkpoint)
+        .map_err(|e| UsageError(e.to_string()))?;
     let rolled_back = store.roll_back_to(&checkpoint).await?;
     if !rolled_back.is_empty() {
         let names: Vec<&str> = rolled_back.iter().map(|t| t.name()).collect();

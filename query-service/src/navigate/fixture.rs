@@ -11,10 +11,15 @@ use memweave_schemas::{
     TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow,
 };
 
+use std::sync::Arc;
+
+use crate::cache::ReadCache;
 use crate::request::{AskOptions, AskRequest, Strategy};
 use crate::{Answer, Models, Snapshot, ask};
 
 const DIM: usize = 64;
+/// The fixture's read caches: enough for all of it.
+pub(super) const FIXTURE_CACHE_MIB: u64 = 8;
 
 /// "paint": two segments; the first leaf's summary promises what only the
 /// second segment says, so a walk must revert from it. "startup": one segment.
@@ -51,6 +56,11 @@ impl std::ops::Deref for Memory {
 }
 
 pub(super) async fn memory() -> Memory {
+    memory_with_cache(FIXTURE_CACHE_MIB).await
+}
+
+/// The fixture's memory read through caches of `cache_mib` MiB.
+pub(super) async fn memory_with_cache(cache_mib: u64) -> Memory {
     let mut rows = MemoryTables::default();
     for doc_id in ["paint", "startup"] {
         let text: Vec<&str> = SEGMENTS
@@ -223,7 +233,8 @@ pub(super) async fn memory() -> Memory {
         .commit_memory(&rows, true)
         .await
         .expect("the fixture writes");
-    let snapshot = Snapshot::load(&store, &checkpoint)
+    let cache = Arc::new(ReadCache::new(cache_mib));
+    let snapshot = Snapshot::load(&store, &checkpoint, cache)
         .await
         .expect("the fixture reads");
     Memory {

@@ -412,3 +412,52 @@ fn context_of(passages: &[Passage]) -> String {
         .collect::<Vec<_>>()
         .join("\n\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fixture::{answer, memory, memory_with_cache, request};
+    use super::*;
+
+    /// What an answer says and how it got there, without timings.
+    fn said(answer: &Answer) -> Answer {
+        let mut said = answer.clone();
+        said.usage.model_ms = 0;
+        for step in &mut said.trace {
+            for call in &mut step.calls {
+                call.latency_ms = 0;
+            }
+        }
+        said
+    }
+
+    /// The read caches change where rows come from, never an answer: every
+    /// strategy answers alike reading every row from the tables, and asked
+    /// twice through the caches (the second time from cached rows).
+    #[tokio::test]
+    async fn cached_rows_give_the_answers_the_tables_give() {
+        let uncached = memory_with_cache(0).await;
+        let cached = memory().await;
+        for question in [
+            "What did painting teach the author?",
+            "Why should startups grow fast?",
+        ] {
+            for strategy in Strategy::ALL {
+                let asked = request(question, strategy);
+                let read = said(&answer(&uncached, &asked).await);
+                assert!(!read.trace.is_empty(), "{strategy:?} left no trace");
+                let first = said(&answer(&cached, &asked).await);
+                assert_eq!(first, read, "{strategy:?}, first asking of {question:?}");
+                let before = cached.cache_stats();
+                let again = said(&answer(&cached, &asked).await);
+                assert_eq!(again, read, "{strategy:?}, second asking of {question:?}");
+                let after = cached.cache_stats();
+                assert_eq!(
+                    after.misses, before.misses,
+                    "{strategy:?} read the tables again for {question:?}"
+                );
+            }
+        }
+        assert!(cached.cache_stats().hits > 0);
+        assert_eq!(uncached.cache_stats().hits, 0);
+    }
+}

@@ -5,7 +5,7 @@
 //! to the question, the reason and the entities, add its segments, and keep the
 //! context within the window by similarity to the question.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_operators::embed::{cosine, embed_all};
@@ -15,6 +15,18 @@ use super::{Navigation, Passage, Walked};
 
 /// Entities taken by similarity when none of the question's names is in the graph.
 const NEAREST_ENTITIES: usize = 3;
+
+/// Candidate segments a context is chosen from by reading each one's vector.
+/// A hub entity's segments (thousands at 10M tokens, growing with the
+/// archive) are instead those the vector index finds nearest the question.
+const EXACT_SEGMENTS_AT_MOST: usize = 512;
+/// How far the vector index is asked for a hub's segments: the nearest this
+/// many of the whole memory, at most (asked for 512, then four times more).
+const NEAREST_FOR_HUBS_AT_MOST: usize = 2048;
+/// Relations one expansion follows, or one reflection round weighs, from the
+/// entities gathered: the first in id order (ids are hashes, so a fair
+/// sample of a hub's thousands, and the same one every time).
+const RELATIONS_AT_MOST: usize = 64;
 
 impl Navigation<'_> {
     /// The graph entities the question names (the model extracts them, as it did
@@ -72,6 +84,7 @@ impl Navigation<'_> {
     pub(super) async fn qrmem_expand(&mut self) -> Walked {
         let mut entities = self.question_entities().await?;
         let relations = self.adjacent_relations(&entities, &[]).await?;
+        self.read_ends(&relations).await?;
         for relation in &relations {
             self.add_ends(&mut entities, relation).await?;
             self.record(
@@ -140,6 +153,7 @@ impl Navigation<'_> {
                 names.join(", ")
             );
             let mut texts: Vec<String> = vec![probe];
+            self.read_ends(&candidates).await?;
             for relation in &candidates {
                 texts.push(self.relation_text(relation).await?);
             }
@@ -176,21 +190,29 @@ impl Navigation<'_> {
     }
 
     /// Relations touching any of `entities`, except those in `skip`, each once,
-    /// in id order.
+    /// in id order, at most [`RELATIONS_AT_MOST`].
     async fn adjacent_relations(
         &self,
         entities: &[Arc<EntityRow>],
         skip: &[Arc<RelationRow>],
     ) -> Walked<Vec<Arc<RelationRow>>> {
-        let mut adjacent: BTreeMap<String, Arc<RelationRow>> = BTreeMap::new();
-        for entity in entities {
-            for relation in self.snapshot.relations_of(&entity.entity_id).await? {
-                if !skip.iter().any(|s| s.relation_id == relation.relation_id) {
-                    adjacent.insert(relation.relation_id.clone(), relation);
-                }
-            }
-        }
-        Ok(adjacent.into_values().collect())
+        let ids: Vec<String> = entities.iter().map(|e| e.entity_id.clone()).collect();
+        let skipped: HashSet<&str> = skip.iter().map(|s| s.relation_id.as_str()).collect();
+        let mut adjacent = self.snapshot.relations_touching(&ids).await?;
+        adjacent.retain(|r| !skipped.contains(r.relation_id.as_str()));
+        adjacent.truncate(RELATIONS_AT_MOST);
+        Ok(adjacent)
+    }
+
+    /// Reads the entities at the ends of `relations` in one read, so naming
+    /// and adding them reads none.
+    async fn read_ends(&self, relations: &[Arc<RelationRow>]) -> Walked {
+        let ends: Vec<String> = relations
+            .iter()
+            .flat_map(|r| [r.source_id.clone(), r.target_id.clone()])
+            .collect();
+        self.snapshot.entities(&ends).await?;
+        Ok(())
     }
 
     /// Adds the entities at both ends of `relation` to `entities`.
@@ -222,8 +244,7 @@ impl Navigation<'_> {
         ))
     }
 
-    /// The source segments of entities and relations, each once, in the allowed
-    /// documents.
+    /// The source segments of entities and relations, each once, in order.
     async fn segments_of(
         &self,
         entities: &[Arc<EntityRow>],
@@ -234,26 +255,54 @@ impl Navigation<'_> {
             .flat_map(|e| &e.seg_ids)
             .chain(relations.iter().flat_map(|r| &r.seg_ids));
         let mut seen = BTreeSet::new();
-        let unique: Vec<String> = ids.filter(|id| seen.insert(id.as_str())).cloned().collect();
-        let kept = self
-            .snapshot
-            .segments(&unique)
-            .await?
-            .into_iter()
-            .filter(|segment| self.allowed(&segment.doc_id))
-            .map(|segment| segment.seg_id.clone())
-            .collect();
-        Ok(kept)
+        Ok(ids.filter(|id| seen.insert(id.as_str())).cloned().collect())
+    }
+
+    /// Of more than [`EXACT_SEGMENTS_AT_MOST`] candidate segments, those the
+    /// vector index finds nearest the question (in the allowed documents);
+    /// the first [`EXACT_SEGMENTS_AT_MOST`] when it finds none of them.
+    async fn nearest_of(&self, question: &[f32], segments: Vec<String>) -> Walked<Vec<String>> {
+        let candidates: HashSet<&str> = segments.iter().map(String::as_str).collect();
+        let mut asked = EXACT_SEGMENTS_AT_MOST;
+        let mut found: Vec<String> = Vec::new();
+        while found.is_empty() && asked <= NEAREST_FOR_HUBS_AT_MOST {
+            let near = self
+                .snapshot
+                .nearest_segment_ids(question, self.documents(), asked)
+                .await?;
+            let exhausted = near.len() < asked;
+            found = near
+                .into_iter()
+                .map(|(id, _)| id)
+                .filter(|id| candidates.contains(id.as_str()))
+                .collect();
+            if exhausted {
+                break;
+            }
+            asked *= 4;
+        }
+        if found.is_empty() {
+            found = segments;
+            found.truncate(EXACT_SEGMENTS_AT_MOST);
+        }
+        Ok(found)
     }
 
     /// The segments most similar to the question that fit the context window
-    /// (the budget), most similar first.
-    async fn within_window(&mut self, segments: Vec<String>) -> Walked<Vec<Passage>> {
+    /// (the budget), most similar first, from the allowed documents.
+    async fn within_window(&mut self, mut segments: Vec<String>) -> Walked<Vec<Passage>> {
         let question = self.question_vector().await?;
+        if segments.len() > EXACT_SEGMENTS_AT_MOST {
+            segments = match &question {
+                Some(question) => self.nearest_of(question, segments).await?,
+                None => segments[..EXACT_SEGMENTS_AT_MOST].to_vec(),
+            };
+        }
         // Segments without a vector (or a question without one) rank by BM25.
         let mut lexical = None;
         let mut ranked = Vec::new();
-        let rows = self.snapshot.segments(&segments).await?;
+        let mut rows = self.snapshot.segments(&segments).await?;
+        rows.retain(|segment| self.allowed(&segment.doc_id));
         let mut vectors = match &question {
             Some(_) => self.snapshot.vectors(&segments).await?,
             None => HashMap::new(),

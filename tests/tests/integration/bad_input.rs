@@ -129,3 +129,53 @@ fn asking_before_indexing_says_what_to_do() {
         stderr(&output)
     );
 }
+
+/// A memory an older memweave wrote (its checkpoint names no lexicon) is
+/// neither appended to nor read: both say to index into a new directory,
+/// exit 2, and leave its tables as they were.
+#[test]
+fn an_older_memory_is_refused_untouched_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, tables) = (dir.path().join("src"), dir.path().join("memory"));
+    std::fs::create_dir(&source).unwrap();
+    std::fs::write(source.join("a.txt"), "Harbours shelter boats. Tides rise.").unwrap();
+    index(&source, &tables, &[]);
+    let store = memweave_schemas::TableStore::local(&tables).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let older = runtime.block_on(async {
+        let current = store.latest_checkpoint().await.unwrap().unwrap();
+        let versions = current
+            .table_versions
+            .iter()
+            .filter(|v| v.table != memweave_schemas::Table::Lexicon.name())
+            .cloned()
+            .collect();
+        store
+            .commit_checkpoint(current.source_positions.clone(), versions)
+            .await
+            .unwrap()
+    });
+    std::fs::write(source.join("b.txt"), "Lighthouses warn ships.").unwrap();
+
+    let tables_arg = tables.to_str().unwrap();
+    let indexed = memweave(["index", source.to_str().unwrap(), "--out", tables_arg]);
+    let asked = memweave(["ask", "Why do tides rise?", "--tables", tables_arg]);
+    for (command, output) in [("index", &indexed), ("ask", &asked)] {
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{command}: {}",
+            stderr(output)
+        );
+        let err = stderr(output);
+        assert!(
+            err.contains("older memweave") && err.contains("--out NEW_TABLES"),
+            "{command}: {err}"
+        );
+    }
+    let latest = runtime
+        .block_on(store.latest_checkpoint())
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest, older, "the older memory was left as it was");
+}
