@@ -61,6 +61,68 @@ pub(super) async fn memory() -> Memory {
 
 /// The fixture's memory read through caches of `cache_mib` MiB.
 pub(super) async fn memory_with_cache(cache_mib: u64) -> Memory {
+    written(rows(), cache_mib).await
+}
+
+/// The fixture plus a document of `HUB_SEGMENTS` segments that are all one
+/// entity's ("Harbour Guild"): a hub, as common names become in a large
+/// archive. Two of its segments are about the guild's murals.
+pub(super) async fn memory_with_hub() -> Memory {
+    let mut rows = rows();
+    let mut seg_ids = Vec::new();
+    let mut start = 0;
+    for ordinal in 0..HUB_SEGMENTS {
+        let text = if HUB_MURALS.contains(&ordinal) {
+            format!("The Harbour Guild painted murals of lighthouses at dawn, mural {ordinal}.")
+        } else {
+            format!("Harbour Guild ledger entry {ordinal}: tides, ropes and cargo weighed.")
+        };
+        let seg_id = format!("s-h{ordinal:03}");
+        let end = start + text.chars().count() as u64;
+        rows.embeddings.push(embedding(&seg_id, "segment", &text));
+        rows.segments.push(SegmentRow {
+            seg_id: seg_id.clone(),
+            doc_id: "hub".into(),
+            ordinal: ordinal as u32,
+            start_char: start,
+            end_char: end,
+            text,
+            n_tokens: 20,
+            target_tokens: 400,
+        });
+        seg_ids.push(seg_id);
+        start = end + 1;
+    }
+    rows.documents.push(DocumentRow {
+        doc_id: "hub".into(),
+        source_uri: "file:///hub.txt".into(),
+        content_hash: String::new(),
+        version: 1,
+        title: "HUB".into(),
+        n_chars: start,
+        n_tokens: 0,
+        ingested_at: 0,
+        deleted: false,
+        text: String::new(),
+    });
+    rows.embeddings
+        .push(embedding("e-guild", "entity", "Harbour Guild"));
+    rows.entities.push(EntityRow {
+        entity_id: "e-guild".into(),
+        name: "Harbour Guild".into(),
+        entity_type: "organisation".into(),
+        description: String::new(),
+        aliases: vec![],
+        seg_ids,
+    });
+    written(rows, FIXTURE_CACHE_MIB).await
+}
+
+/// The hub document's segments, and which of them are about murals.
+pub(super) const HUB_SEGMENTS: usize = 600;
+pub(super) const HUB_MURALS: [usize; 2] = [137, 421];
+
+fn rows() -> MemoryTables {
     let mut rows = MemoryTables::default();
     for doc_id in ["paint", "startup"] {
         let text: Vec<&str> = SEGMENTS
@@ -227,6 +289,12 @@ pub(super) async fn memory_with_cache(cache_mib: u64) -> Memory {
             .collect();
         rows.gist_memories.push(gist_memory(doc_id, &pages));
     }
+    rows
+}
+
+/// `rows` written as the indexer writes a memory, read through caches of
+/// `cache_mib` MiB.
+async fn written(rows: MemoryTables, cache_mib: u64) -> Memory {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = TableStore::local(dir.path()).expect("a store");
     let checkpoint = store

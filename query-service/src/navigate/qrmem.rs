@@ -340,8 +340,40 @@ impl Navigation<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixture::{answer, cited, memory, request};
+    use super::super::fixture::{
+        HUB_MURALS, HUB_SEGMENTS, answer, cited, memory, memory_with_hub, request,
+    };
+    use super::EXACT_SEGMENTS_AT_MOST;
     use crate::request::Strategy;
+
+    /// A hub's segments (more than are ranked by reading each one) are
+    /// narrowed by the vector index to those nearest the question: the
+    /// murals are found, and no more than the bound's segments and vectors
+    /// are read.
+    #[tokio::test]
+    async fn a_hub_entity_context_comes_from_its_segments_nearest_the_question() {
+        const { assert!(HUB_SEGMENTS > EXACT_SEGMENTS_AT_MOST) };
+        let snapshot = memory_with_hub().await;
+        let before = snapshot.cache_stats();
+        let answer = answer(
+            &snapshot,
+            &request(
+                "Which murals did the Harbour Guild paint of lighthouses?",
+                Strategy::QrmemTrial,
+            ),
+        )
+        .await;
+        let read = snapshot.cache_stats().misses - before.misses;
+        assert_eq!(answer.trace[0].target, "Harbour Guild");
+        let murals: Vec<String> = HUB_MURALS.iter().map(|m| format!("s-h{m:03}")).collect();
+        assert_eq!(&cited(&answer)[..2], murals, "{:?}", cited(&answer));
+        // Each kept candidate is one segment and one vector look-up; a few
+        // more are the question's entities, lexicon entries and titles.
+        assert!(
+            read <= 2 * EXACT_SEGMENTS_AT_MOST as u64 + 32,
+            "{read} look-ups read the tables"
+        );
+    }
 
     #[tokio::test]
     async fn an_alias_in_the_question_finds_its_entity_and_its_segments() {
