@@ -33,7 +33,9 @@ use memweave_schemas::search::{
     GIST_CORPUS, NAME_KEYS, TERMS, TOTALS, lexicon_entry, segments_corpus, segments_cut,
     tree_corpus,
 };
-use memweave_schemas::store::{KEYS_PER_PREDICATE, sql_string, sql_strings, strings};
+use memweave_schemas::store::{
+    KEYS_PER_PREDICATE, batch_rows, rows_of, sql_string, sql_strings, strings,
+};
 use memweave_schemas::text::normalise;
 use memweave_schemas::{
     CheckpointRow, EntityRow, LexiconRow, PageRow, RelationRow, SegmentRow, StoreError,
@@ -734,11 +736,7 @@ impl Snapshot {
             .await?;
         let mut scored = Vec::new();
         for batch in &batches {
-            let found: Vec<OwnerVector> =
-                serde_arrow::from_record_batch(batch).map_err(|source| StoreError::Rows {
-                    table: Table::Embeddings,
-                    source,
-                })?;
+            let found: Vec<OwnerVector> = batch_rows(Table::Embeddings, batch)?;
             scored.extend(
                 found
                     .into_iter()
@@ -833,8 +831,7 @@ impl Snapshot {
             .await?;
         let mut scored = Vec::new();
         for batch in &batches {
-            let rows: Vec<R> = serde_arrow::from_record_batch(batch)
-                .map_err(|source| StoreError::Rows { table, source })?;
+            let rows: Vec<R> = batch_rows(table, batch)?;
             let terms = strings(batch, TERMS).ok_or_else(|| StoreError::Invalid {
                 table,
                 message: format!("no {TERMS} column"),
@@ -958,13 +955,7 @@ impl Snapshot {
                 Ok(())
             })
             .await?;
-        let mut rows = Vec::new();
-        for batch in &batches {
-            let part: Vec<R> = serde_arrow::from_record_batch(batch)
-                .map_err(|source| StoreError::Rows { table, source })?;
-            rows.extend(part);
-        }
-        Ok(rows)
+        rows_of(table, &batches)
     }
 
     /// The batches of a scan of `table` at this checkpoint: `columns` (all

@@ -636,16 +636,7 @@ impl TableStore {
             .try_collect()
             .await
             .map_err(|e| self.lance_error(R::TABLE, e))?;
-        let mut rows = Vec::new();
-        for batch in &batches {
-            let part: Vec<R> =
-                serde_arrow::from_record_batch(batch).map_err(|source| StoreError::Rows {
-                    table: R::TABLE,
-                    source,
-                })?;
-            rows.extend(part);
-        }
-        Ok(rows)
+        rows_of(R::TABLE, &batches)
     }
 
     /// Rows of `table` at the version `checkpoint` names (from the fragments'
@@ -737,11 +728,7 @@ impl TableStore {
                 .try_collect()
                 .await
                 .map_err(|e| self.lance_error(table, e))?;
-            for batch in &batches {
-                let part: Vec<R> = serde_arrow::from_record_batch(batch)
-                    .map_err(|source| StoreError::Rows { table, source })?;
-                rows.extend(part);
-            }
+            rows.extend(rows_of(table, &batches)?);
         }
         Ok(rows)
     }
@@ -920,6 +907,26 @@ pub fn sql_string(value: &str) -> String {
 pub fn sql_strings(values: &[String]) -> String {
     let quoted: Vec<String> = values.iter().map(|v| sql_string(v)).collect();
     quoted.join(", ")
+}
+
+/// The rows of `table` in `batch`, as `R` (columns `R` lacks are ignored).
+pub fn batch_rows<R: serde::de::DeserializeOwned>(
+    table: Table,
+    batch: &RecordBatch,
+) -> Result<Vec<R>> {
+    serde_arrow::from_record_batch(batch).map_err(|source| StoreError::Rows { table, source })
+}
+
+/// The rows of `table` in `batches`, in order.
+pub fn rows_of<R: serde::de::DeserializeOwned>(
+    table: Table,
+    batches: &[RecordBatch],
+) -> Result<Vec<R>> {
+    let mut rows = Vec::new();
+    for batch in batches {
+        rows.extend(batch_rows(table, batch)?);
+    }
+    Ok(rows)
 }
 
 /// The string column `name` of `batch`, if it has one.
