@@ -652,41 +652,32 @@ impl Snapshot {
             .await
     }
 
-    /// The RAPTOR nodes of the allowed documents nearest `vector` (cosine),
-    /// leaves and summaries alike, at most `limit`, ties in id order.
-    pub async fn nearest_raptor_nodes(
+    /// The ids of the tree nodes of the allowed documents nearest `vector`
+    /// (cosine), at most `limit`, with their similarity, without reading the
+    /// nodes ([`Snapshot::raptor_nodes`] reads them).
+    pub async fn nearest_node_ids(
         &self,
         vector: &[f32],
         allowed: Allowed<'_>,
         limit: usize,
-    ) -> Read<Vec<(Arc<TreeNodeRow>, f64)>> {
+    ) -> Read<Vec<(String, f64)>> {
         let owners = match allowed.0 {
             None => None,
             Some(_) => Some(self.owners(Table::TreeNodes, "node_id", allowed).await?),
         };
-        let mut found = Vec::new();
-        let mut wanted = limit;
-        // Corpus-tree nodes are vectors of the same kind; ask again for more
-        // when they crowd out the documents' own.
-        loop {
-            let near = self
-                .nearest("node", vector, owners.as_deref(), wanted)
-                .await?;
-            let exhausted = near.len() < wanted;
-            if near.is_empty() {
-                break;
-            }
-            let ids: Vec<String> = near.iter().map(|(id, _)| id.clone()).collect();
-            let mut rows = self.nodes(&ids).await?;
-            rows.retain(|n| n.tree == TREE_RAPTOR);
-            found = in_order(near, rows, |n| &n.node_id);
-            if found.len() >= limit || exhausted {
-                break;
-            }
-            wanted *= 4;
-        }
-        found.truncate(limit);
-        Ok(found)
+        self.nearest("node", vector, owners.as_deref(), limit).await
+    }
+
+    /// The RAPTOR nodes among `ranked` (node id, score), in that order: a
+    /// corpus tree's nodes have vectors of the same kind.
+    pub async fn raptor_nodes(
+        &self,
+        ranked: &[(String, f64)],
+    ) -> Read<Vec<(Arc<TreeNodeRow>, f64)>> {
+        let ids: Vec<String> = ranked.iter().map(|(id, _)| id.clone()).collect();
+        let mut rows = self.nodes(&ids).await?;
+        rows.retain(|n| n.tree == TREE_RAPTOR);
+        Ok(in_order(ranked.to_vec(), rows, |n| &n.node_id))
     }
 
     /// The entities nearest `vector` (cosine), at most `limit`, ties in id order.
@@ -940,8 +931,8 @@ impl Snapshot {
         Ok(found)
     }
 
-    /// Rows of `table` meeting `filter` (columns: `columns`, or all), at most
-    /// `limit`.
+    /// Rows of `table` meeting `filter` (columns: `columns`, or the row
+    /// type's), at most `limit`.
     async fn select<R: DeserializeOwned>(
         &self,
         table: Table,
@@ -958,9 +949,10 @@ impl Snapshot {
         rows_of(table, &batches)
     }
 
-    /// The batches of a scan of `table` at this checkpoint: `columns` (all
-    /// when empty) of the rows meeting `filter`, after `shape` set up the rest
-    /// (a search, a limit). No batches for a table the checkpoint lacks.
+    /// The batches of a scan of `table` at this checkpoint: `columns` (the
+    /// row type's when empty) of the rows meeting `filter`, after `shape` set
+    /// up the rest (a search, a limit). No batches for a table the checkpoint
+    /// lacks.
     async fn scan(
         &self,
         table: Table,
@@ -973,7 +965,10 @@ impl Snapshot {
         };
         let failed = |e| self.store.lance_error(table, e);
         let mut scan = dataset.scan();
-        if !columns.is_empty() {
+        if columns.is_empty() {
+            // Not the search columns: as large as the texts they are derived from.
+            scan.project(&table.row_columns()).map_err(failed)?;
+        } else {
             scan.project(columns).map_err(failed)?;
         }
         scan.filter(filter).map_err(failed)?;

@@ -540,6 +540,12 @@ impl TableStore {
                             .create_index(&[column], IndexType::LabelList, name, &params, true)
                             .await
                     }
+                    ColumnIndex::Bitmap => {
+                        let params = ScalarIndexParams::for_builtin(BuiltinIndexType::Bitmap);
+                        dataset
+                            .create_index(&[column], IndexType::Bitmap, name, &params, true)
+                            .await
+                    }
                     ColumnIndex::FullText => {
                         dataset
                             .create_index(

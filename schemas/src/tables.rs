@@ -190,7 +190,8 @@ impl Table {
     /// looked up by (the key a commit deletes by, and the ids a walk follows:
     /// a document's segments, nodes and pages, an entity's relations, an
     /// owner's vector), a full-text index on each search column, a label-list
-    /// index on entities' name keys.
+    /// index on entities' name keys, a bitmap on the vectors' owner kind (every
+    /// vector search is filtered by it).
     pub fn column_indexes(self) -> &'static [(&'static str, ColumnIndex)] {
         use ColumnIndex::*;
         match self {
@@ -205,7 +206,7 @@ impl Table {
                 ("source_id", BTree),
                 ("target_id", BTree),
             ],
-            Table::Embeddings => &[("owner_id", BTree)],
+            Table::Embeddings => &[("owner_id", BTree), ("owner_kind", Bitmap)],
             Table::Errors => &[("error_id", BTree)],
             Table::LlmCalls => &[("call_key", BTree)],
             Table::Lexicon => &[("entry", BTree)],
@@ -234,6 +235,15 @@ impl Table {
         let mut fields = self.row_fields(vector_width);
         fields.extend(derived_fields(self).into_iter().map(Arc::new));
         fields
+    }
+
+    /// The names of the columns of the table's row type: what a reader of rows
+    /// reads, without the columns derived for search.
+    pub fn row_columns(self) -> Vec<String> {
+        self.row_fields(DEFAULT_EMBEDDING_DIM as usize)
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
     }
 
     /// The fields of the table's row type.
@@ -395,6 +405,8 @@ pub enum ColumnIndex {
     FullText,
     /// Rows whose list holds a value: `array_has_any(column, […])`.
     Labels,
+    /// Rows by value of a column with few distinct values: one bitmap each.
+    Bitmap,
 }
 
 impl ColumnIndex {
@@ -404,6 +416,7 @@ impl ColumnIndex {
             ColumnIndex::BTree => format!("{column}_btree"),
             ColumnIndex::FullText => format!("{column}_fts"),
             ColumnIndex::Labels => format!("{column}_labels"),
+            ColumnIndex::Bitmap => format!("{column}_bitmap"),
         }
     }
 }

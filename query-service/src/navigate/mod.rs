@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use self::memwalker::Candidate;
 use crate::request::{AskRequest, DEFAULT_BUDGET, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Strategy};
-use crate::snapshot::{Allowed, Snapshot};
+use crate::snapshot::{Allowed, Document, Snapshot};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
@@ -60,6 +60,28 @@ pub struct Passage {
     pub start_char: u64,
     pub end_char: u64,
     pub text: String,
+}
+
+impl Passage {
+    /// A passage of `doc_id` (`document`, when the checkpoint has it, gives the
+    /// title and source) read from `from_id`, spanning `chars`.
+    fn of(
+        document: Option<&Document>,
+        doc_id: &str,
+        from_id: &str,
+        text: &str,
+        chars: std::ops::Range<u64>,
+    ) -> Passage {
+        Passage {
+            doc_id: doc_id.to_string(),
+            title: document.map_or_else(String::new, |d| d.title.clone()),
+            source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
+            from_id: from_id.to_string(),
+            start_char: chars.start,
+            end_char: chars.end,
+            text: text.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -311,17 +333,13 @@ impl<'a> Navigation<'a> {
         end_char: u64,
     ) -> Walked<Passage> {
         let document = self.snapshot.document(doc_id).await?;
-        Ok(Passage {
-            doc_id: doc_id.to_string(),
-            title: document
-                .as_ref()
-                .map_or_else(String::new, |d| d.title.clone()),
-            source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
-            from_id: from_id.to_string(),
-            start_char,
-            end_char,
-            text: text.to_string(),
-        })
+        Ok(Passage::of(
+            document.as_deref(),
+            doc_id,
+            from_id,
+            text,
+            start_char..end_char,
+        ))
     }
 
     fn budget(&self) -> usize {

@@ -3,6 +3,7 @@
 //! al. 2024): retrieve with the question and the short-term memory, let the model
 //! rewrite the memory, stop when it stops changing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use memweave_operators::tokens::count_tokens;
@@ -18,6 +19,9 @@ const NEAREST_NODES_FIRST: usize = 64;
 /// ILM-TR stops when the new memory keeps this share of the last one (longest
 /// common subsequence of words).
 const CONVERGED: f64 = 0.9;
+/// Collapsed-tree nodes whose passages are read together: enough to share
+/// reads, few enough that little is read past the budget.
+const PASSAGES_READ_TOGETHER: usize = 16;
 
 impl Navigation<'_> {
     fn top_k(&self) -> usize {
@@ -153,7 +157,8 @@ impl Navigation<'_> {
 
     /// The collapsed tree: RAPTOR nodes of the allowed documents by cosine to
     /// `query`, most similar first, while their text fits the budget. Nodes are
-    /// read nearest first, a widening batch at a time, until one does not fit.
+    /// ranked nearest first, a widening batch at a time, and read a few at a
+    /// time (each few's rows in one read per table) until one does not fit.
     async fn collapsed_tree(
         &mut self,
         query: &[f32],
@@ -165,37 +170,41 @@ impl Navigation<'_> {
         let mut batch = NEAREST_NODES_FIRST;
         let mut seen = 0;
         loop {
-            let ranked = self
+            let near = self
                 .snapshot
-                .nearest_raptor_nodes(query, self.documents(), batch)
+                .nearest_node_ids(query, self.documents(), batch)
                 .await?;
-            let exhausted = ranked.len() < batch;
-            for (node, score) in ranked.into_iter().skip(seen) {
-                seen += 1;
-                let Some(passage) = self.raptor_passage(&node, with_facts).await? else {
-                    continue;
-                };
-                let tokens = count_tokens(&passage.text);
-                if used + tokens > self.budget() {
-                    if passages.is_empty() {
-                        continue;
+            let exhausted = near.len() < batch;
+            for few in near[seen.min(near.len())..].chunks(PASSAGES_READ_TOGETHER) {
+                seen += few.len();
+                let ranked = self.snapshot.raptor_nodes(few).await?;
+                let nodes: Vec<&TreeNodeRow> =
+                    ranked.iter().map(|(node, _)| node.as_ref()).collect();
+                let read = self.raptor_passages(&nodes, with_facts).await?;
+                for ((node, score), passage) in ranked.iter().zip(read) {
+                    let Some(passage) = passage else { continue };
+                    let tokens = count_tokens(&passage.text);
+                    if used + tokens > self.budget() {
+                        if passages.is_empty() {
+                            continue;
+                        }
+                        return Ok(passages);
                     }
-                    return Ok(passages);
+                    used += tokens;
+                    self.record(
+                        "retrieve",
+                        &node.node_id,
+                        Some(node.level),
+                        *score,
+                        format!(
+                            "{round}: {} at level {} ({tokens} tokens, {used} of {} used)",
+                            if node.level == 0 { "leaf" } else { "summary" },
+                            node.level,
+                            self.budget()
+                        ),
+                    );
+                    passages.push(passage);
                 }
-                used += tokens;
-                self.record(
-                    "retrieve",
-                    &node.node_id,
-                    Some(node.level),
-                    score,
-                    format!(
-                        "{round}: {} at level {} ({tokens} tokens, {used} of {} used)",
-                        if node.level == 0 { "leaf" } else { "summary" },
-                        node.level,
-                        self.budget()
-                    ),
-                );
-                passages.push(passage);
             }
             if exhausted {
                 return Ok(passages);
@@ -204,40 +213,85 @@ impl Navigation<'_> {
         }
     }
 
-    /// A RAPTOR node as a passage: a leaf is its chunk; a summary (with its
-    /// surprising facts for ILM-TR) spans the characters of the leaves under it.
-    async fn raptor_passage(&self, row: &TreeNodeRow, with_facts: bool) -> Walked<Option<Passage>> {
-        if let Some(seg_id) = row.seg_id.as_deref()
-            && let Some(segment) = self.snapshot.segment(seg_id).await?
-        {
-            return Ok(Some(self.segment_passage(&segment).await?));
-        }
-        let (mut start, mut end) = (u64::MAX, 0);
-        let mut stack: Vec<String> = row.child_ids.clone();
-        while let Some(id) = stack.pop() {
-            let Some(node) = self.snapshot.node(&id).await? else {
-                continue;
-            };
-            if let Some(seg_id) = node.seg_id.as_deref()
-                && let Some(segment) = self.snapshot.segment(seg_id).await?
-            {
-                start = start.min(segment.start_char);
-                end = end.max(segment.end_char);
+    /// RAPTOR nodes as passages, in their order: a leaf is its chunk; a summary
+    /// (with its surprising facts for ILM-TR) spans the characters of the leaves
+    /// under it. The subtrees are read a level at a time for all the nodes
+    /// together, then their segments and documents in one read each.
+    async fn raptor_passages(
+        &self,
+        rows: &[&TreeNodeRow],
+        with_facts: bool,
+    ) -> Walked<Vec<Option<Passage>>> {
+        let own_ids: Vec<String> = rows.iter().filter_map(|r| r.seg_id.clone()).collect();
+        let own = by_seg_id(self.snapshot.segments(&own_ids).await?);
+        // The segments under each summary (and each leaf whose segment is gone).
+        let mut leaves: Vec<Vec<String>> = vec![Vec::new(); rows.len()];
+        let mut frontier: Vec<(usize, String)> = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            if !row.seg_id.as_ref().is_some_and(|id| own.contains_key(id)) {
+                frontier.extend(row.child_ids.iter().map(|c| (i, c.clone())));
             }
-            stack.extend(node.child_ids.iter().cloned());
         }
-        let text = match (&row.surprise, with_facts) {
-            (Some(facts), true) if !facts.is_empty() => format!("{}\n{facts}", row.summary),
-            _ => row.summary.clone(),
-        };
-        let Some(doc_id) = row.doc_id.as_deref() else {
-            return Ok(None);
-        };
-        Ok(Some(
-            self.passage(doc_id, &row.node_id, &text, start.min(end), end)
-                .await?,
-        ))
+        while !frontier.is_empty() {
+            let ids: Vec<String> = frontier.iter().map(|(_, id)| id.clone()).collect();
+            let nodes: HashMap<String, Arc<TreeNodeRow>> = self
+                .snapshot
+                .nodes(&ids)
+                .await?
+                .into_iter()
+                .map(|n| (n.node_id.clone(), n))
+                .collect();
+            let mut next = Vec::new();
+            for (i, id) in frontier {
+                let Some(node) = nodes.get(&id) else { continue };
+                leaves[i].extend(node.seg_id.iter().cloned());
+                next.extend(node.child_ids.iter().map(|c| (i, c.clone())));
+            }
+            frontier = next;
+        }
+        let under_ids: Vec<String> = leaves.iter().flatten().cloned().collect();
+        let under = by_seg_id(self.snapshot.segments(&under_ids).await?);
+        let doc_ids: Vec<String> = (rows.iter().filter_map(|r| r.doc_id.clone()))
+            .chain(own.values().map(|s| s.doc_id.clone()))
+            .collect();
+        let documents = self.snapshot.documents_of(&doc_ids).await?;
+        let passages = rows.iter().zip(&leaves).map(|(row, leaves)| {
+            let document = |doc_id: &str| documents.get(doc_id).map(Arc::as_ref);
+            if let Some(segment) = row.seg_id.as_ref().and_then(|id| own.get(id)) {
+                return Some(Passage::of(
+                    document(&segment.doc_id),
+                    &segment.doc_id,
+                    &segment.seg_id,
+                    &segment.text,
+                    segment.start_char..segment.end_char,
+                ));
+            }
+            let doc_id = row.doc_id.as_deref()?;
+            let spans = leaves.iter().filter_map(|id| under.get(id));
+            let (start, end) = spans.fold((u64::MAX, 0), |(start, end), s| {
+                (start.min(s.start_char), end.max(s.end_char))
+            });
+            let text = match (&row.surprise, with_facts) {
+                (Some(facts), true) if !facts.is_empty() => format!("{}\n{facts}", row.summary),
+                _ => row.summary.clone(),
+            };
+            Some(Passage::of(
+                document(doc_id),
+                doc_id,
+                &row.node_id,
+                &text,
+                start.min(end)..end,
+            ))
+        });
+        Ok(passages.collect())
     }
+}
+
+fn by_seg_id(segments: Vec<Arc<SegmentRow>>) -> HashMap<String, Arc<SegmentRow>> {
+    segments
+        .into_iter()
+        .map(|s| (s.seg_id.clone(), s))
+        .collect()
 }
 
 /// Share of the longer text's words that its longest common subsequence with the
