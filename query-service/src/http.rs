@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
@@ -249,25 +249,48 @@ async fn ask_handler(
     }
 }
 
-async fn documents_handler(State(state): State<Arc<ServiceState>>) -> Response {
+/// Documents a page of `GET /v1/documents` lists, unless `?limit=` says, and
+/// at most.
+const DOCUMENTS_PAGE: usize = 1_000;
+const MAX_DOCUMENTS_PAGE: usize = 10_000;
+
+#[derive(Debug, Deserialize)]
+struct DocumentsQuery {
+    /// The `next` of the page before.
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn documents_handler(
+    State(state): State<Arc<ServiceState>>,
+    query: Result<Query<DocumentsQuery>, QueryRejection>,
+) -> Response {
+    let query = match query {
+        Ok(Query(query)) => query,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, &rejection.body_text()),
+    };
+    let limit = query.limit.unwrap_or(DOCUMENTS_PAGE);
+    if !(1..=MAX_DOCUMENTS_PAGE).contains(&limit) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("limit must be 1 to {MAX_DOCUMENTS_PAGE}, not {limit}"),
+        );
+    }
     let snapshot = match served(&state).await {
         Ok(snapshot) => snapshot,
         Err(response) => return response,
     };
-    let documents = match snapshot.documents().await {
-        Ok(documents) => documents,
+    let page = match snapshot.documents_page(query.after.as_deref(), limit).await {
+        Ok(page) => page,
         Err(failure) => return unreadable(&failure),
     };
-    let documents: Vec<Value> = documents
-        .iter()
-        .map(|d| {
-            json!({
-                "doc_id": d.doc_id, "title": d.title, "source_uri": d.source_uri,
-                "version": d.version, "n_tokens": d.n_tokens,
-            })
-        })
-        .collect();
-    Json(json!({ "epoch": snapshot.epoch, "documents": documents })).into_response()
+    Json(json!({
+        "epoch": snapshot.epoch,
+        "total": page.total,
+        "documents": page.documents,
+        "next": page.next,
+    }))
+    .into_response()
 }
 
 #[derive(Debug, Deserialize)]
@@ -514,8 +537,12 @@ pub fn openapi() -> Value {
                 }
             } },
             "/v1/documents": { "get": {
-                "summary": "The documents of the served checkpoint",
-                "responses": { "200": json_body(json!({ "type": "object" })), "401": failure("Missing or wrong bearer token") }
+                "summary": "The documents of the served checkpoint, a page at a time in id order: `next` is the `after` of the following page (null on the last); `total` counts them all",
+                "parameters": [
+                    { "name": "after", "in": "query", "required": false, "schema": { "type": "string" }, "description": "List the documents whose ids follow this one" },
+                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_DOCUMENTS_PAGE, "default": DOCUMENTS_PAGE } }
+                ],
+                "responses": { "200": json_body(json!({ "type": "object", "required": ["epoch", "total", "documents", "next"] })), "400": failure("limit out of range"), "401": failure("Missing or wrong bearer token") }
             } },
             "/v1/documents/{id}/tree": { "get": {
                 "summary": "A document's MemWalker (default) or RAPTOR tree (?tree=raptor)",

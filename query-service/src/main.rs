@@ -32,9 +32,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the query API over the newest checkpoint of TABLES: POST /v1/ask
-    /// (every strategy), GET /v1/documents, /v1/documents/{id}/tree,
-    /// /v1/nodes/{id}, /v1/entities/{id}, /healthz, /readyz, /metrics and
-    /// /openapi.json.
+    /// (every strategy), GET /v1/documents (a page at a time: ?limit=, and
+    /// ?after= the page's `next`), /v1/documents/{id}/tree, /v1/nodes/{id},
+    /// /v1/entities/{id}, /healthz, /readyz, /metrics and /openapi.json.
     ///
     /// The service reads only the table versions a checkpoint names and picks up
     /// newer checkpoints without restarting; it writes nothing, so replicas can be

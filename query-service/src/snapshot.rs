@@ -25,7 +25,7 @@ use std::future::Future;
 use arrow::array::{Float32Array, RecordBatch};
 use futures::TryStreamExt;
 use lance::dataset::Dataset;
-use lance::dataset::scanner::Scanner;
+use lance::dataset::scanner::{ColumnOrdering, Scanner};
 use lance_index::scalar::FullTextSearchQuery;
 use memweave_operators::embed::cosine;
 use memweave_operators::lexical::CorpusStats;
@@ -77,6 +77,17 @@ pub struct Document {
 }
 
 const DOCUMENT_COLUMNS: &[&str] = &["doc_id", "source_uri", "title", "version", "n_tokens"];
+
+/// One page of the documents, in id order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentPage {
+    pub documents: Vec<Document>,
+    /// The last id of this page when another page follows: the next page's
+    /// `after`.
+    pub next: Option<String>,
+    /// Documents not deleted, on every page.
+    pub total: usize,
+}
 
 /// An owner's vector, as the embeddings table holds it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -212,13 +223,34 @@ impl Snapshot {
         Ok(snapshot)
     }
 
-    /// Every document not deleted, in id order.
-    pub async fn documents(&self) -> Read<Vec<Arc<Document>>> {
-        let mut documents: Vec<Document> = self
-            .select(Table::Documents, DOCUMENT_COLUMNS, "deleted = false", None)
+    /// The documents not deleted whose ids follow `after` (all, without it), in
+    /// id order, at most `limit`: the ids are sorted, the other columns read
+    /// for the page's rows only.
+    pub async fn documents_page(&self, after: Option<&str>, limit: usize) -> Read<DocumentPage> {
+        let mut filter = "deleted = false".to_string();
+        if let Some(after) = after {
+            filter.push_str(&format!(" AND doc_id > {}", sql_string(after)));
+        }
+        // One more than the page: whether another page follows.
+        let batches = self
+            .scan(Table::Documents, DOCUMENT_COLUMNS, &filter, |scan| {
+                scan.order_by(Some(vec![ColumnOrdering::asc_nulls_last("doc_id".into())]))?
+                    .limit(Some(limit as i64 + 1), None)?;
+                Ok(())
+            })
             .await?;
-        documents.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-        Ok(documents.into_iter().map(Arc::new).collect())
+        let mut documents: Vec<Document> = rows_of(Table::Documents, &batches)?;
+        let more = documents.len() > limit;
+        documents.truncate(limit);
+        let next = more
+            .then(|| documents.last().map(|d| d.doc_id.clone()))
+            .flatten();
+        let total = self.count(Table::Documents, "deleted = false").await?;
+        Ok(DocumentPage {
+            documents,
+            next,
+            total,
+        })
     }
 
     pub async fn document(&self, doc_id: &str) -> Read<Option<Arc<Document>>> {

@@ -433,7 +433,7 @@ fn context_of(passages: &[Passage]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::fixture::{answer, memory, memory_with_cache, request};
+    use super::fixture::{answer, memory, memory_with_cache, memory_with_hub, request};
     use super::*;
 
     /// What an answer says and how it got there, without timings.
@@ -477,5 +477,32 @@ mod tests {
         }
         assert!(cached.cache_stats().hits > 0);
         assert_eq!(uncached.cache_stats().hits, 0);
+    }
+
+    /// Documents are listed a page at a time in id order, each page starting
+    /// after the last id of the one before, until a page says none follows.
+    #[tokio::test]
+    async fn documents_are_listed_a_page_at_a_time() {
+        let memory = memory_with_hub().await;
+        let first = memory.documents_page(None, 2).await.unwrap();
+        let ids = |page: &crate::snapshot::DocumentPage| -> Vec<String> {
+            page.documents.iter().map(|d| d.doc_id.clone()).collect()
+        };
+        assert_eq!(ids(&first), ["hub", "paint"]);
+        assert_eq!(first.next.as_deref(), Some("paint"));
+        assert_eq!(first.total, 3);
+        let second = memory
+            .documents_page(first.next.as_deref(), 2)
+            .await
+            .unwrap();
+        assert_eq!(ids(&second), ["startup"]);
+        assert_eq!((second.next, second.total), (None, 3));
+        let whole = memory.documents_page(None, 3).await.unwrap();
+        assert_eq!(ids(&whole), ["hub", "paint", "startup"]);
+        assert_eq!(whole.next, None, "a full last page says none follows");
+        assert_eq!(whole.documents[1].title, "PAINT");
+        // `after` need not be an id: the page starts at the next one.
+        let from_o = memory.documents_page(Some("o"), 1).await.unwrap();
+        assert_eq!(ids(&from_o), ["paint"]);
     }
 }

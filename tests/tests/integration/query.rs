@@ -612,6 +612,34 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
             listed["documents"].as_array().unwrap().len(),
             t.documents.len()
         );
+        assert_eq!(listed["total"], t.documents.len());
+        assert!(listed["next"].is_null(), "one page holds them all");
+        // A page at a time: every document once, in id order.
+        let mut paged: Vec<String> = Vec::new();
+        let mut path = "/v1/documents?limit=7".to_string();
+        loop {
+            let (status, body) = get(path.clone()).await;
+            assert_eq!(status, 200, "{body}");
+            let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let documents = page["documents"].as_array().unwrap();
+            assert!(documents.len() <= 7);
+            paged.extend(
+                documents
+                    .iter()
+                    .map(|d| d["doc_id"].as_str().unwrap().into()),
+            );
+            match page["next"].as_str() {
+                Some(next) => path = format!("/v1/documents?limit=7&after={next}"),
+                None => break,
+            }
+        }
+        let mut expected: Vec<String> = t.documents.iter().map(|d| d.doc_id.clone()).collect();
+        expected.sort();
+        assert_eq!(paged, expected);
+        for bad in ["limit=0", "limit=10001", "limit=some"] {
+            let (status, body) = get(format!("/v1/documents?{bad}")).await;
+            assert_eq!(status, 400, "{bad}: {body}");
+        }
         let doc = &t.documents[0].doc_id;
         let (status, body) = get(format!("/v1/documents/{doc}/tree")).await;
         assert_eq!(status, 200);
