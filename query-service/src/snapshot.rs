@@ -77,6 +77,8 @@ pub struct Document {
 }
 
 const DOCUMENT_COLUMNS: &[&str] = &["doc_id", "source_uri", "title", "version", "n_tokens"];
+/// The documents a reader sees: rows not marked deleted.
+const NOT_DELETED: &str = "deleted = false";
 
 /// One page of the documents, in id order.
 #[derive(Debug, Clone, PartialEq)]
@@ -227,7 +229,7 @@ impl Snapshot {
     /// id order, at most `limit`: the ids are sorted, the other columns read
     /// for the page's rows only.
     pub async fn documents_page(&self, after: Option<&str>, limit: usize) -> Read<DocumentPage> {
-        let mut filter = "deleted = false".to_string();
+        let mut filter = NOT_DELETED.to_string();
         if let Some(after) = after {
             filter.push_str(&format!(" AND doc_id > {}", sql_string(after)));
         }
@@ -245,7 +247,7 @@ impl Snapshot {
         let next = more
             .then(|| documents.last().map(|d| d.doc_id.clone()))
             .flatten();
-        let total = self.count(Table::Documents, "deleted = false").await?;
+        let total = self.count(Table::Documents, NOT_DELETED).await?;
         Ok(DocumentPage {
             documents,
             next,
@@ -267,7 +269,7 @@ impl Snapshot {
             Table::Documents,
             DOCUMENT_COLUMNS,
             "doc_id",
-            Some("deleted = false"),
+            Some(NOT_DELETED),
             doc_ids,
             |d: &Document| &d.doc_id,
         )

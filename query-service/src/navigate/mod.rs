@@ -82,6 +82,18 @@ impl Passage {
             text: text.to_string(),
         }
     }
+
+    /// A segment as a passage (`document`, when the checkpoint has it, gives
+    /// the title and source).
+    fn of_segment(document: Option<&Document>, segment: &SegmentRow) -> Passage {
+        Passage::of(
+            document,
+            &segment.doc_id,
+            &segment.seg_id,
+            &segment.text,
+            segment.start_char..segment.end_char,
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -314,14 +326,8 @@ impl<'a> Navigation<'a> {
 
     /// A whole segment as a cited passage.
     async fn segment_passage(&self, segment: &SegmentRow) -> Walked<Passage> {
-        self.passage(
-            &segment.doc_id,
-            &segment.seg_id,
-            &segment.text,
-            segment.start_char,
-            segment.end_char,
-        )
-        .await
+        let document = self.snapshot.document(&segment.doc_id).await?;
+        Ok(Passage::of_segment(document.as_deref(), segment))
     }
 
     async fn passage(

@@ -258,13 +258,7 @@ impl Navigation<'_> {
         let passages = rows.iter().zip(&leaves).map(|(row, leaves)| {
             let document = |doc_id: &str| documents.get(doc_id).map(Arc::as_ref);
             if let Some(segment) = row.seg_id.as_ref().and_then(|id| own.get(id)) {
-                return Some(Passage::of(
-                    document(&segment.doc_id),
-                    &segment.doc_id,
-                    &segment.seg_id,
-                    &segment.text,
-                    segment.start_char..segment.end_char,
-                ));
+                return Some(Passage::of_segment(document(&segment.doc_id), segment));
             }
             let doc_id = row.doc_id.as_deref()?;
             let spans = leaves.iter().filter_map(|id| under.get(id));
