@@ -12,7 +12,7 @@ mod qrmem;
 mod readagent;
 mod retrieval;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_operators::embed::Embedder;
@@ -24,6 +24,11 @@ use serde::{Deserialize, Serialize};
 use self::memwalker::Candidate;
 use crate::request::{AskRequest, DEFAULT_BUDGET, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Strategy};
 use crate::snapshot::{Allowed, Document, Snapshot};
+
+/// Ranked rows (segments, collapsed-tree nodes) whose texts are read
+/// together: enough to share reads, few enough that little is read past the
+/// budget.
+const ROWS_READ_TOGETHER: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer {
@@ -195,6 +200,9 @@ struct Navigation<'a> {
     /// The question's vector once asked for (`Some(None)`: the tables' vectors
     /// are another embedder's); QRMeM needs it every round.
     question_embedding: Option<Option<Vec<f32>>>,
+    /// The segments nearest the question, by how many were asked for: QRMeM
+    /// narrows a hub's segments with them every round.
+    nearest_to_question: HashMap<usize, Arc<[(String, f64)]>>,
     /// The model's own answer, when a leaf answered.
     model_answer: Option<String>,
     answered: bool,
@@ -224,6 +232,7 @@ impl<'a> Navigation<'a> {
             node_stats: None,
             supporting: Vec::new(),
             question_embedding: None,
+            nearest_to_question: HashMap::new(),
             model_answer: None,
             answered: false,
             failed: false,
@@ -324,10 +333,15 @@ impl<'a> Navigation<'a> {
             .map_or_else(String::new, |d| d.title.clone()))
     }
 
-    /// A whole segment as a cited passage.
-    async fn segment_passage(&self, segment: &SegmentRow) -> Walked<Passage> {
-        let document = self.snapshot.document(&segment.doc_id).await?;
-        Ok(Passage::of_segment(document.as_deref(), segment))
+    /// Whole segments as cited passages, in their order: their documents in
+    /// one read.
+    async fn segment_passages(&self, segments: &[Arc<SegmentRow>]) -> Walked<Vec<Passage>> {
+        let doc_ids: Vec<String> = segments.iter().map(|s| s.doc_id.clone()).collect();
+        let documents = self.snapshot.documents_of(&doc_ids).await?;
+        Ok(segments
+            .iter()
+            .map(|s| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s))
+            .collect())
     }
 
     async fn passage(

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_operators::embed::{cosine, embed_all};
-use memweave_schemas::{EntityRow, RelationRow};
+use memweave_schemas::{EntityRow, RelationRow, SegmentRow};
 
 use super::{Navigation, Passage, Walked};
 
@@ -259,80 +259,104 @@ impl Navigation<'_> {
     }
 
     /// Of more than [`EXACT_SEGMENTS_AT_MOST`] candidate segments, those the
-    /// vector index finds nearest the question (in the allowed documents);
-    /// the first [`EXACT_SEGMENTS_AT_MOST`] when it finds none of them.
-    async fn nearest_of(&self, question: &[f32], segments: Vec<String>) -> Walked<Vec<String>> {
+    /// vector index finds nearest the question (in the allowed documents),
+    /// with their similarity; none when it finds none of them.
+    async fn nearest_of(
+        &mut self,
+        question: &[f32],
+        segments: &[String],
+    ) -> Walked<Vec<(String, f64)>> {
         let candidates: HashSet<&str> = segments.iter().map(String::as_str).collect();
         let mut asked = EXACT_SEGMENTS_AT_MOST;
-        let mut found: Vec<String> = Vec::new();
+        let mut found = Vec::new();
         while found.is_empty() && asked <= NEAREST_FOR_HUBS_AT_MOST {
-            let near = self
-                .snapshot
-                .nearest_segment_ids(question, self.documents(), asked)
-                .await?;
-            let exhausted = near.len() < asked;
+            let near = match self.nearest_to_question.get(&asked) {
+                Some(near) => near.clone(),
+                None => {
+                    let near: Arc<[(String, f64)]> = self
+                        .snapshot
+                        .nearest_segment_ids(question, self.documents(), asked)
+                        .await?
+                        .into();
+                    self.nearest_to_question.insert(asked, near.clone());
+                    near
+                }
+            };
             found = near
-                .into_iter()
-                .map(|(id, _)| id)
-                .filter(|id| candidates.contains(id.as_str()))
+                .iter()
+                .filter(|(id, _)| candidates.contains(id.as_str()))
+                .cloned()
                 .collect();
-            if exhausted {
+            if near.len() < asked {
                 break;
             }
             asked *= 4;
-        }
-        if found.is_empty() {
-            found = segments;
-            found.truncate(EXACT_SEGMENTS_AT_MOST);
         }
         Ok(found)
     }
 
     /// The segments most similar to the question that fit the context window
-    /// (the budget), most similar first, from the allowed documents.
+    /// (the budget), most similar first, from the allowed documents. They are
+    /// ranked by their vectors alone (a hub's by the vector index's search); a
+    /// segment's row (its text) is read only when its turn comes, a few at a
+    /// time.
     async fn within_window(&mut self, mut segments: Vec<String>) -> Walked<Vec<Passage>> {
         let question = self.question_vector().await?;
+        let mut ranked = Vec::new();
         if segments.len() > EXACT_SEGMENTS_AT_MOST {
-            segments = match &question {
-                Some(question) => self.nearest_of(question, segments).await?,
-                None => segments[..EXACT_SEGMENTS_AT_MOST].to_vec(),
+            if let Some(question) = &question {
+                ranked = self.nearest_of(question, &segments).await?;
+            }
+            // The first ones when the index finds none of them near.
+            segments = if ranked.is_empty() {
+                segments[..EXACT_SEGMENTS_AT_MOST].to_vec()
+            } else {
+                Vec::new()
             };
         }
-        // Segments without a vector (or a question without one) rank by BM25.
-        let mut lexical = None;
-        let mut ranked = Vec::new();
-        let mut rows = self.snapshot.segments(&segments).await?;
-        rows.retain(|segment| self.allowed(&segment.doc_id));
         let mut vectors = match &question {
             Some(_) => self.snapshot.vectors(&segments).await?,
             None => HashMap::new(),
         };
-        for segment in rows {
-            let vector = vectors.remove(&segment.seg_id);
-            let score = match (&question, vector) {
-                (Some(q), Some(v)) => cosine(q, &v),
-                _ => {
-                    if lexical.is_none() {
-                        lexical = Some(self.snapshot.passage_stats(&self.query).await?);
-                    }
-                    lexical
-                        .as_ref()
-                        .expect("read above")
-                        .score_text(&self.query, &segment.text)
-                }
-            };
-            ranked.push((segment, score));
+        let mut unvectored = Vec::new();
+        for id in segments {
+            match (&question, vectors.remove(&id)) {
+                (Some(q), Some(v)) => ranked.push((id, cosine(q, &v))),
+                _ => unvectored.push(id),
+            }
         }
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.seg_id.cmp(&b.0.seg_id)));
+        // Segments without a vector (or a question without one) rank by BM25.
+        if !unvectored.is_empty() {
+            let lexical = self.snapshot.passage_stats(&self.query).await?;
+            for segment in self.snapshot.segments(&unvectored).await? {
+                let score = lexical.score_text(&self.query, &segment.text);
+                ranked.push((segment.seg_id.clone(), score));
+            }
+        }
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         let mut used = 0;
         let mut passages = Vec::new();
-        for (segment, _) in ranked {
-            let tokens = segment.n_tokens as usize;
-            if used + tokens > self.budget() && !passages.is_empty() {
-                break;
+        for few in ranked.chunks(super::ROWS_READ_TOGETHER) {
+            let ids: Vec<String> = few.iter().map(|(id, _)| id.clone()).collect();
+            let mut rows = self.snapshot.segments(&ids).await?;
+            rows.retain(|segment| self.allowed(&segment.doc_id));
+            let read = self.segment_passages(&rows).await?;
+            let mut by_id: HashMap<&str, (&SegmentRow, Passage)> = rows
+                .iter()
+                .zip(read)
+                .map(|(row, passage)| (row.seg_id.as_str(), (row.as_ref(), passage)))
+                .collect();
+            for (id, _) in few {
+                let Some((segment, passage)) = by_id.remove(id.as_str()) else {
+                    continue;
+                };
+                let tokens = segment.n_tokens as usize;
+                if used + tokens > self.budget() && !passages.is_empty() {
+                    return Ok(passages);
+                }
+                used += tokens;
+                passages.push(passage);
             }
-            used += tokens;
-            passages.push(self.segment_passage(&segment).await?);
         }
         Ok(passages)
     }
@@ -340,6 +364,7 @@ impl Navigation<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ROWS_READ_TOGETHER;
     use super::super::fixture::{
         HUB_MURALS, HUB_SEGMENTS, answer, cited, memory, memory_with_hub, request,
     };
@@ -348,8 +373,8 @@ mod tests {
 
     /// A hub's segments (more than are ranked by reading each one) are
     /// narrowed by the vector index to those nearest the question: the
-    /// murals are found, and no more than the bound's segments and vectors
-    /// are read.
+    /// murals are found, and no vector is read again nor any segment past
+    /// the budget.
     #[tokio::test]
     async fn a_hub_entity_context_comes_from_its_segments_nearest_the_question() {
         const { assert!(HUB_SEGMENTS > EXACT_SEGMENTS_AT_MOST) };
@@ -367,11 +392,13 @@ mod tests {
         assert_eq!(answer.trace[0].target, "Harbour Guild");
         let murals: Vec<String> = HUB_MURALS.iter().map(|m| format!("s-h{m:03}")).collect();
         assert_eq!(&cited(&answer)[..2], murals, "{:?}", cited(&answer));
-        // Each kept candidate is one segment and one vector look-up; a few
-        // more are the question's entities, lexicon entries and titles.
+        // The index's search scored the candidates: only the segments cited
+        // (and the rest of the last few read together) are read, and a few
+        // more look-ups are the question's entities and the documents.
+        let cited = answer.supporting.len() as u64;
         assert!(
-            read <= 2 * EXACT_SEGMENTS_AT_MOST as u64 + 32,
-            "{read} look-ups read the tables"
+            read <= cited + 2 * ROWS_READ_TOGETHER as u64,
+            "{read} look-ups read the tables for {cited} passages"
         );
     }
 

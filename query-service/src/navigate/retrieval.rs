@@ -9,7 +9,7 @@ use std::sync::Arc;
 use memweave_operators::tokens::count_tokens;
 use memweave_schemas::{SegmentRow, TreeNodeRow};
 
-use super::{Navigation, Passage, Walked};
+use super::{Failure, Navigation, Passage, Walked};
 
 /// Passages the baselines return when a request does not say.
 const DEFAULT_TOP_K: usize = 5;
@@ -19,9 +19,6 @@ const NEAREST_NODES_FIRST: usize = 64;
 /// ILM-TR stops when the new memory keeps this share of the last one (longest
 /// common subsequence of words).
 const CONVERGED: f64 = 0.9;
-/// Collapsed-tree nodes whose passages are read together: enough to share
-/// reads, few enough that little is read past the budget.
-const PASSAGES_READ_TOGETHER: usize = 16;
 
 impl Navigation<'_> {
     fn top_k(&self) -> usize {
@@ -60,9 +57,10 @@ impl Navigation<'_> {
         ranked: &[(Arc<SegmentRow>, f64)],
         by: &str,
     ) -> Walked<Vec<Passage>> {
+        let segments: Vec<Arc<SegmentRow>> = ranked.iter().map(|(s, _)| s.clone()).collect();
         let mut passages = Vec::new();
-        for (rank, (segment, score)) in ranked.iter().enumerate() {
-            let passage = self.segment_passage(segment).await?;
+        let read = self.segment_passages(&segments).await?;
+        for (rank, (passage, (_, score))) in read.into_iter().zip(ranked).enumerate() {
             self.record(
                 "retrieve",
                 &passage.from_id,
@@ -175,7 +173,7 @@ impl Navigation<'_> {
                 .nearest_node_ids(query, self.documents(), batch)
                 .await?;
             let exhausted = near.len() < batch;
-            for few in near[seen.min(near.len())..].chunks(PASSAGES_READ_TOGETHER) {
+            for few in near[seen.min(near.len())..].chunks(super::ROWS_READ_TOGETHER) {
                 seen += few.len();
                 let ranked = self.snapshot.raptor_nodes(few).await?;
                 let nodes: Vec<&TreeNodeRow> =
@@ -215,46 +213,46 @@ impl Navigation<'_> {
 
     /// RAPTOR nodes as passages, in their order: a leaf is its chunk; a summary
     /// (with its surprising facts for ILM-TR) spans the characters of the leaves
-    /// under it. The subtrees are read a level at a time for all the nodes
-    /// together, then their segments and documents in one read each.
+    /// under it. The leaves' own segments, the summaries' subtrees (a level at
+    /// a time for all of them) and the documents are read at once, then the
+    /// segments under the summaries in one read.
     async fn raptor_passages(
         &self,
         rows: &[&TreeNodeRow],
         with_facts: bool,
     ) -> Walked<Vec<Option<Passage>>> {
         let own_ids: Vec<String> = rows.iter().filter_map(|r| r.seg_id.clone()).collect();
-        let own = by_seg_id(self.snapshot.segments(&own_ids).await?);
-        // The segments under each summary (and each leaf whose segment is gone).
-        let mut leaves: Vec<Vec<String>> = vec![Vec::new(); rows.len()];
-        let mut frontier: Vec<(usize, String)> = Vec::new();
-        for (i, row) in rows.iter().enumerate() {
-            if !row.seg_id.as_ref().is_some_and(|id| own.contains_key(id)) {
-                frontier.extend(row.child_ids.iter().map(|c| (i, c.clone())));
-            }
-        }
-        while !frontier.is_empty() {
-            let ids: Vec<String> = frontier.iter().map(|(_, id)| id.clone()).collect();
-            let nodes: HashMap<String, Arc<TreeNodeRow>> = self
-                .snapshot
-                .nodes(&ids)
-                .await?
-                .into_iter()
-                .map(|n| (n.node_id.clone(), n))
-                .collect();
-            let mut next = Vec::new();
-            for (i, id) in frontier {
-                let Some(node) = nodes.get(&id) else { continue };
-                leaves[i].extend(node.seg_id.iter().cloned());
-                next.extend(node.child_ids.iter().map(|c| (i, c.clone())));
-            }
-            frontier = next;
+        let doc_ids: Vec<String> = rows.iter().filter_map(|r| r.doc_id.clone()).collect();
+        let summaries: Vec<usize> = (0..rows.len())
+            .filter(|&i| rows[i].seg_id.is_none())
+            .collect();
+        let (own, mut leaves, mut documents) = futures::try_join!(
+            async { Ok::<_, Failure>(by_seg_id(self.snapshot.segments(&own_ids).await?)) },
+            self.leaves_under(rows, &summaries),
+            async { Ok(self.snapshot.documents_of(&doc_ids).await?) },
+        )?;
+        // A leaf whose segment is gone spans what is under it, if anything.
+        let orphans: Vec<usize> = (0..rows.len())
+            .filter(|&i| {
+                rows[i]
+                    .seg_id
+                    .as_ref()
+                    .is_some_and(|id| !own.contains_key(id))
+            })
+            .collect();
+        for (i, under) in self
+            .leaves_under(rows, &orphans)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            leaves[i].extend(under);
         }
         let under_ids: Vec<String> = leaves.iter().flatten().cloned().collect();
         let under = by_seg_id(self.snapshot.segments(&under_ids).await?);
-        let doc_ids: Vec<String> = (rows.iter().filter_map(|r| r.doc_id.clone()))
-            .chain(own.values().map(|s| s.doc_id.clone()))
-            .collect();
-        let documents = self.snapshot.documents_of(&doc_ids).await?;
+        // A corpus tree's leaves name no document; their segments do.
+        let strays: Vec<String> = own.values().map(|s| s.doc_id.clone()).collect();
+        documents.extend(self.snapshot.documents_of(&strays).await?);
         let passages = rows.iter().zip(&leaves).map(|(row, leaves)| {
             let document = |doc_id: &str| documents.get(doc_id).map(Arc::as_ref);
             if let Some(segment) = row.seg_id.as_ref().and_then(|id| own.get(id)) {
@@ -278,6 +276,39 @@ impl Navigation<'_> {
             ))
         });
         Ok(passages.collect())
+    }
+
+    /// The segment ids of the leaves under each of `rows` picked by `which`
+    /// (one list per row, empty for the others): the subtrees are read a
+    /// level at a time for all of them together.
+    async fn leaves_under(
+        &self,
+        rows: &[&TreeNodeRow],
+        which: &[usize],
+    ) -> Walked<Vec<Vec<String>>> {
+        let mut leaves: Vec<Vec<String>> = vec![Vec::new(); rows.len()];
+        let mut frontier: Vec<(usize, String)> = which
+            .iter()
+            .flat_map(|&i| rows[i].child_ids.iter().map(move |c| (i, c.clone())))
+            .collect();
+        while !frontier.is_empty() {
+            let ids: Vec<String> = frontier.iter().map(|(_, id)| id.clone()).collect();
+            let nodes: HashMap<String, Arc<TreeNodeRow>> = self
+                .snapshot
+                .nodes(&ids)
+                .await?
+                .into_iter()
+                .map(|n| (n.node_id.clone(), n))
+                .collect();
+            let mut next = Vec::new();
+            for (i, id) in frontier {
+                let Some(node) = nodes.get(&id) else { continue };
+                leaves[i].extend(node.seg_id.iter().cloned());
+                next.extend(node.child_ids.iter().map(|c| (i, c.clone())));
+            }
+            frontier = next;
+        }
+        Ok(leaves)
     }
 }
 
