@@ -17,7 +17,7 @@
 //! ties broken by id, so an answer does not depend on how Lance splits or
 //! approximates its indexes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use std::future::Future;
@@ -100,6 +100,17 @@ struct OwnerVector {
 
 const VECTOR_COLUMNS: &[&str] = &["owner_id", "vector"];
 
+/// A relation without its description and sources: what choosing among a
+/// hub's relations needs.
+#[derive(Debug, Serialize, Deserialize)]
+struct RelationEnds {
+    relation_id: String,
+    source_id: String,
+    target_id: String,
+}
+
+const RELATION_ENDS: &[&str] = &["relation_id", "source_id", "target_id"];
+
 /// The lookups whose answers are cached: a row by its id, and the rest by
 /// what they are about.
 const BY_ID: &str = "id";
@@ -107,6 +118,7 @@ const ROOT_OF: &str = "root";
 const TREE_OF: &str = "tree";
 const PAGES_OF: &str = "pages";
 const RELATIONS_OF: &str = "relations";
+const RELATION_ENDS_OF: &str = "relation ends";
 const NAMED: &str = "named";
 
 /// Candidates Lance's full-text index is asked for, per result wanted, and at
@@ -427,19 +439,70 @@ impl Snapshot {
     /// Relations with any of `entity_ids` at either end, each once, in id
     /// order: one read for the entities whose relations are not cached.
     pub async fn relations_touching(&self, entity_ids: &[String]) -> Read<Vec<Arc<RelationRow>>> {
+        self.touching(entity_ids, RELATIONS_OF, &[], |r: &RelationRow| {
+            [&r.relation_id, &r.source_id, &r.target_id]
+        })
+        .await
+    }
+
+    /// The first `limit` relations in id order with any of `entity_ids` at
+    /// either end, other than those in `skip`: a hub's thousands are read as
+    /// ids and ends only, and whole rows only for the relations kept.
+    pub async fn first_relations_touching(
+        &self,
+        entity_ids: &[String],
+        skip: &HashSet<&str>,
+        limit: usize,
+    ) -> Read<Vec<Arc<RelationRow>>> {
+        let ends = self
+            .touching(
+                entity_ids,
+                RELATION_ENDS_OF,
+                RELATION_ENDS,
+                |r: &RelationEnds| [&r.relation_id, &r.source_id, &r.target_id],
+            )
+            .await?;
+        let kept: Vec<String> = ends
+            .iter()
+            .map(|r| r.relation_id.clone())
+            .filter(|id| !skip.contains(id.as_str()))
+            .take(limit)
+            .collect();
+        let mut rows = self
+            .rows_by_id(
+                Table::Relations,
+                &[],
+                "relation_id",
+                None,
+                &kept,
+                |r: &RelationRow| &r.relation_id,
+            )
+            .await?;
+        Ok(kept.iter().filter_map(|id| rows.remove(id)).collect())
+    }
+
+    /// `R`s (relation rows, or their ends) with any of `entity_ids` at
+    /// either end (`ends`: id, source, target), each once, in id order: one
+    /// read for the entities whose answer to `lookup` is not cached.
+    async fn touching<R>(
+        &self,
+        entity_ids: &[String],
+        lookup: &'static str,
+        columns: &[&str],
+        ends: fn(&R) -> [&String; 3],
+    ) -> Read<Vec<Arc<R>>>
+    where
+        R: DeserializeOwned + Serialize + Send + Sync + 'static,
+    {
         let version = self.version(Table::Relations);
-        let mut touching: HashMap<String, Arc<RelationRow>> = HashMap::new();
+        let mut touching: HashMap<String, Arc<R>> = HashMap::new();
         let mut missing: Vec<String> = Vec::new();
         for id in entity_ids {
-            match self.cache.get::<Vec<Arc<RelationRow>>>(
-                Table::Relations,
-                version,
-                RELATIONS_OF,
-                id,
-            ) {
-                Some(hit) => {
-                    touching.extend(hit.iter().map(|r| (r.relation_id.clone(), r.clone())))
-                }
+            match self
+                .cache
+                .get::<Vec<Arc<R>>>(Table::Relations, version, lookup, id)
+            {
+                Some(hit) => touching.extend(hit.iter().map(|r| (ends(r)[0].clone(), r.clone()))),
                 None => missing.push(id.clone()),
             }
         }
@@ -448,31 +511,32 @@ impl Snapshot {
         for chunk in missing.chunks(KEYS_PER_PREDICATE) {
             let ids = sql_strings(chunk);
             let filter = format!("source_id IN ({ids}) OR target_id IN ({ids})");
-            let mut found: Vec<RelationRow> =
-                self.select(Table::Relations, &[], &filter, None).await?;
-            found.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
-            let found: Vec<Arc<RelationRow>> = found.into_iter().map(Arc::new).collect();
+            let found: Vec<R> = self
+                .select(Table::Relations, columns, &filter, None)
+                .await?;
+            let mut found: Vec<Arc<R>> = found.into_iter().map(Arc::new).collect();
+            found.sort_by(|a, b| ends(a)[0].cmp(ends(b)[0]));
             for id in chunk {
-                let of: Vec<Arc<RelationRow>> = found
+                let of: Vec<Arc<R>> = found
                     .iter()
-                    .filter(|r| &r.source_id == id || &r.target_id == id)
+                    .filter(|r| ends(r)[1] == id || ends(r)[2] == id)
                     .cloned()
                     .collect();
                 let bytes = rows_bytes(of.iter().map(|r| &**r));
                 self.cache.put(
                     Table::Relations,
                     version,
-                    RELATIONS_OF,
+                    lookup,
                     id.clone(),
                     Arc::new(of),
                     bytes,
                 );
             }
-            touching.extend(found.into_iter().map(|r| (r.relation_id.clone(), r)));
+            touching.extend(found.into_iter().map(|r| (ends(&r)[0].clone(), r)));
         }
-        let mut touching: Vec<Arc<RelationRow>> = touching.into_values().collect();
-        touching.sort_by(|a, b| a.relation_id.cmp(&b.relation_id));
-        Ok(touching)
+        let mut touching: Vec<(String, Arc<R>)> = touching.into_iter().collect();
+        touching.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(touching.into_iter().map(|(_, r)| r).collect())
     }
 
     pub async fn vector(&self, owner_id: &str) -> Read<Option<Arc<[f32]>>> {

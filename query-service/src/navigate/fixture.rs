@@ -115,12 +115,23 @@ pub(super) async fn memory_with_hub() -> Memory {
         aliases: vec![],
         seg_ids,
     });
+    for ordinal in 0..HUB_RELATIONS {
+        rows.relations.push(RelationRow {
+            relation_id: format!("r-guild-{ordinal:03}"),
+            source_id: "e-guild".into(),
+            target_id: "e-studio".into(),
+            description: format!("The guild hired the studio, job {ordinal}. ").repeat(12),
+            seg_ids: vec![format!("s-h{ordinal:03}")],
+        });
+    }
     written(rows, FIXTURE_CACHE_MIB).await
 }
 
 /// The hub document's segments, and which of them are about murals.
 pub(super) const HUB_SEGMENTS: usize = 600;
 pub(super) const HUB_MURALS: [usize; 2] = [137, 421];
+/// Relations between the hub and the studio, each with a long description.
+pub(super) const HUB_RELATIONS: usize = 200;
 
 fn rows() -> MemoryTables {
     let mut rows = MemoryTables::default();

@@ -198,10 +198,10 @@ impl Navigation<'_> {
     ) -> Walked<Vec<Arc<RelationRow>>> {
         let ids: Vec<String> = entities.iter().map(|e| e.entity_id.clone()).collect();
         let skipped: HashSet<&str> = skip.iter().map(|s| s.relation_id.as_str()).collect();
-        let mut adjacent = self.snapshot.relations_touching(&ids).await?;
-        adjacent.retain(|r| !skipped.contains(r.relation_id.as_str()));
-        adjacent.truncate(RELATIONS_AT_MOST);
-        Ok(adjacent)
+        Ok(self
+            .snapshot
+            .first_relations_touching(&ids, &skipped, RELATIONS_AT_MOST)
+            .await?)
     }
 
     /// Reads the entities at the ends of `relations` in one read, so naming
@@ -365,8 +365,10 @@ impl Navigation<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::ROWS_READ_TOGETHER;
+    use std::collections::HashSet;
+
     use super::super::fixture::{
-        HUB_MURALS, HUB_SEGMENTS, answer, cited, memory, memory_with_hub, request,
+        HUB_MURALS, HUB_RELATIONS, HUB_SEGMENTS, answer, cited, memory, memory_with_hub, request,
     };
     use super::EXACT_SEGMENTS_AT_MOST;
     use crate::request::Strategy;
@@ -399,6 +401,38 @@ mod tests {
         assert!(
             read <= cited + 2 * ROWS_READ_TOGETHER as u64,
             "{read} look-ups read the tables for {cited} passages"
+        );
+    }
+
+    /// A hub's relations are chosen from their ends alone: the first in id
+    /// order, past those already followed, are the ones the whole rows give,
+    /// and only they are read whole.
+    #[tokio::test]
+    async fn a_hubs_relations_are_read_whole_only_when_kept() {
+        let ids = ["e-guild".to_string(), "e-studio".to_string()];
+        let everything = memory_with_hub().await;
+        let before = everything.cache_stats();
+        let all = everything.relations_touching(&ids).await.expect("read");
+        let whole = everything.cache_stats().bytes - before.bytes;
+        assert_eq!(all.len(), HUB_RELATIONS + 1);
+        let skip: HashSet<&str> = [all[1].relation_id.as_str()].into();
+        let snapshot = memory_with_hub().await;
+        let before = snapshot.cache_stats();
+        let first = snapshot
+            .first_relations_touching(&ids, &skip, 8)
+            .await
+            .expect("read");
+        let expected: Vec<_> = all
+            .iter()
+            .filter(|r| !skip.contains(r.relation_id.as_str()))
+            .take(8)
+            .cloned()
+            .collect();
+        assert_eq!(first, expected);
+        let cached = snapshot.cache_stats().bytes - before.bytes;
+        assert!(
+            cached < whole / 2,
+            "{cached} bytes cached; the relations read whole are {whole}"
         );
     }
 
