@@ -213,9 +213,10 @@ impl Navigation<'_> {
 
     /// RAPTOR nodes as passages, in their order: a leaf is its chunk; a summary
     /// (with its surprising facts for ILM-TR) spans the characters of the leaves
-    /// under it. The leaves' own segments, the summaries' subtrees (a level at
-    /// a time for all of them) and the documents are read at once, then the
-    /// segments under the summaries in one read.
+    /// under it. The leaves' own segments, the subtrees (a level at a time for
+    /// all the nodes) and the documents (each node of a document's tree names
+    /// its own) are read at once, then the segments under the summaries in
+    /// one read.
     async fn raptor_passages(
         &self,
         rows: &[&TreeNodeRow],
@@ -223,36 +224,13 @@ impl Navigation<'_> {
     ) -> Walked<Vec<Option<Passage>>> {
         let own_ids: Vec<String> = rows.iter().filter_map(|r| r.seg_id.clone()).collect();
         let doc_ids: Vec<String> = rows.iter().filter_map(|r| r.doc_id.clone()).collect();
-        let summaries: Vec<usize> = (0..rows.len())
-            .filter(|&i| rows[i].seg_id.is_none())
-            .collect();
-        let (own, mut leaves, mut documents) = futures::try_join!(
+        let (own, leaves, documents) = futures::try_join!(
             async { Ok::<_, Failure>(by_seg_id(self.snapshot.segments(&own_ids).await?)) },
-            self.leaves_under(rows, &summaries),
+            self.leaves_under(rows),
             async { Ok(self.snapshot.documents_of(&doc_ids).await?) },
         )?;
-        // A leaf whose segment is gone spans what is under it, if anything.
-        let orphans: Vec<usize> = (0..rows.len())
-            .filter(|&i| {
-                rows[i]
-                    .seg_id
-                    .as_ref()
-                    .is_some_and(|id| !own.contains_key(id))
-            })
-            .collect();
-        for (i, under) in self
-            .leaves_under(rows, &orphans)
-            .await?
-            .into_iter()
-            .enumerate()
-        {
-            leaves[i].extend(under);
-        }
         let under_ids: Vec<String> = leaves.iter().flatten().cloned().collect();
         let under = by_seg_id(self.snapshot.segments(&under_ids).await?);
-        // A corpus tree's leaves name no document; their segments do.
-        let strays: Vec<String> = own.values().map(|s| s.doc_id.clone()).collect();
-        documents.extend(self.snapshot.documents_of(&strays).await?);
         let passages = rows.iter().zip(&leaves).map(|(row, leaves)| {
             let document = |doc_id: &str| documents.get(doc_id).map(Arc::as_ref);
             if let Some(segment) = row.seg_id.as_ref().and_then(|id| own.get(id)) {
@@ -278,18 +256,15 @@ impl Navigation<'_> {
         Ok(passages.collect())
     }
 
-    /// The segment ids of the leaves under each of `rows` picked by `which`
-    /// (one list per row, empty for the others): the subtrees are read a
-    /// level at a time for all of them together.
-    async fn leaves_under(
-        &self,
-        rows: &[&TreeNodeRow],
-        which: &[usize],
-    ) -> Walked<Vec<Vec<String>>> {
+    /// The segment ids of the leaves under each of `rows` (none under a
+    /// leaf): the subtrees are read a level at a time for all of them
+    /// together.
+    async fn leaves_under(&self, rows: &[&TreeNodeRow]) -> Walked<Vec<Vec<String>>> {
         let mut leaves: Vec<Vec<String>> = vec![Vec::new(); rows.len()];
-        let mut frontier: Vec<(usize, String)> = which
+        let mut frontier: Vec<(usize, String)> = rows
             .iter()
-            .flat_map(|&i| rows[i].child_ids.iter().map(move |c| (i, c.clone())))
+            .enumerate()
+            .flat_map(|(i, row)| row.child_ids.iter().map(move |c| (i, c.clone())))
             .collect();
         while !frontier.is_empty() {
             let ids: Vec<String> = frontier.iter().map(|(_, id)| id.clone()).collect();
