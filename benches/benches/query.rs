@@ -50,7 +50,9 @@ use memweave_operators::text::sentences;
 use memweave_operators::tokens::count_tokens;
 use memweave_pipeline::index::{IndexOptions, IndexSummary, run_index};
 use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
-use memweave_query::http::{Limits, ServiceState, router};
+use memweave_query::http::router;
+use memweave_query::mcp::AllowedHosts;
+use memweave_query::service::{Limits, ServiceState};
 use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
 use memweave_schemas::TableStore;
 
@@ -472,7 +474,9 @@ fn latency(runtime: &tokio::runtime::Runtime) {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let address = listener.local_addr().unwrap();
-    runtime.spawn(async move { axum::serve(listener, router(state)).await });
+    runtime.spawn(async move {
+        axum::serve(listener, router(state, AllowedHosts::loopback_and([]))).await
+    });
     http_latency(address, seconds, &questions);
 }
 

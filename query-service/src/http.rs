@@ -1,11 +1,13 @@
-//! The HTTP API. `POST /v1/ask` answers with every strategy; `GET /v1/documents`,
-//! `/v1/documents/{id}/tree`, `/v1/nodes/{id}` and `/v1/entities/{id}` show the
-//! memory itself; `/healthz`, `/readyz`, `/metrics` (Prometheus) and
-//! `/openapi.json` serve operators and clients. Bad input is a 4xx with a JSON
-//! body `{"error": …}` that says what to change; it never reaches a navigator.
+//! The HTTP API. `POST /v1/ask` answers with every strategy, `POST /v1/search`
+//! ranks passages without the model; `GET /v1/documents`,
+//! `/v1/documents/{id}/tree`, `/v1/documents/{id}/pages/{page}`,
+//! `/v1/nodes/{id}` and `/v1/entities/{id}` show the memory itself; `/mcp`
+//! serves the same as MCP tools; `/healthz`, `/readyz`, `/metrics`
+//! (Prometheus) and `/openapi.json` serve operators and clients. Bad input is
+//! a 4xx with a JSON body `{"error": …}` that says what to change; it never
+//! reaches a navigator.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
@@ -15,131 +17,37 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use memweave_operators::embed::Embedder;
-use memweave_operators::model::MemoryModel;
-use memweave_schemas::{StoreError, TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow};
+use memweave_schemas::TableStore;
 use serde::Deserialize;
+use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::RwLock;
 
 use crate::analytics::catalog::Catalog;
 use crate::analytics::metrics::prometheus;
 use crate::analytics::report::report;
-use crate::cache::ReadCache;
-use crate::navigate::{Models, ask};
+use crate::mcp;
 use crate::request::{
-    AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, MAX_BUDGET, MAX_OPTION, MAX_QUESTION_CHARS,
-    MAX_STEP_LIMIT, MAX_TOKEN_LIMIT, Strategy,
+    AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, DOCUMENTS_PAGE, DocumentsRequest,
+    ENTITY_LIST, EntityRequest, MAX_BUDGET, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST, MAX_OPTION,
+    MAX_QUESTION_CHARS, MAX_STEP_LIMIT, MAX_TOKEN_LIMIT, NodeRequest, PageRequest, SearchRequest,
+    Strategy, TreeKind, TreeRequest,
 };
-use crate::snapshot::Snapshot;
+use crate::service::{ApiError, ServiceState};
 
 /// Largest request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// Limits every request runs under.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    /// Wall time one answer may take, model calls included.
-    pub request_timeout: Duration,
-    /// When set, `/v1/*` needs `Authorization: Bearer <token>`.
-    pub auth_token: Option<String>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            request_timeout: Duration::from_secs(120),
-            auth_token: None,
-        }
-    }
-}
-
-/// What every request handler shares: where the tables are, the newest snapshot,
-/// the models navigators ask, and the request counters.
-#[derive(Debug)]
-pub struct ServiceState {
-    store: TableStore,
-    cache: Arc<ReadCache>,
-    snapshot: RwLock<Option<Arc<Snapshot>>>,
-    model: Arc<dyn MemoryModel>,
-    embedder: Arc<dyn Embedder>,
-    limits: Limits,
-    metrics: Mutex<Metrics>,
-    /// The memory's report as Prometheus gauges, and the epoch and time it
-    /// was made at ([`ServiceState::memory_report`]).
-    memory_report: tokio::sync::Mutex<Option<(u64, Instant, String)>>,
-}
-
-/// Answers by strategy and status, and the seconds they took.
-#[derive(Debug, Default)]
-struct Metrics {
-    answers: BTreeMap<(&'static str, u16), u64>,
-    seconds: BTreeMap<&'static str, f64>,
-}
-
-impl ServiceState {
-    pub fn new(
-        store: TableStore,
-        cache: Arc<ReadCache>,
-        model: Arc<dyn MemoryModel>,
-        embedder: Arc<dyn Embedder>,
-        limits: Limits,
-    ) -> Arc<Self> {
-        Arc::new(ServiceState {
-            store,
-            cache,
-            snapshot: RwLock::new(None),
-            model,
-            embedder,
-            limits,
-            metrics: Mutex::new(Metrics::default()),
-            memory_report: tokio::sync::Mutex::new(None),
-        })
-    }
-
-    /// Loads the newest checkpoint if it is newer than the one served; returns the
-    /// epoch now served.
-    pub async fn refresh(&self) -> Result<Option<u64>, StoreError> {
-        let served = self.snapshot.read().await.as_ref().map(|s| s.epoch);
-        let Some(checkpoint) = self.store.latest_checkpoint().await? else {
-            return Ok(served);
-        };
-        if served == Some(checkpoint.epoch) {
-            return Ok(served);
-        }
-        let snapshot = Snapshot::load(&self.store, &checkpoint, self.cache.clone()).await?;
-        tracing::info!(epoch = checkpoint.epoch, "serving checkpoint");
-        *self.snapshot.write().await = Some(Arc::new(snapshot));
-        Ok(Some(checkpoint.epoch))
-    }
-
-    /// Checks for a newer checkpoint every `every`, forever.
-    pub async fn keep_fresh(self: Arc<Self>, every: Duration) {
-        loop {
-            tokio::time::sleep(every).await;
-            if let Err(err) = self.refresh().await {
-                tracing::warn!(error = %err, "checking for a newer checkpoint failed");
-            }
-        }
-    }
-
-    fn count(&self, strategy: &'static str, status: StatusCode, seconds: f64) {
-        let mut metrics = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
-        *metrics
-            .answers
-            .entry((strategy, status.as_u16()))
-            .or_default() += 1;
-        *metrics.seconds.entry(strategy).or_default() += seconds;
-    }
-}
-
-pub fn router(state: Arc<ServiceState>) -> Router {
+/// The routes; `mcp_hosts` are the `Host`s `/mcp` answers (see [`mcp::http_service`]).
+pub fn router(state: Arc<ServiceState>, mcp_hosts: mcp::AllowedHosts) -> Router {
     let api = Router::new()
         .route("/v1/ask", post(ask_handler))
+        .route("/v1/search", post(search_handler))
         .route("/v1/documents", get(documents_handler))
         .route("/v1/documents/{id}/tree", get(tree_handler))
+        .route("/v1/documents/{id}/pages/{page}", get(page_handler))
         .route("/v1/nodes/{id}", get(node_handler))
         .route("/v1/entities/{id}", get(entity_handler))
+        .nest_service("/mcp", mcp::http_service(state.clone(), mcp_hosts))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authorise,
@@ -176,216 +84,126 @@ async fn authorise(
     next.run(request).await
 }
 
-async fn served(state: &ServiceState) -> Result<Arc<Snapshot>, Response> {
-    state.snapshot.read().await.clone().ok_or_else(not_ready)
+/// A served result as JSON, or its error with its status.
+fn reply<T: Serialize>(served: Result<T, ApiError>) -> Response {
+    match served {
+        Ok(value) => Json(value).into_response(),
+        Err(failure) => error(failure.status(), &failure.to_string()),
+    }
+}
+
+/// A body or query axum could not parse: 400 (413 and 415 as they are).
+fn rejected(status: StatusCode, text: &str) -> Response {
+    let status = match status {
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => status,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    error(status, text)
 }
 
 async fn ask_handler(
     State(state): State<Arc<ServiceState>>,
     body: Result<Json<AskRequest>, JsonRejection>,
 ) -> Response {
-    let started = Instant::now();
-    let request = match body {
-        Ok(Json(request)) => request,
+    match body {
+        Ok(Json(request)) => reply(state.ask(&request).await),
         Err(rejection) => {
-            let status = match rejection.status() {
-                StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            state.count("invalid", status, 0.0);
-            return error(status, &rejection.body_text());
-        }
-    };
-    let snapshot = match served(&state).await {
-        Ok(snapshot) => snapshot,
-        Err(response) => return response,
-    };
-    let valid = match snapshot.validate(&request).await {
-        Ok(valid) => valid,
-        Err(failure) => return unreadable(&failure),
-    };
-    if let Err(message) = valid {
-        state.count(request.strategy.name(), StatusCode::BAD_REQUEST, 0.0);
-        return error(StatusCode::BAD_REQUEST, &message);
-    }
-    let models = Models {
-        model: &*state.model,
-        embedder: &*state.embedder,
-    };
-    let answered = tokio::time::timeout(
-        state.limits.request_timeout,
-        ask(&snapshot, &request, models),
-    )
-    .await;
-    let seconds = started.elapsed().as_secs_f64();
-    match answered {
-        Ok(Ok(answer)) => {
-            state.count(request.strategy.name(), StatusCode::OK, seconds);
-            Json(answer).into_response()
-        }
-        Ok(Err(failure)) => {
-            state.count(
-                request.strategy.name(),
-                StatusCode::SERVICE_UNAVAILABLE,
-                seconds,
-            );
-            unreadable(&failure)
-        }
-        Err(_) => {
-            state.count(
-                request.strategy.name(),
-                StatusCode::GATEWAY_TIMEOUT,
-                seconds,
-            );
-            error(
-                StatusCode::GATEWAY_TIMEOUT,
-                &format!(
-                    "no answer within {} s (--request-timeout-secs)",
-                    state.limits.request_timeout.as_secs()
-                ),
-            )
+            let response = rejected(rejection.status(), &rejection.body_text());
+            state.count("invalid", response.status(), 0.0);
+            response
         }
     }
 }
 
-/// Documents a page of `GET /v1/documents` lists, unless `?limit=` says, and
-/// at most.
-const DOCUMENTS_PAGE: usize = 1_000;
-const MAX_DOCUMENTS_PAGE: usize = 10_000;
-
-#[derive(Debug, Deserialize)]
-struct DocumentsQuery {
-    /// The `next` of the page before.
-    after: Option<String>,
-    limit: Option<usize>,
+async fn search_handler(
+    State(state): State<Arc<ServiceState>>,
+    body: Result<Json<SearchRequest>, JsonRejection>,
+) -> Response {
+    match body {
+        Ok(Json(request)) => reply(state.search(&request).await),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
 }
 
 async fn documents_handler(
     State(state): State<Arc<ServiceState>>,
-    query: Result<Query<DocumentsQuery>, QueryRejection>,
+    query: Result<Query<DocumentsRequest>, QueryRejection>,
 ) -> Response {
-    let query = match query {
-        Ok(Query(query)) => query,
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, &rejection.body_text()),
-    };
-    let limit = query.limit.unwrap_or(DOCUMENTS_PAGE);
-    if !(1..=MAX_DOCUMENTS_PAGE).contains(&limit) {
-        return error(
-            StatusCode::BAD_REQUEST,
-            &format!("limit must be 1 to {MAX_DOCUMENTS_PAGE}, not {limit}"),
-        );
+    match query {
+        Ok(Query(request)) => reply(state.documents(&request).await),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
     }
-    let snapshot = match served(&state).await {
-        Ok(snapshot) => snapshot,
-        Err(response) => return response,
-    };
-    let page = match snapshot.documents_page(query.after.as_deref(), limit).await {
-        Ok(page) => page,
-        Err(failure) => return unreadable(&failure),
-    };
-    Json(json!({
-        "epoch": snapshot.epoch,
-        "total": page.total,
-        "documents": page.documents,
-        "next": page.next,
-    }))
-    .into_response()
 }
 
+/// `/v1/documents/{id}/tree`'s query: the rest of a [`TreeRequest`].
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct TreeQuery {
-    tree: Option<String>,
+    #[serde(default)]
+    tree: TreeKind,
+    depth: Option<u32>,
 }
 
 async fn tree_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(id): Path<String>,
-    Query(query): Query<TreeQuery>,
+    Path(doc_id): Path<String>,
+    query: Result<Query<TreeQuery>, QueryRejection>,
 ) -> Response {
-    let snapshot = match served(&state).await {
-        Ok(snapshot) => snapshot,
-        Err(response) => return response,
-    };
-    match snapshot.document(&id).await {
-        Ok(Some(_)) => {}
-        Ok(None) => return error(StatusCode::NOT_FOUND, &format!("unknown document {id:?}")),
-        Err(failure) => return unreadable(&failure),
+    match query {
+        Ok(Query(TreeQuery { tree, depth })) => reply(
+            state
+                .tree(&TreeRequest {
+                    doc_id,
+                    tree,
+                    depth,
+                })
+                .await,
+        ),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
     }
-    let tree = query.tree.as_deref().unwrap_or(TREE_MEMWALKER);
-    if tree != TREE_MEMWALKER && tree != TREE_RAPTOR {
-        return error(
-            StatusCode::BAD_REQUEST,
-            &format!("unknown tree {tree:?}; expected {TREE_MEMWALKER} or {TREE_RAPTOR}"),
-        );
-    }
-    let nodes = match snapshot.tree(&id, tree).await {
-        Ok(nodes) => nodes,
-        Err(failure) => return unreadable(&failure),
-    };
-    let nodes: Vec<Value> = nodes.iter().map(|n| node_json(n)).collect();
-    Json(json!({ "doc_id": id, "tree": tree, "nodes": nodes })).into_response()
 }
 
-async fn node_handler(State(state): State<Arc<ServiceState>>, Path(id): Path<String>) -> Response {
-    let snapshot = match served(&state).await {
-        Ok(snapshot) => snapshot,
-        Err(response) => return response,
-    };
-    match snapshot.node(&id).await {
-        Ok(Some(node)) => Json(node_json(&node)).into_response(),
-        Ok(None) => error(StatusCode::NOT_FOUND, &format!("unknown node {id:?}")),
-        Err(failure) => unreadable(&failure),
+async fn page_handler(
+    State(state): State<Arc<ServiceState>>,
+    path: Result<Path<(String, u32)>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    match path {
+        Ok(Path((doc_id, page))) => reply(state.page(&PageRequest { doc_id, page }).await),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
     }
+}
+
+async fn node_handler(
+    State(state): State<Arc<ServiceState>>,
+    Path(node_id): Path<String>,
+) -> Response {
+    reply(state.node(&NodeRequest { node_id }).await)
+}
+
+/// `/v1/entities/{id}`'s query: the rest of an [`EntityRequest`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntityQuery {
+    limit: Option<usize>,
 }
 
 async fn entity_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(id): Path<String>,
+    Path(entity_id): Path<String>,
+    query: Result<Query<EntityQuery>, QueryRejection>,
 ) -> Response {
-    let snapshot = match served(&state).await {
-        Ok(snapshot) => snapshot,
-        Err(response) => return response,
-    };
-    let read = async {
-        let entity = snapshot.entity(&id).await?;
-        let relations = snapshot.relations_of(&id).await?;
-        Ok::<_, StoreError>((entity, relations))
-    };
-    let (entity, relations) = match read.await {
-        Ok((Some(entity), relations)) => (entity, relations),
-        Ok((None, _)) => return error(StatusCode::NOT_FOUND, &format!("unknown entity {id:?}")),
-        Err(failure) => return unreadable(&failure),
-    };
-    let relations: Vec<Value> = relations
-        .iter()
-        .map(|r| {
-            json!({
-                "relation_id": r.relation_id, "source_id": r.source_id,
-                "target_id": r.target_id, "description": r.description, "seg_ids": r.seg_ids,
-            })
-        })
-        .collect();
-    Json(json!({
-        "entity_id": entity.entity_id, "name": entity.name, "aliases": entity.aliases,
-        "description": entity.description, "seg_ids": entity.seg_ids, "relations": relations,
-    }))
-    .into_response()
-}
-
-fn node_json(node: &TreeNodeRow) -> Value {
-    json!({
-        "node_id": node.node_id, "tree": node.tree, "doc_id": node.doc_id,
-        "level": node.level, "ordinal": node.ordinal, "parent_id": node.parent_id,
-        "child_ids": node.child_ids, "seg_id": node.seg_id, "summary": node.summary,
-        "surprise": node.surprise, "n_tokens": node.n_tokens,
-    })
+    match query {
+        Ok(Query(EntityQuery { limit })) => {
+            reply(state.entity(&EntityRequest { entity_id, limit }).await)
+        }
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
 }
 
 async fn ready_handler(State(state): State<Arc<ServiceState>>) -> Response {
-    match state.snapshot.read().await.as_ref() {
-        Some(snapshot) => Json(json!({ "epoch": snapshot.epoch })).into_response(),
-        None => not_ready(),
+    match state.epoch().await {
+        Some(epoch) => Json(json!({ "epoch": epoch })).into_response(),
+        None => reply::<()>(Err(ApiError::NotReady)),
     }
 }
 
@@ -430,7 +248,7 @@ async fn memory_metrics(store: &TableStore, epoch: u64) -> anyhow::Result<String
 }
 
 async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
-    let epoch = state.snapshot.read().await.as_ref().map(|s| s.epoch);
+    let epoch = state.epoch().await;
     let memory = state.memory_report(epoch).await;
     let metrics = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
     let mut text = String::from(
@@ -487,25 +305,14 @@ async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-fn not_ready() -> Response {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "no checkpoint has been committed under the tables root yet",
-    )
-}
-
-/// A read of the memory tables failed (storage down, a version vacuumed
-/// away): the request may succeed on retry or on another replica.
-fn unreadable(failure: &StoreError) -> Response {
-    tracing::warn!(error = %failure, "reading the memory tables failed");
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        &format!("the memory tables could not be read: {failure}"),
-    )
-}
-
 fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
+}
+
+/// The JSON schema of a request type, as the MCP tools describe it.
+fn generated<T: schemars::JsonSchema>() -> Value {
+    serde_json::to_value(schemars::SchemaGenerator::default().into_root_schema_for::<T>())
+        .unwrap_or_default()
 }
 
 /// The OpenAPI 3.1 description of every route.
@@ -536,6 +343,11 @@ pub fn openapi() -> Value {
                     "504": failure("No answer within the request time limit")
                 }
             } },
+            "/v1/search": { "post": {
+                "summary": "The passages BM25 or the dense baseline ranks highest for a query, with their scores; no model is asked",
+                "requestBody": { "required": true, "content": { "application/json": { "schema": generated::<SearchRequest>() } } },
+                "responses": { "200": json_body(json!({ "type": "object", "required": ["epoch", "method", "passages"] })), "400": failure("Invalid request"), "401": failure("Missing or wrong bearer token"), "503": failure("No checkpoint committed yet, or the query could not be embedded") }
+            } },
             "/v1/documents": { "get": {
                 "summary": "The documents of the served checkpoint, a page at a time in id order: `next` is the `after` of the following page (null on the last); `total` counts them all",
                 "parameters": [
@@ -545,9 +357,21 @@ pub fn openapi() -> Value {
                 "responses": { "200": json_body(json!({ "type": "object", "required": ["epoch", "total", "documents", "next"] })), "400": failure("limit out of range"), "401": failure("Missing or wrong bearer token") }
             } },
             "/v1/documents/{id}/tree": { "get": {
-                "summary": "A document's MemWalker (default) or RAPTOR tree (?tree=raptor)",
-                "parameters": id_parameter("Document id"),
+                "summary": "A document's MemWalker (default) or RAPTOR tree (?tree=raptor), its top levels only with ?depth= (0: the root)",
+                "parameters": [
+                    { "name": "id", "in": "path", "required": true, "description": "Document id", "schema": { "type": "string" } },
+                    { "name": "tree", "in": "query", "required": false, "schema": { "type": "string", "enum": ["memwalker", "raptor"], "default": "memwalker" } },
+                    { "name": "depth", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 }, "description": "Levels below the root" }
+                ],
                 "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("Unknown tree"), "404": failure("Unknown document") }
+            } },
+            "/v1/documents/{id}/pages/{page}": { "get": {
+                "summary": "A ReadAgent page of a document (from 0): its text and its gist",
+                "parameters": [
+                    { "name": "id", "in": "path", "required": true, "description": "Document id", "schema": { "type": "string" } },
+                    { "name": "page", "in": "path", "required": true, "description": "Page number, from 0", "schema": { "type": "integer", "minimum": 0 } }
+                ],
+                "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("Page not a number"), "404": failure("Unknown document or page") }
             } },
             "/v1/nodes/{id}": { "get": {
                 "summary": "One tree node",
@@ -555,9 +379,16 @@ pub fn openapi() -> Value {
                 "responses": { "200": json_body(json!({ "type": "object" })), "404": failure("Unknown node") }
             } },
             "/v1/entities/{id}": { "get": {
-                "summary": "One graph entity with its relations",
-                "parameters": id_parameter("Entity id"),
-                "responses": { "200": json_body(json!({ "type": "object" })), "404": failure("Unknown entity") }
+                "summary": "One graph entity with its first relations (id order) and source segments, and how many there are of each",
+                "parameters": [
+                    { "name": "id", "in": "path", "required": true, "description": "Entity id", "schema": { "type": "string" } },
+                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_ENTITY_LIST, "default": ENTITY_LIST } }
+                ],
+                "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("limit out of range"), "404": failure("Unknown entity") }
+            } },
+            "/mcp": { "post": {
+                "summary": "The same as MCP tools (Model Context Protocol, streamable HTTP, stateless): ask, search, list_documents, document_tree, node, page, entity",
+                "responses": { "200": { "description": "A JSON-RPC response" }, "401": failure("Missing or wrong bearer token") }
             } },
             "/healthz": { "get": { "summary": "Liveness", "responses": { "200": { "description": "ok" } } } },
             "/readyz": { "get": { "summary": "Readiness: the epoch served", "responses": { "200": json_body(json!({ "type": "object" })), "503": failure("No checkpoint yet") } } },

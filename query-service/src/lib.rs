@@ -1,5 +1,5 @@
 //! The memweave query service: navigators over one consistent snapshot of the
-//! memory tables, served over HTTP. It holds nothing but caches of immutable
+//! memory tables, served over HTTP and as MCP tools. It holds nothing but caches of immutable
 //! table versions, so any replica answers any request the same way.
 //!
 //! This crate must not depend on the pipeline or on timely: its image stays small.
@@ -7,8 +7,10 @@
 pub mod analytics;
 pub mod cache;
 pub mod http;
+pub mod mcp;
 pub mod navigate;
 pub mod request;
+pub mod service;
 pub mod snapshot;
 
 pub use navigate::{Answer, Models, Passage, Step, ask};

@@ -9,8 +9,10 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
 use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
-use memweave_query::http::{Limits, ServiceState, router};
+use memweave_query::http::router;
+use memweave_query::mcp::{AllowedHosts, serve_stdio};
 use memweave_query::parse_storage_option;
+use memweave_query::service::{Limits, ServiceState};
 use memweave_schemas::TableStore;
 
 /// jemalloc, not glibc's malloc: Lance's reads allocate and free per
@@ -22,7 +24,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[command(
     name = "memweave-query",
     version,
-    about = "Answer questions over memweave memory tables, over HTTP"
+    about = "Answer questions over memweave memory tables, over HTTP and as MCP tools"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,48 +34,131 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the query API over the newest checkpoint of TABLES: POST /v1/ask
-    /// (every strategy), GET /v1/documents (a page at a time: ?limit=, and
-    /// ?after= the page's `next`), /v1/documents/{id}/tree, /v1/nodes/{id},
-    /// /v1/entities/{id}, /healthz, /readyz, /metrics and /openapi.json.
+    /// (every strategy), POST /v1/search, GET /v1/documents (a page at a
+    /// time: ?limit=, and ?after= the page's `next`),
+    /// /v1/documents/{id}/tree, /v1/documents/{id}/pages/{page},
+    /// /v1/nodes/{id}, /v1/entities/{id}, the same as MCP tools at /mcp
+    /// (streamable HTTP), /healthz, /readyz, /metrics and /openapi.json.
     ///
     /// The service reads only the table versions a checkpoint names and picks up
     /// newer checkpoints without restarting; it writes nothing, so replicas can be
     /// added and removed freely.
     Serve {
-        /// Root of the memory tables: a path or an object-store URL.
-        #[arg(long, env = "MEMWEAVE_TABLES")]
-        tables: String,
+        #[command(flatten)]
+        memory: MemoryArgs,
         /// Address to listen on.
         #[arg(long, env = "MEMWEAVE_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
-        /// Seconds between checks for a newer checkpoint (serving one opens
-        /// its table versions; nothing is reloaded).
-        #[arg(long, default_value_t = 1)]
-        refresh_secs: u64,
-        /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
-        #[arg(long = "storage-option", value_parser = parse_storage_option)]
-        storage_options: Vec<(String, String)>,
-        /// File holding a bearer token /v1/* requests must present
+        /// File holding a bearer token /v1/* and /mcp requests must present
         /// (Authorization: Bearer TOKEN); without it the API is open.
         #[arg(long, env = "MEMWEAVE_AUTH_TOKEN_FILE")]
         auth_token_file: Option<std::path::PathBuf>,
-        /// Seconds one answer may take, model calls included (then 504).
-        #[arg(long, default_value_t = 120)]
-        request_timeout_secs: u64,
-        /// MiB of memory the replica keeps between questions: half for
-        /// Lance's index pages (posting lists, B-tree pages, vector
-        /// partitions), an eighth for file metadata, the rest for the rows
-        /// walks read most. The replica's memory is about this plus the
-        /// questions in flight; 0 reads everything from the tables each time.
-        #[arg(long, env = "MEMWEAVE_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
-        cache_mib: u64,
-        /// The model navigators ask (the extractive backend by default).
-        #[command(flatten)]
-        llm: LlmArgs,
-        /// The embedder the index used (questions are embedded by it too).
-        #[command(flatten)]
-        embed: EmbedArgs,
+        /// A Host (name, or name:port) /mcp answers besides loopback's, such
+        /// as the service's name in a cluster; repeatable. Other hosts get
+        /// 403, so a web page cannot reach an open service through DNS
+        /// rebinding. With --auth-token-file every host is answered: the
+        /// token guards it. The variable takes a comma-separated list.
+        #[arg(
+            long = "mcp-allowed-host",
+            env = "MEMWEAVE_MCP_ALLOWED_HOSTS",
+            value_delimiter = ','
+        )]
+        mcp_allowed_hosts: Vec<String>,
     },
+    /// Serve the MCP tools (ask, search, list_documents, document_tree, node,
+    /// page, entity) over stdin and stdout, for desktop agents that start
+    /// their servers themselves; logs go to stderr.
+    ///
+    /// A client configuration: {"command": "memweave-query", "args": ["mcp",
+    /// "--tables", "/path/to/tables"]}.
+    Mcp {
+        #[command(flatten)]
+        memory: MemoryArgs,
+    },
+}
+
+/// Where the memory is and how it is read: what `serve` and `mcp` share.
+#[derive(clap::Args)]
+struct MemoryArgs {
+    /// Root of the memory tables: a path or an object-store URL.
+    #[arg(long, env = "MEMWEAVE_TABLES")]
+    tables: String,
+    /// Seconds between checks for a newer checkpoint (serving one opens
+    /// its table versions; nothing is reloaded).
+    #[arg(long, default_value_t = 1)]
+    refresh_secs: u64,
+    /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
+    #[arg(long = "storage-option", value_parser = parse_storage_option)]
+    storage_options: Vec<(String, String)>,
+    /// Seconds one answer may take, model calls included (then 504, or a
+    /// tool error).
+    #[arg(long, default_value_t = 120)]
+    request_timeout_secs: u64,
+    /// MiB of memory the replica keeps between questions: half for
+    /// Lance's index pages (posting lists, B-tree pages, vector
+    /// partitions), an eighth for file metadata, the rest for the rows
+    /// walks read most. The replica's memory is about this plus the
+    /// questions in flight; 0 reads everything from the tables each time.
+    #[arg(long, env = "MEMWEAVE_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
+    cache_mib: u64,
+    /// The model navigators ask (the extractive backend by default).
+    #[command(flatten)]
+    llm: LlmArgs,
+    /// The embedder the index used (questions are embedded by it too).
+    #[command(flatten)]
+    embed: EmbedArgs,
+}
+
+impl MemoryArgs {
+    /// The service's state over the newest checkpoint (or none yet), kept
+    /// fresh in the background.
+    async fn open(self, auth_token: Option<String>) -> anyhow::Result<Arc<ServiceState>> {
+        let MemoryArgs {
+            tables,
+            refresh_secs,
+            storage_options,
+            request_timeout_secs,
+            cache_mib,
+            llm,
+            embed,
+        } = self;
+        anyhow::ensure!(
+            !llm.cache_only,
+            "--cache-only replays a build's model calls; the query service keeps no calls to replay"
+        );
+        // The service writes nothing and keeps no replies: its memory does not grow
+        // with the questions it answers.
+        let model = llm
+            .model(CallCache::transient())
+            .map_err(|message| anyhow::anyhow!(message))?;
+        let store = TableStore::new(
+            &tables,
+            storage_options.into_iter().collect::<HashMap<_, _>>(),
+        )?;
+        let embedder = embed
+            .embedder(&llm, CallCache::transient())
+            .await
+            .map_err(|message| anyhow::anyhow!(message))?;
+        let limits = Limits {
+            request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
+            auth_token,
+        };
+        let cache = Arc::new(ReadCache::new(cache_mib));
+        let state = ServiceState::new(store, cache, Arc::new(model), embedder, limits);
+        match state.refresh().await {
+            Ok(Some(epoch)) => tracing::info!(epoch, "loaded tables"),
+            Ok(None) => {
+                tracing::warn!(tables = %tables, "no checkpoint yet; /readyz answers 503 until one is committed")
+            }
+            Err(err) => tracing::warn!(error = %err, "could not load tables yet"),
+        }
+        tokio::spawn(
+            state
+                .clone()
+                .keep_fresh(Duration::from_secs(refresh_secs.max(1))),
+        );
+        Ok(state)
+    }
 }
 
 #[tokio::main]
@@ -88,17 +173,23 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let Command::Serve {
-        tables,
-        listen,
-        refresh_secs,
-        storage_options,
-        auth_token_file,
-        request_timeout_secs,
-        cache_mib,
-        llm,
-        embed,
-    } = Cli::parse().command;
+    match Cli::parse().command {
+        Command::Serve {
+            memory,
+            listen,
+            auth_token_file,
+            mcp_allowed_hosts,
+        } => serve(memory, listen, auth_token_file, mcp_allowed_hosts).await,
+        Command::Mcp { memory } => serve_stdio(memory.open(None).await?).await,
+    }
+}
+
+async fn serve(
+    memory: MemoryArgs,
+    listen: SocketAddr,
+    auth_token_file: Option<std::path::PathBuf>,
+    mcp_allowed_hosts: Vec<String>,
+) -> anyhow::Result<()> {
     let auth_token = match &auth_token_file {
         Some(path) => {
             let token = std::fs::read_to_string(path)
@@ -114,46 +205,17 @@ async fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    anyhow::ensure!(
-        !llm.cache_only,
-        "--cache-only replays a build's model calls; the query service keeps no calls to replay"
-    );
-    // The service writes nothing and keeps no replies: its memory does not grow
-    // with the questions it answers.
-    let model = llm
-        .model(CallCache::transient())
-        .map_err(|message| anyhow::anyhow!(message))?;
-    let store = TableStore::new(
-        &tables,
-        storage_options.into_iter().collect::<HashMap<_, _>>(),
-    )?;
-    let embedder = embed
-        .embedder(&llm, CallCache::transient())
-        .await
-        .map_err(|message| anyhow::anyhow!(message))?;
-    let limits = Limits {
-        request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
-        auth_token,
+    let mcp_hosts = if auth_token.is_some() {
+        AllowedHosts::Any
+    } else {
+        AllowedHosts::loopback_and(mcp_allowed_hosts)
     };
-    let cache = Arc::new(ReadCache::new(cache_mib));
-    let state = ServiceState::new(store, cache, Arc::new(model), embedder, limits);
-    match state.refresh().await {
-        Ok(Some(epoch)) => tracing::info!(epoch, "loaded tables"),
-        Ok(None) => {
-            tracing::warn!(tables = %tables, "no checkpoint yet; /readyz answers 503 until one is committed")
-        }
-        Err(err) => tracing::warn!(error = %err, "could not load tables yet"),
-    }
-    tokio::spawn(
-        state
-            .clone()
-            .keep_fresh(Duration::from_secs(refresh_secs.max(1))),
-    );
+    let state = memory.open(auth_token).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(address = %listener.local_addr()?, "memweave-query listening");
-    axum::serve(listener, router(state))
+    axum::serve(listener, router(state, mcp_hosts))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())

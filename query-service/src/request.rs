@@ -1,7 +1,12 @@
-//! What a question to the memory is: the strategy that navigates, the request
-//! with its knobs and limits, and the rules a request must meet before any
-//! navigator sees it (the HTTP API and `memweave ask` share them).
+//! What a client may ask of the memory: a question (the strategy that
+//! navigates, its knobs and limits), a search, and the memory's own documents,
+//! trees, nodes, pages and entities; with the rules a request must meet before
+//! anything reads for it. The HTTP API, the MCP tools and `memweave ask` share
+//! these types: the MCP tools' input schemas are generated from them.
 
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -67,6 +72,21 @@ impl Strategy {
     }
 }
 
+impl JsonSchema for Strategy {
+    fn schema_name() -> Cow<'static, str> {
+        "Strategy".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+        json_schema!({
+            "type": "string",
+            "enum": names,
+            "description": "How the memory is navigated: memwalker (summary tree from the root), readagent-p / readagent-s (gists, then pages looked up), qrmem-trial / qrmem-expand / qrmem (the entity graph; qrmem reflects), ilmtr and raptor (the collapsed cluster tree), bm25 and dense (baselines)"
+        })
+    }
+}
+
 impl TryFrom<String> for Strategy {
     type Error = String;
     fn try_from(name: String) -> Result<Self, String> {
@@ -89,11 +109,13 @@ impl std::str::FromStr for Strategy {
     }
 }
 
-/// The body of `POST /v1/ask`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The body of `POST /v1/ask`, and the MCP tool `ask`'s input.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AskRequest {
+    /// The question, in natural language.
     pub question: String,
+    /// The navigation strategy (default memwalker).
     #[serde(default)]
     pub strategy: Strategy,
     /// Restrict the search to these documents (ids).
@@ -107,7 +129,7 @@ pub struct AskRequest {
 }
 
 /// Per-strategy knobs; every one has the papers' default.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AskOptions {
     /// Passages `bm25` and `dense` return (default 5).
@@ -201,6 +223,176 @@ impl AskRequest {
             }
         }
         Ok(())
+    }
+}
+
+/// How `search` ranks passages: the two baselines, without asking the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SearchMethod {
+    /// BM25 over the segments' words.
+    #[default]
+    Bm25,
+    /// Cosine between the query's vector and the segments'.
+    Dense,
+}
+
+impl SearchMethod {
+    /// The strategy whose ranking the search is.
+    pub fn strategy(self) -> Strategy {
+        match self {
+            SearchMethod::Bm25 => Strategy::Bm25,
+            SearchMethod::Dense => Strategy::Dense,
+        }
+    }
+}
+
+/// The body of `POST /v1/search`, and the MCP tool `search`'s input: the
+/// passages a baseline ranks highest, with their scores; no model is asked.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// What to search for.
+    pub query: String,
+    /// bm25 (default) or dense.
+    #[serde(default)]
+    pub method: SearchMethod,
+    /// Passages returned (default 5).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Restrict the search to these documents (ids).
+    #[serde(default)]
+    pub documents: Option<Vec<String>>,
+}
+
+impl SearchRequest {
+    /// The same ranking as a question to the baseline strategy, so the rules
+    /// and the reads are the ask path's.
+    pub fn as_ask(&self) -> AskRequest {
+        AskRequest {
+            question: self.query.clone(),
+            strategy: self.method.strategy(),
+            documents: self.documents.clone(),
+            budget: None,
+            options: AskOptions {
+                top_k: self.top_k,
+                ..AskOptions::default()
+            },
+        }
+    }
+}
+
+/// Documents a page of the document list holds unless a request says, and at
+/// most.
+pub const DOCUMENTS_PAGE: usize = 1_000;
+pub const MAX_DOCUMENTS_PAGE: usize = 10_000;
+
+/// `GET /v1/documents`'s query, and the MCP tool `list_documents`' input.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentsRequest {
+    /// List the documents whose ids follow this one: the `next` of the page
+    /// before.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Documents on the page (default 1,000, at most 10,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl DocumentsRequest {
+    /// The page's size, or what is wrong with the one asked for.
+    pub fn page_size(&self) -> Result<usize, String> {
+        let limit = self.limit.unwrap_or(DOCUMENTS_PAGE);
+        if (1..=MAX_DOCUMENTS_PAGE).contains(&limit) {
+            Ok(limit)
+        } else {
+            Err(format!(
+                "limit must be 1 to {MAX_DOCUMENTS_PAGE}, not {limit}"
+            ))
+        }
+    }
+}
+
+/// Which of a document's trees.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TreeKind {
+    /// MemWalker's summary tree.
+    #[default]
+    Memwalker,
+    /// RAPTOR's cluster tree (ILM-TR's, with surprising facts).
+    Raptor,
+}
+
+impl TreeKind {
+    /// The `tree` column's value for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TreeKind::Memwalker => memweave_schemas::TREE_MEMWALKER,
+            TreeKind::Raptor => memweave_schemas::TREE_RAPTOR,
+        }
+    }
+}
+
+/// The MCP tool `document_tree`'s input (`GET /v1/documents/{doc_id}/tree`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TreeRequest {
+    /// The document's id.
+    pub doc_id: String,
+    /// memwalker (default) or raptor.
+    #[serde(default)]
+    pub tree: TreeKind,
+    /// Levels below the root to include (default all; 0: the root alone).
+    #[serde(default)]
+    pub depth: Option<u32>,
+}
+
+/// The MCP tool `node`'s input (`GET /v1/nodes/{node_id}`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NodeRequest {
+    /// A tree node's id (from `document_tree` or an answer's trace).
+    pub node_id: String,
+}
+
+/// The MCP tool `page`'s input (`GET /v1/documents/{doc_id}/pages/{page}`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PageRequest {
+    /// The document's id.
+    pub doc_id: String,
+    /// The page's number in the document, from 0.
+    pub page: u32,
+}
+
+/// Relations and segments an entity lists unless a request says, and at most.
+pub const ENTITY_LIST: usize = 50;
+pub const MAX_ENTITY_LIST: usize = 1_000;
+
+/// The MCP tool `entity`'s input (`GET /v1/entities/{entity_id}`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EntityRequest {
+    /// A graph entity's id (from an answer's trace or another entity's
+    /// relations).
+    pub entity_id: String,
+    /// Relations and source segments listed, the first in id and source order
+    /// (default 50, at most 1,000); the totals say how many there are.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl EntityRequest {
+    /// How many of each list, or what is wrong with the number asked for.
+    pub fn list_size(&self) -> Result<usize, String> {
+        let limit = self.limit.unwrap_or(ENTITY_LIST);
+        if (1..=MAX_ENTITY_LIST).contains(&limit) {
+            Ok(limit)
+        } else {
+            Err(format!("limit must be 1 to {MAX_ENTITY_LIST}, not {limit}"))
+        }
     }
 }
 

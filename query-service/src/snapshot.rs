@@ -481,6 +481,20 @@ impl Snapshot {
         Ok(kept.iter().filter_map(|id| rows.remove(id)).collect())
     }
 
+    /// How many relations have `entity_id` at either end (read as ids and
+    /// ends only).
+    pub async fn relation_count(&self, entity_id: &str) -> Read<usize> {
+        let ends = self
+            .touching(
+                &[entity_id.to_string()],
+                RELATION_ENDS_OF,
+                RELATION_ENDS,
+                |r: &RelationEnds| [&r.relation_id, &r.source_id, &r.target_id],
+            )
+            .await?;
+        Ok(ends.len())
+    }
+
     /// `R`s (relation rows, or their ends) with any of `entity_ids` at
     /// either end (`ends`: id, source, target), each once, in id order: one
     /// read for the entities whose answer to `lookup` is not cached.
@@ -819,7 +833,9 @@ impl Snapshot {
                     .distance_metric(lance_linalg::distance::DistanceType::Cosine)
                     .nprobes(self.vector_probes.max(1))
                     .refine(refine)
-                    .prefilter(true);
+                    .prefilter(true)
+                    // Re-scored by exact cosine, not by Lance's `_distance`.
+                    .disable_scoring_autoprojection();
                 Ok(())
             })
             .await?;
@@ -914,7 +930,10 @@ impl Snapshot {
         let projected: Vec<&str> = columns.iter().copied().chain([TERMS]).collect();
         let batches = self
             .scan(table, &projected, &filter, |scan| {
-                scan.full_text_search(search.clone())?.prefilter(true);
+                // Ranked by our BM25 from the terms, not by Lance's `_score`.
+                scan.full_text_search(search.clone())?
+                    .prefilter(true)
+                    .disable_scoring_autoprojection();
                 Ok(())
             })
             .await?;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod integration {
+    pub mod agents;
     pub mod analytics;
     pub mod bad_input;
     pub mod cluster;

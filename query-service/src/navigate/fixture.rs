@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::cache::ReadCache;
 use crate::request::{AskOptions, AskRequest, Strategy};
+use crate::service::{Limits, ServiceState};
 use crate::{Answer, Models, Snapshot, ask};
 
 const DIM: usize = 64;
@@ -68,6 +69,32 @@ pub(super) async fn memory_with_cache(cache_mib: u64) -> Memory {
 /// entity's ("Harbour Guild"): a hub, as common names become in a large
 /// archive. Two of its segments are about the guild's murals.
 pub(super) async fn memory_with_hub() -> Memory {
+    written(rows_with_hub(), FIXTURE_CACHE_MIB).await
+}
+
+/// The hub fixture as a service serves it (the state the HTTP API and the
+/// MCP tools share), with the directory its tables live in.
+pub(crate) async fn served_with_hub() -> (Arc<ServiceState>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store = TableStore::local(dir.path()).expect("a store");
+    store
+        .commit_memory(&rows_with_hub(), true)
+        .await
+        .expect("the fixture writes");
+    let (model, embedder) = models();
+    let cache = Arc::new(ReadCache::new(FIXTURE_CACHE_MIB));
+    let state = ServiceState::new(
+        store,
+        cache,
+        Arc::new(model),
+        Arc::new(embedder),
+        Limits::default(),
+    );
+    state.refresh().await.expect("the fixture reads");
+    (state, dir)
+}
+
+fn rows_with_hub() -> MemoryTables {
     let mut rows = rows();
     let mut seg_ids = Vec::new();
     let mut start = 0;
@@ -124,14 +151,14 @@ pub(super) async fn memory_with_hub() -> Memory {
             seg_ids: vec![format!("s-h{ordinal:03}")],
         });
     }
-    written(rows, FIXTURE_CACHE_MIB).await
+    rows
 }
 
 /// The hub document's segments, and which of them are about murals.
-pub(super) const HUB_SEGMENTS: usize = 600;
+pub(crate) const HUB_SEGMENTS: usize = 600;
 pub(super) const HUB_MURALS: [usize; 2] = [137, 421];
 /// Relations between the hub and the studio, each with a long description.
-pub(super) const HUB_RELATIONS: usize = 200;
+pub(crate) const HUB_RELATIONS: usize = 200;
 
 fn rows() -> MemoryTables {
     let mut rows = MemoryTables::default();
@@ -335,7 +362,7 @@ fn node(
         node_id: id.into(),
         tree: tree.into(),
         doc_id: Some(doc_id.into()),
-        level: u32::from(children.is_empty()),
+        level: u32::from(!children.is_empty()),
         ordinal: 0,
         parent_id: parent.map(str::to_string),
         child_ids: children.iter().map(|c| c.to_string()).collect(),
@@ -367,7 +394,7 @@ pub(super) fn request(question: &str, strategy: Strategy) -> AskRequest {
 }
 
 /// The extractive model, and the embedder that made the fixture's vectors.
-pub(super) fn models() -> (TaskModel, HashingEmbedder) {
+pub(crate) fn models() -> (TaskModel, HashingEmbedder) {
     (TaskModel::extractive(), HashingEmbedder::new(DIM))
 }
 
@@ -384,7 +411,7 @@ pub(super) async fn answer(snapshot: &Snapshot, request: &AskRequest) -> Answer 
 }
 
 /// The ids of the passages the answer cites, in order.
-pub(super) fn cited(answer: &Answer) -> Vec<&str> {
+pub(crate) fn cited(answer: &Answer) -> Vec<&str> {
     answer
         .supporting
         .iter()

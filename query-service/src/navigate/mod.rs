@@ -6,7 +6,7 @@
 //! the passages it rests on, with their documents and character ranges.
 
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 mod memwalker;
 mod qrmem;
 mod readagent;
@@ -22,6 +22,7 @@ use memweave_schemas::{SegmentRow, StoreError};
 use serde::{Deserialize, Serialize};
 
 use self::memwalker::Candidate;
+pub use self::retrieval::{Hit, search};
 use crate::request::{AskRequest, DEFAULT_BUDGET, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Strategy};
 use crate::snapshot::{Allowed, Document, Snapshot};
 
@@ -90,7 +91,7 @@ impl Passage {
 
     /// A segment as a passage (`document`, when the checkpoint has it, gives
     /// the title and source).
-    fn of_segment(document: Option<&Document>, segment: &SegmentRow) -> Passage {
+    pub(crate) fn of_segment(document: Option<&Document>, segment: &SegmentRow) -> Passage {
         Passage::of(
             document,
             &segment.doc_id,
@@ -145,6 +146,28 @@ impl From<StoreError> for Failure {
     fn from(failure: StoreError) -> Self {
         Failure::Store(failure)
     }
+}
+
+impl From<Failure> for SearchError {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Step(step) => SearchError::Embed(step),
+            Failure::Store(store) => SearchError::Store(store),
+        }
+    }
+}
+
+/// Why a search found nothing to return.
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the query could not be embedded: {0}")]
+    Embed(StepError),
+    #[error(
+        "the tables' vectors are {theirs}'s, the query's would be {ours}'s: search with the embedder the index used"
+    )]
+    OtherEmbedder { theirs: String, ours: String },
 }
 
 /// What navigating returns: `Failure::Step` ends the answer with a step that

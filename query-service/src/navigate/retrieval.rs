@@ -8,8 +8,11 @@ use std::sync::Arc;
 
 use memweave_operators::tokens::count_tokens;
 use memweave_schemas::{SegmentRow, TreeNodeRow};
+use serde::{Deserialize, Serialize};
 
-use super::{Failure, Navigation, Passage, Walked};
+use super::{Failure, Models, Navigation, Passage, SearchError, Walked};
+use crate::request::{AskRequest, Strategy};
+use crate::snapshot::Snapshot;
 
 /// Passages the baselines return when a request does not say.
 const DEFAULT_TOP_K: usize = 5;
@@ -19,6 +22,59 @@ const NEAREST_NODES_FIRST: usize = 64;
 /// ILM-TR stops when the new memory keeps this share of the last one (longest
 /// common subsequence of words).
 const CONVERGED: f64 = 0.9;
+
+/// A passage a search found, and its score (BM25, or cosine).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    #[serde(flatten)]
+    pub passage: Passage,
+    pub score: f64,
+}
+
+/// The passages the baseline `request` names (bm25, or dense) ranks highest
+/// for its question, with their scores, in rank order: the ranking of the
+/// strategy's answer, without asking the model.
+pub async fn search(
+    snapshot: &Snapshot,
+    request: &AskRequest,
+    models: Models<'_>,
+) -> Result<Vec<Hit>, SearchError> {
+    let mut nav = Navigation::new(snapshot, request, models);
+    let ranked = match request.strategy {
+        Strategy::Dense => {
+            let ours = models.embedder.model();
+            if let Some(theirs) = snapshot.embedding_model.as_deref()
+                && theirs != ours
+            {
+                return Err(SearchError::OtherEmbedder {
+                    theirs: theirs.to_string(),
+                    ours: ours.to_string(),
+                });
+            }
+            let Some(question) = nav.question_vector().await? else {
+                return Ok(Vec::new());
+            };
+            snapshot
+                .nearest_segments(&question, nav.documents(), nav.top_k())
+                .await?
+        }
+        _ => {
+            snapshot
+                .passages_by_bm25(&nav.query, nav.documents(), nav.top_k())
+                .await?
+        }
+    };
+    let segments: Vec<Arc<SegmentRow>> = ranked.iter().map(|(s, _)| s.clone()).collect();
+    let passages = nav.segment_passages(&segments).await?;
+    Ok(passages
+        .into_iter()
+        .zip(&ranked)
+        .map(|(passage, (_, score))| Hit {
+            passage,
+            score: *score,
+        })
+        .collect())
+}
 
 impl Navigation<'_> {
     fn top_k(&self) -> usize {

@@ -302,7 +302,7 @@ fn a_question_nothing_mentions_gets_no_answer() {
 }
 
 /// A running `memweave-query`, stopped on drop; its log is kept for messages.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     log: std::sync::Arc<std::sync::Mutex<String>>,
 }
@@ -332,7 +332,9 @@ fn serve(tables: &str) -> (Server, String) {
     serve_with(tables, &[])
 }
 
-fn serve_with(tables: &str, extra: &[&str]) -> (Server, String) {
+/// The query service over `tables` on a free loopback port, with `extra`
+/// flags; the server (stopped on drop) and its base URL.
+pub(crate) fn serve_with(tables: &str, extra: &[&str]) -> (Server, String) {
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut child = Command::new(binary("memweave-query"))

@@ -1,0 +1,171 @@
+//! The memory as tools for agents, over the Model Context Protocol: the HTTP
+//! API's operations under tool names, their input schemas generated from the
+//! same request types, their errors the API's messages as tool errors. Served
+//! over streamable HTTP at `/mcp` (stateless, so any replica answers any
+//! call) and over stdio (`memweave-query mcp`) for desktop clients.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use serde::Serialize;
+
+use crate::request::{
+    AskRequest, DocumentsRequest, EntityRequest, NodeRequest, PageRequest, SearchRequest,
+    TreeRequest,
+};
+use crate::service::{ApiError, ServiceState};
+
+/// What an agent is told the server is for.
+const INSTRUCTIONS: &str = "Long-term memory over a document archive, built as four memories: \
+MemWalker summary trees, ReadAgent pages with gists, a QRMeM entity/relation graph and RAPTOR/ILM-TR \
+cluster trees. `ask` answers a question with one navigation strategy and cites its passages \
+(document, character range) with the trace of how it found them; `search` ranks passages without \
+a model; `list_documents`, `document_tree`, `node`, `page` and `entity` read the memory itself.";
+
+/// The `Host`s `/mcp` answers: every one, or these (the rest get 403, so a
+/// web page cannot reach a service on loopback through DNS rebinding).
+#[derive(Debug, Clone)]
+pub enum AllowedHosts {
+    Any,
+    Only(Vec<String>),
+}
+
+impl AllowedHosts {
+    /// Loopback's names, and `others`.
+    pub fn loopback_and(others: impl IntoIterator<Item = String>) -> Self {
+        let loopback = ["localhost", "127.0.0.1", "::1"].map(String::from);
+        AllowedHosts::Only(loopback.into_iter().chain(others).collect())
+    }
+}
+
+/// The tools, over one service's state.
+#[derive(Clone)]
+pub struct MemoryTools {
+    state: Arc<ServiceState>,
+    tool_router: ToolRouter<Self>,
+}
+
+impl std::fmt::Debug for MemoryTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryTools").finish_non_exhaustive()
+    }
+}
+
+/// A served result as the tool's structured result, or its error as a tool
+/// error with the HTTP API's message.
+fn result<T: Serialize>(served: Result<T, ApiError>) -> CallToolResult {
+    match served.map(|value| serde_json::to_value(value)) {
+        Ok(Ok(value)) => CallToolResult::structured(value),
+        Ok(Err(failure)) => CallToolResult::error(vec![ContentBlock::text(failure.to_string())]),
+        Err(failure) => CallToolResult::error(vec![ContentBlock::text(failure.to_string())]),
+    }
+}
+
+#[tool_router]
+impl MemoryTools {
+    pub fn new(state: Arc<ServiceState>) -> Self {
+        MemoryTools {
+            state,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    #[tool(
+        description = "Answer a question from the memory with one navigation strategy. Returns the answer, the passages it rests on (document, title, source, character range, text) and the trace of every step and model call."
+    )]
+    async fn ask(&self, Parameters(request): Parameters<AskRequest>) -> CallToolResult {
+        result(self.state.ask(&request).await)
+    }
+
+    #[tool(
+        description = "Search the memory's passages with BM25 (default) or the dense baseline, without asking a model: the top_k passages with their scores, document, character range and text."
+    )]
+    async fn search(&self, Parameters(request): Parameters<SearchRequest>) -> CallToolResult {
+        result(self.state.search(&request).await)
+    }
+
+    #[tool(
+        description = "List the memory's documents a page at a time, in id order: pass a page's `next` as `after` for the following one."
+    )]
+    async fn list_documents(
+        &self,
+        Parameters(request): Parameters<DocumentsRequest>,
+    ) -> CallToolResult {
+        result(self.state.documents(&request).await)
+    }
+
+    #[tool(
+        description = "A document's MemWalker summary tree (default) or RAPTOR cluster tree: its nodes with their summaries, levels and children, the top `depth` levels below the root only when given."
+    )]
+    async fn document_tree(&self, Parameters(request): Parameters<TreeRequest>) -> CallToolResult {
+        result(self.state.tree(&request).await)
+    }
+
+    #[tool(
+        description = "One tree node: its summary (and surprising facts for RAPTOR), level, parent, children and, for a leaf, its segment."
+    )]
+    async fn node(&self, Parameters(request): Parameters<NodeRequest>) -> CallToolResult {
+        result(self.state.node(&request).await)
+    }
+
+    #[tool(
+        description = "A ReadAgent page of a document (numbered from 0): its text and its gist."
+    )]
+    async fn page(&self, Parameters(request): Parameters<PageRequest>) -> CallToolResult {
+        result(self.state.page(&request).await)
+    }
+
+    #[tool(
+        description = "A graph entity: its name, type, aliases and description, its first relations (id order) and the segments it was extracted from, with how many there are of each."
+    )]
+    async fn entity(&self, Parameters(request): Parameters<EntityRequest>) -> CallToolResult {
+        result(self.state.entity(&request).await)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for MemoryTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "memweave-query",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+/// `/mcp`: streamable HTTP, stateless and answering in plain JSON, so a
+/// call needs no session and any replica can take it.
+pub fn http_service(
+    state: Arc<ServiceState>,
+    hosts: AllowedHosts,
+) -> StreamableHttpService<MemoryTools, LocalSessionManager> {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None);
+    let config = match hosts {
+        AllowedHosts::Any => config.disable_allowed_hosts(),
+        AllowedHosts::Only(hosts) => config.with_allowed_hosts(hosts),
+    };
+    StreamableHttpService::new(
+        move || Ok(MemoryTools::new(state.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
+
+/// Serves the tools over stdin and stdout until the client closes them.
+pub async fn serve_stdio(state: Arc<ServiceState>) -> anyhow::Result<()> {
+    let running = MemoryTools::new(state)
+        .serve(rmcp::transport::stdio())
+        .await?;
+    running.waiting().await?;
+    Ok(())
+}

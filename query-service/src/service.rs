@@ -1,0 +1,508 @@
+//! What every transport serves: the newest snapshot, the models navigators
+//! ask, and one operation per thing a client may ask for (an answer, a
+//! search, the documents, a tree, a node, a page, an entity), each with the
+//! errors it answers with. The HTTP API (`http`) and the MCP tools (`mcp`)
+//! are thin over these, so both say the same things in the same words.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use memweave_operators::embed::Embedder;
+use memweave_operators::model::MemoryModel;
+use memweave_schemas::{StoreError, TableStore, TreeNodeRow};
+use serde_json::{Value, json};
+use tokio::sync::RwLock;
+
+use crate::cache::ReadCache;
+use crate::navigate::{Answer, Hit, Models, Passage, SearchError, ask, search};
+use crate::request::{
+    AskRequest, DocumentsRequest, EntityRequest, NodeRequest, PageRequest, SearchRequest,
+    TreeRequest,
+};
+use crate::snapshot::Snapshot;
+
+/// Limits every request runs under.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Wall time one answer may take, model calls included.
+    pub request_timeout: Duration,
+    /// When set, `/v1/*` and `/mcp` need `Authorization: Bearer <token>`.
+    pub auth_token: Option<String>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            request_timeout: Duration::from_secs(120),
+            auth_token: None,
+        }
+    }
+}
+
+/// Why a request got no result: what an HTTP status and an MCP tool error
+/// both say.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request asks for something it may not: what to change.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("no checkpoint has been committed under the tables root yet")]
+    NotReady,
+    /// A read of the memory tables failed (storage down, a version vacuumed
+    /// away): the request may succeed on retry or on another replica.
+    #[error("the memory tables could not be read: {0}")]
+    Unreadable(StoreError),
+    /// The embedder could not embed a search's query.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("no answer within {0} s (--request-timeout-secs)")]
+    TimedOut(u64),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Invalid(_) => StatusCode::BAD_REQUEST,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotReady | ApiError::Unreadable(_) | ApiError::Unavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(failure: StoreError) -> Self {
+        tracing::warn!(error = %failure, "reading the memory tables failed");
+        ApiError::Unreadable(failure)
+    }
+}
+
+impl From<SearchError> for ApiError {
+    fn from(failure: SearchError) -> Self {
+        match failure {
+            SearchError::Store(store) => store.into(),
+            SearchError::Embed(_) => ApiError::Unavailable(failure.to_string()),
+            SearchError::OtherEmbedder { .. } => ApiError::Invalid(failure.to_string()),
+        }
+    }
+}
+
+type Served<T = Value> = Result<T, ApiError>;
+
+/// What every request handler shares: where the tables are, the newest snapshot,
+/// the models navigators ask, and the request counters.
+#[derive(Debug)]
+pub struct ServiceState {
+    pub(crate) store: TableStore,
+    pub(crate) cache: Arc<ReadCache>,
+    snapshot: RwLock<Option<Arc<Snapshot>>>,
+    model: Arc<dyn MemoryModel>,
+    embedder: Arc<dyn Embedder>,
+    pub(crate) limits: Limits,
+    pub(crate) metrics: Mutex<Metrics>,
+    /// The memory's report as Prometheus gauges, and the epoch and time it
+    /// was made at (`http`'s `/metrics`).
+    pub(crate) memory_report: tokio::sync::Mutex<Option<(u64, Instant, String)>>,
+}
+
+/// Answers by strategy and status, and the seconds they took.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    pub(crate) answers: BTreeMap<(&'static str, u16), u64>,
+    pub(crate) seconds: BTreeMap<&'static str, f64>,
+}
+
+impl ServiceState {
+    pub fn new(
+        store: TableStore,
+        cache: Arc<ReadCache>,
+        model: Arc<dyn MemoryModel>,
+        embedder: Arc<dyn Embedder>,
+        limits: Limits,
+    ) -> Arc<Self> {
+        Arc::new(ServiceState {
+            store,
+            cache,
+            snapshot: RwLock::new(None),
+            model,
+            embedder,
+            limits,
+            metrics: Mutex::new(Metrics::default()),
+            memory_report: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Loads the newest checkpoint if it is newer than the one served; returns the
+    /// epoch now served.
+    pub async fn refresh(&self) -> Result<Option<u64>, StoreError> {
+        let served = self.epoch().await;
+        let Some(checkpoint) = self.store.latest_checkpoint().await? else {
+            return Ok(served);
+        };
+        if served == Some(checkpoint.epoch) {
+            return Ok(served);
+        }
+        let snapshot = Snapshot::load(&self.store, &checkpoint, self.cache.clone()).await?;
+        tracing::info!(epoch = checkpoint.epoch, "serving checkpoint");
+        *self.snapshot.write().await = Some(Arc::new(snapshot));
+        Ok(Some(checkpoint.epoch))
+    }
+
+    /// Checks for a newer checkpoint every `every`, forever.
+    pub async fn keep_fresh(self: Arc<Self>, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(err) = self.refresh().await {
+                tracing::warn!(error = %err, "checking for a newer checkpoint failed");
+            }
+        }
+    }
+
+    /// The checkpoint epoch served, if any.
+    pub async fn epoch(&self) -> Option<u64> {
+        self.snapshot.read().await.as_ref().map(|s| s.epoch)
+    }
+
+    pub(crate) fn count(&self, strategy: &'static str, status: StatusCode, seconds: f64) {
+        let mut metrics = self.metrics.lock().unwrap_or_else(|e| e.into_inner());
+        *metrics
+            .answers
+            .entry((strategy, status.as_u16()))
+            .or_default() += 1;
+        *metrics.seconds.entry(strategy).or_default() += seconds;
+    }
+
+    async fn served(&self) -> Served<Arc<Snapshot>> {
+        self.snapshot.read().await.clone().ok_or(ApiError::NotReady)
+    }
+
+    fn models(&self) -> Models<'_> {
+        Models {
+            model: &*self.model,
+            embedder: &*self.embedder,
+        }
+    }
+
+    /// `request` answered from one snapshot within the time limit; counted by
+    /// strategy and status.
+    pub async fn ask(&self, request: &AskRequest) -> Served<Answer> {
+        let started = Instant::now();
+        let answered = self.answer(request).await;
+        let status = answered
+            .as_ref()
+            .map_or_else(ApiError::status, |_| StatusCode::OK);
+        self.count(
+            request.strategy.name(),
+            status,
+            started.elapsed().as_secs_f64(),
+        );
+        answered
+    }
+
+    async fn answer(&self, request: &AskRequest) -> Served<Answer> {
+        let snapshot = self.served().await?;
+        snapshot
+            .validate(request)
+            .await?
+            .map_err(ApiError::Invalid)?;
+        let timeout = self.limits.request_timeout;
+        match tokio::time::timeout(timeout, ask(&snapshot, request, self.models())).await {
+            Ok(answered) => Ok(answered?),
+            Err(_) => Err(ApiError::TimedOut(timeout.as_secs())),
+        }
+    }
+
+    /// The passages `request`'s method ranks highest, with their scores.
+    pub async fn search(&self, request: &SearchRequest) -> Served {
+        let snapshot = self.served().await?;
+        let asked = request.as_ask();
+        snapshot
+            .validate(&asked)
+            .await?
+            .map_err(ApiError::Invalid)?;
+        let hits: Vec<Hit> = search(&snapshot, &asked, self.models()).await?;
+        Ok(json!({ "epoch": snapshot.epoch, "method": request.method, "passages": hits }))
+    }
+
+    /// A page of the documents, in id order.
+    pub async fn documents(&self, request: &DocumentsRequest) -> Served {
+        let limit = request.page_size().map_err(ApiError::Invalid)?;
+        let snapshot = self.served().await?;
+        let page = snapshot
+            .documents_page(request.after.as_deref(), limit)
+            .await?;
+        Ok(json!({
+            "epoch": snapshot.epoch,
+            "total": page.total,
+            "documents": page.documents,
+            "next": page.next,
+        }))
+    }
+
+    /// A document's tree, its top `depth` levels below the root.
+    pub async fn tree(&self, request: &TreeRequest) -> Served {
+        let snapshot = self.served().await?;
+        known_document(&snapshot, &request.doc_id).await?;
+        let nodes = snapshot.tree(&request.doc_id, request.tree.name()).await?;
+        let top = nodes.iter().map(|n| n.level).max().unwrap_or(0);
+        let lowest = request.depth.map_or(0, |depth| top.saturating_sub(depth));
+        let nodes: Vec<Value> = nodes
+            .iter()
+            .filter(|n| n.level >= lowest)
+            .map(|n| node_json(n))
+            .collect();
+        Ok(json!({ "doc_id": request.doc_id, "tree": request.tree, "nodes": nodes }))
+    }
+
+    pub async fn node(&self, request: &NodeRequest) -> Served {
+        let snapshot = self.served().await?;
+        match snapshot.node(&request.node_id).await? {
+            Some(node) => Ok(node_json(&node)),
+            None => Err(ApiError::NotFound(format!(
+                "unknown node {:?}",
+                request.node_id
+            ))),
+        }
+    }
+
+    /// A ReadAgent page of a document: its text and its gist.
+    pub async fn page(&self, request: &PageRequest) -> Served {
+        let snapshot = self.served().await?;
+        let document = known_document(&snapshot, &request.doc_id).await?;
+        let pages = snapshot.pages_of(&request.doc_id).await?;
+        let Some(page) = pages.iter().find(|p| p.ordinal == request.page) else {
+            return Err(ApiError::NotFound(format!(
+                "document {:?} has no page {}; it has {} (0 to {})",
+                request.doc_id,
+                request.page,
+                pages.len(),
+                pages.len().saturating_sub(1)
+            )));
+        };
+        Ok(json!({
+            "doc_id": page.doc_id, "title": document.title, "page": page.ordinal,
+            "pages": pages.len(), "page_id": page.page_id, "start_char": page.start_char,
+            "end_char": page.end_char, "gist": page.gist, "text": page.text,
+        }))
+    }
+
+    /// An entity, its first relations (in id order) and its first source
+    /// segments as passages, with how many there are of each.
+    pub async fn entity(&self, request: &EntityRequest) -> Served {
+        let limit = request.list_size().map_err(ApiError::Invalid)?;
+        let snapshot = self.served().await?;
+        let id = &request.entity_id;
+        let Some(entity) = snapshot.entity(id).await? else {
+            return Err(ApiError::NotFound(format!("unknown entity {id:?}")));
+        };
+        let ids = [id.clone()];
+        let none = HashSet::new();
+        let (relations, relations_total) = futures::try_join!(
+            snapshot.first_relations_touching(&ids, &none, limit),
+            snapshot.relation_count(id),
+        )?;
+        let seg_ids: Vec<String> = entity.seg_ids.iter().take(limit).cloned().collect();
+        let segments = snapshot.segments(&seg_ids).await?;
+        let doc_ids: Vec<String> = segments.iter().map(|s| s.doc_id.clone()).collect();
+        let documents = snapshot.documents_of(&doc_ids).await?;
+        let sources: Vec<Passage> = segments
+            .iter()
+            .map(|s| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s))
+            .collect();
+        Ok(json!({
+            "entity_id": entity.entity_id, "name": entity.name, "type": entity.entity_type,
+            "aliases": entity.aliases, "description": entity.description,
+            "relations": relations, "relations_total": relations_total,
+            "segments": sources, "segments_total": entity.seg_ids.len(),
+        }))
+    }
+}
+
+/// The document `doc_id`, or why not.
+async fn known_document(
+    snapshot: &Snapshot,
+    doc_id: &str,
+) -> Served<Arc<crate::snapshot::Document>> {
+    snapshot
+        .document(doc_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("unknown document {doc_id:?}")))
+}
+
+fn node_json(node: &TreeNodeRow) -> Value {
+    json!({
+        "node_id": node.node_id, "tree": node.tree, "doc_id": node.doc_id,
+        "level": node.level, "ordinal": node.ordinal, "parent_id": node.parent_id,
+        "child_ids": node.child_ids, "seg_id": node.seg_id, "summary": node.summary,
+        "surprise": node.surprise, "n_tokens": node.n_tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::navigate::fixture::{HUB_RELATIONS, HUB_SEGMENTS, cited, served_with_hub};
+    use crate::request::SearchMethod;
+
+    fn ids<'a>(listed: &'a Value, key: &str) -> Vec<&'a str> {
+        listed
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|v| v[key].as_str().expect("an id"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn nothing_is_served_before_the_first_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let (model, embedder) = crate::navigate::fixture::models();
+        let state = ServiceState::new(
+            store,
+            Arc::new(ReadCache::new(1)),
+            Arc::new(model),
+            Arc::new(embedder),
+            Limits::default(),
+        );
+        assert_eq!(state.refresh().await.unwrap(), None);
+        let asked = AskRequest {
+            question: "Why?".into(),
+            strategy: Default::default(),
+            documents: None,
+            budget: None,
+            options: Default::default(),
+        };
+        let refused = state.ask(&asked).await.unwrap_err();
+        assert!(matches!(refused, ApiError::NotReady), "{refused}");
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let counted = state.metrics.lock().unwrap().answers.clone();
+        assert_eq!(counted.get(&("memwalker", 503)), Some(&1));
+    }
+
+    /// A search is its baseline's ranking: the passages the strategy's
+    /// answer cites, in its order, with their scores best first.
+    #[tokio::test]
+    async fn a_search_ranks_as_its_baseline_answers() {
+        let (state, _dir) = served_with_hub().await;
+        for method in [SearchMethod::Bm25, SearchMethod::Dense] {
+            let request = SearchRequest {
+                query: "murals of lighthouses painted by the guild".into(),
+                method,
+                top_k: Some(3),
+                documents: None,
+            };
+            let found = state.search(&request).await.unwrap();
+            let answer = state.ask(&request.as_ask()).await.unwrap();
+            let hits = &found["passages"];
+            assert_eq!(ids(hits, "from_id"), cited(&answer), "{method:?}");
+            assert_eq!(hits.as_array().unwrap().len(), 3);
+            let scores: Vec<f64> = hits
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| h["score"].as_f64().unwrap())
+                .collect();
+            assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+            assert!(scores[0] > 0.0);
+        }
+        let empty = SearchRequest {
+            query: " ".into(),
+            method: SearchMethod::Bm25,
+            top_k: None,
+            documents: None,
+        };
+        let refused = state.search(&empty).await.unwrap_err();
+        assert_eq!(refused.to_string(), "question is empty");
+        assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    }
+
+    /// A hub lists its first relations (id order) and source segments, with
+    /// how many it has of each.
+    #[tokio::test]
+    async fn an_entity_lists_its_first_relations_and_sources_with_their_totals() {
+        let (state, _dir) = served_with_hub().await;
+        let request = EntityRequest {
+            entity_id: "e-guild".into(),
+            limit: Some(3),
+        };
+        let entity = state.entity(&request).await.unwrap();
+        assert_eq!(entity["name"], "Harbour Guild");
+        assert_eq!(
+            ids(&entity["relations"], "relation_id"),
+            ["r-guild-000", "r-guild-001", "r-guild-002"]
+        );
+        assert_eq!(entity["relations_total"], HUB_RELATIONS);
+        assert_eq!(
+            ids(&entity["segments"], "from_id"),
+            ["s-h000", "s-h001", "s-h002"]
+        );
+        assert_eq!(entity["segments"][0]["title"], "HUB");
+        assert_eq!(entity["segments_total"], HUB_SEGMENTS);
+        for (limit, refused) in [(Some(0), "limit must be 1 to 1000, not 0")] {
+            let asked = EntityRequest {
+                limit,
+                ..request.clone()
+            };
+            assert_eq!(state.entity(&asked).await.unwrap_err().to_string(), refused);
+        }
+        let unknown = EntityRequest {
+            entity_id: "e-none".into(),
+            limit: None,
+        };
+        let missing = state.entity(&unknown).await.unwrap_err();
+        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn a_tree_to_a_depth_keeps_its_top_levels_and_a_page_its_gist() {
+        let (state, _dir) = served_with_hub().await;
+        let whole = TreeRequest {
+            doc_id: "paint".into(),
+            tree: Default::default(),
+            depth: None,
+        };
+        let all = state.tree(&whole).await.unwrap();
+        let root = state
+            .tree(&TreeRequest {
+                depth: Some(0),
+                ..whole.clone()
+            })
+            .await
+            .unwrap();
+        let root_nodes = root["nodes"].as_array().unwrap();
+        assert_eq!(root_nodes.len(), 1);
+        assert!(all["nodes"].as_array().unwrap().len() > 1);
+        assert!(root_nodes[0]["parent_id"].is_null());
+        let page = state
+            .page(&PageRequest {
+                doc_id: "paint".into(),
+                page: 1,
+            })
+            .await
+            .unwrap();
+        assert_eq!(page["pages"], 2);
+        assert_eq!(page["title"], "PAINT");
+        let snapshot = state.served().await.unwrap();
+        let stored = &snapshot.pages_of("paint").await.unwrap()[1];
+        assert_eq!(
+            (page["text"].as_str(), page["gist"].as_str()),
+            (Some(stored.text.as_str()), Some(stored.gist.as_str()))
+        );
+        let past = PageRequest {
+            doc_id: "paint".into(),
+            page: 2,
+        };
+        let missing = state.page(&past).await.unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            "document \"paint\" has no page 2; it has 2 (0 to 1)"
+        );
+    }
+}
