@@ -59,10 +59,12 @@ impl std::fmt::Debug for MemoryTools {
 /// A served result as the tool's structured result, or its error as a tool
 /// error with the HTTP API's message.
 fn result<T: Serialize>(served: Result<T, ApiError>) -> CallToolResult {
-    match served.map(|value| serde_json::to_value(value)) {
-        Ok(Ok(value)) => CallToolResult::structured(value),
-        Ok(Err(failure)) => CallToolResult::error(vec![ContentBlock::text(failure.to_string())]),
-        Err(failure) => CallToolResult::error(vec![ContentBlock::text(failure.to_string())]),
+    let value = served
+        .map_err(|failure| failure.to_string())
+        .and_then(|value| serde_json::to_value(value).map_err(|failure| failure.to_string()));
+    match value {
+        Ok(value) => CallToolResult::structured(value),
+        Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]),
     }
 }
 
@@ -146,10 +148,12 @@ pub fn http_service(
     state: Arc<ServiceState>,
     hosts: AllowedHosts,
 ) -> StreamableHttpService<MemoryTools, LocalSessionManager> {
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
         .with_sse_keep_alive(None);
+    // The API's limit: rmcp reads the body itself, past axum's.
+    config.max_request_body_bytes = crate::http::MAX_BODY_BYTES;
     let config = match hosts {
         AllowedHosts::Any => config.disable_allowed_hosts(),
         AllowedHosts::Only(hosts) => config.with_allowed_hosts(hosts),

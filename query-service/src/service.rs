@@ -88,7 +88,7 @@ impl From<SearchError> for ApiError {
         match failure {
             SearchError::Store(store) => store.into(),
             SearchError::Embed(_) => ApiError::Unavailable(failure.to_string()),
-            SearchError::OtherEmbedder { .. } => ApiError::Invalid(failure.to_string()),
+            SearchError::OtherEmbedder(wrong) => ApiError::Invalid(wrong),
         }
     }
 }

@@ -164,10 +164,9 @@ pub enum SearchError {
     Store(#[from] StoreError),
     #[error("the query could not be embedded: {0}")]
     Embed(StepError),
-    #[error(
-        "the tables' vectors are {theirs}'s, the query's would be {ours}'s: search with the embedder the index used"
-    )]
-    OtherEmbedder { theirs: String, ours: String },
+    /// The tables' vectors are another embedder's: what to pass instead.
+    #[error("{0}")]
+    OtherEmbedder(String),
 }
 
 /// What navigating returns: `Failure::Step` ends the answer with a step that
@@ -446,22 +445,25 @@ impl<'a> Navigation<'a> {
         Ok(vector)
     }
 
+    /// What is wrong when the tables' vectors are another embedder's than
+    /// the one questions would be embedded by.
+    fn other_embedder(&self) -> Option<String> {
+        let ours = self.embedder.model();
+        let theirs = self.snapshot.embedding_model.as_deref()?;
+        (theirs != ours).then(|| {
+            format!(
+                "the tables' vectors are {theirs}'s, the question's would be {ours}'s: ask with the embedder the index used"
+            )
+        })
+    }
+
     /// True (with a trace step) when the tables' vectors are another embedder's.
     fn embedder_mismatch(&mut self) -> bool {
-        let ours = self.embedder.model();
-        match self.snapshot.embedding_model.as_deref() {
-            Some(theirs) if theirs != ours => {
-                self.record(
-                    "no_answer",
-                    "embedder",
-                    None,
-                    0.0,
-                    format!("the tables' vectors are {theirs}'s, the question's would be {ours}'s: ask with the embedder the index used"),
-                );
-                true
-            }
-            _ => false,
-        }
+        let Some(wrong) = self.other_embedder() else {
+            return false;
+        };
+        self.record("no_answer", "embedder", None, 0.0, wrong);
+        true
     }
 }
 

@@ -40,29 +40,13 @@ pub async fn search(
     models: Models<'_>,
 ) -> Result<Vec<Hit>, SearchError> {
     let mut nav = Navigation::new(snapshot, request, models);
-    let ranked = match request.strategy {
-        Strategy::Dense => {
-            let ours = models.embedder.model();
-            if let Some(theirs) = snapshot.embedding_model.as_deref()
-                && theirs != ours
-            {
-                return Err(SearchError::OtherEmbedder {
-                    theirs: theirs.to_string(),
-                    ours: ours.to_string(),
-                });
-            }
-            let Some(question) = nav.question_vector().await? else {
-                return Ok(Vec::new());
-            };
-            snapshot
-                .nearest_segments(&question, nav.documents(), nav.top_k())
-                .await?
-        }
-        _ => {
-            snapshot
-                .passages_by_bm25(&nav.query, nav.documents(), nav.top_k())
-                .await?
-        }
+    if request.strategy == Strategy::Dense
+        && let Some(wrong) = nav.other_embedder()
+    {
+        return Err(SearchError::OtherEmbedder(wrong));
+    }
+    let Some(ranked) = nav.baseline_ranking().await? else {
+        return Ok(Vec::new());
     };
     let segments: Vec<Arc<SegmentRow>> = ranked.iter().map(|(s, _)| s.clone()).collect();
     let passages = nav.segment_passages(&segments).await?;
@@ -81,27 +65,38 @@ impl Navigation<'_> {
         self.request.options.top_k.unwrap_or(DEFAULT_TOP_K).max(1)
     }
 
+    /// The segments the request's baseline ranks highest, with their scores:
+    /// BM25's, or for `dense` those whose vectors (of their own text) are
+    /// nearest the question's (none without a question vector).
+    async fn baseline_ranking(&mut self) -> Walked<Option<Vec<(Arc<SegmentRow>, f64)>>> {
+        let ranked = if self.request.strategy == Strategy::Dense {
+            let Some(question) = self.question_vector().await? else {
+                return Ok(None);
+            };
+            self.snapshot
+                .nearest_segments(&question, self.documents(), self.top_k())
+                .await?
+        } else {
+            self.snapshot
+                .passages_by_bm25(&self.query, self.documents(), self.top_k())
+                .await?
+        };
+        Ok(Some(ranked))
+    }
+
     /// Baseline: the segments BM25 ranks highest.
     pub(super) async fn bm25(&mut self) -> Walked {
-        let ranked = self
-            .snapshot
-            .passages_by_bm25(&self.query, self.documents(), self.top_k())
-            .await?;
+        let ranked = self.baseline_ranking().await?.unwrap_or_default();
         let passages = self.retrieved(&ranked, "BM25").await?;
         self.answer_from(passages, "from the top segments by BM25")
             .await
     }
 
-    /// Baseline: the segments whose vectors (of their own text) are nearest the
-    /// question's.
+    /// Baseline: the segments whose vectors are nearest the question's.
     pub(super) async fn dense(&mut self) -> Walked {
-        let Some(question) = self.question_vector().await? else {
+        let Some(ranked) = self.baseline_ranking().await? else {
             return Ok(());
         };
-        let ranked = self
-            .snapshot
-            .nearest_segments(&question, self.documents(), self.top_k())
-            .await?;
         let passages = self.retrieved(&ranked, "cosine").await?;
         self.answer_from(passages, "from the segments nearest the question")
             .await

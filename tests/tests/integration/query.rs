@@ -682,8 +682,11 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
         let openapi: serde_json::Value = serde_json::from_str(&body).unwrap();
         for route in [
             "/v1/ask",
+            "/v1/search",
             "/v1/documents",
             "/v1/documents/{id}/tree",
+            "/v1/documents/{id}/pages/{page}",
+            "/mcp",
             "/v1/nodes/{id}",
             "/v1/entities/{id}",
             "/healthz",
