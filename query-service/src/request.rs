@@ -226,6 +226,16 @@ impl AskRequest {
     }
 }
 
+/// A list's `limit` (`default` when not given), or why it is not 1 to `most`.
+fn limit_within(limit: Option<usize>, default: usize, most: usize) -> Result<usize, String> {
+    let limit = limit.unwrap_or(default);
+    if (1..=most).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(format!("limit must be 1 to {most}, not {limit}"))
+    }
+}
+
 /// How `search` ranks passages: the two baselines, without asking the model.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -303,14 +313,7 @@ pub struct DocumentsRequest {
 impl DocumentsRequest {
     /// The page's size, or what is wrong with the one asked for.
     pub fn page_size(&self) -> Result<usize, String> {
-        let limit = self.limit.unwrap_or(DOCUMENTS_PAGE);
-        if (1..=MAX_DOCUMENTS_PAGE).contains(&limit) {
-            Ok(limit)
-        } else {
-            Err(format!(
-                "limit must be 1 to {MAX_DOCUMENTS_PAGE}, not {limit}"
-            ))
-        }
+        limit_within(self.limit, DOCUMENTS_PAGE, MAX_DOCUMENTS_PAGE)
     }
 }
 
@@ -387,12 +390,7 @@ pub struct EntityRequest {
 impl EntityRequest {
     /// How many of each list, or what is wrong with the number asked for.
     pub fn list_size(&self) -> Result<usize, String> {
-        let limit = self.limit.unwrap_or(ENTITY_LIST);
-        if (1..=MAX_ENTITY_LIST).contains(&limit) {
-            Ok(limit)
-        } else {
-            Err(format!("limit must be 1 to {MAX_ENTITY_LIST}, not {limit}"))
-        }
+        limit_within(self.limit, ENTITY_LIST, MAX_ENTITY_LIST)
     }
 }
 
