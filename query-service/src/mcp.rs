@@ -68,6 +68,8 @@ fn result<T: Serialize>(served: Result<T, ApiError>) -> CallToolResult {
     }
 }
 
+// Every tool only reads the memory, a closed world: clients may call them
+// without asking their user first.
 #[tool_router]
 impl MemoryTools {
     pub fn new(state: Arc<ServiceState>) -> Self {
@@ -78,6 +80,7 @@ impl MemoryTools {
     }
 
     #[tool(
+        annotations(read_only_hint = true, open_world_hint = false),
         description = "Answer a question from the memory with one navigation strategy. Returns the answer, the passages it rests on (document, title, source, character range, text) and the trace of every step and model call."
     )]
     async fn ask(&self, Parameters(request): Parameters<AskRequest>) -> CallToolResult {
@@ -85,6 +88,7 @@ impl MemoryTools {
     }
 
     #[tool(
+        annotations(read_only_hint = true, open_world_hint = false),
         description = "Search the memory's passages with BM25 (default) or the dense baseline, without asking a model: the top_k passages with their scores, document, character range and text."
     )]
     async fn search(&self, Parameters(request): Parameters<SearchRequest>) -> CallToolResult {
@@ -92,6 +96,7 @@ impl MemoryTools {
     }
 
     #[tool(
+        annotations(read_only_hint = true, open_world_hint = false),
         description = "List the memory's documents a page at a time, in id order: pass a page's `next` as `after` for the following one."
     )]
     async fn list_documents(
@@ -102,6 +107,7 @@ impl MemoryTools {
     }
 
     #[tool(
+        annotations(read_only_hint = true, open_world_hint = false),
         description = "A document's MemWalker summary tree (default) or RAPTOR cluster tree: its nodes with their summaries, levels and children, the top `depth` levels below the root only when given."
     )]
     async fn document_tree(&self, Parameters(request): Parameters<TreeRequest>) -> CallToolResult {
@@ -109,6 +115,7 @@ impl MemoryTools {
     }
 
     #[tool(
+        annotations(read_only_hint = true, open_world_hint = false),
         description = "One tree node: its summary (and surprising facts for RAPTOR), level, parent, children and, for a leaf, its segment."
     )]
     async fn node(&self, Parameters(request): Parameters<NodeRequest>) -> CallToolResult {
@@ -116,6 +123,7 @@ impl MemoryTools {
     }
 
     #[tool(
+        annotations(read_only_hint = true, open_world_hint = false),
         description = "A ReadAgent page of a document (numbered from 0): its text and its gist."
     )]
     async fn page(&self, Parameters(request): Parameters<PageRequest>) -> CallToolResult {
@@ -123,6 +131,7 @@ impl MemoryTools {
     }
 
     #[tool(
+        annotations(read_only_hint = true, open_world_hint = false),
         description = "A graph entity: its name, type, aliases and description, its first relations (id order) and the segments it was extracted from, with how many there are of each."
     )]
     async fn entity(&self, Parameters(request): Parameters<EntityRequest>) -> CallToolResult {

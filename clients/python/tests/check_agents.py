@@ -142,6 +142,8 @@ async def check_session(session: ClientSession, calls: Calls, transport: str) ->
     await session.initialize()
     tools = {tool.name: tool for tool in (await session.list_tools()).tools}
     assert set(tools) == TOOLS, sorted(tools)
+    writers = [n for n, t in tools.items() if not (t.annotations and t.annotations.read_only_hint)]
+    assert not writers, f"tools not marked read-only: {writers}"
     ask = tools["ask"].input_schema
     assert ask["required"] == ["question"], ask
     strategies = ask["properties"]["strategy"]
