@@ -4,7 +4,7 @@
 //! errors it answers with. The HTTP API (`http`) and the MCP tools (`mcp`)
 //! are thin over these, so both say the same things in the same words.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
 use crate::cache::ReadCache;
-use crate::navigate::{Answer, Hit, Models, Passage, SearchError, ask, search};
+use crate::navigate::{Answer, Hit, Models, SearchError, ask, search, segment_passages};
 use crate::request::{
     AskRequest, DocumentsRequest, EntityRequest, NodeRequest, PageRequest, SearchRequest,
     TreeRequest,
@@ -301,20 +301,13 @@ impl ServiceState {
         let Some(entity) = snapshot.entity(id).await? else {
             return Err(ApiError::NotFound(format!("unknown entity {id:?}")));
         };
-        let ids = [id.clone()];
-        let none = HashSet::new();
-        let (relations, relations_total) = futures::try_join!(
-            snapshot.first_relations_touching(&ids, &none, limit),
-            snapshot.relation_count(id),
-        )?;
         let seg_ids: Vec<String> = entity.seg_ids.iter().take(limit).cloned().collect();
-        let segments = snapshot.segments(&seg_ids).await?;
-        let doc_ids: Vec<String> = segments.iter().map(|s| s.doc_id.clone()).collect();
-        let documents = snapshot.documents_of(&doc_ids).await?;
-        let sources: Vec<Passage> = segments
-            .iter()
-            .map(|s| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s))
-            .collect();
+        let sources = async {
+            let segments = snapshot.segments(&seg_ids).await?;
+            segment_passages(&snapshot, &segments).await
+        };
+        let ((relations, relations_total), sources) =
+            futures::try_join!(snapshot.relations_page(id, limit), sources)?;
         Ok(json!({
             "entity_id": entity.entity_id, "name": entity.name, "type": entity.entity_type,
             "aliases": entity.aliases, "description": entity.description,

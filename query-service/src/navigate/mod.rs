@@ -91,7 +91,7 @@ impl Passage {
 
     /// A segment as a passage (`document`, when the checkpoint has it, gives
     /// the title and source).
-    pub(crate) fn of_segment(document: Option<&Document>, segment: &SegmentRow) -> Passage {
+    fn of_segment(document: Option<&Document>, segment: &SegmentRow) -> Passage {
         Passage::of(
             document,
             &segment.doc_id,
@@ -355,15 +355,9 @@ impl<'a> Navigation<'a> {
             .map_or_else(String::new, |d| d.title.clone()))
     }
 
-    /// Whole segments as cited passages, in their order: their documents in
-    /// one read.
+    /// Whole segments as cited passages, in their order.
     async fn segment_passages(&self, segments: &[Arc<SegmentRow>]) -> Walked<Vec<Passage>> {
-        let doc_ids: Vec<String> = segments.iter().map(|s| s.doc_id.clone()).collect();
-        let documents = self.snapshot.documents_of(&doc_ids).await?;
-        Ok(segments
-            .iter()
-            .map(|s| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s))
-            .collect())
+        Ok(segment_passages(self.snapshot, segments).await?)
     }
 
     async fn passage(
@@ -465,6 +459,20 @@ impl<'a> Navigation<'a> {
         self.record("no_answer", "embedder", None, 0.0, wrong);
         true
     }
+}
+
+/// Whole segments as cited passages, in their order: their documents in
+/// one read.
+pub(crate) async fn segment_passages(
+    snapshot: &Snapshot,
+    segments: &[Arc<SegmentRow>],
+) -> Result<Vec<Passage>, StoreError> {
+    let doc_ids: Vec<String> = segments.iter().map(|s| s.doc_id.clone()).collect();
+    let documents = snapshot.documents_of(&doc_ids).await?;
+    Ok(segments
+        .iter()
+        .map(|s| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s))
+        .collect())
 }
 
 /// Passages as the model reads them, one paragraph each.
