@@ -14,6 +14,11 @@
 //! in microseconds), then over HTTP on loopback with 8 requests in flight
 //! against a service on 2 worker threads (requests per second, p50/p99).
 //!
+//! (d) Question sets with known answer passages (`benches/src/questions.rs`):
+//! pg-essays (16 questions) and Debian's python3.11-doc sources (15, installed
+//! when missing and possible), each indexed whole; per strategy, the questions
+//! whose answer passage the answer cites.
+//!
 //! (c) Scale: the service over the scale benchmark's memories (SCALE_DIR, as
 //! `benches/scale` leaves them; sizes in QUERY_SCALE_SIZES, default 1M,10M).
 //! Each memory is copied (all but the call cache) and served by the
@@ -28,7 +33,8 @@
 //! questions in process, one at a time: each one's first asking, then again.
 //!
 //! Run: `cargo bench --workspace --bench query` (release). Needs
-//! ../shared/data/pg-essays. QUERY_BENCH=niah, latency or scale runs one part;
+//! ../shared/data/pg-essays. QUERY_BENCH=niah, questions, latency or scale
+//! runs one part;
 //! NIAH_TOKENS (default 16000,64000,150000,500000) sets the haystack lengths;
 //! LATENCY_DOCS (default 10000) the store's size, LATENCY_SECONDS (default 10)
 //! the HTTP run per strategy, QUERY_STRATEGIES (names, comma separated) the
@@ -43,6 +49,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use memweave_benches::archive::{PYTHON_DOCS, python_docs_installed};
+use memweave_benches::questions;
 use memweave_llm::{CallCache, EmbedArgs, EmbedderKind, TaskModel};
 use memweave_operators::build::BuildConfig;
 use memweave_operators::embed::Embedder;
@@ -106,6 +114,9 @@ fn main() {
         .unwrap();
     if part.is_empty() || part == "niah" {
         multi_needle(&runtime);
+    }
+    if part.is_empty() || part == "questions" {
+        question_sets(&runtime);
     }
     if part.is_empty() || part == "latency" {
         latency(&runtime);
@@ -327,15 +338,9 @@ fn multi_needle(runtime: &tokio::runtime::Runtime) {
             let mut line = Vec::new();
             for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
                 let answer = navigator.ask(runtime, &snapshot, NEEDLE_QUESTION, strategy);
-                let cited = answer
-                    .supporting
-                    .iter()
-                    .map(|p| p.text.to_lowercase())
-                    .collect::<Vec<_>>()
-                    .join("\n");
                 let found = NEEDLES
                     .iter()
-                    .filter(|(word, _)| cited.contains(word))
+                    .filter(|(word, _)| cites(&answer, &[word]))
                     .count();
                 found_total[s] += found;
                 scores[s][l].push(score(found));
@@ -377,6 +382,76 @@ fn multi_needle(runtime: &tokio::runtime::Runtime) {
             cells.join(" "),
             100.0 * found_total[s] as f64 / (3 * cases) as f64
         );
+    }
+}
+
+/// Whether `answer` cites a passage holding one of `phrases`.
+fn cites(answer: &Answer, phrases: &[&str]) -> bool {
+    questions::cites(answer.supporting.iter().map(|p| p.text.as_str()), phrases)
+}
+
+/// (d) The question sets with known answer passages: each corpus indexed
+/// whole, every strategy asked every question; a question is found when a
+/// passage the answer cites holds its answer.
+fn question_sets(runtime: &tokio::runtime::Runtime) {
+    let mut sets = vec![(
+        "pg-essays",
+        memweave_benches::shared_data("pg-essays"),
+        questions::PG_ESSAYS,
+    )];
+    if python_docs_installed() {
+        sets.push((
+            "python3.11-doc",
+            PathBuf::from(PYTHON_DOCS),
+            questions::PYTHON_DOCS,
+        ));
+    }
+    let navigator = Navigator::new(runtime);
+    println!(
+        "Question sets with known answer passages; extractive backend, {}, default sizes",
+        embedder_name()
+    );
+    let mut table: Vec<Vec<String>> = vec![Vec::new(); Strategy::ALL.len()];
+    for (name, source, set) in &sets {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let summary = index(source, &dir.path().join("memory"));
+        println!(
+            "  {name}: {} tokens, built in {:.0} s; {} questions",
+            summary.tokens,
+            started.elapsed().as_secs_f64(),
+            set.len()
+        );
+        let snapshot = load(runtime, &dir.path().join("memory"));
+        for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
+            let missed: Vec<String> = set
+                .iter()
+                .enumerate()
+                .filter(|(_, q)| {
+                    let answer = navigator.ask(runtime, &snapshot, q.question, strategy);
+                    !cites(&answer, q.answer_phrases)
+                })
+                .map(|(i, _)| (i + 1).to_string())
+                .collect();
+            println!(
+                "    {:<13} found {:>2} of {}; missed: {}",
+                strategy.name(),
+                set.len() - missed.len(),
+                set.len(),
+                if missed.is_empty() {
+                    "none".to_string()
+                } else {
+                    missed.join(" ")
+                }
+            );
+            table[s].push(format!("{:>2}/{}", set.len() - missed.len(), set.len()));
+        }
+    }
+    let names: Vec<String> = sets.iter().map(|s| format!("{:>15}", s.0)).collect();
+    println!("  {:<13}{}", "found", names.join(""));
+    for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
+        let cells: Vec<String> = table[s].iter().map(|c| format!("{c:>15}")).collect();
+        println!("  {:<13}{}", strategy.name(), cells.join(""));
     }
 }
 

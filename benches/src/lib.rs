@@ -6,6 +6,7 @@ use std::process::Command;
 use memweave_llm::{BackendKind, LlmArgs};
 
 pub mod archive;
+pub mod questions;
 
 /// A corpus under `../shared/data` beside the checkout (never copied into the
 /// repository). Cargo sets `CARGO_MANIFEST_DIR` when it runs a benchmark; that
