@@ -355,11 +355,6 @@ impl<'a> Navigation<'a> {
             .map_or_else(String::new, |d| d.title.clone()))
     }
 
-    /// Whole segments as cited passages, in their order.
-    async fn segment_passages(&self, segments: &[Arc<SegmentRow>]) -> Walked<Vec<Passage>> {
-        Ok(segment_passages(self.snapshot, segments).await?)
-    }
-
     async fn passage(
         &self,
         doc_id: &str,

@@ -340,7 +340,7 @@ impl Navigation<'_> {
             let ids: Vec<String> = few.iter().map(|(id, _)| id.clone()).collect();
             let mut rows = self.snapshot.segments(&ids).await?;
             rows.retain(|segment| self.allowed(&segment.doc_id));
-            let read = self.segment_passages(&rows).await?;
+            let read = super::segment_passages(self.snapshot, &rows).await?;
             let mut by_id: HashMap<&str, (&SegmentRow, Passage)> = rows
                 .iter()
                 .zip(read)

@@ -49,7 +49,7 @@ pub async fn search(
         return Ok(Vec::new());
     };
     let segments: Vec<Arc<SegmentRow>> = ranked.iter().map(|(s, _)| s.clone()).collect();
-    let passages = nav.segment_passages(&segments).await?;
+    let passages = super::segment_passages(snapshot, &segments).await?;
     Ok(passages
         .into_iter()
         .zip(&ranked)
@@ -110,7 +110,7 @@ impl Navigation<'_> {
     ) -> Walked<Vec<Passage>> {
         let segments: Vec<Arc<SegmentRow>> = ranked.iter().map(|(s, _)| s.clone()).collect();
         let mut passages = Vec::new();
-        let read = self.segment_passages(&segments).await?;
+        let read = super::segment_passages(self.snapshot, &segments).await?;
         for (rank, (passage, (_, score))) in read.into_iter().zip(ranked).enumerate() {
             self.record(
                 "retrieve",
