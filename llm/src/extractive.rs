@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use memweave_operators::extract::{
-    best_sentences, capitalised_names, central_sentences, head_words, sentences_mentioning,
+    best_sentences, capitalised_names, distinctive_sentences, head_words, sentences_mentioning,
     surprising_sentences,
 };
 use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, terms};
@@ -15,7 +15,7 @@ use crate::step::{PageText, Step};
 
 /// Bumped whenever an extractive reply would change, so cached replies of an older
 /// version are not reused (the version is part of every call key).
-pub const EXTRACTIVE_MODEL: &str = "extractive-v2";
+pub const EXTRACTIVE_MODEL: &str = "extractive-v3";
 
 /// Longest leaf summary, in words (MemWalker summaries are a few sentences).
 const LEAF_SUMMARY_WORDS: usize = 120;
@@ -42,7 +42,7 @@ pub fn reply(step: &Step) -> String {
         Step::CompressSummaries { summaries } => {
             let joined = summaries.join("\n\n");
             let words = word_count(&joined);
-            central_sentences(&joined, (words / 3).clamp(40, PARENT_SUMMARY_WORDS))
+            distinctive_sentences(&joined, (words / 3).clamp(40, PARENT_SUMMARY_WORDS))
         }
         Step::Triage {
             question,
@@ -50,7 +50,11 @@ pub fn reply(step: &Step) -> String {
         } => {
             let index = Bm25::new(summaries.iter().map(String::as_str));
             let query = terms(question);
-            let (choice, score) = index.rank(&query).into_iter().next().unwrap_or((0, 0.0));
+            let (choice, score) = index
+                .rank_by_rarity(&query)
+                .into_iter()
+                .next()
+                .unwrap_or((0, 0.0));
             format!(
                 "Reasoning: Summary {choice} shares the most of the question's rarer words (BM25 {score:.2}).\nAction: {choice}"
             )
@@ -150,7 +154,7 @@ pub fn reply(step: &Step) -> String {
             } else if b.contains(a.as_str()) {
                 b.clone()
             } else {
-                central_sentences(&format!("{a} {b}"), MERGED_RELATION_WORDS)
+                distinctive_sentences(&format!("{a} {b}"), MERGED_RELATION_WORDS)
             };
             format!("Merged relation: {merged}")
         }
@@ -217,15 +221,15 @@ pub fn reply(step: &Step) -> String {
     }
 }
 
-/// A segment's (or chunk's) summary: its most central quarter, 25 to 120 words.
+/// A segment's (or chunk's) summary: its most distinctive quarter, 25 to 120 words.
 fn leaf_summary(text: &str) -> String {
     let words = word_count(text);
-    central_sentences(text, (words / 4).clamp(25, LEAF_SUMMARY_WORDS))
+    distinctive_sentences(text, (words / 4).clamp(25, LEAF_SUMMARY_WORDS))
 }
 
 fn gist(page: &str) -> String {
     let words = word_count(page);
-    let gist = central_sentences(page, (words / GIST_RATIO).max(12));
+    let gist = distinctive_sentences(page, (words / GIST_RATIO).max(12));
     if word_count(&gist) < words || words <= 1 {
         return gist;
     }
@@ -264,7 +268,7 @@ fn judge(question: &str, text: &str) -> String {
 fn rank_pages(question: &str, pages: &[PageText], skip: &[u32]) -> Vec<u32> {
     let index = Bm25::new(pages.iter().map(|p| p.text.as_str()));
     index
-        .rank(&terms(question))
+        .rank_by_rarity(&terms(question))
         .into_iter()
         .filter(|&(_, score)| score > 0.0)
         .map(|(i, _)| pages[i].number)

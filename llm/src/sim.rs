@@ -16,7 +16,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use memweave_operators::extract::central_sentences;
+use memweave_operators::extract::distinctive_sentences;
 use memweave_operators::lexical::hashing_embedding;
 use memweave_operators::tokens::count_tokens;
 use serde::{Deserialize, Serialize};
@@ -350,7 +350,7 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
             }
         }
         // A prompt of no known template still gets a plausible reply.
-        None => central_sentences(&prompt.user, 60),
+        None => distinctive_sentences(&prompt.user, 60),
     };
     let prompt_tokens = count_tokens(&prompt.text());
     let mut finish = "stop";

@@ -55,9 +55,9 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
-/// The offline default: feature hashing of the text's stemmed terms. Needs no
-/// weights and is exactly reproducible; texts that share words get close
-/// vectors, paraphrases do not.
+/// The offline default: feature hashing of the text's stemmed terms, each
+/// weighted by its rarity. Needs no model and is exactly reproducible; texts
+/// that share rare words get close vectors, paraphrases do not.
 #[derive(Debug, Clone)]
 pub struct HashingEmbedder {
     dim: usize,
@@ -68,7 +68,7 @@ impl HashingEmbedder {
     pub fn new(dim: usize) -> Self {
         HashingEmbedder {
             dim,
-            name: format!("hashing-{dim}"),
+            name: format!("hashing-weighted-{dim}"),
         }
     }
 }

@@ -1,9 +1,9 @@
 //! Extractive text operations: what the offline backend answers every model step
 //! with. Deterministic, no model, no network; sentences are chosen, never written.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 
-use crate::lexical::{TermVector, terms};
+use crate::lexical::{term_rarity, terms};
 use crate::text::{sentences, word_count};
 
 /// The trimmed, non-empty sentences of `text`.
@@ -15,50 +15,119 @@ pub fn sentence_list(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Each sentence's summed cosine similarity to the others.
-fn centrality(sentences: &[&str]) -> Vec<f64> {
-    let vectors: Vec<TermVector> = sentences.iter().map(|s| TermVector::of(s)).collect();
-    (0..vectors.len())
-        .map(|i| {
-            (0..vectors.len())
-                .filter(|&j| j != i)
-                .map(|j| vectors[i].cosine(&vectors[j]))
-                .sum()
+/// A sentence's distinct terms.
+fn term_sets(sentences: &[&str]) -> Vec<BTreeSet<String>> {
+    sentences
+        .iter()
+        .map(|s| terms(s).into_iter().collect())
+        .collect()
+}
+
+/// What each term of a text is worth to a reader who has to tell the text
+/// apart from others: its [`term_rarity`], raised by how often the text
+/// repeats it (what the text is about), `1 + ln(count)`.
+fn term_weights(sets: &[BTreeSet<String>], text: &str) -> HashMap<String, f64> {
+    let mut counts: HashMap<String, f64> = HashMap::new();
+    for term in terms(text) {
+        *counts.entry(term).or_insert(0.0) += 1.0;
+    }
+    sets.iter()
+        .flatten()
+        .map(|t| {
+            let count = counts.get(t).copied().unwrap_or(1.0);
+            (t.clone(), term_rarity(t) * (1.0 + count.ln()))
         })
         .collect()
 }
 
-/// The most central sentences of `text`, at least one, up to `budget_words`, in
-/// their original order, whitespace collapsed.
-pub fn central_sentences(text: &str, budget_words: usize) -> String {
+/// Sentences of `text` chosen to cover its distinctive terms, at least one, up
+/// to `budget_words`, in their original order, whitespace collapsed. Greedy
+/// budgeted coverage: each pick is the sentence whose terms not yet covered
+/// weigh most per word ([`term_weights`]), so the first picks say what the
+/// text is about and later ones keep what only one sentence says (a name, a
+/// figure, an aside) rather than a third way of saying the topic. A summary of
+/// summaries chosen this way still carries each part's rare words, which is
+/// what leads a reader from it down to the part that holds them.
+pub fn distinctive_sentences(text: &str, budget_words: usize) -> String {
     let sentences = sentence_list(text);
     if sentences.is_empty() {
         return String::new();
     }
-    let centrality = centrality(&sentences);
-    let mut order: Vec<usize> = (0..sentences.len()).collect();
-    order.sort_by(|&a, &b| centrality[b].total_cmp(&centrality[a]).then(a.cmp(&b)));
-    join_chosen(&sentences, choose_within(&sentences, order, budget_words))
+    let sets = term_sets(&sentences);
+    let weights = term_weights(&sets, text);
+    let words: Vec<usize> = sentences.iter().map(|s| word_count(s)).collect();
+    let mut covered: HashSet<&str> = HashSet::new();
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut used = 0;
+    loop {
+        let gain = |i: usize| -> f64 {
+            sets[i]
+                .iter()
+                .filter(|t| !covered.contains(t.as_str()))
+                .map(|t| weights[t])
+                .sum()
+        };
+        let fits = |i: usize| chosen.is_empty() || used + words[i] <= budget_words;
+        // Short fragments ("Yes.") would win per word on one rare term.
+        let best = (0..sentences.len())
+            .filter(|i| !chosen.contains(i) && fits(*i))
+            .map(|i| (i, gain(i) / (words[i] + SHORT_SENTENCE_WORDS) as f64))
+            .filter(|&(_, per_word)| per_word > 0.0 || chosen.is_empty())
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+        let Some((i, _)) = best else { break };
+        covered.extend(sets[i].iter().map(String::as_str));
+        chosen.push(i);
+        used += words[i];
+        if used >= budget_words {
+            break;
+        }
+    }
+    chosen.sort_unstable();
+    join_chosen(&sentences, chosen)
 }
 
-/// ILM-TR's surprising facts, extractively: the sentences least like the rest of
-/// the text (lowest centrality), up to `max` of them, in order. Empty when the text
-/// has fewer than three sentences: nothing can stand out.
+/// Words added to every sentence's length when weighing its terms per word.
+const SHORT_SENTENCE_WORDS: usize = 6;
+
+/// ILM-TR's surprising facts, extractively: the sentences whose weight lies
+/// mostly in terms no other sentence of the text uses, rarest first, up to
+/// `max` of them, in order. Empty when the text has fewer than three sentences:
+/// nothing can stand out.
 pub fn surprising_sentences(text: &str, max: usize) -> String {
     let sentences = sentence_list(text);
     if sentences.len() < 3 || max == 0 {
         return String::new();
     }
-    let centrality = centrality(&sentences);
-    let mean = centrality.iter().sum::<f64>() / centrality.len() as f64;
-    let mut order: Vec<usize> = (0..sentences.len())
-        .filter(|&i| centrality[i] < mean / 2.0 && !terms(sentences[i]).is_empty())
+    let sets = term_sets(&sentences);
+    let weights = term_weights(&sets, text);
+    let mut uses: HashMap<&str, usize> = HashMap::new();
+    for term in sets.iter().flatten() {
+        *uses.entry(term.as_str()).or_insert(0) += 1;
+    }
+    let unshared: Vec<(f64, f64)> = sets
+        .iter()
+        .map(|set| {
+            let total: f64 = set.iter().map(|t| weights[t]).sum();
+            let own: f64 = set
+                .iter()
+                .filter(|t| uses[t.as_str()] == 1)
+                .map(|t| weights[t])
+                .sum();
+            (own, total)
+        })
         .collect();
-    order.sort_by(|&a, &b| centrality[a].total_cmp(&centrality[b]).then(a.cmp(&b)));
+    let mut order: Vec<usize> = (0..sentences.len())
+        .filter(|&i| unshared[i].1 > 0.0 && unshared[i].0 >= SURPRISE_SHARE * unshared[i].1)
+        .collect();
+    order.sort_by(|&a, &b| unshared[b].0.total_cmp(&unshared[a].0).then(a.cmp(&b)));
     order.truncate(max);
     order.sort_unstable();
     join_chosen(&sentences, order)
 }
+
+/// Share of a sentence's term weight that must be its own (no other sentence
+/// uses the terms) for it to stand out as a surprise.
+const SURPRISE_SHARE: f64 = 0.75;
 
 /// Sentences of `text` ranked by how much of the question's vocabulary they cover;
 /// returns the best `n` in text order, with their coverage of the question's terms
@@ -167,24 +236,6 @@ pub fn head_words(text: &str, max_words: usize) -> String {
     format!("{} …", words[..max_words].join(" "))
 }
 
-fn choose_within(sentences: &[&str], order: Vec<usize>, budget_words: usize) -> Vec<usize> {
-    let mut chosen = Vec::new();
-    let mut words = 0;
-    for i in order {
-        let w = word_count(sentences[i]);
-        if !chosen.is_empty() && words + w > budget_words {
-            continue;
-        }
-        chosen.push(i);
-        words += w;
-        if words >= budget_words {
-            break;
-        }
-    }
-    chosen.sort_unstable();
-    chosen
-}
-
 fn join_chosen(sentences: &[&str], chosen: Vec<usize>) -> String {
     chosen
         .into_iter()
@@ -206,14 +257,28 @@ mod tests {
         Still lifes are paintings of objects that do not move.";
 
     #[test]
-    fn central_sentences_keep_order_and_budget() {
-        let summary = central_sentences(TEXT, 12);
-        assert!(word_count(&summary) <= 14, "{summary}");
-        assert!(
-            !summary.contains("weather"),
-            "the off-topic sentence is least central"
+    fn distinctive_sentences_keep_order_and_budget() {
+        let summary = distinctive_sentences(TEXT, 12);
+        assert!(word_count(&summary) <= 12, "{summary}");
+        assert!(summary.contains("paint"), "{summary}");
+        // With room for everything, a sentence that says nothing the others do
+        // not ("Painting taught me to look": paint, taught, look) is left out.
+        assert_eq!(
+            distinctive_sentences(TEXT, 1000),
+            TEXT.replace("Painting taught me to look. ", "")
         );
-        assert!(central_sentences(TEXT, 1000).starts_with("Painting taught me"));
+    }
+
+    #[test]
+    fn a_fact_only_one_sentence_states_survives_the_summary() {
+        // Six sentences that say the topic over again, and one aside.
+        let text = "Startups need to grow fast. A startup that grows fast raises money. \
+            Fast growth lets a startup raise money from investors. Investors fund startups \
+            that grow fast. Figs are one of the secret ingredients of the perfect pizza. \
+            Growth is what investors look for in startups. Startups that grow raise money.";
+        let summary = distinctive_sentences(text, 20);
+        assert!(summary.contains("pizza"), "{summary}");
+        assert!(summary.contains("grow"), "{summary}");
     }
 
     #[test]

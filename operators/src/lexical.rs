@@ -5,6 +5,26 @@ use std::collections::{BTreeMap, HashMap};
 
 pub use memweave_schemas::text::terms;
 
+/// How rare a term is in general text, in nats: its self-information under a
+/// Zipf law over cl100k's vocabulary. BPE merges are made in order of how
+/// often byte sequences occur in the tokenizer's web-scale training text, so a
+/// word's token id ranks its frequency there (" need" comes before " pizza");
+/// a word with no token of its own is rarer than any that has one. Built into
+/// the binary, so a term weighs the same in every process, document and
+/// stream order, and a reply that depends on it stays a function of its prompt.
+pub fn term_rarity(term: &str) -> f64 {
+    /// ln of the harmonic number of cl100k's 100,256 ranks: the Zipf law's
+    /// normalising constant.
+    const LN_ZIPF_NORM: f64 = 2.49;
+    const VOCABULARY: f64 = 100_256.0;
+    let tokens = crate::tokens::cl100k().encode_ordinary(&format!(" {term}"));
+    let rank = match tokens.as_slice() {
+        [single] => f64::from(*single).max(1.0),
+        pieces => VOCABULARY * pieces.len() as f64,
+    };
+    rank.ln() + LN_ZIPF_NORM
+}
+
 /// A bag of terms with counts.
 /// Ordered, so sums run in one order and similarities are the same bit for bit in
 /// every process (ties between them decide breaks and summaries).
@@ -104,6 +124,18 @@ impl CorpusStats {
     }
 
     fn score_counts(&self, query: &[String], doc: &HashMap<String, f64>, length: f64) -> f64 {
+        self.score_weighted(query, doc, length, |_| 1.0)
+    }
+
+    /// [`CorpusStats::score_counts`] with each query term's part multiplied by
+    /// `weight(term)`.
+    fn score_weighted(
+        &self,
+        query: &[String],
+        doc: &HashMap<String, f64>,
+        length: f64,
+        weight: impl Fn(&str) -> f64,
+    ) -> f64 {
         let length_norm = if self.average_length > 0.0 {
             length / self.average_length
         } else {
@@ -113,7 +145,7 @@ impl CorpusStats {
             .iter()
             .filter_map(|term| {
                 let tf = *doc.get(term)?;
-                let idf = self.idf(term);
+                let idf = self.idf(term) * weight(term);
                 Some(idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * length_norm)))
             })
             // An empty sum is -0.0; adding 0.0 keeps "no match" at plain zero.
@@ -173,25 +205,46 @@ impl Bm25 {
 
     /// Indices of the texts ordered by descending score (ties by index), with scores.
     pub fn rank(&self, query: &[String]) -> Vec<(usize, f64)> {
-        let mut ranked: Vec<(usize, f64)> = (0..self.docs.len())
-            .map(|i| (i, self.score(query, i)))
-            .collect();
+        self.rank_by(|i| self.score(query, i))
+    }
+
+    /// [`Bm25::rank`] with each query term's part weighted by its
+    /// [`term_rarity`]: among a handful of texts (a node's children, a
+    /// document's gists) document frequencies barely tell "first" from
+    /// "pizza"; general rarity does.
+    pub fn rank_by_rarity(&self, query: &[String]) -> Vec<(usize, f64)> {
+        let rarity: HashMap<&str, f64> =
+            query.iter().map(|t| (t.as_str(), term_rarity(t))).collect();
+        self.rank_by(|i| {
+            self.stats
+                .score_weighted(query, &self.docs[i], self.lengths[i], |t| rarity[t])
+        })
+    }
+
+    fn rank_by(&self, score: impl Fn(usize) -> f64) -> Vec<(usize, f64)> {
+        let mut ranked: Vec<(usize, f64)> = (0..self.docs.len()).map(|i| (i, score(i))).collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked
     }
 }
 
-/// A feature-hashed bag of terms: each term adds ±1 at a position drawn from its
-/// hash, then the vector is scaled to unit length. No weights, no model; similar
-/// texts get similar vectors.
+/// A feature-hashed bag of terms: each term adds ± its [`term_rarity`] at a
+/// position drawn from its hash, then the vector is scaled to unit length. No
+/// model; texts that share rare words get similar vectors, so a question's
+/// rare words find the passage that holds them among common ones.
 pub fn hashing_embedding(text: &str, dim: usize) -> Vec<f32> {
     let mut vector = vec![0f32; dim.max(1)];
+    let mut counts: BTreeMap<String, f32> = BTreeMap::new();
     for term in terms(text) {
+        *counts.entry(term).or_insert(0.0) += 1.0;
+    }
+    for (term, count) in counts {
         let hash = blake3::hash(term.as_bytes());
         let bytes = hash.as_bytes();
         let position =
             u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize % vector.len();
-        vector[position] += if bytes[8] & 1 == 0 { 1.0 } else { -1.0 };
+        let weight = count * term_rarity(&term) as f32;
+        vector[position] += if bytes[8] & 1 == 0 { weight } else { -weight };
     }
     let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
     if norm > 0.0 {
@@ -240,6 +293,26 @@ mod tests {
         }
         assert!(bm25.score(&query, 0) > bm25.score(&query, 2));
         assert_eq!(bm25.score(&query, 1), 0.0);
+    }
+
+    #[test]
+    fn rare_words_weigh_more_than_common_ones() {
+        let common = term_rarity("need");
+        assert!(term_rarity("pizza") > common + 1.0);
+        assert!(term_rarity("prosciutto") > term_rarity("pizza"));
+        assert!(common > term_rarity("time"));
+    }
+
+    #[test]
+    fn a_shared_rare_word_brings_hashing_vectors_closer_than_a_common_one() {
+        let cosine = |a: &str, b: &str| {
+            let (a, b) = (hashing_embedding(a, 4096), hashing_embedding(b, 4096));
+            a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>()
+        };
+        let question = "which ingredient makes the perfect pizza";
+        let rare = cosine(question, "pizza dough rises slowly overnight");
+        let common = cosine(question, "perfect weather came slowly overnight");
+        assert!(rare > common, "{rare} vs {common}");
     }
 
     #[test]

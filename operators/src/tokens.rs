@@ -3,7 +3,12 @@
 
 /// Tokens of `text` under cl100k_base, special-token markers counted as text.
 pub fn count_tokens(text: &str) -> usize {
-    tiktoken_rs::cl100k_base_singleton().count_ordinary(text)
+    cl100k().count_ordinary(text)
+}
+
+/// The cl100k_base vocabulary, loaded once per process.
+pub(crate) fn cl100k() -> &'static tiktoken_rs::CoreBPE {
+    tiktoken_rs::cl100k_base_singleton()
 }
 
 #[cfg(test)]

@@ -3,13 +3,13 @@
 //! or reverting to its parent; over a corpus, the best-matching documents in
 //! turn.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use memweave_operators::lexical::CorpusStats;
-use memweave_operators::lexical::terms;
+use memweave_operators::embed::cosine;
+use memweave_operators::lexical::{Bm25, CorpusStats, terms};
 use memweave_operators::text::{CharOffsets, sentences};
-use memweave_schemas::TreeNodeRow;
+use memweave_schemas::{TREE_MEMWALKER, TreeNodeRow};
 
 use super::{Navigation, Passage, Walked};
 
@@ -20,6 +20,44 @@ const MAX_DOCUMENTS: usize = 3;
 /// MemWalker's working memory: the summaries on the path, the nearest the leaf
 /// kept when they are longer than this (characters, about 1000 tokens).
 const WORKING_MEMORY_CHARS: usize = 4000;
+
+/// The children whose summaries match the question best (BM25 over the
+/// summaries, terms weighted by rarity as the extractive triage weighs them):
+/// one when the summaries decide, several when the best tie, all when none
+/// holds a word of the question.
+fn tied_best(query: &[String], summaries: &[&str]) -> Vec<usize> {
+    let ranked = Bm25::new(summaries.iter().copied()).rank_by_rarity(query);
+    let best = ranked.first().map_or(0.0, |r| r.1);
+    if best <= 0.0 {
+        return (0..summaries.len()).collect();
+    }
+    let mut tied: Vec<usize> = ranked
+        .iter()
+        .take_while(|r| r.1 >= best)
+        .map(|r| r.0)
+        .collect();
+    tied.sort_unstable();
+    tied
+}
+
+/// The segments of the leaves under `node` in its tree (`by_id`), in order.
+fn segments_under(node: &TreeNodeRow, by_id: &HashMap<&str, &TreeNodeRow>) -> Vec<String> {
+    let mut segments = Vec::new();
+    let mut stack = vec![node];
+    while let Some(current) = stack.pop() {
+        if let Some(seg_id) = &current.seg_id {
+            segments.push(seg_id.clone());
+        }
+        stack.extend(
+            current
+                .child_ids
+                .iter()
+                .rev()
+                .filter_map(|id| by_id.get(id.as_str()).copied()),
+        );
+    }
+    segments
+}
 
 /// A passage with how well it covers the question.
 #[derive(Debug, Clone)]
@@ -132,9 +170,12 @@ impl Navigation<'_> {
 
     /// MemWalker's triage prompt over the summaries of the children not read yet
     /// (after a revert the model chooses among the others); `None` when every
-    /// child has been read.
+    /// child has been read. Where the summaries give nothing to choose by (no
+    /// child's summary holds a word of the question, or the best are equal),
+    /// a model would guess; the vectors of the segments under those children
+    /// choose instead, and the reasoning says which signal chose.
     async fn triage(
-        &self,
+        &mut self,
         node: &TreeNodeRow,
         visited: &HashSet<String>,
     ) -> Walked<Option<(Arc<TreeNodeRow>, String)>> {
@@ -144,6 +185,12 @@ impl Navigation<'_> {
             return Ok(None);
         }
         let summaries: Vec<&str> = children.iter().map(|c| c.summary.as_str()).collect();
+        let tied = tied_best(&self.query, &summaries);
+        if tied.len() != 1
+            && let Some((child, reasoning)) = self.nearest_child(node, &children, &tied).await?
+        {
+            return Ok(Some((children.swap_remove(child), reasoning)));
+        }
         let triage = self
             .model
             .triage(&self.cx, &self.request.question, &summaries)
@@ -155,6 +202,57 @@ impl Navigation<'_> {
             triage.reasoning
         );
         Ok(Some((children.swap_remove(triage.choice), reasoning)))
+    }
+
+    /// Among `candidates` (indices into `children`), the child above the
+    /// segment nearest the question's vector, with why; `None` when there is
+    /// no vector to compare (another embedder's tables, no segment vectors).
+    async fn nearest_child(
+        &mut self,
+        node: &TreeNodeRow,
+        children: &[Arc<TreeNodeRow>],
+        candidates: &[usize],
+    ) -> Walked<Option<(usize, String)>> {
+        let Some(doc_id) = node.doc_id.as_deref() else {
+            return Ok(None);
+        };
+        if self.other_embedder().is_some() {
+            return Ok(None);
+        }
+        let Some(question) = self.question_vector().await? else {
+            return Ok(None);
+        };
+        let tree = self.snapshot.tree(doc_id, TREE_MEMWALKER).await?;
+        let by_id: HashMap<&str, &TreeNodeRow> =
+            tree.iter().map(|n| (n.node_id.as_str(), &**n)).collect();
+        let leaves: Vec<Vec<String>> = candidates
+            .iter()
+            .map(|&c| segments_under(&children[c], &by_id))
+            .collect();
+        let vectors = self.snapshot.vectors(&leaves.concat()).await?;
+        let best = candidates
+            .iter()
+            .zip(&leaves)
+            .flat_map(|(&c, segs)| {
+                segs.iter()
+                    .filter_map(|s| Some((c, s, cosine(&question, vectors.get(s)?))))
+                    .collect::<Vec<_>>()
+            })
+            .max_by(|a, b| a.2.total_cmp(&b.2).then(b.0.cmp(&a.0)));
+        let why = if candidates.len() == children.len() {
+            "no child's summary holds a word of the question"
+        } else {
+            "the best summaries match the question equally"
+        };
+        Ok(best.map(|(c, seg_id, similarity)| {
+            (
+                c,
+                format!(
+                    "summary {c} of {}, chosen by vectors: {why}; its segment {seg_id} is nearest the question (cosine {similarity:.3})",
+                    children.len()
+                ),
+            )
+        }))
     }
 
     /// The summaries on the path to a leaf, root first, as MemWalker's working
@@ -387,6 +485,35 @@ mod tests {
         assert_eq!(answer.supporting[0].from_id, "s-p2");
         let depths: Vec<u32> = answer.trace.iter().map(|s| s.depth).collect();
         assert_eq!(depths, [0, 1, 2, 2, 1, 2, 2, 0]);
+    }
+
+    #[tokio::test]
+    async fn where_no_summary_holds_a_word_of_the_question_vectors_choose_the_child() {
+        let snapshot = memory().await;
+        // The root's summary names still lifes, so "paint" is the document;
+        // neither child's summary holds "light" or "closely", but s-p2 does.
+        let asked = request(
+            "What did still lifes show about light, looked at closely?",
+            Strategy::Memwalker,
+        );
+        let answer = answer(&snapshot, &asked).await;
+        assert_eq!(
+            steps(&answer),
+            pairs(&[
+                ("choose_document", "paint"),
+                ("descend", "n-p"),
+                ("descend", "n-p2"),
+                ("read_leaf", "s-p2"),
+                ("answer", "s-p2"),
+            ])
+        );
+        let chose = &answer.trace[2];
+        assert!(
+            chose.reasoning.contains("chosen by vectors")
+                && chose.reasoning.contains("s-p2")
+                && chose.calls.is_empty(),
+            "{chose:?}"
+        );
     }
 
     #[tokio::test]

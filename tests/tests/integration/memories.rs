@@ -470,7 +470,11 @@ fn the_openai_embedder_gives_the_vectors_of_its_server() {
     let (a, b) = (read_tables(&hashing), read_tables(&remote));
     assert_invariants(&b);
     assert!(b.embeddings.iter().all(|e| e.model == "openai:sim-embed"));
-    assert!(a.embeddings.iter().all(|e| e.model == "hashing-256"));
+    assert!(
+        a.embeddings
+            .iter()
+            .all(|e| e.model == "hashing-weighted-256")
+    );
     let vectors = |t: &Tables| -> Vec<(String, Vec<f32>)> {
         t.embeddings
             .iter()
