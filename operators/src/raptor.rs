@@ -126,7 +126,11 @@ pub async fn raptor_tree(
             row
         })
         .collect();
-    let leaves = with_vectors(leaves, embedder, &cx).await?;
+    // A leaf is embedded from its chunk, as RAPTOR embeds its leaves: the
+    // whole text, not the summary of it, so a fact the summary left out can
+    // still be found near the question.
+    let texts: Vec<String> = chunks.iter().map(|c| c.text.clone()).collect();
+    let leaves = with_vectors(leaves, texts, embedder, &cx).await?;
     build_levels(
         leaves,
         TREE_RAPTOR,
@@ -260,18 +264,20 @@ async fn build_levels(
             }
         }
         done.append(&mut level);
-        level = with_vectors(parents, embedder, cx).await?;
+        let texts = parents.iter().map(node_text).collect();
+        level = with_vectors(parents, texts, embedder, cx).await?;
     }
     done.append(&mut level);
     Ok(done)
 }
 
+/// `rows` with the vectors of `texts` (one per row).
 async fn with_vectors(
     rows: Vec<TreeNodeRow>,
+    texts: Vec<String>,
     embedder: &dyn Embedder,
     cx: &CallContext,
 ) -> StepResult<Vec<RaptorNode>> {
-    let texts: Vec<String> = rows.iter().map(node_text).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let vectors = embed_all(embedder, cx, &refs).await?;
     Ok(rows
