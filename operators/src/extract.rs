@@ -86,6 +86,35 @@ pub fn distinctive_sentences(text: &str, budget_words: usize) -> String {
     join_chosen(&sentences, chosen)
 }
 
+/// The `max` words of `text` whose terms weigh most ([`term_weights`]: rare,
+/// and repeated), heaviest first, each as the text first writes it, joined
+/// with commas: what the text is about, in a form that a small edit (one new
+/// word, one sentence reworded) leaves as it was.
+pub fn key_words(text: &str, max: usize) -> String {
+    let sentences = sentence_list(text);
+    let weights = term_weights(&term_sets(&sentences), text);
+    let mut first_form: Vec<(String, String)> = Vec::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        if let [term] = terms(word).as_slice()
+            && !first_form.iter().any(|(t, _)| t == term)
+        {
+            first_form.push((term.clone(), word.to_string()));
+        }
+    }
+    let mut ranked: Vec<(usize, f64)> = first_form
+        .iter()
+        .enumerate()
+        .map(|(i, (term, _))| (i, weights.get(term).copied().unwrap_or(0.0)))
+        .collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    ranked
+        .iter()
+        .take(max)
+        .map(|&(i, _)| first_form[i].1.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Words added to every sentence's length when weighing its terms per word.
 const SHORT_SENTENCE_WORDS: usize = 6;
 
@@ -279,6 +308,18 @@ mod tests {
         let summary = distinctive_sentences(text, 20);
         assert!(summary.contains("pizza"), "{summary}");
         assert!(summary.contains("grow"), "{summary}");
+    }
+
+    #[test]
+    fn key_words_name_the_topic_and_survive_a_small_edit() {
+        let text = "Making money is a specialized skill. Money is not wealth. \
+            Wealth is what people want, and money moves wealth around.";
+        let edited = text.replace(
+            "specialized skill",
+            "rather specialized skill, as it happens",
+        );
+        assert_eq!(key_words(text, 2), "wealth, money");
+        assert_eq!(key_words(&edited, 2), key_words(text, 2));
     }
 
     #[test]

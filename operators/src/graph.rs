@@ -1,7 +1,8 @@
 //! QRMeM's graph memory: entities and open relations over the original segments.
 //!
-//! Per document ([`document_graph`]): entities of each segment (the document's
-//! root summary as background, as the paper's prompt has it), relations between
+//! Per document ([`document_graph`]): entities of each segment (the
+//! document's key words as background, where the paper's prompt has its
+//! summary), relations between
 //! them, names normalised and short aliases folded into the one longer name they
 //! abbreviate, and a pair's relations from several segments kept together.
 //! Across documents ([`resolve_entities`], [`merge_relations_across`]):
@@ -22,7 +23,7 @@ use memweave_schemas::{EntityRow, RelationRow, SegmentRow, content_id};
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, cosine, embed_all};
-use crate::extract::{collapse_whitespace, head_words, sentence_list};
+use crate::extract::{collapse_whitespace, head_words, key_words, sentence_list};
 use crate::model::{
     CallContext, MemoryModel, Relation, RelationEvidence, StepResult, all_in_order,
 };
@@ -86,10 +87,13 @@ impl Default for GraphConfig {
 }
 /// Passages compared with an entity's first mention in one disambiguation call.
 const SAME_ENTITY_BATCH: usize = 16;
-/// Words of the document's summary shown as the background of entity
-/// extraction (what the document is about; the rest of the summary would be
-/// read again with every segment) and with an entity when its name collides.
-const ABOUT_WORDS: usize = 60;
+/// Key words of the document shown as the background of entity extraction
+/// (what the document is about) and with an entity when its name collides.
+/// The paper shows the document's summary; but the background is part of
+/// every segment's extraction prompt, and a summary changes with most edits,
+/// which would re-extract the whole document. The document's heaviest terms
+/// (rare and repeated) stay the same under an edit that is not about them.
+const ABOUT_WORDS: usize = 16;
 
 /// An entity as one document knows it, before disambiguation across documents.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -102,8 +106,7 @@ pub struct DocEntity {
     /// The first sentence that mentions it: its description, and the passage the
     /// model compares when another document has an entity of the same name.
     pub context: String,
-    /// The head of the document's summary: what the document is about, for the
-    /// same comparison.
+    /// The document's key words: what it is about, for the same comparison.
     #[serde(with = "shared_text")]
     pub document: Arc<str>,
     /// The segments it was found in, in document order.
@@ -214,7 +217,8 @@ pub async fn document_graph(
 ) -> StepResult<(Vec<DocEntity>, Vec<DocRelation>)> {
     let cx = CallContext::build(STAGE, doc_id);
     // One copy per document, shared by its entities.
-    let about: Arc<str> = Arc::from(head_words(background, ABOUT_WORDS));
+    let text: Vec<&str> = segments.iter().map(|s| s.text.as_str()).collect();
+    let about: Arc<str> = Arc::from(key_words(&text.join("\n"), ABOUT_WORDS));
     let extracted: Vec<(Vec<String>, Vec<Relation>)> =
         all_in_order(segments.iter().map(|segment| {
             let (cx, about) = (&cx, &about);

@@ -228,8 +228,8 @@ impl Bm25 {
     }
 }
 
-/// A feature-hashed bag of terms: each term adds ± its [`term_rarity`] at a
-/// position drawn from its hash, then the vector is scaled to unit length. No
+/// A feature-hashed bag of terms: each term adds ± its [`term_rarity`] times
+/// `1 + ln(count)` at a position drawn from its hash, then the vector is scaled to unit length. No
 /// model; texts that share rare words get similar vectors, so a question's
 /// rare words find the passage that holds them among common ones.
 pub fn hashing_embedding(text: &str, dim: usize) -> Vec<f32> {
@@ -243,7 +243,9 @@ pub fn hashing_embedding(text: &str, dim: usize) -> Vec<f32> {
         let bytes = hash.as_bytes();
         let position =
             u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize % vector.len();
-        let weight = count * term_rarity(&term) as f32;
+        // Repeats count sublinearly, as BM25 saturates them: a text's tenth
+        // "startup" says less than its one "pizza".
+        let weight = (1.0 + count.ln()) * term_rarity(&term) as f32;
         vector[position] += if bytes[8] & 1 == 0 { weight } else { -weight };
     }
     let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
