@@ -2,13 +2,13 @@
 //! written), in the reply format its paper's prompt asks for, so the same parsers
 //! read it as read a model. The simulator answers with these replies too.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use memweave_operators::extract::{
     best_sentences, capitalised_names, distinctive_sentences, head_words, sentences_mentioning,
     surprising_sentences,
 };
-use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, terms};
+use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, term_rarity, terms};
 use memweave_operators::text::word_count;
 
 use crate::step::{PageText, Step};
@@ -23,7 +23,7 @@ const LEAF_SUMMARY_WORDS: usize = 120;
 const PARENT_SUMMARY_WORDS: usize = 180;
 /// ReadAgent's gists compress pages three to five times.
 const GIST_RATIO: usize = 4;
-/// Share of the question's terms a passage must hold to count as an answer.
+/// Share of the question's term weight a passage must hold to count as an answer.
 const ANSWER_COVERAGE: f64 = 0.5;
 /// Most entities taken from one segment.
 const MAX_ENTITIES: usize = 20;
@@ -238,25 +238,29 @@ fn gist(page: &str) -> String {
 }
 
 /// MemWalker's leaf prompt and QRMeM's reflection: answer (-2) with the sentences
-/// that cover the question when they cover enough of it, else revert (-1) naming
-/// what is missing.
+/// that cover the question when they hold its most specific term and enough of
+/// its weight, else revert (-1) naming what is missing. A passage that shares
+/// only a question's common words ("author", "learn") answers another question.
 fn judge(question: &str, text: &str) -> String {
     let (best, covered) = best_sentences(question, text, 2);
-    if covered >= ANSWER_COVERAGE && !best.is_empty() {
+    if covered.most_specific && covered.share >= ANSWER_COVERAGE && !best.is_empty() {
         return format!(
-            "Reasoning: the text covers {:.0}% of the question's words.\nAction: -2\nAnswer: {best}",
-            covered * 100.0
+            "Reasoning: the text covers {:.0}% of the question's weight, its rarest word included.\nAction: -2\nAnswer: {best}",
+            covered.share * 100.0
         );
     }
     let present: HashSet<String> = terms(text).into_iter().collect();
-    let missing: Vec<String> = terms(question)
+    let missing: BTreeSet<String> = terms(question)
         .into_iter()
         .filter(|t| !present.contains(t))
         .collect();
+    // Rarest first: the word the text would need most.
+    let mut missing: Vec<String> = missing.into_iter().collect();
+    missing.sort_by(|a, b| term_rarity(b).total_cmp(&term_rarity(a)));
     format!(
         "Reasoning: the text does not mention {}.\nAction: -1",
         if missing.is_empty() {
-            "enough of the question".to_string()
+            "enough of the question together".to_string()
         } else {
             missing.join(", ")
         }

@@ -1,7 +1,7 @@
 //! Extractive text operations: what the offline backend answers every model step
 //! with. Deterministic, no model, no network; sentences are chosen, never written.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::lexical::{term_rarity, terms};
 use crate::text::{sentences, word_count};
@@ -158,32 +158,59 @@ pub fn surprising_sentences(text: &str, max: usize) -> String {
 /// uses the terms) for it to stand out as a surprise.
 const SURPRISE_SHARE: f64 = 0.75;
 
-/// Sentences of `text` ranked by how much of the question's vocabulary they cover;
-/// returns the best `n` in text order, with their coverage of the question's terms
-/// (0 when the question has no content terms).
-pub fn best_sentences(question: &str, text: &str, n: usize) -> (String, f64) {
-    let wanted: HashSet<String> = terms(question).into_iter().collect();
-    let sentences = sentence_list(text);
-    if wanted.is_empty() || sentences.is_empty() {
-        return (String::new(), 0.0);
-    }
-    let hits: Vec<usize> = sentences
-        .iter()
-        .map(|s| {
-            let have: HashSet<String> = terms(s).into_iter().collect();
-            wanted.iter().filter(|t| have.contains(*t)).count()
+/// How much of a question the sentences [`best_sentences`] chose hold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Coverage {
+    /// Share of the question's term weight ([`term_rarity`]) they hold.
+    pub share: f64,
+    /// Whether they hold the question's rarest term: what it is most
+    /// specifically about ("painting" in "What did the author learn from
+    /// painting?"), without which a passage answers another question.
+    pub most_specific: bool,
+}
+
+/// The `n` sentences of `text` that hold the most of the question's term
+/// weight (each term counted by its [`term_rarity`]), in text order, with how
+/// much of the question they cover (nothing when the question has no content
+/// terms or no sentence shares one).
+pub fn best_sentences(question: &str, text: &str, n: usize) -> (String, Coverage) {
+    let wanted: BTreeMap<String, f64> = terms(question)
+        .into_iter()
+        .map(|t| {
+            let rarity = term_rarity(&t);
+            (t, rarity)
         })
         .collect();
-    let mut order: Vec<usize> = (0..sentences.len()).filter(|&i| hits[i] > 0).collect();
-    order.sort_by(|&a, &b| hits[b].cmp(&hits[a]).then(a.cmp(&b)));
+    let sentences = sentence_list(text);
+    let nothing = Coverage {
+        share: 0.0,
+        most_specific: false,
+    };
+    if wanted.is_empty() || sentences.is_empty() {
+        return (String::new(), nothing);
+    }
+    let held: Vec<f64> = term_sets(&sentences)
+        .iter()
+        .map(|set| set.iter().filter_map(|t| wanted.get(t)).sum())
+        .collect();
+    let mut order: Vec<usize> = (0..sentences.len()).filter(|&i| held[i] > 0.0).collect();
+    order.sort_by(|&a, &b| held[b].total_cmp(&held[a]).then(a.cmp(&b)));
     order.truncate(n);
     order.sort_unstable();
-    let chosen: HashSet<String> = order
+    let chosen: BTreeSet<String> = order
         .iter()
         .flat_map(|&i| terms(sentences[i]))
-        .filter(|t| wanted.contains(t))
+        .filter(|t| wanted.contains_key(t))
         .collect();
-    let coverage = chosen.len() as f64 / wanted.len() as f64;
+    let total: f64 = wanted.values().sum();
+    let rarest = wanted
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
+        .map(|(t, _)| t);
+    let coverage = Coverage {
+        share: chosen.iter().map(|t| wanted[t]).sum::<f64>() / total,
+        most_specific: rarest.is_some_and(|t| chosen.contains(t)),
+    };
     (join_chosen(&sentences, order), coverage)
 }
 
@@ -332,11 +359,15 @@ mod tests {
     fn best_sentences_cover_the_question() {
         let (best, coverage) = best_sentences("What did painting teach about patience?", TEXT, 1);
         assert_eq!(best, "Looking at paint on canvas taught me patience.");
-        assert!(coverage > 0.3, "{coverage}");
-        assert_eq!(
-            best_sentences("zebra quagga", TEXT, 2),
-            (String::new(), 0.0)
+        assert!(
+            coverage.share > 0.3 && coverage.most_specific,
+            "{coverage:?}"
         );
+        let (best, coverage) = best_sentences("What did painting teach about prosciutto?", TEXT, 1);
+        assert_eq!(best, "Painting taught me to look.");
+        assert!(!coverage.most_specific, "{coverage:?}");
+        let (best, coverage) = best_sentences("zebra quagga", TEXT, 2);
+        assert_eq!((best.as_str(), coverage.share), ("", 0.0));
     }
 
     #[test]

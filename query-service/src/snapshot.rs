@@ -589,29 +589,34 @@ impl Snapshot {
             .collect())
     }
 
-    /// The documents whose best MemWalker node matches `query` best (BM25 over
-    /// the node summaries), at most `limit`, each with that score and node; only
-    /// those with a positive score.
-    pub async fn documents_by_nodes(
+    /// The documents whose best passage matches `query` best (BM25 over the
+    /// memory's finest cut: the documents' own words, which no summary has
+    /// dropped), at most `limit`, each with that score and passage; only those
+    /// with a positive score, ties in document order.
+    pub async fn documents_by_passages(
         &self,
         query: &[String],
         allowed: Allowed<'_>,
         limit: usize,
-    ) -> Read<Vec<(String, f64, Arc<TreeNodeRow>)>> {
-        let stats = self.node_stats(query).await?;
+    ) -> Read<Vec<(String, f64, Arc<SegmentRow>)>> {
+        let Some(cut) = self.passage_cut else {
+            return Ok(Vec::new());
+        };
+        let stats = self.passage_stats(query).await?;
         let condition = [
-            Some(format!("tree = '{TREE_MEMWALKER}'")),
+            Some(format!("target_tokens = {cut}")),
             allowed.condition("doc_id"),
         ];
         #[derive(Deserialize)]
         struct Matched {
-            node_id: String,
-            doc_id: Option<String>,
+            seg_id: String,
+            doc_id: String,
+            ordinal: u32,
         }
         let scored: Vec<(Matched, f64)> = self
             .best_texts(
-                Table::TreeNodes,
-                &["node_id", "doc_id"],
+                Table::Segments,
+                &["seg_id", "doc_id", "ordinal"],
                 query,
                 &stats,
                 &condition,
@@ -619,32 +624,29 @@ impl Snapshot {
             )
             .await?;
         let mut best: HashMap<String, (f64, Matched)> = HashMap::new();
-        for (node, score) in scored {
-            let Some(doc_id) = node.doc_id.clone() else {
-                continue;
-            };
-            let better = |(s, n): &(f64, Matched)| {
+        for (segment, score) in scored {
+            let better = |(s, m): &(f64, Matched)| {
                 score
                     .total_cmp(s)
-                    .then(n.node_id.cmp(&node.node_id))
+                    .then(m.ordinal.cmp(&segment.ordinal))
                     .is_gt()
             };
-            if best.get(&doc_id).is_none_or(better) {
-                best.insert(doc_id, (score, node));
+            if best.get(&segment.doc_id).is_none_or(better) {
+                best.insert(segment.doc_id.clone(), (score, segment));
             }
         }
         let mut ranked: Vec<(String, f64, String)> = best
             .into_iter()
-            .map(|(d, (s, n))| (d, s, n.node_id))
+            .map(|(d, (s, m))| (d, s, m.seg_id))
             .collect();
         ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked.truncate(limit);
         let ids: Vec<String> = ranked.iter().map(|r| r.2.clone()).collect();
-        let nodes = self.nodes(&ids).await?;
+        let segments = self.segments(&ids).await?;
         Ok(ranked
             .into_iter()
-            .zip(nodes)
-            .map(|((d, s, _), n)| (d, s, n))
+            .zip(segments)
+            .map(|((d, s, _), segment)| (d, s, segment))
             .collect())
     }
 

@@ -68,12 +68,16 @@ pub(super) struct Candidate {
 }
 
 impl Navigation<'_> {
-    /// MemWalker over a corpus: walk the best-matching document's tree; when the walk
-    /// finds no leaf that answers, go back up to the corpus and try the next document.
+    /// MemWalker over a corpus: walk the tree of the document whose passage
+    /// matches the question best; when the walk finds no leaf that answers, go
+    /// back up to the corpus and try the next document. The tree walks one
+    /// document as the paper's does; which document holds the question is read
+    /// from the documents' own words, since a summary keeps a few sentences of
+    /// each and a passage's common words can outscore a summary's one rare one.
     pub(super) async fn memwalker(&mut self) -> Walked {
         let ranked = self
             .snapshot
-            .documents_by_nodes(&self.query, self.documents(), MAX_DOCUMENTS)
+            .documents_by_passages(&self.query, self.documents(), MAX_DOCUMENTS)
             .await?;
         if ranked.is_empty() {
             self.record(
@@ -86,7 +90,7 @@ impl Navigation<'_> {
             return Ok(());
         }
         let mut leaf_reads = 0;
-        for (rank, (doc_id, score, node)) in ranked.iter().enumerate() {
+        for (rank, (doc_id, score, passage)) in ranked.iter().enumerate() {
             let Some(root) = self.snapshot.root_of(doc_id).await? else {
                 continue;
             };
@@ -102,7 +106,7 @@ impl Navigation<'_> {
                 doc_id,
                 None,
                 *score,
-                format!("\"{title}\": its node {} {why}", node.node_id),
+                format!("\"{title}\": its passage {} {why}", passage.seg_id),
             );
             if self.walk(root, &mut leaf_reads).await? {
                 self.answered = true;
