@@ -1,5 +1,6 @@
 //! Every table memweave writes: its name, key, row type and Arrow schema.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
@@ -370,6 +371,12 @@ impl Table {
     }
 }
 
+/// What an embeddings vector stands for, in the `vector` field's metadata so
+/// that any reader of the table (pylance, DuckDB) can see it.
+pub const VECTOR_COVERS: &str = "the owner's whole text: an embedder with an input limit \
+    (all-MiniLM-L6-v2: 256 word pieces) reads it in overlapping windows and keeps their \
+    mean weighted by each window's tokens";
+
 /// Fields of an embeddings table whose vectors have `dim` components.
 fn embeddings_fields(dim: i32) -> Vec<FieldRef> {
     vec![
@@ -383,7 +390,11 @@ fn embeddings_fields(dim: i32) -> Vec<FieldRef> {
                 dim,
             ),
             false,
-        ),
+        )
+        .with_metadata(HashMap::from([(
+            "covers".to_string(),
+            VECTOR_COVERS.to_string(),
+        )])),
     ]
     .into_iter()
     .map(Arc::new)

@@ -33,6 +33,7 @@ nearest = embeddings.to_table(
 print(json.dumps({
     "vector_indices": [i["type"] for i in embeddings.list_indices() if i["fields"] == ["vector"]],
     "nearest_is_itself": nearest[0]["owner_id"] == probe["owner_id"],
+    "vector_covers": (embeddings.schema.field("vector").metadata or {}).get(b"covers", b"").decode(),
     "full_text_finds_the_term": bool(found)
         and any(r["seg_id"] == first["seg_id"] for r in found)
         and all(term in r["terms"].split() for r in found),
@@ -84,6 +85,11 @@ fn pylance_and_duckdb_read_the_same_counts() {
     assert!(t.embeddings.len() >= memweave_schemas::store::VECTOR_INDEX_MIN_ROWS);
     assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_SQ"]));
     assert_eq!(seen["nearest_is_itself"], true);
+    // The schema says what a vector stands for.
+    assert_eq!(
+        seen["vector_covers"],
+        memweave_schemas::tables::VECTOR_COVERS
+    );
     // Every column a walk or a commit looks rows up by has a B-tree index,
     // every searched text a full-text index pylance searches through.
     assert_eq!(seen["full_text_finds_the_term"], true);

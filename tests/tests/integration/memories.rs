@@ -538,6 +538,19 @@ fn the_minilm_embedder_embeds_by_meaning() {
     // Padding a batch to its longest text changes nothing about a short one.
     let alone = model.embed_now(&texts[..1]).expect("a forward pass");
     assert!(dot(&alone[0], &vectors[0]) > 0.99999);
+    // A text past the model's 256 word pieces is read whole, in windows: its
+    // second half moves its vector.
+    let riding = vec![texts[3]; 16].join(" ");
+    let eating = vec![texts[1]; 25].join(" ");
+    let long = format!("{riding} {eating}");
+    let read = model.embed_now(&[&long, &riding]).expect("a forward pass");
+    assert!((dot(&read[0], &read[0]) - 1.0).abs() < 1e-4);
+    assert!(
+        dot(&read[0], &vectors[0]) > dot(&read[1], &vectors[0]) + 0.1,
+        "{} against {}",
+        dot(&read[0], &vectors[0]),
+        dot(&read[1], &vectors[0])
+    );
 
     let dir = tempfile::tempdir().expect("a temp dir");
     let source = dir.path().join("essays");
@@ -562,9 +575,13 @@ fn the_minilm_embedder_embeds_by_meaning() {
     let t = read_tables(&tables);
     assert_invariants(&t);
     assert!(!t.embeddings.is_empty());
-    assert!(
-        t.embeddings
-            .iter()
-            .all(|e| e.model == "all-MiniLM-L6-v2" && e.vector.len() == 384)
+    let models: std::collections::BTreeSet<(&str, usize)> = t
+        .embeddings
+        .iter()
+        .map(|e| (e.model.as_str(), e.vector.len()))
+        .collect();
+    assert_eq!(
+        models,
+        std::collections::BTreeSet::from([("all-MiniLM-L6-v2-windowed", 384)])
     );
 }
