@@ -14,11 +14,6 @@
 //! in microseconds), then over HTTP on loopback with 8 requests in flight
 //! against a service on 2 worker threads (requests per second, p50/p99).
 //!
-//! (d) Question sets with known answer passages (`benches/src/questions.rs`):
-//! pg-essays (16 questions) and Debian's python3.11-doc sources (15, installed
-//! when missing and possible), each indexed whole; per strategy, the questions
-//! whose answer passage the answer cites.
-//!
 //! (c) Scale: the service over the scale benchmark's memories (SCALE_DIR, as
 //! `benches/scale` leaves them; sizes in QUERY_SCALE_SIZES, default 1M,10M).
 //! Each memory is copied (all but the call cache) and served by the
