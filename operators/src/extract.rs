@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use crate::lexical::{term_rarity, terms};
+use crate::lexical::{rarest, term_rarity, terms};
 use crate::text::{sentences, word_count};
 
 /// The trimmed, non-empty sentences of `text`.
@@ -203,10 +203,7 @@ pub fn best_sentences(question: &str, text: &str, n: usize) -> (String, Coverage
         .filter(|t| wanted.contains_key(t))
         .collect();
     let total: f64 = wanted.values().sum();
-    let rarest = wanted
-        .iter()
-        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)))
-        .map(|(t, _)| t);
+    let rarest = rarest(wanted.keys());
     let coverage = Coverage {
         share: chosen.iter().map(|t| wanted[t]).sum::<f64>() / total,
         most_specific: rarest.is_some_and(|t| chosen.contains(t)),

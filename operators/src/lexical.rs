@@ -25,6 +25,16 @@ pub fn term_rarity(term: &str) -> f64 {
     rank.ln() + LN_ZIPF_NORM
 }
 
+/// The rarest of `terms` ([`term_rarity`]): what a question is most
+/// specifically about; ties to the first in alphabetical order.
+pub fn rarest<'a>(terms: impl IntoIterator<Item = &'a String>) -> Option<&'a String> {
+    terms
+        .into_iter()
+        .map(|t| (t, term_rarity(t)))
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(a.0)))
+        .map(|(t, _)| t)
+}
+
 /// A bag of terms with counts.
 /// Ordered, so sums run in one order and similarities are the same bit for bit in
 /// every process (ties between them decide breaks and summaries).

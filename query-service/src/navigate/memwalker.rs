@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_operators::embed::cosine;
-use memweave_operators::lexical::{Bm25, CorpusStats, terms};
+use memweave_operators::lexical::{Bm25, CorpusStats, rarest, terms};
 use memweave_operators::text::{CharOffsets, sentences};
 use memweave_schemas::{TREE_MEMWALKER, TreeNodeRow};
 
@@ -23,21 +23,40 @@ const WORKING_MEMORY_CHARS: usize = 4000;
 
 /// The children whose summaries match the question best (BM25 over the
 /// summaries, terms weighted by rarity as the extractive triage weighs them):
-/// one when the summaries decide, several when the best tie, all when none
-/// holds a word of the question.
-fn tied_best(query: &[String], summaries: &[&str]) -> Vec<usize> {
+/// one when the summaries decide; otherwise the candidates, with why the
+/// summaries could not decide. All of them when no summary holds the
+/// question's rarest word (a match on its common words alone is a guess, as
+/// in the leaf judge) or any word of it; the best when they tie.
+fn lexical_choice(query: &[String], summaries: &[&str]) -> Result<usize, (Vec<usize>, String)> {
+    let all = || (0..summaries.len()).collect();
     let ranked = Bm25::new(summaries.iter().copied()).rank_by_rarity(query);
     let best = ranked.first().map_or(0.0, |r| r.1);
     if best <= 0.0 {
-        return (0..summaries.len()).collect();
+        return Err((
+            all(),
+            "no child's summary holds a word of the question".into(),
+        ));
+    }
+    if let Some(rarest) = rarest(query)
+        && !summaries
+            .iter()
+            .any(|s| terms(s).iter().any(|t| t == rarest))
+    {
+        return Err((
+            all(),
+            format!("no child's summary holds \"{rarest}\", the question's rarest word"),
+        ));
     }
     let mut tied: Vec<usize> = ranked
         .iter()
         .take_while(|r| r.1 >= best)
         .map(|r| r.0)
         .collect();
+    if let [one] = tied[..] {
+        return Ok(one);
+    }
     tied.sort_unstable();
-    tied
+    Err((tied, "the best summaries match the question equally".into()))
 }
 
 /// The segments of the leaves under `node` in its tree (`by_id`), in order.
@@ -175,9 +194,10 @@ impl Navigation<'_> {
     /// MemWalker's triage prompt over the summaries of the children not read yet
     /// (after a revert the model chooses among the others); `None` when every
     /// child has been read. Where the summaries give nothing to choose by (no
-    /// child's summary holds a word of the question, or the best are equal),
-    /// a model would guess; the vectors of the segments under those children
-    /// choose instead, and the reasoning says which signal chose.
+    /// child's summary holds the question's rarest word, or any word of it, or
+    /// the best are equal), a model would guess; the vectors of the segments
+    /// under those children choose instead, and the reasoning says which
+    /// signal chose.
     async fn triage(
         &mut self,
         node: &TreeNodeRow,
@@ -189,9 +209,10 @@ impl Navigation<'_> {
             return Ok(None);
         }
         let summaries: Vec<&str> = children.iter().map(|c| c.summary.as_str()).collect();
-        let tied = tied_best(&self.query, &summaries);
-        if tied.len() != 1
-            && let Some((child, reasoning)) = self.nearest_child(node, &children, &tied).await?
+        if let Err((candidates, why)) = lexical_choice(&self.query, &summaries)
+            && let Some((child, reasoning)) = self
+                .nearest_child(node, &children, &candidates, &why)
+                .await?
         {
             return Ok(Some((children.swap_remove(child), reasoning)));
         }
@@ -216,6 +237,7 @@ impl Navigation<'_> {
         node: &TreeNodeRow,
         children: &[Arc<TreeNodeRow>],
         candidates: &[usize],
+        why: &str,
     ) -> Walked<Option<(usize, String)>> {
         let Some(doc_id) = node.doc_id.as_deref() else {
             return Ok(None);
@@ -243,11 +265,6 @@ impl Navigation<'_> {
                     .collect::<Vec<_>>()
             })
             .max_by(|a, b| a.2.total_cmp(&b.2).then(b.0.cmp(&a.0)));
-        let why = if candidates.len() == children.len() {
-            "no child's summary holds a word of the question"
-        } else {
-            "the best summaries match the question equally"
-        };
         Ok(best.map(|(c, seg_id, similarity)| {
             (
                 c,
@@ -515,6 +532,37 @@ mod tests {
         assert!(
             chose.reasoning.contains("chosen by vectors")
                 && chose.reasoning.contains("s-p2")
+                && chose.calls.is_empty(),
+            "{chose:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn where_no_summary_holds_the_rarest_word_of_the_question_vectors_choose_the_child() {
+        let snapshot = memory().await;
+        // n-p1's summary shares "painting" with the question, but no summary
+        // holds "closely", its rarest word; s-p2, under n-p2, does.
+        let asked = request(
+            "What did painting teach about looking closely?",
+            Strategy::Memwalker,
+        );
+        let answer = answer(&snapshot, &asked).await;
+        assert_eq!(
+            steps(&answer),
+            pairs(&[
+                ("choose_document", "paint"),
+                ("descend", "n-p"),
+                ("descend", "n-p2"),
+                ("read_leaf", "s-p2"),
+                ("answer", "s-p2"),
+            ])
+        );
+        let chose = &answer.trace[2];
+        assert!(
+            chose.reasoning.contains("chosen by vectors")
+                && chose
+                    .reasoning
+                    .contains("\"closely\", the question's rarest word")
                 && chose.calls.is_empty(),
             "{chose:?}"
         );
