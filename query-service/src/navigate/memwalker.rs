@@ -508,16 +508,12 @@ mod tests {
         assert_eq!(depths, [0, 1, 2, 2, 1, 2, 2, 0]);
     }
 
-    #[tokio::test]
-    async fn where_no_summary_holds_a_word_of_the_question_vectors_choose_the_child() {
+    /// Asks `question`, whose answer is s-p2's, where the children's summaries
+    /// cannot choose between n-p1 and n-p2 for the reason `why`: the segments'
+    /// vectors choose n-p2, with no model call, and the trace says so.
+    async fn vectors_choose_the_second_leaf(question: &str, why: &str) {
         let snapshot = memory().await;
-        // The root's summary names still lifes, so "paint" is the document;
-        // neither child's summary holds "light" or "closely", but s-p2 does.
-        let asked = request(
-            "What did still lifes show about light, looked at closely?",
-            Strategy::Memwalker,
-        );
-        let answer = answer(&snapshot, &asked).await;
+        let answer = answer(&snapshot, &request(question, Strategy::Memwalker)).await;
         assert_eq!(
             steps(&answer),
             pairs(&[
@@ -531,6 +527,7 @@ mod tests {
         let chose = &answer.trace[2];
         assert!(
             chose.reasoning.contains("chosen by vectors")
+                && chose.reasoning.contains(why)
                 && chose.reasoning.contains("s-p2")
                 && chose.calls.is_empty(),
             "{chose:?}"
@@ -538,34 +535,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn where_no_summary_holds_a_word_of_the_question_vectors_choose_the_child() {
+        // Neither child's summary holds "still", "lifes", "light" or
+        // "closely"; s-p2 holds "light" and "closely".
+        vectors_choose_the_second_leaf(
+            "What did still lifes show about light, looked at closely?",
+            "no child's summary holds a word of the question",
+        )
+        .await;
+    }
+
+    #[tokio::test]
     async fn where_no_summary_holds_the_rarest_word_of_the_question_vectors_choose_the_child() {
-        let snapshot = memory().await;
         // n-p1's summary shares "painting" with the question, but no summary
-        // holds "closely", its rarest word; s-p2, under n-p2, does.
-        let asked = request(
+        // holds "closely", its rarest word; s-p2 does.
+        vectors_choose_the_second_leaf(
             "What did painting teach about looking closely?",
-            Strategy::Memwalker,
-        );
-        let answer = answer(&snapshot, &asked).await;
-        assert_eq!(
-            steps(&answer),
-            pairs(&[
-                ("choose_document", "paint"),
-                ("descend", "n-p"),
-                ("descend", "n-p2"),
-                ("read_leaf", "s-p2"),
-                ("answer", "s-p2"),
-            ])
-        );
-        let chose = &answer.trace[2];
-        assert!(
-            chose.reasoning.contains("chosen by vectors")
-                && chose
-                    .reasoning
-                    .contains("\"closely\", the question's rarest word")
-                && chose.calls.is_empty(),
-            "{chose:?}"
-        );
+            "no child's summary holds \"closely\", the question's rarest word",
+        )
+        .await;
     }
 
     #[tokio::test]
