@@ -139,6 +139,15 @@ const VECTOR_CANDIDATES_AT_LEAST: usize = 32;
 const VECTOR_REFINE_AT_MOST: usize = 10;
 const VECTOR_REFINE_ROWS: usize = 512;
 
+/// A passage the full-text search found: what ranking and grouping by
+/// document need before its row is read.
+#[derive(Deserialize)]
+struct PassageMatch {
+    seg_id: String,
+    doc_id: String,
+    ordinal: u32,
+}
+
 /// The memory tables at one checkpoint.
 #[derive(Debug)]
 pub struct Snapshot {
@@ -592,40 +601,17 @@ impl Snapshot {
     /// The documents whose best passage matches `query` best (BM25 over the
     /// memory's finest cut: the documents' own words, which no summary has
     /// dropped), at most `limit`, each with that score and passage; only those
-    /// with a positive score, ties in document order.
+    /// with a positive score, ties in document id order.
     pub async fn documents_by_passages(
         &self,
         query: &[String],
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(String, f64, Arc<SegmentRow>)>> {
-        let Some(cut) = self.passage_cut else {
-            return Ok(Vec::new());
-        };
-        let stats = self.passage_stats(query).await?;
-        let condition = [
-            Some(format!("target_tokens = {cut}")),
-            allowed.condition("doc_id"),
-        ];
-        #[derive(Deserialize)]
-        struct Matched {
-            seg_id: String,
-            doc_id: String,
-            ordinal: u32,
-        }
-        let scored: Vec<(Matched, f64)> = self
-            .best_texts(
-                Table::Segments,
-                &["seg_id", "doc_id", "ordinal"],
-                query,
-                &stats,
-                &condition,
-                limit,
-            )
-            .await?;
-        let mut best: HashMap<String, (f64, Matched)> = HashMap::new();
+        let scored = self.scored_passages(query, allowed, limit).await?;
+        let mut best: HashMap<String, (f64, PassageMatch)> = HashMap::new();
         for (segment, score) in scored {
-            let better = |(s, m): &(f64, Matched)| {
+            let better = |(s, m): &(f64, PassageMatch)| {
                 score
                     .total_cmp(s)
                     .then(m.ordinal.cmp(&segment.ordinal))
@@ -706,30 +692,7 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<SegmentRow>, f64)>> {
-        let Some(cut) = self.passage_cut else {
-            return Ok(Vec::new());
-        };
-        let stats = self.passage_stats(query).await?;
-        let condition = [
-            Some(format!("target_tokens = {cut}")),
-            allowed.condition("doc_id"),
-        ];
-        #[derive(Deserialize)]
-        struct Matched {
-            seg_id: String,
-            doc_id: String,
-            ordinal: u32,
-        }
-        let mut scored: Vec<(Matched, f64)> = self
-            .best_texts(
-                Table::Segments,
-                &["seg_id", "doc_id", "ordinal"],
-                query,
-                &stats,
-                &condition,
-                limit,
-            )
-            .await?;
+        let mut scored = self.scored_passages(query, allowed, limit).await?;
         scored.sort_by(|(a, x), (b, y)| {
             y.total_cmp(x)
                 .then((&a.doc_id, a.ordinal).cmp(&(&b.doc_id, b.ordinal)))
@@ -742,6 +705,34 @@ impl Snapshot {
             .zip(scored)
             .map(|(segment, (_, score))| (segment, score))
             .collect())
+    }
+
+    /// The passages (the memory's finest cut) Lance's full-text index finds for
+    /// `query`, enough for `limit` results, each scored by our BM25 (positive
+    /// scores only); none when the memory has no segments.
+    async fn scored_passages(
+        &self,
+        query: &[String],
+        allowed: Allowed<'_>,
+        limit: usize,
+    ) -> Read<Vec<(PassageMatch, f64)>> {
+        let Some(cut) = self.passage_cut else {
+            return Ok(Vec::new());
+        };
+        let stats = self.passage_stats(query).await?;
+        let condition = [
+            Some(format!("target_tokens = {cut}")),
+            allowed.condition("doc_id"),
+        ];
+        self.best_texts(
+            Table::Segments,
+            &["seg_id", "doc_id", "ordinal"],
+            query,
+            &stats,
+            &condition,
+            limit,
+        )
+        .await
     }
 
     /// The segments embedded from their own text nearest `vector` (cosine),
