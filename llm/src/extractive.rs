@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashSet};
 
 use memweave_operators::extract::{
-    best_sentences, capitalised_names, distinctive_sentences, head_words, sentences_mentioning,
+    best_sentences, capitalised_names, co_mentions, distinctive_sentences, head_words,
     surprising_sentences,
 };
 use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, term_rarity, terms};
@@ -129,14 +129,11 @@ pub fn reply(step: &Step) -> String {
             }
         }
         Step::ExtractRelations { segment, entities } => {
-            let mut lines = Vec::new();
-            for (i, a) in entities.iter().enumerate() {
-                for b in &entities[i + 1..] {
-                    if let Some(sentence) = sentences_mentioning(segment, a, b).first() {
-                        lines.push(format!("({a}; {b}): {}", head_words(sentence, 40)));
-                    }
-                }
-            }
+            let names: Vec<&str> = entities.iter().map(String::as_str).collect();
+            let mut lines: Vec<String> = co_mentions(segment, &names)
+                .into_iter()
+                .map(|(a, b, sentence)| format!("({a}; {b}): {}", head_words(&sentence, 40)))
+                .collect();
             // A list of twenty names in one sentence relates each to each; a
             // model names the relations that matter, not all 190 pairs.
             lines.truncate(MAX_RELATIONS);

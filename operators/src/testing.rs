@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 
-use crate::extract::{capitalised_names, sentence_list, sentences_mentioning};
+use crate::extract::{capitalised_names, co_mentions, sentence_list};
 use crate::lexical::{TermVector, sharpest_shift};
 use crate::model::*;
 
@@ -198,19 +198,14 @@ impl MemoryModel for FirstSentence {
         segment: &str,
         entities: &[&str],
     ) -> StepResult<Vec<Relation>> {
-        let mut relations = Vec::new();
-        for (i, a) in entities.iter().enumerate() {
-            for b in &entities[i + 1..] {
-                if let Some(sentence) = sentences_mentioning(segment, a, b).into_iter().next() {
-                    relations.push(Relation {
-                        source: a.to_string(),
-                        target: b.to_string(),
-                        description: sentence,
-                    });
-                }
-            }
-        }
-        Ok(relations)
+        Ok(co_mentions(segment, entities)
+            .into_iter()
+            .map(|(a, b, sentence)| Relation {
+                source: a.to_string(),
+                target: b.to_string(),
+                description: sentence,
+            })
+            .collect())
     }
     async fn merge_relations(
         &self,
