@@ -3,7 +3,8 @@
 //! RAPTOR reduces embeddings with UMAP before its Gaussian mixtures, because a
 //! full-covariance mixture in 384 or 1536 dimensions has more parameters than a
 //! document has chunks. PCA does the same job deterministically, in one pass over
-//! the points plus an eigen-decomposition of a d × d matrix.
+//! the points plus an eigen-decomposition of the smaller of the d × d covariance
+//! and the n × n Gram matrix.
 
 use rayon::prelude::*;
 
