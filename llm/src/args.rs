@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use memweave_operators::embed::{Embedder, HashingEmbedder};
+use memweave_operators::embed::{DEFAULT_HASHING_DIM, Embedder, HashingEmbedder};
 
 use crate::cache::CallCache;
 use crate::embed::OpenAiEmbedder;
@@ -143,8 +143,10 @@ pub struct EmbedArgs {
     /// Which embedder makes the vectors of the embeddings table.
     #[arg(long, value_enum, default_value_t = EmbedderKind::Hashing, env = "MEMWEAVE_EMBEDDER")]
     pub embedder: EmbedderKind,
-    /// Width of the hashing embedder's vectors.
-    #[arg(long, default_value_t = 256)]
+    /// Width of the hashing embedder's vectors. `ask` and the query service
+    /// take the width from the tables when they were built by the hashing
+    /// embedder, whatever this says.
+    #[arg(long, default_value_t = DEFAULT_HASHING_DIM)]
     pub hashing_dim: usize,
     /// Base URL of the embeddings server, ending in /v1 (default: the --llm-url pool).
     #[arg(
@@ -164,11 +166,11 @@ pub struct EmbedArgs {
 }
 
 impl Default for EmbedArgs {
-    /// The offline default: hashing, 256 dimensions.
+    /// The offline default: hashing, [`DEFAULT_HASHING_DIM`] dimensions.
     fn default() -> Self {
         EmbedArgs {
             embedder: EmbedderKind::Hashing,
-            hashing_dim: 256,
+            hashing_dim: DEFAULT_HASHING_DIM,
             embedding_urls: Vec::new(),
             embedding_model: None,
             minilm_dir: None,

@@ -15,7 +15,7 @@ mod retrieval;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use memweave_operators::embed::Embedder;
+use memweave_operators::embed::{Embedder, HashingEmbedder};
 use memweave_operators::lexical::{CorpusStats, terms};
 use memweave_operators::model::{CallContext, CallLedger, MemoryModel, ModelCall, StepError};
 use memweave_schemas::{SegmentRow, StoreError};
@@ -206,6 +206,10 @@ struct Navigation<'a> {
     request: &'a AskRequest,
     model: &'a dyn MemoryModel,
     embedder: &'a dyn Embedder,
+    /// The hashing embedder at the tables' width, when questions would be
+    /// hashed at another: it has no weights, so the tables' model name says
+    /// how to embed as the index did ([`Navigation::embedder`]).
+    hashing_at_tables_width: Option<HashingEmbedder>,
     cx: CallContext,
     ledger: CallLedger,
     query: Vec<String>,
@@ -239,11 +243,15 @@ impl<'a> Navigation<'a> {
         let token_limit = request.options.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         let step_limit = request.options.max_steps.unwrap_or(DEFAULT_MAX_STEPS);
         let ledger = CallLedger::with_limits(token_limit as u64, step_limit as u64);
+        let hashing_at_tables_width = HashingEmbedder::for_model(models.embedder.model())
+            .and(snapshot.embedding_model.as_deref())
+            .and_then(HashingEmbedder::for_model);
         Navigation {
             snapshot,
             request,
             model: models.model,
             embedder: models.embedder,
+            hashing_at_tables_width,
             cx: CallContext::query(request.strategy.name()).noted_in(ledger.clone()),
             ledger,
             query,
@@ -425,7 +433,7 @@ impl<'a> Navigation<'a> {
         let vector = if self.embedder_mismatch() {
             None
         } else {
-            self.embedder
+            self.embedder()
                 .embed(&self.cx, &[self.request.question.as_str()])
                 .await?
                 .pop()
@@ -434,10 +442,20 @@ impl<'a> Navigation<'a> {
         Ok(vector)
     }
 
+    /// What embeds questions: the one given, or the hashing embedder at the
+    /// tables' width when both are hashing embedders (tables built with
+    /// another `--hashing-dim` stay searchable without repeating it).
+    fn embedder(&self) -> &dyn Embedder {
+        match &self.hashing_at_tables_width {
+            Some(hashing) => hashing,
+            None => self.embedder,
+        }
+    }
+
     /// What is wrong when the tables' vectors are another embedder's than
     /// the one questions would be embedded by.
     fn other_embedder(&self) -> Option<String> {
-        let ours = self.embedder.model();
+        let ours = self.embedder().model();
         let theirs = self.snapshot.embedding_model.as_deref()?;
         (theirs != ours).then(|| {
             format!(

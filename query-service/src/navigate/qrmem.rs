@@ -158,7 +158,7 @@ impl Navigation<'_> {
                 texts.push(self.relation_text(relation).await?);
             }
             let text_refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let vectors = embed_all(self.embedder, &self.cx, &text_refs).await?;
+            let vectors = embed_all(self.embedder(), &self.cx, &text_refs).await?;
             // Ties go to the relation first in id order.
             let (best, similarity) = candidates
                 .iter()

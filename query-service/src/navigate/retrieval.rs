@@ -152,7 +152,7 @@ impl Navigation<'_> {
             } else {
                 format!("{}\n{memory}", self.request.question)
             };
-            let mut vectors = self.embedder.embed(&self.cx, &[probe.as_str()]).await?;
+            let mut vectors = self.embedder().embed(&self.cx, &[probe.as_str()]).await?;
             let Some(vector) = vectors.pop() else { break };
             self.depth = 0;
             self.record(
@@ -374,8 +374,12 @@ fn lcs_share(a: &str, b: &str) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use memweave_llm::TaskModel;
+    use memweave_operators::embed::{Embedder, HashingEmbedder};
+
     use super::super::fixture::{answer, cited, memory, request};
     use super::lcs_share;
+    use crate::navigate::{Models, ask};
     use crate::request::Strategy;
 
     #[tokio::test]
@@ -399,6 +403,23 @@ mod tests {
         assert!(wide.supporting.len() > narrow.supporting.len());
         assert_eq!(narrow.supporting[0].from_id, wide.supporting[0].from_id);
         assert_eq!(wide.supporting[0].doc_id, "paint");
+    }
+
+    #[tokio::test]
+    async fn questions_are_hashed_at_the_width_the_tables_were() {
+        let snapshot = memory().await;
+        let asked = request("What taught patience when painting?", Strategy::Dense);
+        let at_the_tables_width = answer(&snapshot, &asked).await;
+        let (model, narrower) = (TaskModel::extractive(), HashingEmbedder::new(8));
+        assert_ne!(Some(narrower.model()), snapshot.embedding_model.as_deref());
+        let models = Models {
+            model: &model,
+            embedder: &narrower,
+        };
+        let asked_narrower = ask(&snapshot, &asked, models).await.expect("reads");
+        assert!(asked_narrower.answered, "{:?}", asked_narrower.trace);
+        assert_eq!(cited(&asked_narrower), cited(&at_the_tables_width));
+        assert_eq!(cited(&at_the_tables_width)[0], "s-p2");
     }
 
     #[test]
