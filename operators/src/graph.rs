@@ -16,6 +16,7 @@
 //! budget's worth into them, with every text it is shown capped; so a pair's
 //! merges do not grow with how often its names recur.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -276,14 +277,18 @@ pub async fn document_graph(
         }
     }
 
+    // A segment is split into sentences once, however many entities it
+    // introduces.
+    let sentences_of: Vec<OnceCell<Vec<&str>>> = segments.iter().map(|_| OnceCell::new()).collect();
     let doc_entities = entities
         .into_iter()
         .map(|(key, (counts, segs))| {
             let mut names: Vec<(String, usize)> = counts.into_iter().collect();
             names.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
             let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
-            let context =
-                first_mention(&segments[segs[0]].text, &names).unwrap_or_else(|| names[0].clone());
+            let sentences =
+                sentences_of[segs[0]].get_or_init(|| sentence_list(&segments[segs[0]].text));
+            let context = first_mention(sentences, &names).unwrap_or_else(|| names[0].clone());
             DocEntity {
                 key,
                 doc_id: doc_id.to_string(),
@@ -333,12 +338,12 @@ pub async fn document_graph(
     Ok((doc_entities, doc_relations))
 }
 
-/// The first sentence of `text` that mentions any of `names`.
-fn first_mention(text: &str, names: &[String]) -> Option<String> {
-    sentence_list(text)
-        .into_iter()
+/// The first of `sentences` that mentions any of `names`.
+fn first_mention(sentences: &[&str], names: &[String]) -> Option<String> {
+    sentences
+        .iter()
         .find(|s| names.iter().any(|n| s.contains(n.as_str())))
-        .map(collapse_whitespace)
+        .map(|s| collapse_whitespace(s))
 }
 
 /// One description from several (evidence text, description) pairs, in order:
