@@ -15,7 +15,7 @@ use crate::step::{PageText, Step};
 
 /// Bumped whenever an extractive reply would change, so cached replies of an older
 /// version are not reused (the version is part of every call key).
-pub const EXTRACTIVE_MODEL: &str = "extractive-v3";
+pub const EXTRACTIVE_MODEL: &str = "extractive-v4";
 
 /// Longest leaf summary, in words (MemWalker summaries are a few sentences).
 const LEAF_SUMMARY_WORDS: usize = 120;
@@ -23,6 +23,14 @@ const LEAF_SUMMARY_WORDS: usize = 120;
 const PARENT_SUMMARY_WORDS: usize = 180;
 /// ReadAgent's gists compress pages three to five times.
 const GIST_RATIO: usize = 4;
+/// Longest gist, in words: a quarter of the longest default page. A model's
+/// gist has a length of its own, not a share of whatever it is shown, and
+/// ReadAgent's appendix I relies on that: pages merged because their gists
+/// outgrow the context get one gist each, so the gists shrink. Gists in
+/// proportion to the page never shrank, and the merge went on to pages of
+/// 100,000 words (a 500k-token document was 18 pages, its gists 117,000
+/// tokens, past a question's whole budget).
+const MAX_GIST_WORDS: usize = 150;
 /// Share of the question's term weight a passage must hold to count as an answer.
 const ANSWER_COVERAGE: f64 = 0.5;
 /// Most entities taken from one segment.
@@ -226,7 +234,7 @@ fn leaf_summary(text: &str) -> String {
 
 fn gist(page: &str) -> String {
     let words = word_count(page);
-    let gist = distinctive_sentences(page, (words / GIST_RATIO).max(12));
+    let gist = distinctive_sentences(page, (words / GIST_RATIO).clamp(12, MAX_GIST_WORDS));
     if word_count(&gist) < words || words <= 1 {
         return gist;
     }
@@ -394,5 +402,20 @@ mod tests {
                 parse::free_text(&reply(&Step::GistPage { page: page.into() })).expect("a gist");
             assert!(word_count(&gist) < word_count(page), "{gist}");
         }
+    }
+
+    #[test]
+    fn a_long_page_gets_a_gist_of_bounded_length() {
+        // Every sentence holds words of its own, so each is worth keeping.
+        let page: String = (0..400)
+            .map(|i| format!("Chapter {i} tells of harbour{i} and lantern{i}. "))
+            .collect();
+        assert!(word_count(&page) > 8 * MAX_GIST_WORDS);
+        let gist = parse::free_text(&reply(&Step::GistPage { page })).expect("a gist");
+        assert!(
+            word_count(&gist) <= MAX_GIST_WORDS,
+            "{} words",
+            word_count(&gist)
+        );
     }
 }
