@@ -9,6 +9,7 @@ use memweave_operators::extract::{
     surprising_sentences,
 };
 use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, term_rarity, terms};
+use memweave_operators::paginate::PageConfig;
 use memweave_operators::text::word_count;
 
 use crate::step::{PageText, Step};
@@ -30,7 +31,7 @@ const GIST_RATIO: usize = 4;
 /// proportion to the page never shrank, and the merge went on to pages of
 /// 100,000 words (a 500k-token document was 18 pages, its gists 117,000
 /// tokens, past a question's whole budget).
-const MAX_GIST_WORDS: usize = 150;
+const MAX_GIST_WORDS: usize = PageConfig::DEFAULT.max_words / GIST_RATIO;
 /// Share of the question's term weight a passage must hold to count as an answer.
 const ANSWER_COVERAGE: f64 = 0.5;
 /// Most entities taken from one segment.
