@@ -206,9 +206,10 @@ struct Navigation<'a> {
     request: &'a AskRequest,
     model: &'a dyn MemoryModel,
     embedder: &'a dyn Embedder,
-    /// The hashing embedder at the tables' width, when questions would be
-    /// hashed at another: it has no weights, so the tables' model name says
-    /// how to embed as the index did ([`Navigation::embedder`]).
+    /// The hashing embedder at the tables' width, when both the tables and
+    /// the given embedder are hashing ones (at the same width it is the given
+    /// one again): it has no weights, so the tables' model name says how to
+    /// embed as the index did ([`Navigation::embedder`]).
     hashing_at_tables_width: Option<HashingEmbedder>,
     cx: CallContext,
     ledger: CallLedger,
