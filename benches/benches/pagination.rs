@@ -12,15 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use memweave_llm::model::TaskModel;
 use memweave_operators::model::*;
 use memweave_operators::paginate::{PageConfig, paginate};
+use memweave_operators::testing::FirstSentence;
 
 const ROUND: Duration = Duration::from_millis(50);
 
 #[derive(Debug)]
 struct Remote {
-    inner: TaskModel,
+    /// Breaks where the vocabulary shifts most, as the extractive backend does.
+    inner: FirstSentence,
     calls: AtomicUsize,
     /// When the reply for each window is back.
     asked: Mutex<HashMap<String, tokio::time::Instant>>,
@@ -39,31 +40,15 @@ impl MemoryModel for Remote {
     fn is_remote(&self) -> bool {
         self.remote
     }
-    async fn summarize_segment(&self, cx: &CallContext, s: &str) -> StepResult<String> {
-        self.inner.summarize_segment(cx, s).await
-    }
-    async fn compress_summaries(&self, cx: &CallContext, s: &[&str]) -> StepResult<String> {
-        self.inner.compress_summaries(cx, s).await
-    }
-    async fn triage(&self, cx: &CallContext, q: &str, s: &[&str]) -> StepResult<Triage> {
-        self.inner.triage(cx, q, s).await
-    }
-    async fn read_leaf(
-        &self,
-        cx: &CallContext,
-        q: &str,
-        m: &str,
-        s: &str,
-    ) -> StepResult<Judgement> {
-        self.inner.read_leaf(cx, q, m, s).await
-    }
-    async fn choose_break(
-        &self,
-        cx: &CallContext,
-        units: &[&str],
-        candidates: &[usize],
-        first_label: usize,
-    ) -> StepResult<usize> {
+    async fn reply(&self, cx: &CallContext, step: Step) -> StepResult<Reply> {
+        let Step::ChooseBreak {
+            units,
+            candidates,
+            first_label,
+        } = &step
+        else {
+            return self.inner.reply(cx, step).await;
+        };
         // Asked once per window: the call cache sends a call once and every caller
         // gets its reply.
         let ready = *self
@@ -81,92 +66,11 @@ impl MemoryModel for Remote {
         let hash = blake3::hash(format!("{first_label}{}", units[0]).as_bytes());
         let roll = u64::from_le_bytes(hash.as_bytes()[..8].try_into().unwrap());
         if roll % 100 < self.disagree_percent {
-            return Ok(candidates[(roll / 100) as usize % candidates.len()]);
+            return Ok(Reply::Break(
+                candidates[(roll / 100) as usize % candidates.len()],
+            ));
         }
-        self.inner
-            .choose_break(cx, units, candidates, first_label)
-            .await
-    }
-    async fn gist_page(&self, cx: &CallContext, p: &str) -> StepResult<String> {
-        self.inner.gist_page(cx, p).await
-    }
-    async fn starts_new_section(
-        &self,
-        cx: &CallContext,
-        previous: &str,
-        current: &str,
-    ) -> StepResult<Option<bool>> {
-        self.inner.starts_new_section(cx, previous, current).await
-    }
-    async fn same_entity(
-        &self,
-        cx: &CallContext,
-        name: &str,
-        first: &str,
-        others: &[&str],
-    ) -> StepResult<Vec<bool>> {
-        self.inner.same_entity(cx, name, first, others).await
-    }
-    async fn lookup_pages(
-        &self,
-        cx: &CallContext,
-        q: &str,
-        m: &[PageView<'_>],
-        k: usize,
-    ) -> StepResult<Vec<u32>> {
-        self.inner.lookup_pages(cx, q, m, k).await
-    }
-    async fn lookup_next_page(
-        &self,
-        cx: &CallContext,
-        q: &str,
-        m: &[PageView<'_>],
-        read: &[u32],
-    ) -> StepResult<Option<u32>> {
-        self.inner.lookup_next_page(cx, q, m, read).await
-    }
-    async fn extract_entities(
-        &self,
-        cx: &CallContext,
-        b: &str,
-        s: &str,
-    ) -> StepResult<Vec<String>> {
-        self.inner.extract_entities(cx, b, s).await
-    }
-    async fn extract_relations(
-        &self,
-        cx: &CallContext,
-        s: &str,
-        e: &[&str],
-    ) -> StepResult<Vec<Relation>> {
-        self.inner.extract_relations(cx, s, e).await
-    }
-    async fn merge_relations(
-        &self,
-        cx: &CallContext,
-        s: &str,
-        a: RelationEvidence<'_>,
-        b: RelationEvidence<'_>,
-    ) -> StepResult<String> {
-        self.inner.merge_relations(cx, s, a, b).await
-    }
-    async fn judge_answerable(&self, cx: &CallContext, q: &str, c: &str) -> StepResult<Judgement> {
-        self.inner.judge_answerable(cx, q, c).await
-    }
-    async fn summarize_with_facts(&self, cx: &CallContext, c: &str) -> StepResult<FactSummary> {
-        self.inner.summarize_with_facts(cx, c).await
-    }
-    async fn update_memory(
-        &self,
-        cx: &CallContext,
-        q: &str,
-        r: &str,
-        m: &str,
-    ) -> StepResult<String> {
-        self.inner.update_memory(cx, q, r, m).await
-    }
-    async fn answer(&self, cx: &CallContext, q: &str, c: &str) -> StepResult<String> {
-        self.inner.answer(cx, q, c).await
+        self.inner.reply(cx, step).await
     }
 }
 
@@ -186,7 +90,7 @@ async fn main() {
             tokio::spawn(async move {
                 let cx = CallContext::build("readagent", "bench");
                 let paginate_with = |remote: bool, round: Duration| Remote {
-                    inner: TaskModel::extractive(),
+                    inner: FirstSentence::agreeing_with_draft(false),
                     calls: AtomicUsize::new(0),
                     asked: Mutex::default(),
                     disagree_percent,

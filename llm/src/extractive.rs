@@ -12,7 +12,7 @@ use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, term_rarity,
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::text::word_count;
 
-use crate::step::{PageText, Step};
+use memweave_operators::model::{PageText, Step};
 
 /// Bumped whenever an extractive reply would change, so cached replies of an older
 /// version are not reused (the version is part of every call key).

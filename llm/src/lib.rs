@@ -10,10 +10,10 @@ pub mod embed;
 pub mod extractive;
 pub mod model;
 pub mod parse;
+pub mod placeholders;
 pub mod pool;
 pub mod prompts;
 pub mod sim;
-pub mod step;
 
 pub use args::{BackendKind, EmbedArgs, EmbedderKind, LlmArgs};
 pub use cache::CallCache;

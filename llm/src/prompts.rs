@@ -8,7 +8,9 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::step::{Step, Task};
+use memweave_operators::model::{Step, Task};
+
+use crate::placeholders;
 
 const USER_MARKER: &str = "\n=== user ===\n";
 
@@ -78,7 +80,7 @@ impl Template {
         }
         pattern.push_str(&regex::escape(&text[last..]));
         pattern.push('$');
-        for wanted in task.placeholders() {
+        for wanted in placeholders::names(task) {
             if !names.iter().any(|n| n == wanted) {
                 return Err(format!(
                     "{origin}: the {task} template lacks the placeholder {{{{{wanted}}}}} (it needs {})",
@@ -88,7 +90,7 @@ impl Template {
         }
         if let Some(unknown) = names
             .iter()
-            .find(|n| !task.placeholders().contains(&n.as_str()))
+            .find(|n| !placeholders::names(task).contains(&n.as_str()))
         {
             return Err(format!(
                 "{origin}: the {task} template has an unknown placeholder {{{{{unknown}}}}} (it takes {})",
@@ -105,7 +107,7 @@ impl Template {
 }
 
 fn placeholder_list(task: Task) -> String {
-    task.placeholders()
+    placeholders::names(task)
         .iter()
         .map(|p| format!("{{{{{p}}}}}"))
         .collect::<Vec<_>>()
@@ -180,7 +182,7 @@ impl Prompts {
 
     pub fn render(&self, step: &Step) -> Prompt {
         let template = &self.templates[&step.task()];
-        let vars = step.vars();
+        let vars = placeholders::values(step);
         // One pass, so a value that itself contains `{{…}}` is left alone.
         let text = PLACEHOLDER.replace_all(&template.text, |c: &regex::Captures<'_>| {
             vars.iter()
@@ -212,7 +214,7 @@ impl Prompts {
                 .enumerate()
                 .map(|(i, name)| (name.clone(), captures[i + 1].to_string()))
                 .collect();
-            Step::from_vars(task, &vars)
+            placeholders::step_from(task, &vars)
         })
     }
 }
@@ -220,7 +222,7 @@ impl Prompts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::step::PageText;
+    use memweave_operators::model::PageText;
 
     fn steps() -> Vec<Step> {
         let s = |t: &str| t.to_string();
@@ -318,17 +320,8 @@ mod tests {
             assert_eq!(back.task(), step.task(), "{}", prompt.text());
             // Reading back normalises list items to one line each, as the model saw them.
             assert_eq!(
-                back.vars(),
-                Step::from_vars(
-                    step.task(),
-                    &step
-                        .vars()
-                        .into_iter()
-                        .map(|(k, v)| (k.to_string(), v))
-                        .collect()
-                )
-                .expect("round trip")
-                .vars()
+                placeholders::values(&back),
+                placeholders::values(&placeholders::as_shown(&step))
             );
         }
     }

@@ -26,7 +26,7 @@ use tokio::sync::Semaphore;
 
 use crate::extractive;
 use crate::prompts::{Prompt, Prompts};
-use crate::step::Task;
+use memweave_operators::model::Task;
 
 /// The ways the simulator misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -776,7 +776,7 @@ async fn metrics(State(sim): State<Arc<Sim>>) -> Response {
 mod tests {
     use super::*;
     use crate::parse;
-    use crate::step::{PageText, Step};
+    use memweave_operators::model::{PageText, Step};
 
     /// Drift changes the dress, never what the parsers read.
     #[test]

@@ -15,8 +15,8 @@ pub mod paginate;
 pub mod raptor;
 pub mod reduce;
 pub mod segment;
-#[cfg(test)]
-mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod text;
 pub mod tokens;
 pub mod tree;

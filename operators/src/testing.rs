@@ -97,44 +97,18 @@ fn first(text: &str) -> String {
         .map_or_else(String::new, |s| s.to_string())
 }
 
-#[async_trait]
-impl MemoryModel for FirstSentence {
-    fn backend(&self) -> &str {
-        "first-sentence"
-    }
-    fn is_remote(&self) -> bool {
-        self.remote
-    }
-    async fn summarize_segment(&self, _: &CallContext, segment: &str) -> StepResult<String> {
-        Ok(first(segment))
-    }
-    async fn compress_summaries(&self, _: &CallContext, s: &[&str]) -> StepResult<String> {
-        Ok(format!("compressed: {}", first(s[0])))
-    }
-    async fn triage(&self, _: &CallContext, _: &str, _: &[&str]) -> StepResult<Triage> {
-        Ok(Triage {
-            reasoning: String::new(),
-            choice: 0,
-        })
-    }
-    async fn read_leaf(&self, _: &CallContext, _: &str, _: &str, _: &str) -> StepResult<Judgement> {
-        Ok(Judgement {
-            reasoning: String::new(),
-            answer: None,
-        })
-    }
+impl FirstSentence {
     /// Depends on the window, like a model's choice would.
     async fn choose_break(
         &self,
-        _: &CallContext,
-        units: &[&str],
+        units: &[String],
         candidates: &[usize],
         first_label: usize,
-    ) -> StepResult<usize> {
+    ) -> usize {
         self.breaks_asked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((units.iter().map(|u| u.to_string()).collect(), first_label));
+            .push((units.to_vec(), first_label));
         if self.remote {
             // A remote reply takes a while: let the other walks ask in the meantime.
             let in_flight = self.breaks_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -145,111 +119,87 @@ impl MemoryModel for FirstSentence {
         }
         if self.agrees_with_draft {
             let vectors: Vec<TermVector> = units.iter().map(|u| TermVector::of(u)).collect();
-            return Ok(
-                sharpest_shift(&vectors, candidates).unwrap_or(candidates[candidates.len() - 1])
-            );
+            return sharpest_shift(&vectors, candidates)
+                .unwrap_or(candidates[candidates.len() - 1]);
         }
-        Ok(*candidates
+        *candidates
             .iter()
             .max_by_key(|&&c| (units[c].len(), std::cmp::Reverse(c)))
-            .expect("at least one candidate"))
+            .expect("at least one candidate")
     }
-    async fn gist_page(&self, _: &CallContext, page: &str) -> StepResult<String> {
-        Ok(first(page))
+}
+
+#[async_trait]
+impl MemoryModel for FirstSentence {
+    fn backend(&self) -> &str {
+        "first-sentence"
     }
-    /// A page whose first sentence names a chapter starts a new section.
-    async fn starts_new_section(
-        &self,
-        _: &CallContext,
-        _: &str,
-        current: &str,
-    ) -> StepResult<Option<bool>> {
-        Ok(Some(first(current).contains("Chapter")))
+    fn is_remote(&self) -> bool {
+        self.remote
     }
-    async fn lookup_pages(
-        &self,
-        _: &CallContext,
-        _: &str,
-        m: &[PageView<'_>],
-        _: usize,
-    ) -> StepResult<Vec<u32>> {
-        Ok(m.iter().take(1).map(|p| p.number).collect())
-    }
-    async fn lookup_next_page(
-        &self,
-        _: &CallContext,
-        _: &str,
-        _: &[PageView<'_>],
-        _: &[u32],
-    ) -> StepResult<Option<u32>> {
-        Ok(None)
-    }
-    async fn extract_entities(
-        &self,
-        _: &CallContext,
-        _: &str,
-        segment: &str,
-    ) -> StepResult<Vec<String>> {
-        Ok(capitalised_names(segment, 20))
-    }
-    async fn extract_relations(
-        &self,
-        _: &CallContext,
-        segment: &str,
-        entities: &[&str],
-    ) -> StepResult<Vec<Relation>> {
-        Ok(co_mentions(segment, entities)
-            .into_iter()
-            .map(|(a, b, sentence)| Relation {
-                source: a.to_string(),
-                target: b.to_string(),
-                description: sentence,
-            })
-            .collect())
-    }
-    async fn merge_relations(
-        &self,
-        _: &CallContext,
-        _: &str,
-        a: RelationEvidence<'_>,
-        _: RelationEvidence<'_>,
-    ) -> StepResult<String> {
-        self.merges.fetch_add(1, Ordering::SeqCst);
-        Ok(a.relation.to_string())
-    }
-    async fn same_entity(
-        &self,
-        _: &CallContext,
-        name: &str,
-        _: &str,
-        others: &[&str],
-    ) -> StepResult<Vec<bool>> {
-        self.compared.fetch_add(others.len(), Ordering::SeqCst);
-        let same = !self.distinct_names.iter().any(|n| n == name);
-        Ok(vec![same; others.len()])
-    }
-    async fn judge_answerable(&self, _: &CallContext, _: &str, _: &str) -> StepResult<Judgement> {
-        Ok(Judgement {
+    async fn reply(&self, _: &CallContext, step: Step) -> StepResult<Reply> {
+        let no_answer = || Judgement {
             reasoning: String::new(),
             answer: None,
+        };
+        Ok(match step {
+            Step::SummarizeSegment { segment: text }
+            | Step::GistPage { page: text }
+            | Step::UpdateMemory {
+                retrieved: text, ..
+            }
+            | Step::Answer { context: text, .. } => Reply::Text(first(&text)),
+            Step::CompressSummaries { summaries } => {
+                Reply::Text(format!("compressed: {}", first(&summaries[0])))
+            }
+            Step::Triage { .. } => Reply::Triage(Triage {
+                reasoning: String::new(),
+                choice: 0,
+            }),
+            Step::ReadLeaf { .. } | Step::JudgeAnswerable { .. } => Reply::Judgement(no_answer()),
+            Step::ChooseBreak {
+                units,
+                candidates,
+                first_label,
+            } => Reply::Break(self.choose_break(&units, &candidates, first_label).await),
+            // A page whose first sentence names a chapter starts a new section.
+            Step::StartsNewSection { current, .. } => {
+                Reply::SectionStart(Some(first(&current).contains("Chapter")))
+            }
+            Step::LookupPages { pages, .. } => {
+                Reply::Pages(pages.iter().take(1).map(|p| p.number).collect())
+            }
+            Step::LookupNextPage { .. } => Reply::NextPage(None),
+            Step::ExtractEntities { segment, .. } => {
+                Reply::Entities(capitalised_names(&segment, 20))
+            }
+            Step::ExtractRelations { segment, entities } => {
+                let entities: Vec<&str> = entities.iter().map(String::as_str).collect();
+                Reply::Relations(
+                    co_mentions(&segment, &entities)
+                        .into_iter()
+                        .map(|(a, b, sentence)| Relation {
+                            source: a.to_string(),
+                            target: b.to_string(),
+                            description: sentence,
+                        })
+                        .collect(),
+                )
+            }
+            Step::MergeRelations { relations, .. } => {
+                self.merges.fetch_add(1, Ordering::SeqCst);
+                let [first, _] = relations;
+                Reply::Text(first)
+            }
+            Step::SameEntity { name, others, .. } => {
+                self.compared.fetch_add(others.len(), Ordering::SeqCst);
+                let same = !self.distinct_names.contains(&name);
+                Reply::SameEntity(vec![same; others.len()])
+            }
+            Step::SummarizeWithFacts { chunk } => Reply::FactSummary(FactSummary {
+                summary: first(&chunk),
+                surprise: String::new(),
+            }),
         })
-    }
-    async fn summarize_with_facts(&self, _: &CallContext, chunk: &str) -> StepResult<FactSummary> {
-        Ok(FactSummary {
-            summary: first(chunk),
-            surprise: String::new(),
-        })
-    }
-    async fn update_memory(
-        &self,
-        _: &CallContext,
-        _: &str,
-        r: &str,
-        _: &str,
-    ) -> StepResult<String> {
-        Ok(first(r))
-    }
-    async fn answer(&self, _: &CallContext, _: &str, context: &str) -> StepResult<String> {
-        Ok(first(context))
     }
 }

@@ -8,6 +8,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+mod step;
+pub use step::{FromReply, PageText, Reply, Step, Task};
+
 /// Who is asking, in the order the model pool serves them: questions first, then
 /// build calls that later calls of the same document wait on (a page break, a
 /// parent summary; the more work still waits behind one, the sooner it goes),
@@ -178,6 +181,9 @@ impl CallLedger {
 pub enum StepError {
     /// Three replies in a row did not follow the format the step asks for.
     Unparsable { task: String, last_reply: String },
+    /// The backend replied with another kind of reply than the step asks for
+    /// (a backend's bug, not a model's drift: asking again would not help).
+    WrongReply { task: String, reply: String },
     /// The pool did not answer (every retry failed, or the request was refused).
     Unavailable { task: String, message: String },
     /// Replay mode (`--cache-only`) and the call is not in the cache.
@@ -197,6 +203,7 @@ impl StepError {
     pub fn kind(&self) -> &'static str {
         match self {
             StepError::Unparsable { .. } => "llm_unparsable",
+            StepError::WrongReply { .. } => "llm_wrong_reply",
             StepError::Unavailable { .. } => "llm_unavailable",
             StepError::CacheMiss { .. } => "llm_cache_miss",
             StepError::OverBudget { .. } => "llm_over_budget",
@@ -212,6 +219,12 @@ impl fmt::Display for StepError {
                 write!(
                     f,
                     "{task}: three replies could not be parsed; last: {shown:?}"
+                )
+            }
+            StepError::WrongReply { task, reply } => {
+                write!(
+                    f,
+                    "{task}: the backend replied {reply}, not what the step asks for"
                 )
             }
             StepError::Unavailable { task, message } => {
@@ -317,9 +330,12 @@ pub struct PageView<'a> {
     pub expanded: bool,
 }
 
-/// The steps of the four methods that need a model. Every method is one prompt of
-/// its paper; a reply that does not follow the format is asked again (temperature 0,
-/// then 0.7) and after three failures the step returns `StepError::Unparsable`.
+/// The steps of the four methods that need a model. Every step is one prompt of
+/// its paper; a reply that does not follow the format is asked again (temperature
+/// 0, then 0.7) and after three failures the step returns `StepError::Unparsable`.
+///
+/// A backend answers one method, [`MemoryModel::reply`]; the typed calls the
+/// builders and navigators make are provided on top of it.
 #[async_trait]
 pub trait MemoryModel: Send + Sync + fmt::Debug {
     /// Backend name, as recorded in `llm_calls.backend`.
@@ -329,32 +345,54 @@ pub trait MemoryModel: Send + Sync + fmt::Debug {
     /// keep the pool busy; a local backend is better served by doing no extra work.
     fn is_remote(&self) -> bool;
 
+    /// The reply to `step`, of the kind the step asks for (a `Reply::Triage`
+    /// for `Step::Triage`, and so on).
+    async fn reply(&self, cx: &CallContext, step: Step) -> StepResult<Reply>;
+
     // MemWalker construction.
-    /// A leaf summary of one segment.
-    async fn summarize_segment(&self, cx: &CallContext, segment: &str) -> StepResult<String>;
-    /// A parent summary when its children's summaries, concatenated, are too long.
-    async fn compress_summaries(&self, cx: &CallContext, summaries: &[&str]) -> StepResult<String>;
+    async fn summarize_segment(&self, cx: &CallContext, segment: &str) -> StepResult<String> {
+        let segment = segment.to_string();
+        ask(self, cx, Step::SummarizeSegment { segment }).await
+    }
+    async fn compress_summaries(&self, cx: &CallContext, summaries: &[&str]) -> StepResult<String> {
+        let summaries = owned(summaries);
+        ask(self, cx, Step::CompressSummaries { summaries }).await
+    }
 
     // MemWalker navigation.
-    /// Which child summary most likely leads to the answer.
     async fn triage(
         &self,
         cx: &CallContext,
         question: &str,
         summaries: &[&str],
-    ) -> StepResult<Triage>;
-    /// At a leaf: answer from the segment (with the working memory of the path), or revert.
+    ) -> StepResult<Triage> {
+        let (question, summaries) = (question.to_string(), owned(summaries));
+        ask(
+            self,
+            cx,
+            Step::Triage {
+                question,
+                summaries,
+            },
+        )
+        .await
+    }
     async fn read_leaf(
         &self,
         cx: &CallContext,
         question: &str,
         memory: &str,
         segment: &str,
-    ) -> StepResult<Judgement>;
+    ) -> StepResult<Judgement> {
+        let step = Step::ReadLeaf {
+            question: question.to_string(),
+            memory: memory.to_string(),
+            segment: segment.to_string(),
+        };
+        ask(self, cx, step).await
+    }
 
     // ReadAgent.
-    /// Pagination: `units` are consecutive paragraphs numbered from `first_label`;
-    /// a page may end after any unit in `candidates` (indices into `units`).
     /// Returns the chosen index into `units`.
     async fn choose_break(
         &self,
@@ -362,96 +400,214 @@ pub trait MemoryModel: Send + Sync + fmt::Debug {
         units: &[&str],
         candidates: &[usize],
         first_label: usize,
-    ) -> StepResult<usize>;
-    /// A gist: the page shortened.
-    async fn gist_page(&self, cx: &CallContext, page: &str) -> StepResult<String>;
-    /// Page merging (ReadAgent appendix I): does `current` start a new chapter or
-    /// section after `previous`? `None` when the model is not sure.
+    ) -> StepResult<usize> {
+        let step = Step::ChooseBreak {
+            units: owned(units),
+            candidates: candidates.to_vec(),
+            first_label,
+        };
+        ask(self, cx, step).await
+    }
+    async fn gist_page(&self, cx: &CallContext, page: &str) -> StepResult<String> {
+        let page = page.to_string();
+        ask(self, cx, Step::GistPage { page }).await
+    }
     async fn starts_new_section(
         &self,
         cx: &CallContext,
         previous: &str,
         current: &str,
-    ) -> StepResult<Option<bool>>;
-    /// ReadAgent-P: the pages (1 to `max_pages`) to read again before answering.
+    ) -> StepResult<Option<bool>> {
+        let (previous, current) = (previous.to_string(), current.to_string());
+        ask(self, cx, Step::StartsNewSection { previous, current }).await
+    }
     async fn lookup_pages(
         &self,
         cx: &CallContext,
         question: &str,
         memory: &[PageView<'_>],
         max_pages: usize,
-    ) -> StepResult<Vec<u32>>;
-    /// ReadAgent-S: the next single page to read again, or `None` for STOP.
+    ) -> StepResult<Vec<u32>> {
+        let step = Step::LookupPages {
+            question: question.to_string(),
+            pages: page_texts(memory),
+            max_pages,
+        };
+        ask(self, cx, step).await
+    }
     async fn lookup_next_page(
         &self,
         cx: &CallContext,
         question: &str,
         memory: &[PageView<'_>],
         already_read: &[u32],
-    ) -> StepResult<Option<u32>>;
+    ) -> StepResult<Option<u32>> {
+        let step = Step::LookupNextPage {
+            question: question.to_string(),
+            pages: page_texts(memory),
+            already_read: already_read.to_vec(),
+        };
+        ask(self, cx, step).await
+    }
 
     // QRMeM.
-    /// Key entities of a segment, with the document's summary as background.
     async fn extract_entities(
         &self,
         cx: &CallContext,
         background: &str,
         segment: &str,
-    ) -> StepResult<Vec<String>>;
-    /// Open relations between the given entities of a segment.
+    ) -> StepResult<Vec<String>> {
+        let (background, segment) = (background.to_string(), segment.to_string());
+        ask(
+            self,
+            cx,
+            Step::ExtractEntities {
+                background,
+                segment,
+            },
+        )
+        .await
+    }
     async fn extract_relations(
         &self,
         cx: &CallContext,
         segment: &str,
         entities: &[&str],
-    ) -> StepResult<Vec<Relation>>;
-    /// One description for a relation seen in two segments.
+    ) -> StepResult<Vec<Relation>> {
+        let (segment, entities) = (segment.to_string(), owned(entities));
+        ask(self, cx, Step::ExtractRelations { segment, entities }).await
+    }
     async fn merge_relations(
         &self,
         cx: &CallContext,
         summary: &str,
         first: RelationEvidence<'_>,
         second: RelationEvidence<'_>,
-    ) -> StepResult<String>;
-    /// Entity disambiguation: which of `others` (passages from other documents,
-    /// each mentioning `name`) refer to the same entity as `first`? One answer per
-    /// passage, in order.
+    ) -> StepResult<String> {
+        let step = Step::MergeRelations {
+            summary: summary.to_string(),
+            segments: [first.segment.to_string(), second.segment.to_string()],
+            relations: [first.relation.to_string(), second.relation.to_string()],
+        };
+        ask(self, cx, step).await
+    }
     async fn same_entity(
         &self,
         cx: &CallContext,
         name: &str,
         first: &str,
         others: &[&str],
-    ) -> StepResult<Vec<bool>>;
-    /// Reflection: can the question be answered from `context`; if not, why not.
+    ) -> StepResult<Vec<bool>> {
+        let step = Step::SameEntity {
+            name: name.to_string(),
+            first: first.to_string(),
+            others: owned(others),
+        };
+        ask(self, cx, step).await
+    }
     async fn judge_answerable(
         &self,
         cx: &CallContext,
         question: &str,
         context: &str,
-    ) -> StepResult<Judgement>;
+    ) -> StepResult<Judgement> {
+        let (question, context) = (question.to_string(), context.to_string());
+        ask(self, cx, Step::JudgeAnswerable { question, context }).await
+    }
 
     // ILM-TR.
-    /// A chunk's summary plus its surprising facts.
-    async fn summarize_with_facts(&self, cx: &CallContext, chunk: &str) -> StepResult<FactSummary>;
-    /// The inner loop: the next short-term memory from retrieved text and the last memory.
+    async fn summarize_with_facts(&self, cx: &CallContext, chunk: &str) -> StepResult<FactSummary> {
+        let chunk = chunk.to_string();
+        ask(self, cx, Step::SummarizeWithFacts { chunk }).await
+    }
     async fn update_memory(
         &self,
         cx: &CallContext,
         question: &str,
         retrieved: &str,
         memory: &str,
-    ) -> StepResult<String>;
+    ) -> StepResult<String> {
+        let step = Step::UpdateMemory {
+            question: question.to_string(),
+            retrieved: retrieved.to_string(),
+            memory: memory.to_string(),
+        };
+        ask(self, cx, step).await
+    }
 
     // All navigators.
-    /// The final, short answer from the gathered context.
-    async fn answer(&self, cx: &CallContext, question: &str, context: &str) -> StepResult<String>;
+    async fn answer(&self, cx: &CallContext, question: &str, context: &str) -> StepResult<String> {
+        let (question, context) = (question.to_string(), context.to_string());
+        ask(self, cx, Step::Answer { question, context }).await
+    }
+}
+
+/// Runs `step` and takes its value out of the reply.
+async fn ask<M: MemoryModel + ?Sized, T: FromReply>(
+    model: &M,
+    cx: &CallContext,
+    step: Step,
+) -> StepResult<T> {
+    let task = step.task();
+    let reply = model.reply(cx, step).await?;
+    let shown = format!("{reply:?}");
+    T::from_reply(reply).ok_or_else(|| StepError::WrongReply {
+        task: task.name().to_string(),
+        reply: shown,
+    })
+}
+
+fn owned(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn page_texts(memory: &[PageView<'_>]) -> Vec<PageText> {
+    memory
+        .iter()
+        .map(|p| PageText {
+            number: p.number,
+            text: p.text.to_string(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A backend that replies to every step with text, whatever it asks for.
+    #[derive(Debug)]
+    struct TextOnly;
+
+    #[async_trait]
+    impl MemoryModel for TextOnly {
+        fn backend(&self) -> &str {
+            "text-only"
+        }
+        fn is_remote(&self) -> bool {
+            false
+        }
+        async fn reply(&self, _: &CallContext, step: Step) -> StepResult<Reply> {
+            Ok(Reply::Text(step.task().name().to_string()))
+        }
+    }
+
+    #[test]
+    fn a_typed_call_takes_its_value_from_the_reply_and_refuses_another_kind() {
+        let cx = CallContext::query("test");
+        assert_eq!(
+            futures::executor::block_on(TextOnly.gist_page(&cx, "A page.")),
+            Ok("gist_page".to_string())
+        );
+        let refused =
+            futures::executor::block_on(TextOnly.triage(&cx, "Who?", &["a", "b"])).unwrap_err();
+        assert_eq!(refused.kind(), "llm_wrong_reply");
+        assert_eq!(
+            refused.to_string(),
+            "triage: the backend replied Text(\"triage\"), not what the step asks for"
+        );
+    }
 
     #[test]
     fn all_in_order_runs_a_bounded_number_of_steps_at_once_and_keeps_their_order() {
