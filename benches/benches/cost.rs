@@ -18,7 +18,7 @@
 //! calls it made per task, and the rows it added (segments, tree nodes, pages:
 //! what the model had to write at the least).
 //!
-//! Run: `cargo build --release -p memweave-pipeline && cargo bench --workspace
+//! Run: `cargo build --release -p memweave-cli && cargo bench --workspace
 //! --bench cost`. COST_BIN=PATH measures another build of `memweave` (the
 //! commit a change started from) with the same archives.
 

@@ -27,7 +27,7 @@
 //! then changes 0.1% of that archive's documents and runs a new process over
 //! its tables: wall to commit and peak RSS.
 //!
-//! Run: `cargo build --release -p memweave-pipeline && cargo bench --workspace
+//! Run: `cargo build --release -p memweave-cli && cargo bench --workspace
 //! --bench scale`. SCALE_BIN=PATH measures another build of `memweave` (the
 //! commit a change started from, say) with the same archives. Needs
 //! ../shared/data/pg-essays.

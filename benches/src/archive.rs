@@ -31,7 +31,7 @@ pub fn memweave_binary(variable: &str) -> PathBuf {
         .join("memweave");
     assert!(
         release.exists(),
-        "{} is missing: run `cargo build --release -p memweave-pipeline` first, or set {variable}",
+        "{} is missing: run `cargo build --release -p memweave-cli` first, or set {variable}",
         release.display()
     );
     release

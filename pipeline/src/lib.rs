@@ -1,7 +1,6 @@
 //! The memweave indexing pipeline: a timely + differential dataflow that builds
-//! every memory from a source, and the `memweave` command around it.
+//! every memory from a source (the `memweave` command around it is `cli/`).
 
-pub mod analytics;
 mod async_map;
 pub mod cluster;
 pub mod dataflow;

@@ -16,8 +16,8 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use memweave_analytics::metrics::by_direction;
 use memweave_llm::cache::CallCache;
-use memweave_query::analytics::metrics::by_direction;
 
 use crate::progress::Progress;
 

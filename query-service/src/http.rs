@@ -17,13 +17,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use memweave_analytics::catalog::Catalog;
+use memweave_analytics::metrics::prometheus;
+use memweave_analytics::report::report;
 use memweave_schemas::TableStore;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::analytics::catalog::Catalog;
-use crate::analytics::metrics::prometheus;
-use crate::analytics::report::report;
 use crate::mcp;
 use crate::request::{
     AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, DOCUMENTS_PAGE, DocumentsRequest,

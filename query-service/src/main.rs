@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
+use memweave_process::{LogFormat, init_logging, parse_key_value, stop_requested};
 use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
 use memweave_query::http::router;
 use memweave_query::mcp::{AllowedHosts, serve_stdio};
-use memweave_query::parse_storage_option;
 use memweave_query::service::{Limits, ServiceState};
 use memweave_schemas::TableStore;
 
@@ -88,7 +88,7 @@ struct MemoryArgs {
     #[arg(long, default_value_t = 1)]
     refresh_secs: u64,
     /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
-    #[arg(long = "storage-option", value_parser = parse_storage_option)]
+    #[arg(long = "storage-option", value_parser = parse_key_value)]
     storage_options: Vec<(String, String)>,
     /// Seconds one answer may take, model calls included (then 504, or a
     /// tool error).
@@ -163,16 +163,7 @@ impl MemoryArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        // With its stderr closed (`| head`) the subscriber would report the failed
-        // write with eprintln!, which panics the logging task.
-        .log_internal_errors(false)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| memweave_query::DEFAULT_LOG_FILTER.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(LogFormat::Text);
     match Cli::parse().command {
         Command::Serve {
             memory,
@@ -224,20 +215,6 @@ async fn serve(
 /// SIGINT or SIGTERM (what Kubernetes sends): stop accepting, finish what is in
 /// flight, exit.
 async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("a SIGTERM handler");
-        tokio::select! {
-            _ = interrupt => {},
-            _ = terminate.recv() => {},
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
+    stop_requested().await;
     tracing::info!("shutting down: finishing requests in flight");
 }

@@ -69,12 +69,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        // With its stderr closed (`| head`) the subscriber would report the failed
-        // write with eprintln!, which panics the logging task.
-        .log_internal_errors(false)
-        .with_writer(std::io::stderr)
-        .init();
+    memweave_process::init_logging(memweave_process::LogFormat::Text);
     if !(0.0..=1.0).contains(&cli.fault_rate) || !(0.0..=1.0).contains(&cli.drift) {
         tracing::error!("--fault-rate and --drift are shares between 0 and 1");
         return ExitCode::from(2);

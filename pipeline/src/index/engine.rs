@@ -165,23 +165,7 @@ pub fn compute(options: &IndexOptions) -> anyhow::Result<ComputeSummary> {
 /// them again, then (`exit`) exit with 130; else the main thread, seeing the
 /// cache closed, stops.
 async fn save_calls_when_interrupted(cache: Arc<CallCache>, exit: bool) {
-    let interrupted = async {
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("a SIGTERM handler can be installed");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    };
-    interrupted.await;
+    memweave_process::stop_requested().await;
     tracing::warn!("interrupted: finishing the model calls in flight, saving them, then stopping");
     match cache.close(INTERRUPT_PATIENCE).await {
         Ok(()) => tracing::warn!(

@@ -9,11 +9,11 @@ use std::time::Instant;
 use anyhow::Context;
 use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type, UInt64Type};
+use memweave_analytics::catalog::Catalog;
+use memweave_analytics::metrics::prometheus;
+use memweave_analytics::report::report;
 use memweave_operators::build::Document;
 use memweave_operators::ingest::{RawDocument, SourceFile};
-use memweave_query::analytics::catalog::Catalog;
-use memweave_query::analytics::metrics::prometheus;
-use memweave_query::analytics::report::report;
 use memweave_schemas::store::strings;
 use memweave_schemas::{
     CallStatRow, CheckpointRow, DocumentRow, ErrorRow, LlmCallRow, MemoryRow, Table, TableStore,

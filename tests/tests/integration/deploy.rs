@@ -300,16 +300,15 @@ fn the_manifests_pass_only_what_the_binaries_accept() {
     }
 }
 
-/// The query service's image holds no Kafka client and no dataflow: its crate
-/// depends on neither.
-#[test]
-fn the_query_image_needs_neither_rdkafka_nor_timely() {
+/// The crates `package` depends on (normal dependencies, transitively), one
+/// `name version` per line.
+fn dependency_tree(package: &str) -> String {
     let output = Command::new(env!("CARGO"))
         .args([
             "tree",
             "--offline",
             "-p",
-            "memweave-query",
+            package,
             "-e",
             "normal",
             "--prefix",
@@ -319,13 +318,28 @@ fn the_query_image_needs_neither_rdkafka_nor_timely() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
-    let tree = stdout(&output);
+    stdout(&output)
+}
+
+fn depends_on(tree: &str, crate_name: &str) -> bool {
+    tree.lines()
+        .any(|l| l.starts_with(&format!("{crate_name} ")))
+}
+
+/// The query service's image holds no Kafka client and no dataflow: its crate
+/// depends on neither.
+#[test]
+fn the_query_image_needs_neither_rdkafka_nor_timely() {
+    let tree = dependency_tree("memweave-query");
     assert!(tree.contains("lance"), "the tree is listed");
-    for crate_name in ["rdkafka", "timely", "differential-dataflow"] {
+    for crate_name in [
+        "rdkafka",
+        "timely",
+        "differential-dataflow",
+        "memweave-pipeline",
+    ] {
         assert!(
-            !tree
-                .lines()
-                .any(|l| l.starts_with(&format!("{crate_name} "))),
+            !depends_on(&tree, crate_name),
             "memweave-query depends on {crate_name}"
         );
     }
@@ -333,4 +347,23 @@ fn the_query_image_needs_neither_rdkafka_nor_timely() {
         std::fs::read_to_string(workspace_root().join("docker/query.Dockerfile")).unwrap();
     assert!(dockerfile.contains("-p memweave-query"));
     assert!(dockerfile.contains("USER 10001"));
+}
+
+/// The indexer and the query service share the analytics without depending
+/// on each other, and the analytics reach none of our crates but the schemas.
+#[test]
+fn the_indexer_and_the_query_service_share_analytics_not_each_other() {
+    let pipeline = dependency_tree("memweave-pipeline");
+    assert!(depends_on(&pipeline, "memweave-analytics"), "{pipeline}");
+    assert!(!depends_on(&pipeline, "memweave-query"), "{pipeline}");
+    let tree = dependency_tree("memweave-analytics");
+    let ours: BTreeSet<&str> = tree
+        .lines()
+        .filter(|l| l.starts_with("memweave-"))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert_eq!(
+        ours,
+        BTreeSet::from(["memweave-analytics", "memweave-schemas"])
+    );
 }

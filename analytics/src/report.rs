@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
-use super::catalog::Catalog;
+use crate::catalog::Catalog;
 
 /// Each section of the report and the SQL that defines it. Sections whose
 /// name is in [`SINGLE_ROW`] are one row; the others are lists.

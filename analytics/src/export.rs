@@ -1,16 +1,19 @@
 //! `memweave export`: every table of one checkpoint as a Parquet file,
 //! `URL/TABLE.parquet`, on any object store (or a local folder).
 
+use std::sync::Arc;
+
 use futures::StreamExt;
 use memweave_schemas::Table;
+use object_store::ObjectStore;
 use object_store::buffered::BufWriter;
+use object_store::path::Path as ObjectPath;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
-use crate::source::{SourceOptions, object_store_at};
-use memweave_query::analytics::catalog::Catalog;
+use crate::catalog::Catalog;
 
 /// Row groups close at this many bytes (Spark's and Hive's block size), so
 /// readers can split the big text tables without a group per handful of rows.
@@ -33,21 +36,22 @@ pub struct ExportSummary {
     pub files: Vec<(String, u64)>,
 }
 
-/// Writes each table of the catalog's checkpoint to `to`/`TABLE.parquet`. The
-/// files carry the checkpoint's epoch and the table's version as key-value
-/// metadata (`memweave.epoch`, `memweave.version`).
+/// Writes each table of the catalog's checkpoint to `prefix`/`TABLE.parquet`
+/// in `store`, which `to` names (in messages and the summary). The files
+/// carry the checkpoint's epoch and the table's version as key-value metadata
+/// (`memweave.epoch`, `memweave.version`).
 pub async fn export(
     catalog: &Catalog,
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
     to: &str,
-    options: &SourceOptions,
 ) -> anyhow::Result<ExportSummary> {
-    let (store, prefix) = object_store_at("--to", to, options, true)?;
     let epoch = catalog.checkpoint.epoch;
     let mut files = Vec::new();
     for &table in Table::ALL {
         let name = table.name();
         let frame = catalog.context.table(name).await?;
-        let schema = std::sync::Arc::new(frame.schema().as_arrow().clone());
+        let schema = Arc::new(frame.schema().as_arrow().clone());
         let mut metadata = vec![KeyValue::new("memweave.epoch".into(), epoch.to_string())];
         if let Some(version) = catalog.checkpoint.version_of(table) {
             metadata.push(KeyValue::new(

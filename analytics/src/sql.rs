@@ -12,9 +12,8 @@ use datafusion::prelude::DataFrame;
 use futures::StreamExt;
 use parquet::arrow::ArrowWriter;
 
-use super::export::writer_properties;
-use crate::UsageError;
-use memweave_query::analytics::catalog::Catalog;
+use crate::catalog::Catalog;
+use crate::export::writer_properties;
 
 /// How `memweave sql` writes its rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -29,46 +28,75 @@ pub enum Format {
     Parquet,
 }
 
-/// Plans `sql` against the catalog. A query DataFusion refuses is a usage
-/// error carrying DataFusion's message.
-pub async fn plan(catalog: &Catalog, sql: &str) -> anyhow::Result<DataFrame> {
+/// Why a query gave no rows. The first three are the asker's to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum SqlError {
+    /// DataFusion refused the query: its own message.
+    #[error("{0}")]
+    Refused(DataFusionError),
+    #[error("--format parquet writes a file: give --output FILE")]
+    ParquetNeedsFile,
+    #[error("--output {path}: {source}")]
+    Output {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// Reading the tables or writing the rows failed.
+    #[error("running the query: {0:#}")]
+    Failed(anyhow::Error),
+}
+
+impl SqlError {
+    /// A mistake in what was asked, rather than a failure to carry it out.
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, SqlError::Failed(_))
+    }
+}
+
+/// Plans `sql` against the catalog.
+pub async fn plan(catalog: &Catalog, sql: &str) -> Result<DataFrame, SqlError> {
     catalog.context.sql(sql).await.map_err(query_error)
 }
 
 /// Runs `frame` and writes its rows as `format` to `output` (stdout without
 /// one); returns how many rows were written.
-pub async fn write(frame: DataFrame, format: Format, output: Option<&Path>) -> anyhow::Result<u64> {
+pub async fn write(
+    frame: DataFrame,
+    format: Format,
+    output: Option<&Path>,
+) -> Result<u64, SqlError> {
     if format == Format::Parquet && output.is_none() {
-        return Err(UsageError("--format parquet writes a file: give --output FILE".into()).into());
+        return Err(SqlError::ParquetNeedsFile);
     }
     let schema: SchemaRef = Arc::new(frame.schema().as_arrow().clone());
     let mut stream = frame.execute_stream().await.map_err(query_error)?;
     let sink: Box<dyn Write + Send> = match output {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .map_err(|e| UsageError(format!("--output {}: {e}", path.display())))?,
+            std::fs::File::create(path).map_err(|source| SqlError::Output {
+                path: path.to_path_buf(),
+                source,
+            })?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout())),
     };
-    let mut writer = RowWriter::new(format, sink, schema)?;
+    let mut writer = RowWriter::new(format, sink, schema).map_err(SqlError::Failed)?;
     let mut rows = 0;
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(query_error)?;
         rows += batch.num_rows() as u64;
-        writer.write(batch)?;
+        writer.write(batch).map_err(SqlError::Failed)?;
     }
-    writer.finish(rows)?;
+    writer.finish(rows).map_err(SqlError::Failed)?;
     Ok(rows)
 }
 
-/// A query's error: DataFusion's own message; exit code 2 unless reading the
-/// tables failed.
-fn query_error(error: DataFusionError) -> anyhow::Error {
+/// A query's error: refused, unless reading the tables failed.
+fn query_error(error: DataFusionError) -> SqlError {
     match error {
         DataFusionError::IoError(_)
         | DataFusionError::ObjectStore(_)
-        | DataFusionError::External(_) => anyhow::Error::new(error).context("running the query"),
-        error => UsageError(error.to_string()).into(),
+        | DataFusionError::External(_) => SqlError::Failed(error.into()),
+        error => SqlError::Refused(error),
     }
 }
 

@@ -6,7 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+use memweave_analytics::catalog::{Catalog, CatalogError};
+use memweave_analytics::export::{self, ExportSummary};
+use memweave_analytics::sql::{self, Format as SqlFormat, SqlError};
+use memweave_analytics::{html, report};
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
@@ -16,23 +20,17 @@ use memweave_operators::paginate::PageConfig;
 use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
-use memweave_pipeline::analytics;
-use memweave_pipeline::analytics::export::{self, ExportSummary};
-use memweave_pipeline::analytics::sql::{self, Format as SqlFormat};
 use memweave_pipeline::cluster::ClusterArgs;
 use memweave_pipeline::index::{
     ComputeSummary, DEFAULT_WRITE_BATCH_ROWS, IndexOptions, IndexSummary, compute, error_kinds,
     run_index,
 };
 use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
-use memweave_pipeline::source::SourceOptions;
+use memweave_pipeline::source::{SourceOptions, object_store_at};
 use memweave_pipeline::{Interrupted, UsageError};
-use memweave_query::analytics::catalog::{Catalog, CatalogError};
-use memweave_query::analytics::report;
+use memweave_process::{LogFormat, init_logging, parse_key_value, stop_requested};
 use memweave_query::cache::ReadCache;
-use memweave_query::{
-    Answer, AskOptions, AskRequest, Models, Snapshot, Strategy, parse_storage_option,
-};
+use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
 use memweave_schemas::{StoreError, TableStore};
 
 /// jemalloc, not glibc's malloc: the indexer frees as much as it allocates
@@ -58,12 +56,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 // Parsed once per process: the Index variant's size costs nothing.
@@ -111,7 +103,7 @@ enum Command {
         s3_endpoint: Option<String>,
         /// Object-store setting for SOURCE, KEY=VALUE as object_store names them
         /// (aws_region, aws_virtual_hosted_style_request, …); repeatable.
-        #[arg(long = "source-option", value_parser = parse_storage_option)]
+        #[arg(long = "source-option", value_parser = parse_key_value)]
         source_options: Vec<(String, String)>,
         /// After the run, look at SOURCE every SECONDS and index again when a file
         /// or object was added, changed or removed; stop with Ctrl-C.
@@ -210,7 +202,7 @@ enum Command {
         #[arg(long, value_name = "TOKENS")]
         max_model_tokens: Option<u64>,
         /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
-        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        #[arg(long = "storage-option", value_parser = parse_key_value)]
         storage_options: Vec<(String, String)>,
         #[command(flatten)]
         llm: LlmArgs,
@@ -252,7 +244,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
         /// Object-store setting KEY=VALUE for the tables; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        #[arg(long = "storage-option", value_parser = parse_key_value)]
         storage_options: Vec<(String, String)>,
     },
     /// Export every memory table of one checkpoint as Parquet (zstd): URL/TABLE.parquet.
@@ -277,10 +269,10 @@ enum Command {
         #[arg(long, env = "MEMWEAVE_S3_ENDPOINT")]
         s3_endpoint: Option<String>,
         /// Object-store setting KEY=VALUE for URL; repeatable.
-        #[arg(long = "to-option", value_parser = parse_storage_option)]
+        #[arg(long = "to-option", value_parser = parse_key_value)]
         to_options: Vec<(String, String)>,
         /// Object-store setting KEY=VALUE for the tables; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        #[arg(long = "storage-option", value_parser = parse_key_value)]
         storage_options: Vec<(String, String)>,
     },
     /// What a memory holds and what it cost, from the tables alone: documents and
@@ -302,7 +294,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
         /// Object-store setting KEY=VALUE for the tables; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        #[arg(long = "storage-option", value_parser = parse_key_value)]
         storage_options: Vec<(String, String)>,
     },
     /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
@@ -351,7 +343,7 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Object-store setting KEY=VALUE; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_storage_option)]
+        #[arg(long = "storage-option", value_parser = parse_key_value)]
         storage_options: Vec<(String, String)>,
         /// The model that navigates (the extractive backend by default).
         #[command(flatten)]
@@ -369,15 +361,12 @@ fn interrupted_within(every: Duration) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        Ok(tokio::select! {
-            _ = tokio::signal::ctrl_c() => true,
-            _ = terminate.recv() => true,
+    Ok(runtime.block_on(async {
+        tokio::select! {
+            () = stop_requested() => true,
             () = tokio::time::sleep(every) => false,
-        })
-    })
+        }
+    }))
 }
 
 fn strategy_names() -> Vec<&'static str> {
@@ -514,8 +503,10 @@ fn main() -> ExitCode {
         } => analytics_runtime().and_then(|runtime| {
             runtime.block_on(async {
                 let catalog = open_catalog(&tables, storage_options, version).await?;
-                let frame = sql::plan(&catalog, &query).await?;
-                let rows = sql::write(frame, format, output.as_deref()).await?;
+                let frame = sql::plan(&catalog, &query).await.map_err(sql_error)?;
+                let rows = sql::write(frame, format, output.as_deref())
+                    .await
+                    .map_err(sql_error)?;
                 if let Some(output) = &output {
                     tracing::info!(rows, file = %output.display(), "wrote the query's rows");
                 }
@@ -537,7 +528,8 @@ fn main() -> ExitCode {
                     s3_endpoint,
                     options: to_options,
                 };
-                let summary = export::export(&catalog, &to, &options).await?;
+                let (store, prefix) = object_store_at("--to", &to, &options, true)?;
+                let summary = export::export(&catalog, store, prefix, &to).await?;
                 print_export(&summary);
                 Ok(())
             })
@@ -553,7 +545,7 @@ fn main() -> ExitCode {
                 let catalog = open_catalog(&tables, storage_options, version).await?;
                 let report = report::report(&catalog).await?;
                 if let Some(file) = &html {
-                    std::fs::write(file, analytics::html::html(&report))
+                    std::fs::write(file, html::html(&report))
                         .map_err(|e| UsageError(format!("--html {}: {e}", file.display())))?;
                     tracing::info!(file = %file.display(), "wrote the HTML report");
                 }
@@ -628,6 +620,15 @@ enum ExportFormat {
     Parquet,
 }
 
+/// A mistake in the query is the asker's (exit code 2).
+fn sql_error(error: SqlError) -> anyhow::Error {
+    if error.is_usage() {
+        UsageError(error.to_string()).into()
+    } else {
+        error.into()
+    }
+}
+
 fn analytics_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -663,21 +664,6 @@ fn print_export(summary: &ExportSummary) {
     println!("memweave export: checkpoint {}", summary.epoch);
     for (file, rows) in &summary.files {
         println!("  {rows:>9} rows  {file}");
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| memweave_query::DEFAULT_LOG_FILTER.into());
-    let builder = tracing_subscriber::fmt()
-        // With its stderr closed (`| head`) the subscriber would report the failed
-        // write with eprintln!, which panics the logging task.
-        .log_internal_errors(false)
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.with_target(false).init(),
-        LogFormat::Json => builder.json().init(),
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-/// Prometheus text for a report (as [`super::report::report`] makes it).
+/// Prometheus text for a report (as [`crate::report::report`] makes it).
 pub fn prometheus(report: &Value) -> String {
     let mut text = String::new();
     let mut gauge = |name: &str, help: &str, samples: Vec<(String, &Value)>| {
