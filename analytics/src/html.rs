@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use crate::report::{
+    Calls, DocumentCost, ErrorCount, MemoryCalls, Report, TableRows, TaskCalls, TreeShape, decimal,
+};
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}\
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}\
@@ -16,12 +18,11 @@ svg text{font:12px system-ui,sans-serif;fill:#222}.in{fill:#4c78a8}.out{fill:#f5
 const WIDTH: f64 = 640.0;
 const LABEL: f64 = 170.0;
 
-pub fn html(report: &Value) -> String {
+pub fn html(report: &Report) -> String {
     let mut page = String::new();
     let title = format!(
         "memweave report: {} (checkpoint {})",
-        report["tables"].as_str().unwrap_or_default(),
-        report["epoch"]
+        report.tables, report.epoch
     );
     let _ = write!(
         page,
@@ -29,30 +30,30 @@ pub fn html(report: &Value) -> String {
         escape(&title),
         escape(&title)
     );
-    let (o, d, g) = (&report["overview"], &report["density"], &report["gists"]);
-    let cost = &report["cost"];
+    let (o, d, g) = (&report.overview, &report.density, &report.gists);
+    let cost = &report.cost;
     let figures = [
-        ("Documents", o["documents"].to_string()),
-        ("Tokens indexed", o["tokens"].to_string()),
+        ("Documents", o.documents.to_string()),
+        ("Tokens indexed", o.tokens.to_string()),
         (
             "Model tokens per corpus token",
-            decimal(&cost["tokens_per_corpus_token"]),
+            decimal(cost.tokens_per_corpus_token),
         ),
         (
             "Model calls per 1,000 corpus tokens",
-            decimal(&cost["calls_per_1k_tokens"]),
+            decimal(cost.calls_per_1k_tokens),
         ),
         (
             "Entities per 1,000 tokens",
-            decimal(&d["entities_per_1k_tokens"]),
+            decimal(d.entities_per_1k_tokens),
         ),
         (
             "Relations per 1,000 tokens",
-            decimal(&d["relations_per_1k_tokens"]),
+            decimal(d.relations_per_1k_tokens),
         ),
         (
             "Gist compression rate (ReadAgent's CR)",
-            format!("{}%", decimal(&g["compression_rate"])),
+            format!("{}%", decimal(g.compression_rate)),
         ),
     ];
     page.push_str("<table class=\"figures\">");
@@ -68,85 +69,162 @@ pub fn html(report: &Value) -> String {
     page.push_str(
         "<h2>Tokens per task (<span style=\"color:#4c78a8\">in</span>, <span style=\"color:#f58518\">out</span>)</h2>",
     );
-    let tasks: Vec<(String, f64, f64)> = list(report, "calls_by_task")
+    let tasks: Vec<(String, f64, f64)> = report
+        .calls_by_task
+        .iter()
         .map(|r| {
-            (
-                text(&r["task"]),
-                number(&r["tokens_in"]),
-                number(&r["tokens_out"]),
-            )
+            let c = &r.calls;
+            (r.task.clone(), c.tokens_in as f64, c.tokens_out as f64)
         })
         .collect();
     page.push_str(&stacked_bars("tokens-per-task", &tasks));
 
     page.push_str("<h2>Model calls over time (per minute)</h2>");
-    let minutes: Vec<(String, f64)> = list(report, "calls_over_time")
-        .map(|r| (text(&r["minute"]), number(&r["calls"])))
+    let minutes: Vec<(String, f64)> = report
+        .calls_over_time
+        .iter()
+        .map(|r| (r.minute.clone(), r.calls as f64))
         .collect();
     page.push_str(&columns("calls-over-time", &minutes));
 
     page.push_str("<h2>Tree depths (trees per depth)</h2>");
-    let depths: Vec<(String, f64, f64)> = list(report, "tree_depths")
-        .map(|r| {
-            (
-                format!("{} depth {}", text(&r["tree"]), r["depth"]),
-                number(&r["trees"]),
-                0.0,
-            )
-        })
+    let depths: Vec<(String, f64, f64)> = report
+        .tree_depths
+        .iter()
+        .map(|r| (format!("{} depth {}", r.tree, r.depth), r.trees as f64, 0.0))
         .collect();
     page.push_str(&stacked_bars("tree-depths", &depths));
 
-    for (heading, section, columns) in [
-        (
-            "Calls by memory",
-            "calls_by_memory",
-            &[
-                "memory",
-                "calls",
-                "cache_hits",
-                "tokens_in",
-                "tokens_out",
-                "tokens_per_corpus_token",
-            ][..],
-        ),
-        (
-            "Calls by task",
-            "calls_by_task",
-            &[
-                "task",
-                "calls",
-                "cache_hits",
-                "tokens_in",
-                "tokens_out",
-                "tokens_per_corpus_token",
-            ][..],
-        ),
+    let tables = [
+        ("Calls by memory", table(&report.calls_by_memory)),
+        ("Calls by task", table(&report.calls_by_task)),
         (
             "Most expensive documents",
-            "expensive_documents",
-            &["title", "calls", "tokens"][..],
+            table(&report.expensive_documents),
         ),
-        (
-            "Trees",
-            "trees",
-            &[
-                "tree",
-                "nodes",
-                "roots",
-                "max_depth",
-                "mean_fanout",
-                "max_fanout",
-            ][..],
-        ),
-        ("Errors", "errors", &["stage", "kind", "errors"][..]),
-        ("Rows per table", "rows", &["table", "rows"][..]),
-    ] {
+        ("Trees", table(&report.trees)),
+        ("Errors", table(&report.errors)),
+        ("Rows per table", table(&report.rows)),
+    ];
+    for (heading, table) in tables {
         let _ = write!(page, "<h2>{heading}</h2>");
-        page.push_str(&table(list(report, section), columns));
+        page.push_str(&table);
     }
     page.push_str("</body></html>\n");
     page
+}
+
+/// A cell of a report table.
+enum Cell<'a> {
+    /// Text, or "-" where there is none.
+    Text(Option<&'a str>),
+    Count(u64),
+    /// Two decimals, or "-" where there is none.
+    Ratio(Option<f64>),
+}
+
+/// A row of a report section as the page's tables show it.
+trait Row {
+    /// Column names (shown with spaces for underscores).
+    fn headers() -> Vec<&'static str>;
+    fn cells(&self) -> Vec<Cell<'_>>;
+}
+
+/// The columns of a row of calls, after the name of what they were for.
+fn call_cells<'a>(name: &'a str, c: &Calls) -> Vec<Cell<'a>> {
+    vec![
+        Cell::Text(Some(name)),
+        Cell::Count(c.calls),
+        Cell::Count(c.cache_hits),
+        Cell::Count(c.tokens_in),
+        Cell::Count(c.tokens_out),
+        Cell::Ratio(c.tokens_per_corpus_token),
+    ]
+}
+
+/// The columns of [`call_cells`] after the name.
+const CALL_COLUMNS: [&str; 5] = [
+    "calls",
+    "cache_hits",
+    "tokens_in",
+    "tokens_out",
+    "tokens_per_corpus_token",
+];
+
+impl Row for MemoryCalls {
+    fn headers() -> Vec<&'static str> {
+        [["memory"].as_slice(), &CALL_COLUMNS].concat()
+    }
+    fn cells(&self) -> Vec<Cell<'_>> {
+        call_cells(&self.memory, &self.calls)
+    }
+}
+
+impl Row for TaskCalls {
+    fn headers() -> Vec<&'static str> {
+        [["task"].as_slice(), &CALL_COLUMNS].concat()
+    }
+    fn cells(&self) -> Vec<Cell<'_>> {
+        call_cells(&self.task, &self.calls)
+    }
+}
+
+impl Row for DocumentCost {
+    fn headers() -> Vec<&'static str> {
+        vec!["title", "calls", "tokens"]
+    }
+    fn cells(&self) -> Vec<Cell<'_>> {
+        vec![
+            Cell::Text(self.title.as_deref()),
+            Cell::Count(self.calls),
+            Cell::Count(self.tokens),
+        ]
+    }
+}
+
+impl Row for TreeShape {
+    fn headers() -> Vec<&'static str> {
+        vec![
+            "tree",
+            "nodes",
+            "roots",
+            "max_depth",
+            "mean_fanout",
+            "max_fanout",
+        ]
+    }
+    fn cells(&self) -> Vec<Cell<'_>> {
+        vec![
+            Cell::Text(Some(&self.tree)),
+            Cell::Count(self.nodes),
+            Cell::Count(self.roots),
+            Cell::Count(self.max_depth),
+            Cell::Ratio(self.mean_fanout),
+            Cell::Count(self.max_fanout),
+        ]
+    }
+}
+
+impl Row for ErrorCount {
+    fn headers() -> Vec<&'static str> {
+        vec!["stage", "kind", "errors"]
+    }
+    fn cells(&self) -> Vec<Cell<'_>> {
+        vec![
+            Cell::Text(Some(&self.stage)),
+            Cell::Text(Some(&self.kind)),
+            Cell::Count(self.errors),
+        ]
+    }
+}
+
+impl Row for TableRows {
+    fn headers() -> Vec<&'static str> {
+        vec!["table", "rows"]
+    }
+    fn cells(&self) -> Vec<Cell<'_>> {
+        vec![Cell::Text(Some(&self.table)), Cell::Count(self.rows)]
+    }
 }
 
 /// Horizontal bars, one per row: a label, then `first` and `second` stacked
@@ -239,19 +317,19 @@ fn columns(id: &str, rows: &[(String, f64)]) -> String {
     svg
 }
 
-fn table<'a>(rows: impl Iterator<Item = &'a Value>, columns: &[&str]) -> String {
+fn table<R: Row>(rows: &[R]) -> String {
     let mut html = String::from("<table><tr>");
-    for column in columns {
+    for column in R::headers() {
         let _ = write!(html, "<th>{}</th>", column.replace('_', " "));
     }
     html.push_str("</tr>");
     for row in rows {
         html.push_str("<tr>");
-        for column in columns {
-            let value = match &row[*column] {
-                Value::Number(n) if n.is_f64() => decimal(&row[*column]),
-                Value::Null => "-".to_string(),
-                other => text(other),
+        for cell in row.cells() {
+            let value = match cell {
+                Cell::Text(text) => text.unwrap_or("-").to_string(),
+                Cell::Count(n) => n.to_string(),
+                Cell::Ratio(ratio) => decimal(ratio),
             };
             let _ = write!(html, "<td>{}</td>", escape(&value));
         }
@@ -259,26 +337,6 @@ fn table<'a>(rows: impl Iterator<Item = &'a Value>, columns: &[&str]) -> String 
     }
     html.push_str("</table>");
     html
-}
-
-fn list<'a>(report: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
-    report[section].as_array().into_iter().flatten()
-}
-
-fn text(value: &Value) -> String {
-    value
-        .as_str()
-        .map_or_else(|| value.to_string(), str::to_string)
-}
-
-fn number(value: &Value) -> f64 {
-    value.as_f64().unwrap_or(0.0)
-}
-
-fn decimal(value: &Value) -> String {
-    value
-        .as_f64()
-        .map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
 }
 
 fn escape(text: &str) -> String {

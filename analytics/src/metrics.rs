@@ -3,113 +3,135 @@
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use crate::report::{Calls, Report};
 
-/// Prometheus text for a report (as [`crate::report::report`] makes it).
-pub fn prometheus(report: &Value) -> String {
+/// Samples of one gauge: its labels (`{…}`, or empty) and value; a sample
+/// without a value is left out.
+type Samples = Vec<(String, Option<f64>)>;
+
+/// Prometheus text for a report.
+pub fn prometheus(report: &Report) -> String {
     let mut text = String::new();
-    let mut gauge = |name: &str, help: &str, samples: Vec<(String, &Value)>| {
+    let mut gauge = |name: &str, help: &str, samples: Samples| {
         let _ = writeln!(text, "# HELP memweave_memory_{name} {help}");
         let _ = writeln!(text, "# TYPE memweave_memory_{name} gauge");
         for (labels, value) in samples {
-            if let Some(value) = value.as_f64() {
+            if let Some(value) = value {
                 let _ = writeln!(text, "memweave_memory_{name}{labels} {value}");
             }
         }
     };
+    let one = |value: Option<f64>| vec![(String::new(), value)];
+    let count = |n: u64| Some(n as f64);
+    let (overview, density) = (&report.overview, &report.density);
     gauge(
         "epoch",
         "Checkpoint the numbers describe.",
-        one(&report["epoch"]),
+        one(count(report.epoch)),
     );
     gauge(
         "documents",
         "Documents in the tables.",
-        one(&report["overview"]["documents"]),
+        one(count(overview.documents)),
     );
     gauge(
         "tokens",
         "Tokens of the documents.",
-        one(&report["overview"]["tokens"]),
+        one(count(overview.tokens)),
     );
     gauge(
         "entities_per_1k_tokens",
         "Graph entities per 1,000 tokens.",
-        one(&report["density"]["entities_per_1k_tokens"]),
+        one(density.entities_per_1k_tokens),
     );
     gauge(
         "relations_per_1k_tokens",
         "Graph relations per 1,000 tokens.",
-        one(&report["density"]["relations_per_1k_tokens"]),
+        one(density.relations_per_1k_tokens),
     );
     gauge(
         "gist_compression_rate",
         "ReadAgent's compression rate of the gists, percent.",
-        one(&report["gists"]["compression_rate"]),
+        one(report.gists.compression_rate),
     );
     gauge(
         "model_tokens_per_corpus_token",
         "Model tokens (in and out) of every call made, per token of the documents.",
-        one(&report["cost"]["tokens_per_corpus_token"]),
+        one(report.cost.tokens_per_corpus_token),
     );
     gauge(
         "rows",
         "Rows per table.",
-        labelled(report, "rows", &["table"], "rows"),
+        labelled(&report.rows, |r| [("table", &r.table)], |r| count(r.rows)),
     );
-    for (by, section, label) in [
-        ("task", "calls_by_task", "task"),
-        ("memory", "calls_by_memory", "memory"),
-    ] {
+    let by_task: Vec<(&str, &Calls)> = report
+        .calls_by_task
+        .iter()
+        .map(|c| (c.task.as_str(), &c.calls))
+        .collect();
+    let by_memory: Vec<(&str, &Calls)> = report
+        .calls_by_memory
+        .iter()
+        .map(|c| (c.memory.as_str(), &c.calls))
+        .collect();
+    for (by, rows) in [("task", by_task), ("memory", by_memory)] {
+        let per = |value: fn(&Calls) -> Option<f64>| {
+            labelled(&rows, |(name, _)| [(by, *name)], |(_, c)| value(c))
+        };
         gauge(
             &format!("{by}_calls"),
             &format!("Model calls paid for, per {by}."),
-            labelled(report, section, &[label], "calls"),
+            per(|c| Some(c.calls as f64)),
         );
         gauge(
             &format!("{by}_cache_hits"),
             &format!("Model calls answered from the cache, per {by}."),
-            labelled(report, section, &[label], "cache_hits"),
+            per(|c| Some(c.cache_hits as f64)),
         );
         gauge(
             &format!("{by}_tokens_per_corpus_token"),
             &format!("Model tokens (in and out) paid for per token of the documents, per {by}."),
-            labelled(report, section, &[label], "tokens_per_corpus_token"),
+            per(|c| c.tokens_per_corpus_token),
         );
         gauge(
             &format!("{by}_tokens"),
             &format!("Model tokens paid for, per {by} and direction."),
             by_direction(
-                labelled(report, section, &[label], "tokens_in"),
-                labelled(report, section, &[label], "tokens_out"),
+                per(|c| Some(c.tokens_in as f64)),
+                per(|c| Some(c.tokens_out as f64)),
             ),
         );
     }
     gauge(
         "errors",
         "Error rows per stage and kind.",
-        labelled(report, "errors", &["stage", "kind"], "errors"),
+        labelled(
+            &report.errors,
+            |e| [("stage", &e.stage), ("kind", &e.kind)],
+            |e| count(e.errors),
+        ),
     );
+    let per_tree = |value: fn(&crate::report::TreeShape) -> Option<f64>| {
+        labelled(&report.trees, |t| [("tree", &t.tree)], value)
+    };
     gauge(
         "tree_nodes",
         "Tree nodes per tree.",
-        labelled(report, "trees", &["tree"], "nodes"),
+        per_tree(|t| Some(t.nodes as f64)),
     );
     gauge(
         "tree_max_depth",
         "Deepest tree per kind of tree.",
-        labelled(report, "trees", &["tree"], "max_depth"),
+        per_tree(|t| Some(t.max_depth as f64)),
     );
     gauge(
         "tree_mean_fanout",
         "Mean children of a parent node, per tree.",
-        labelled(report, "trees", &["tree"], "mean_fanout"),
+        per_tree(|t| t.mean_fanout),
     );
     text
 }
 
-/// One sample per row of `section`: labels from `labels`' columns, the value
-/// from `value`'s.
 /// Token samples of both directions, each labelled `direction="in"` or
 /// `"out"` after its other labels (`{…}`, never empty).
 pub fn by_direction<V>(
@@ -129,26 +151,19 @@ pub fn by_direction<V>(
         .collect()
 }
 
-fn one(value: &Value) -> Vec<(String, &Value)> {
-    vec![(String::new(), value)]
-}
-
-fn labelled<'a>(
-    report: &'a Value,
-    section: &str,
-    labels: &[&str],
-    value: &str,
-) -> Vec<(String, &'a Value)> {
-    report[section]
-        .as_array()
-        .into_iter()
-        .flatten()
+/// One sample per row: labels named and valued by `labels`, the value by `value`.
+fn labelled<'r, R, const N: usize>(
+    rows: &'r [R],
+    labels: impl Fn(&'r R) -> [(&'r str, &'r str); N],
+    value: impl Fn(&'r R) -> Option<f64>,
+) -> Samples {
+    rows.iter()
         .map(|row| {
-            let pairs: Vec<String> = labels
+            let pairs: Vec<String> = labels(row)
                 .iter()
-                .map(|l| format!("{l}=\"{}\"", escape(row[*l].as_str().unwrap_or_default())))
+                .map(|(name, label)| format!("{name}=\"{}\"", escape(label)))
                 .collect();
-            (format!("{{{}}}", pairs.join(",")), &row[value])
+            (format!("{{{}}}", pairs.join(",")), value(row))
         })
         .collect()
 }

@@ -2,8 +2,10 @@
 //! alone. Every number is the result of one of [`QUERIES`], run over the
 //! checkpoint's tables, so anyone can check (or extend) it with `memweave sql`.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::catalog::Catalog;
@@ -125,9 +127,140 @@ const CALLS_BY_TASK: &str = calls_by!("task", "task");
 /// Per memory kind (the `stage` a call was made for).
 const CALLS_BY_MEMORY: &str = calls_by!("stage", "memory");
 
-/// Runs every query; the report as JSON: `tables`, `epoch`, one member per
-/// section, and `queries` (each section's SQL).
-pub async fn report(catalog: &Catalog) -> anyhow::Result<Value> {
+/// The report: one field per section of [`QUERIES`], each read from its
+/// query's rows (a single-row section is that row). Serialised, it is what
+/// `memweave report --json` prints: the sections, `tables`, `epoch` and
+/// `queries` (each section's SQL).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// The tables' root.
+    pub tables: String,
+    /// The checkpoint the numbers describe.
+    pub epoch: u64,
+    pub overview: Overview,
+    pub density: Density,
+    pub gists: Gists,
+    pub rows: Vec<TableRows>,
+    pub cost: Cost,
+    pub calls_by_task: Vec<TaskCalls>,
+    pub calls_by_memory: Vec<MemoryCalls>,
+    pub expensive_documents: Vec<DocumentCost>,
+    pub errors: Vec<ErrorCount>,
+    pub trees: Vec<TreeShape>,
+    pub tree_depths: Vec<TreeDepth>,
+    pub calls_over_time: Vec<MinuteCalls>,
+    pub queries: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overview {
+    pub documents: u64,
+    pub tokens: u64,
+}
+
+/// The graph's size per 1,000 tokens (none for an empty corpus).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Density {
+    pub entities_per_1k_tokens: Option<f64>,
+    pub relations_per_1k_tokens: Option<f64>,
+}
+
+/// ReadAgent's gists against their pages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gists {
+    pub page_words: u64,
+    pub gist_words: u64,
+    /// Percent of the pages' words the gists leave out (none without pages).
+    pub compression_rate: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableRows {
+    pub table: String,
+    pub rows: u64,
+}
+
+/// Every model call the tables record, against the corpus.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    pub calls: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub tokens_per_corpus_token: Option<f64>,
+    pub calls_per_1k_tokens: Option<f64>,
+}
+
+/// Calls paid for and answered from the cache, for one task or memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calls {
+    pub calls: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cache_hits: u64,
+    pub tokens_per_corpus_token: Option<f64>,
+    pub calls_per_1k_tokens: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskCalls {
+    pub task: String,
+    #[serde(flatten)]
+    pub calls: Calls,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryCalls {
+    pub memory: String,
+    #[serde(flatten)]
+    pub calls: Calls,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocumentCost {
+    pub doc_id: String,
+    /// None once the document is deleted (its calls stay in the ledger).
+    pub title: Option<String>,
+    pub calls: u64,
+    pub tokens: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorCount {
+    pub stage: String,
+    pub kind: String,
+    pub errors: u64,
+}
+
+/// The shape of one kind of tree, over every tree of that kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TreeShape {
+    pub tree: String,
+    pub nodes: u64,
+    pub roots: u64,
+    pub max_depth: u64,
+    /// Mean children of a parent node (none where every node is a leaf).
+    pub mean_fanout: Option<f64>,
+    pub max_fanout: u64,
+}
+
+/// How many trees of a kind have their root at `depth`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TreeDepth {
+    pub tree: String,
+    pub depth: u64,
+    pub trees: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MinuteCalls {
+    /// The minute's start, as the SQL writes a timestamp.
+    pub minute: String,
+    pub calls: u64,
+    pub tokens: u64,
+}
+
+/// Runs every query into the report.
+pub async fn report(catalog: &Catalog) -> anyhow::Result<Report> {
     let mut out = Map::new();
     out.insert("tables".into(), catalog.store().root().into());
     out.insert("epoch".into(), catalog.checkpoint.epoch.into());
@@ -147,7 +280,7 @@ pub async fn report(catalog: &Catalog) -> anyhow::Result<Value> {
         .map(|(name, sql)| ((*name).to_string(), (*sql).into()))
         .collect();
     out.insert("queries".into(), Value::Object(queries));
-    Ok(Value::Object(out))
+    Ok(serde_json::from_value(Value::Object(out))?)
 }
 
 /// A query's rows as JSON objects (as `memweave sql --format json` writes them).
@@ -164,106 +297,100 @@ async fn rows_of(catalog: &Catalog, sql: &str) -> anyhow::Result<Vec<Value>> {
 }
 
 /// The report as one screen of text.
-pub fn text(report: &Value) -> String {
+pub fn text(report: &Report) -> String {
     let mut out = String::new();
-    let o = &report["overview"];
+    let o = &report.overview;
     let _ = writeln!(
         out,
         "memweave report: {} (checkpoint {})",
-        report["tables"].as_str().unwrap_or_default(),
-        report["epoch"]
+        report.tables, report.epoch
     );
-    let _ = writeln!(
-        out,
-        "  documents   {} ({} tokens)",
-        o["documents"], o["tokens"]
-    );
-    let rows: Vec<String> = list(report, "rows")
-        .map(|r| format!("{} {}", r["table"].as_str().unwrap_or_default(), r["rows"]))
+    let _ = writeln!(out, "  documents   {} ({} tokens)", o.documents, o.tokens);
+    let rows: Vec<String> = report
+        .rows
+        .iter()
+        .map(|r| format!("{} {}", r.table, r.rows))
         .collect();
     let _ = writeln!(out, "  rows        {}", rows.join(", "));
-    let d = &report["density"];
+    let d = &report.density;
     let _ = writeln!(
         out,
         "  graph       {} entities and {} relations per 1,000 tokens",
-        decimal(&d["entities_per_1k_tokens"]),
-        decimal(&d["relations_per_1k_tokens"])
+        decimal(d.entities_per_1k_tokens),
+        decimal(d.relations_per_1k_tokens)
     );
-    let g = &report["gists"];
+    let g = &report.gists;
     let _ = writeln!(
         out,
         "  gists       {} words for {} words of pages: compression rate {}%",
-        g["gist_words"],
-        g["page_words"],
-        decimal(&g["compression_rate"])
+        g.gist_words,
+        g.page_words,
+        decimal(g.compression_rate)
     );
     let _ = writeln!(
         out,
         "  trees       tree        nodes  roots  depth  fan-out (mean, max)"
     );
-    for t in list(report, "trees") {
+    for t in &report.trees {
         let _ = writeln!(
             out,
             "              {:<10} {:>6} {:>6} {:>6}  {}, {}",
-            t["tree"].as_str().unwrap_or_default(),
-            text_of(&t["nodes"]),
-            text_of(&t["roots"]),
-            text_of(&t["max_depth"]),
-            decimal(&t["mean_fanout"]),
-            text_of(&t["max_fanout"])
+            t.tree,
+            t.nodes,
+            t.roots,
+            t.max_depth,
+            decimal(t.mean_fanout),
+            t.max_fanout
         );
     }
-    let c = &report["cost"];
+    let c = &report.cost;
     let _ = writeln!(
         out,
         "  cost        {} model calls, {} tokens in and {} out: {} model tokens per corpus token, {} calls per 1,000",
-        c["calls"],
-        c["tokens_in"],
-        c["tokens_out"],
-        decimal(&c["tokens_per_corpus_token"]),
-        decimal(&c["calls_per_1k_tokens"])
+        c.calls,
+        c.tokens_in,
+        c.tokens_out,
+        decimal(c.tokens_per_corpus_token),
+        decimal(c.calls_per_1k_tokens)
     );
-    for (title, section, key) in [
-        ("calls by memory", "calls_by_memory", "memory"),
-        ("calls by task", "calls_by_task", "task"),
+    let by_memory = report.calls_by_memory.iter().map(|c| (&c.memory, &c.calls));
+    let by_task = report.calls_by_task.iter().map(|c| (&c.task, &c.calls));
+    for (title, rows) in [
+        ("calls by memory", by_memory.collect::<Vec<_>>()),
+        ("calls by task", by_task.collect()),
     ] {
         let _ = writeln!(
             out,
             "  {title:<22}     calls  cache hits   tokens in  tokens out  per corpus token"
         );
-        for c in list(report, section) {
+        for (name, c) in rows {
             let _ = writeln!(
                 out,
                 "    {:<22} {:>9} {:>11} {:>11} {:>11} {:>17}",
-                c[key].as_str().unwrap_or_default(),
-                text_of(&c["calls"]),
-                text_of(&c["cache_hits"]),
-                text_of(&c["tokens_in"]),
-                text_of(&c["tokens_out"]),
-                decimal(&c["tokens_per_corpus_token"])
+                name,
+                c.calls,
+                c.cache_hits,
+                c.tokens_in,
+                c.tokens_out,
+                decimal(c.tokens_per_corpus_token)
             );
         }
     }
     let _ = writeln!(out, "  most expensive documents (tokens in + out, calls)");
-    for doc in list(report, "expensive_documents") {
-        let title: String = doc["title"]
-            .as_str()
+    for doc in &report.expensive_documents {
+        let title: String = doc
+            .title
+            .as_deref()
             .unwrap_or("(deleted)")
             .chars()
             .take(48)
             .collect();
-        let (tokens, calls) = (text_of(&doc["tokens"]), text_of(&doc["calls"]));
-        let _ = writeln!(out, "    {tokens:>9} {calls:>6}  {title}");
+        let _ = writeln!(out, "    {:>9} {:>6}  {title}", doc.tokens, doc.calls);
     }
-    let errors: Vec<String> = list(report, "errors")
-        .map(|e| {
-            format!(
-                "{}/{}: {}",
-                e["stage"].as_str().unwrap_or_default(),
-                e["kind"].as_str().unwrap_or_default(),
-                e["errors"]
-            )
-        })
+    let errors: Vec<String> = report
+        .errors
+        .iter()
+        .map(|e| format!("{}/{}: {}", e.stage, e.kind, e.errors))
         .collect();
     let errors = if errors.is_empty() {
         "none".to_string()
@@ -274,18 +401,7 @@ pub fn text(report: &Value) -> String {
     out
 }
 
-fn list<'a>(report: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
-    report[section].as_array().into_iter().flatten()
-}
-
-/// A value as text (padding applies to it, not to a JSON value).
-fn text_of(value: &Value) -> String {
-    value.to_string()
-}
-
 /// A number with two decimals, or "-" where there is none.
-fn decimal(value: &Value) -> String {
-    value
-        .as_f64()
-        .map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
+pub fn decimal(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"))
 }

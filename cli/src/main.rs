@@ -549,8 +549,7 @@ fn main() -> ExitCode {
                         .map_err(|e| UsageError(format!("--html {}: {e}", file.display())))?;
                     tracing::info!(file = %file.display(), "wrote the HTML report");
                 }
-                print_report(&report, json);
-                Ok(())
+                print_report(&report, json)
             })
         }),
         Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
@@ -649,14 +648,16 @@ async fn open_catalog(
 }
 
 /// Prints the report; a closed stdout (`| head`) ends it quietly.
-fn print_report(report: &serde_json::Value, json: bool) {
+fn print_report(report: &report::Report, json: bool) -> anyhow::Result<()> {
     use std::io::Write;
     let text = if json {
-        format!("{report:#}\n")
+        // Through a JSON value: its members in name order, as the SQL's rows were.
+        format!("{:#}\n", serde_json::to_value(report)?)
     } else {
         report::text(report)
     };
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(())
 }
 
 #[allow(clippy::print_stdout)]
