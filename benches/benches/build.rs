@@ -21,7 +21,6 @@ use std::process::Command;
 use std::time::Instant;
 
 use memweave_benches::archive::{PYTHON_DOCS, dir_bytes, python_docs_installed};
-use memweave_llm::EmbedArgs;
 use memweave_llm::sim::{Sim, SimConfig};
 use memweave_operators::build::{BuildConfig, Memories};
 use memweave_pipeline::index::{IndexOptions, IndexSummary, run_index};
@@ -37,23 +36,15 @@ fn workers() -> usize {
 
 fn build(source: &Path, memories: Memories, url: Option<&str>) -> (IndexSummary, f64) {
     let out = tempfile::tempdir().unwrap();
+    let tables = out.path().join("memory");
     let options = IndexOptions {
-        source: source.display().to_string(),
-        source_options: Default::default(),
-        tables: out.path().join("memory").display().to_string(),
-        storage_options: Default::default(),
         workers: workers(),
         build: BuildConfig {
             memories,
             ..BuildConfig::DEFAULT
         },
-        llm: memweave_benches::llm_args(url),
-        embed: EmbedArgs::default(),
-        interactive: false,
-        cluster: memweave_pipeline::cluster::Cluster::default(),
-        metrics_listen: None,
-        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
-        max_model_tokens: None,
+        llm: memweave_benches::llm_config(url),
+        ..IndexOptions::new(source.display().to_string(), tables.display().to_string())
     };
     let started = Instant::now();
     let summary = run_index(&options).unwrap();

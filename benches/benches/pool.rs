@@ -9,33 +9,24 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use memweave_llm::sim::{Sim, SimConfig};
-use memweave_llm::{BackendKind, LlmArgs};
-use memweave_operators::build::BuildConfig;
+use memweave_llm::{LlmBackend, LlmConfig};
 use memweave_pipeline::index::{IndexOptions, run_index};
 
 const SLOTS: usize = 64;
 const LATENCY_MS: f64 = 200.0;
 
-fn llm(url: &str) -> LlmArgs {
-    LlmArgs {
-        backend: BackendKind::Openai,
-        llm_urls: vec![url.to_string()],
-        llm_model: Some("memweave-sim".into()),
-        llm_api_key_env: "MEMWEAVE_LLM_API_KEY".into(),
-        llm_timeout_s: 2.0,
-        llm_max_attempts: 10,
-        llm_concurrency: SLOTS,
+fn llm(url: &str) -> LlmConfig {
+    let mut config = LlmConfig::openai(vec![url.to_string()], "memweave-sim");
+    if let LlmBackend::OpenAi(pool) = &mut config.backend {
+        pool.timeout = Duration::from_secs(2);
+        pool.initial_concurrency = SLOTS;
         // A little over the slots: requests in transit or hung still hold a client slot.
-        llm_max_concurrency: SLOTS + SLOTS / 4,
-        llm_rpm: None,
-        llm_tpm: None,
-        llm_max_tokens: 512,
-        prompts: None,
-        cache_only: false,
+        pool.max_concurrency = SLOTS + SLOTS / 4;
     }
+    config
 }
 
 fn run(label: &str, fault_rate: f64) {
@@ -49,27 +40,18 @@ fn run(label: &str, fault_rate: f64) {
 
     let source = memweave_benches::shared_data("pg-essays");
     let out = tempfile::tempdir().unwrap();
+    let tables = out.path().join("memory");
     let options = IndexOptions {
-        source: source.display().to_string(),
-        source_options: Default::default(),
-        tables: out.path().join("memory").display().to_string(),
-        storage_options: Default::default(),
         workers: 2,
-        build: BuildConfig::DEFAULT,
         llm: llm(&url),
-        embed: memweave_llm::EmbedArgs::default(),
-        interactive: false,
-        cluster: memweave_pipeline::cluster::Cluster::default(),
-        metrics_listen: None,
-        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
-        max_model_tokens: None,
+        ..IndexOptions::new(source.display().to_string(), tables.display().to_string())
     };
     // Busy slots every 100 ms, to show where the pool idles (ramp-up, tail).
     let sampler = std::sync::Arc::clone(&sim);
     let samples = runtime.spawn(async move {
         let mut busy = Vec::new();
         loop {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
             busy.push(sampler.stats().busy_slots);
             if busy.len() > 600
                 || (busy.len() > 5

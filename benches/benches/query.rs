@@ -51,8 +51,7 @@ use std::time::{Duration, Instant};
 
 use memweave_benches::archive::{PYTHON_DOCS, python_docs_installed};
 use memweave_benches::questions;
-use memweave_llm::{CallCache, EmbedArgs, EmbedderKind, TaskModel};
-use memweave_operators::build::BuildConfig;
+use memweave_llm::{CallCache, EmbedConfig, TaskModel};
 use memweave_operators::embed::Embedder;
 use memweave_operators::text::sentences;
 use memweave_operators::tokens::count_tokens;
@@ -149,43 +148,29 @@ fn essay_sentences() -> Vec<String> {
 }
 
 /// The embedder QUERY_BENCH_EMBEDDER names: hashing (the default) or minilm.
-fn embed_args() -> EmbedArgs {
+fn embed_config() -> EmbedConfig {
     match std::env::var("QUERY_BENCH_EMBEDDER").as_deref() {
-        Ok("minilm") => EmbedArgs {
-            embedder: EmbedderKind::Minilm,
-            minilm_dir: Some(
-                std::env::var_os("MEMWEAVE_MINILM_DIR")
-                    .expect("QUERY_BENCH_EMBEDDER=minilm needs MEMWEAVE_MINILM_DIR")
-                    .into(),
-            ),
-            ..EmbedArgs::default()
+        Ok("minilm") => EmbedConfig::MiniLm {
+            dir: std::env::var_os("MEMWEAVE_MINILM_DIR")
+                .expect("QUERY_BENCH_EMBEDDER=minilm needs MEMWEAVE_MINILM_DIR")
+                .into(),
         },
-        _ => EmbedArgs::default(),
+        _ => EmbedConfig::default(),
     }
 }
 
 fn embedder_name() -> &'static str {
-    match embed_args().embedder {
-        EmbedderKind::Minilm => "all-MiniLM-L6-v2 embedder",
+    match embed_config() {
+        EmbedConfig::MiniLm { .. } => "all-MiniLM-L6-v2 embedder",
         _ => "hashing embedder",
     }
 }
 
 fn index(source: &Path, tables: &Path) -> IndexSummary {
     let options = IndexOptions {
-        source: source.display().to_string(),
-        source_options: Default::default(),
-        tables: tables.display().to_string(),
-        storage_options: Default::default(),
         workers: 2,
-        build: BuildConfig::DEFAULT,
-        llm: memweave_benches::llm_args(None),
-        embed: embed_args(),
-        interactive: false,
-        cluster: memweave_pipeline::cluster::Cluster::default(),
-        metrics_listen: None,
-        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
-        max_model_tokens: None,
+        embed: embed_config(),
+        ..IndexOptions::new(source.display().to_string(), tables.display().to_string())
     };
     let summary = run_index(&options).unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
@@ -199,12 +184,11 @@ struct Navigator {
 
 impl Navigator {
     fn new(runtime: &tokio::runtime::Runtime) -> Self {
-        let llm = memweave_benches::llm_args(None);
         let embedder = runtime
-            .block_on(embed_args().embedder(&llm, CallCache::transient()))
+            .block_on(embed_config().embedder(CallCache::transient()))
             .unwrap();
         Navigator {
-            model: llm.model(CallCache::transient()).unwrap(),
+            model: TaskModel::extractive(),
             embedder,
         }
     }
@@ -533,11 +517,10 @@ fn latency(runtime: &tokio::runtime::Runtime) {
     drop(snapshot);
 
     let store = TableStore::new(&tables.display().to_string(), HashMap::new()).unwrap();
-    let llm = memweave_benches::llm_args(None);
     let state = ServiceState::new(
         store,
         Arc::new(ReadCache::new(DEFAULT_CACHE_MIB)),
-        Arc::new(llm.model(CallCache::transient()).unwrap()),
+        Arc::new(TaskModel::extractive()),
         navigator.embedder.clone(),
         Limits {
             request_timeout: Duration::from_secs(120),

@@ -30,9 +30,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use memweave_llm::EmbedArgs;
 use memweave_llm::sim::{Sim, SimConfig, serve_on_loopback};
-use memweave_operators::build::BuildConfig;
 use memweave_pipeline::cluster::Cluster;
 use memweave_pipeline::index::{IndexOptions, Indexer, compute, run_index};
 use memweave_pipeline::source::{Source, SourceOptions};
@@ -43,19 +41,10 @@ const CHILD: &str = "MEMWEAVE_STREAMS_BENCH_CHILD";
 
 fn options(source: &Path, tables: &Path, cluster: Cluster, llm: Option<&str>) -> IndexOptions {
     IndexOptions {
-        source: source.display().to_string(),
-        source_options: SourceOptions::default(),
-        tables: tables.display().to_string(),
-        storage_options: Default::default(),
         workers: if cluster.addresses.is_empty() { 2 } else { 1 },
-        build: BuildConfig::DEFAULT,
-        llm: memweave_benches::llm_args(llm),
-        embed: EmbedArgs::default(),
-        interactive: false,
+        llm: memweave_benches::llm_config(llm),
         cluster,
-        metrics_listen: None,
-        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
-        max_model_tokens: None,
+        ..IndexOptions::new(source.display().to_string(), tables.display().to_string())
     }
 }
 

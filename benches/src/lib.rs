@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
-use memweave_llm::{BackendKind, LlmArgs};
+use memweave_llm::{LlmBackend, LlmConfig};
 
 pub mod archive;
 pub mod questions;
@@ -47,26 +48,18 @@ pub fn json_output(command: &mut Command) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("the child prints one JSON object")
 }
 
-/// The model flags of a build: the extractive backend, or the OpenAI-compatible
-/// server at `url` (the simulator), with the defaults `memweave index` has.
-pub fn llm_args(url: Option<&str>) -> LlmArgs {
-    LlmArgs {
-        backend: if url.is_some() {
-            BackendKind::Openai
-        } else {
-            BackendKind::Extractive
-        },
-        llm_urls: url.map(str::to_string).into_iter().collect(),
-        llm_model: Some("memweave-sim".into()),
-        llm_api_key_env: "MEMWEAVE_LLM_API_KEY".into(),
-        llm_timeout_s: 30.0,
-        llm_max_attempts: 10,
-        llm_concurrency: 64,
-        llm_max_concurrency: 128,
-        llm_rpm: None,
-        llm_tpm: None,
-        llm_max_tokens: 512,
-        prompts: None,
-        cache_only: false,
+/// The model of a build: the extractive backend, or the OpenAI-compatible
+/// server at `url` (the simulator), with a shorter timeout and more requests
+/// in flight than the defaults, as a simulated pool answers fast.
+pub fn llm_config(url: Option<&str>) -> LlmConfig {
+    let Some(url) = url else {
+        return LlmConfig::default();
+    };
+    let mut config = LlmConfig::openai(vec![url.to_string()], "memweave-sim");
+    if let LlmBackend::OpenAi(pool) = &mut config.backend {
+        pool.timeout = Duration::from_secs(30);
+        pool.initial_concurrency = 64;
+        pool.max_concurrency = 128;
     }
+    config
 }

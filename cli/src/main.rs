@@ -13,7 +13,7 @@ use memweave_analytics::sql::{self, Format as SqlFormat, SqlError};
 use memweave_analytics::{html, report};
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
-use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
+use memweave_llm::{CallCache, ConfigError, EmbedArgs, LlmArgs};
 use memweave_operators::build::{BuildConfig, Memories};
 use memweave_operators::graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
@@ -121,7 +121,7 @@ enum Command {
         #[arg(long, env = "MEMWEAVE_TABLES")]
         out: String,
         /// Dataflow worker threads.
-        #[arg(short = 'w', long, default_value_t = default_workers())]
+        #[arg(short = 'w', long, default_value_t = memweave_pipeline::index::default_workers())]
         workers: usize,
         /// The memories to build, comma-separated: memwalker (summary tree),
         /// readagent (pages and gists), graph (QRMeM entities and relations),
@@ -373,10 +373,6 @@ fn strategy_names() -> Vec<&'static str> {
     Strategy::ALL.iter().map(|s| s.name()).collect()
 }
 
-fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, usize::from)
-}
-
 // The binary edge: the one place an error is printed rather than logged.
 #[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
@@ -420,6 +416,8 @@ fn main() -> ExitCode {
             embed,
         } => {
             cluster.resolve().map_err(anyhow::Error::from).and_then(|cluster| {
+                let embed = embed.config(&llm).map_err(|e| usage(&e))?;
+                let llm = llm.config().map_err(|e| usage(&e))?;
                 let segments = SegmentConfig {
                     target_tokens: segment_tokens,
                     min_tokens: min_tokens.unwrap_or(SegmentConfig::around(segment_tokens).min_tokens),
@@ -619,6 +617,11 @@ enum ExportFormat {
     Parquet,
 }
 
+/// Flags that do not make a model or an embedder (exit code 2).
+fn usage(error: &ConfigError) -> anyhow::Error {
+    UsageError(error.to_string()).into()
+}
+
 /// A mistake in the query is the asker's (exit code 2).
 fn sql_error(error: SqlError) -> anyhow::Error {
     if error.is_usage() {
@@ -786,14 +789,18 @@ fn ask(
         .into());
     }
     // Calls are cached for this question only: asking writes nothing to the tables.
-    let model = llm.model(CallCache::in_memory()).map_err(UsageError)?;
+    let model = llm
+        .config()
+        .and_then(|llm| llm.model(CallCache::in_memory()))
+        .map_err(|e| usage(&e))?;
+    let embed = embed.config(llm).map_err(|e| usage(&e))?;
     let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let embedder = runtime
-        .block_on(embed.embedder(llm, CallCache::in_memory()))
-        .map_err(UsageError)?;
+        .block_on(embed.embedder(CallCache::in_memory()))
+        .map_err(|e| usage(&e))?;
     let snapshot = runtime
         .block_on(Snapshot::load_latest(
             &store,

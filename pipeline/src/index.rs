@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
-use memweave_llm::{EmbedArgs, LlmArgs};
+use memweave_llm::{EmbedConfig, LlmConfig};
 use memweave_operators::build::{BuildConfig, Document};
 use memweave_operators::ingest::SourceFile;
 use memweave_schemas::{CheckpointRow, ErrorRow};
@@ -42,9 +42,9 @@ pub struct IndexOptions {
     pub workers: usize,
     pub build: BuildConfig,
     /// The model backend and how to reach it.
-    pub llm: LlmArgs,
+    pub llm: LlmConfig,
     /// How texts become vectors.
-    pub embed: EmbedArgs,
+    pub embed: EmbedConfig,
     /// Draw a progress bar when stderr is a terminal.
     pub interactive: bool,
     /// This process's place among the run's processes.
@@ -56,6 +56,35 @@ pub struct IndexOptions {
     /// Model tokens (prompt and reply) this process may spend; past them no
     /// call is made, the round commits what is done and the run stops.
     pub max_model_tokens: Option<u64>,
+}
+
+impl IndexOptions {
+    /// Indexing `source` into `tables` as `memweave index SOURCE --out TABLES`
+    /// does with no other flag: the default sizes and memories, the offline
+    /// extractive backend and hashing embedder, one worker per core, no
+    /// progress bar.
+    pub fn new(source: impl Into<String>, tables: impl Into<String>) -> Self {
+        IndexOptions {
+            source: source.into(),
+            source_options: SourceOptions::default(),
+            tables: tables.into(),
+            storage_options: HashMap::new(),
+            workers: default_workers(),
+            build: BuildConfig::DEFAULT,
+            llm: LlmConfig::default(),
+            embed: EmbedConfig::default(),
+            interactive: false,
+            cluster: Cluster::default(),
+            metrics_listen: None,
+            write_batch_rows: DEFAULT_WRITE_BATCH_ROWS,
+            max_model_tokens: None,
+        }
+    }
+}
+
+/// Worker threads unless told otherwise: one per core.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }
 
 /// Rows per written batch unless told otherwise. A worker holds a batch of

@@ -128,17 +128,12 @@ impl MemoryArgs {
         );
         // The service writes nothing and keeps no replies: its memory does not grow
         // with the questions it answers.
-        let model = llm
-            .model(CallCache::transient())
-            .map_err(|message| anyhow::anyhow!(message))?;
+        let model = llm.config()?.model(CallCache::transient())?;
         let store = TableStore::new(
             &tables,
             storage_options.into_iter().collect::<HashMap<_, _>>(),
         )?;
-        let embedder = embed
-            .embedder(&llm, CallCache::transient())
-            .await
-            .map_err(|message| anyhow::anyhow!(message))?;
+        let embedder = embed.config(&llm)?.embedder(CallCache::transient()).await?;
         let limits = Limits {
             request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
             auth_token,

