@@ -30,6 +30,7 @@ use memweave_pipeline::source::{SourceOptions, object_store_at};
 use memweave_pipeline::{Interrupted, UsageError};
 use memweave_process::{LogFormat, init_logging, parse_key_value, stop_requested};
 use memweave_query::cache::ReadCache;
+use memweave_query::request::RequestError;
 use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
 use memweave_schemas::{StoreError, TableStore};
 
@@ -583,7 +584,7 @@ fn main() -> ExitCode {
                 },
             });
             request
-                .map_err(|e| UsageError(e).into())
+                .map_err(|e: RequestError| UsageError(e.to_string()).into())
                 .and_then(|request| {
                     ask(
                         &request,
@@ -817,7 +818,7 @@ fn ask(
         })?;
     runtime
         .block_on(snapshot.validate(request))?
-        .map_err(UsageError)?;
+        .map_err(|e| UsageError(e.to_string()))?;
     let models = Models {
         model: &model,
         embedder: &*embedder,

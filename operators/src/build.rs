@@ -68,7 +68,7 @@ impl Memories {
     pub const NAMES: [&str; 4] = ["memwalker", "readagent", "graph", "raptor"];
 
     /// The memories of a comma-separated list of [`Memories::NAMES`].
-    pub fn parse(list: &str) -> Result<Memories, String> {
+    pub fn parse(list: &str) -> Result<Memories, BuildConfigError> {
         let mut chosen = Memories {
             memwalker: false,
             readagent: false,
@@ -81,20 +81,12 @@ impl Memories {
                 "readagent" => &mut chosen.readagent,
                 "graph" => &mut chosen.graph,
                 "raptor" => &mut chosen.raptor,
-                other => {
-                    return Err(format!(
-                        "unknown memory {other:?}; choose from {}",
-                        Memories::NAMES.join(", ")
-                    ));
-                }
+                other => return Err(BuildConfigError::UnknownMemory(other.to_string())),
             };
             *flag = true;
         }
         if !chosen.any() {
-            return Err(format!(
-                "choose at least one memory of {}",
-                Memories::NAMES.join(", ")
-            ));
+            return Err(BuildConfigError::NoMemory);
         }
         Ok(chosen)
     }
@@ -145,7 +137,7 @@ impl BuildConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BuildConfigError> {
         self.segments.validate()?;
         self.pages.validate()?;
         self.raptor.validate()?;
@@ -155,13 +147,41 @@ impl BuildConfig {
             passages.validate()?;
         }
         if self.max_children < 2 {
-            return Err(format!(
-                "a tree node needs at least 2 children, not {}",
-                self.max_children
-            ));
+            return Err(BuildConfigError::MaxChildren(self.max_children));
         }
         Ok(())
     }
+}
+
+/// A build configuration that cannot work: what is wrong with which size.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BuildConfigError {
+    #[error("segment sizes need 0 < min ({min}) < target ({target})")]
+    SegmentMin { min: usize, target: usize },
+    #[error("segment sizes need target ({target}) < max ({max})")]
+    SegmentMax { target: usize, max: usize },
+    #[error("page sizes need 0 < min words ({min}) < max words ({max})")]
+    PageWords { min: usize, max: usize },
+    #[error("a tree node needs at least 2 children, not {0}")]
+    MaxChildren(usize),
+    #[error("the relation description budget must be at least one token")]
+    NoDescriptionBudget,
+    #[error(
+        "the same-entity band needs -1 <= apart-below <= same-above <= 1, not {apart_below} and {same_above}"
+    )]
+    SameEntityBand { apart_below: f32, same_above: f32 },
+    #[error("RAPTOR chunks need at least one token")]
+    EmptyChunks,
+    #[error("a RAPTOR tree needs at least one level above its chunks")]
+    NoRaptorLevel,
+    #[error("RAPTOR clustering needs at least one dimension and one cluster")]
+    NoClustering,
+    #[error("the membership threshold must be between 0 and 1, not {0}")]
+    MembershipThreshold(f64),
+    #[error("unknown memory {0:?}; choose from {names}", names = Memories::NAMES.join(", "))]
+    UnknownMemory(String),
+    #[error("choose at least one memory of {names}", names = Memories::NAMES.join(", "))]
+    NoMemory,
 }
 
 impl BuildConfig {

@@ -16,6 +16,7 @@
 //! budget's worth into them, with every text it is shown capped; so a pair's
 //! merges do not grow with how often its names recur.
 
+use crate::build::BuildConfigError;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -64,18 +65,18 @@ impl GraphConfig {
         apart_below: 0.0,
     };
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BuildConfigError> {
         if self.description_budget == 0 {
-            return Err("the relation description budget must be at least one token".into());
+            return Err(BuildConfigError::NoDescriptionBudget);
         }
         if !(-1.0..=1.0).contains(&self.apart_below)
             || !(-1.0..=1.0).contains(&self.same_above)
             || self.apart_below > self.same_above
         {
-            return Err(format!(
-                "the same-entity band needs -1 <= apart-below <= same-above <= 1, not {} and {}",
-                self.apart_below, self.same_above
-            ));
+            return Err(BuildConfigError::SameEntityBand {
+                apart_below: self.apart_below,
+                same_above: self.same_above,
+            });
         }
         Ok(())
     }

@@ -21,5 +21,5 @@ pub mod text;
 pub mod tokens;
 pub mod tree;
 
-pub use build::{BuildConfig, Document};
+pub use build::{BuildConfig, BuildConfigError, Document};
 pub use model::{CallContext, MemoryModel, Priority, StepError, StepResult};

@@ -1,6 +1,7 @@
 //! ReadAgent pagination: pages of whole paragraphs, each ending at a break the
 //! model chooses among the paragraph ends past `min_words` and within `max_words`.
 
+use crate::build::BuildConfigError;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -29,12 +30,12 @@ impl PageConfig {
         gist_word_budget: 20_000,
     };
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BuildConfigError> {
         if self.min_words == 0 || self.min_words >= self.max_words {
-            return Err(format!(
-                "page sizes need 0 < min words ({}) < max words ({})",
-                self.min_words, self.max_words
-            ));
+            return Err(BuildConfigError::PageWords {
+                min: self.min_words,
+                max: self.max_words,
+            });
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 //! soft membership), each cluster summarised the same way, level by level up to
 //! one root.
 
+use crate::build::BuildConfigError;
 use memweave_schemas::{SegmentRow, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
@@ -42,21 +43,18 @@ impl RaptorConfig {
         threshold: 0.1,
     };
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BuildConfigError> {
         if self.chunk_tokens == Some(0) {
-            return Err("RAPTOR chunks need at least one token".into());
+            return Err(BuildConfigError::EmptyChunks);
         }
         if self.max_levels == 0 {
-            return Err("a RAPTOR tree needs at least one level above its chunks".into());
+            return Err(BuildConfigError::NoRaptorLevel);
         }
         if self.reduced_dim == 0 || self.max_clusters == 0 {
-            return Err("RAPTOR clustering needs at least one dimension and one cluster".into());
+            return Err(BuildConfigError::NoClustering);
         }
         if !(self.threshold > 0.0 && self.threshold < 1.0) {
-            return Err(format!(
-                "the membership threshold must be between 0 and 1, not {}",
-                self.threshold
-            ));
+            return Err(BuildConfigError::MembershipThreshold(self.threshold));
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 //! sentence would push it past `max_tokens`. Because a cut depends on the sentence
 //! and not on its position, inserting text moves only the cuts next to the insertion.
 
+use crate::build::BuildConfigError;
 use memweave_schemas::ids::content_draw;
 
 use crate::text::{Span, sentences};
@@ -38,18 +39,18 @@ impl SegmentConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BuildConfigError> {
         if self.min_tokens == 0 || self.min_tokens >= self.target_tokens {
-            return Err(format!(
-                "segment sizes need 0 < min ({}) < target ({})",
-                self.min_tokens, self.target_tokens
-            ));
+            return Err(BuildConfigError::SegmentMin {
+                min: self.min_tokens,
+                target: self.target_tokens,
+            });
         }
         if self.max_tokens <= self.target_tokens {
-            return Err(format!(
-                "segment sizes need target ({}) < max ({})",
-                self.target_tokens, self.max_tokens
-            ));
+            return Err(BuildConfigError::SegmentMax {
+                target: self.target_tokens,
+                max: self.max_tokens,
+            });
         }
         Ok(())
     }

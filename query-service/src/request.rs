@@ -88,25 +88,43 @@ impl JsonSchema for Strategy {
 }
 
 impl TryFrom<String> for Strategy {
-    type Error = String;
-    fn try_from(name: String) -> Result<Self, String> {
+    type Error = RequestError;
+    fn try_from(name: String) -> Result<Self, RequestError> {
         name.parse()
     }
 }
 
 impl std::str::FromStr for Strategy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = RequestError;
+    fn from_str(s: &str) -> Result<Self, RequestError> {
         Strategy::ALL
             .into_iter()
             .find(|strategy| strategy.name() == s)
-            .ok_or_else(|| {
-                format!(
-                    "unknown strategy {s:?}; expected one of {}",
-                    Strategy::names()
-                )
-            })
+            .ok_or_else(|| RequestError::UnknownStrategy(s.to_string()))
     }
+}
+
+/// What a request gets wrong (a 400 over HTTP, exit code 2 from `memweave ask`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("unknown strategy {0:?}; expected one of {names}", names = Strategy::names())]
+    UnknownStrategy(String),
+    #[error("question is empty")]
+    EmptyQuestion,
+    #[error("question has {0} characters; the limit is {MAX_QUESTION_CHARS}")]
+    QuestionTooLong(usize),
+    #[error("unknown document {0:?}; GET /v1/documents lists them")]
+    UnknownDocument(String),
+    #[error("budget {0} is outside 1..={MAX_BUDGET} tokens")]
+    Budget(usize),
+    #[error("options.{name} {value} is outside 1..={limit}")]
+    Option {
+        name: &'static str,
+        value: usize,
+        limit: usize,
+    },
+    #[error("limit must be 1 to {most}, not {limit}")]
+    Limit { limit: usize, most: usize },
 }
 
 /// The body of `POST /v1/ask`, and the MCP tool `ask`'s input.
@@ -172,54 +190,38 @@ pub const MAX_STEP_LIMIT: usize = 1_000;
 impl AskRequest {
     /// What a request must satisfy before a navigator sees it; `known_document`
     /// says whether the served memory holds a document id.
-    pub fn validate(&self, known_document: impl Fn(&str) -> bool) -> Result<(), String> {
+    pub fn validate(&self, known_document: impl Fn(&str) -> bool) -> Result<(), RequestError> {
         let request = self;
         let question = request.question.trim();
         if question.is_empty() {
-            return Err("question is empty".into());
+            return Err(RequestError::EmptyQuestion);
         }
         let chars = question.chars().count();
         if chars > MAX_QUESTION_CHARS {
-            return Err(format!(
-                "question has {chars} characters; the limit is {MAX_QUESTION_CHARS}"
-            ));
+            return Err(RequestError::QuestionTooLong(chars));
         }
         if let Some(documents) = &request.documents
             && let Some(unknown) = documents.iter().find(|d| !known_document(d))
         {
-            return Err(format!(
-                "unknown document {unknown:?}; GET /v1/documents lists them"
-            ));
+            return Err(RequestError::UnknownDocument(unknown.clone()));
         }
         if let Some(budget) = request.budget
             && !(1..=MAX_BUDGET).contains(&budget)
         {
-            return Err(format!(
-                "budget {budget} is outside 1..={MAX_BUDGET} tokens"
-            ));
+            return Err(RequestError::Budget(budget));
         }
         let options = &request.options;
-        for (name, value) in [
-            ("top_k", options.top_k),
-            ("max_pages", options.max_pages),
-            ("max_rounds", options.max_rounds),
-        ] {
-            if let Some(value) = value
-                && !(1..=MAX_OPTION).contains(&value)
-            {
-                return Err(format!(
-                    "options.{name} {value} is outside 1..={MAX_OPTION}"
-                ));
-            }
-        }
         for (name, value, limit) in [
+            ("top_k", options.top_k, MAX_OPTION),
+            ("max_pages", options.max_pages, MAX_OPTION),
+            ("max_rounds", options.max_rounds, MAX_OPTION),
             ("max_tokens", options.max_tokens, MAX_TOKEN_LIMIT),
             ("max_steps", options.max_steps, MAX_STEP_LIMIT),
         ] {
             if let Some(value) = value
                 && !(1..=limit).contains(&value)
             {
-                return Err(format!("options.{name} {value} is outside 1..={limit}"));
+                return Err(RequestError::Option { name, value, limit });
             }
         }
         Ok(())
@@ -227,12 +229,12 @@ impl AskRequest {
 }
 
 /// A list's `limit` (`default` when not given), or why it is not 1 to `most`.
-fn limit_within(limit: Option<usize>, default: usize, most: usize) -> Result<usize, String> {
+fn limit_within(limit: Option<usize>, default: usize, most: usize) -> Result<usize, RequestError> {
     let limit = limit.unwrap_or(default);
     if (1..=most).contains(&limit) {
         Ok(limit)
     } else {
-        Err(format!("limit must be 1 to {most}, not {limit}"))
+        Err(RequestError::Limit { limit, most })
     }
 }
 
@@ -312,7 +314,7 @@ pub struct DocumentsRequest {
 
 impl DocumentsRequest {
     /// The page's size, or what is wrong with the one asked for.
-    pub fn page_size(&self) -> Result<usize, String> {
+    pub fn page_size(&self) -> Result<usize, RequestError> {
         limit_within(self.limit, DOCUMENTS_PAGE, MAX_DOCUMENTS_PAGE)
     }
 }
@@ -389,7 +391,7 @@ pub struct EntityRequest {
 
 impl EntityRequest {
     /// How many of each list, or what is wrong with the number asked for.
-    pub fn list_size(&self) -> Result<usize, String> {
+    pub fn list_size(&self) -> Result<usize, RequestError> {
         limit_within(self.limit, ENTITY_LIST, MAX_ENTITY_LIST)
     }
 }
@@ -405,31 +407,29 @@ mod tests {
     #[test]
     fn a_request_names_what_is_wrong_with_it() {
         let known = |id: &str| id == "essay";
-        assert_eq!(asking("Why?").validate(known), Ok(()));
-        assert_eq!(
-            asking(" \n").validate(known),
-            Err("question is empty".into())
-        );
-        let long = asking(&"x".repeat(MAX_QUESTION_CHARS + 1)).validate(known);
+        let why = |request: &AskRequest| request.validate(known).map_err(|e| e.to_string());
+        assert_eq!(why(&asking("Why?")), Ok(()));
+        assert_eq!(why(&asking(" \n")), Err("question is empty".into()));
+        let long = why(&asking(&"x".repeat(MAX_QUESTION_CHARS + 1)));
         assert!(long.unwrap_err().contains("the limit is 4000"));
         let mut request = asking("Why?");
         request.documents = Some(vec!["essay".into(), "missing".into()]);
-        let unknown = request.validate(known).unwrap_err();
+        let unknown = why(&request).unwrap_err();
         assert!(unknown.contains("\"missing\""), "{unknown}");
         let mut request = asking("Why?");
         request.budget = Some(0);
-        assert!(request.validate(known).unwrap_err().starts_with("budget 0"));
+        assert!(why(&request).unwrap_err().starts_with("budget 0"));
         let mut request = asking("Why?");
         request.options.max_pages = Some(MAX_OPTION + 1);
         assert_eq!(
-            request.validate(known),
+            why(&request),
             Err(format!("options.max_pages 51 is outside 1..={MAX_OPTION}"))
         );
         request.options = AskOptions {
             max_steps: Some(MAX_STEP_LIMIT + 1),
             ..AskOptions::default()
         };
-        assert!(request.validate(known).unwrap_err().contains("max_steps"));
+        assert!(why(&request).unwrap_err().contains("max_steps"));
     }
 
     #[test]
@@ -437,7 +437,7 @@ mod tests {
         for strategy in Strategy::ALL {
             assert_eq!(strategy.name().parse::<Strategy>(), Ok(strategy));
         }
-        let unknown = "graphrag".parse::<Strategy>().unwrap_err();
+        let unknown = "graphrag".parse::<Strategy>().unwrap_err().to_string();
         assert!(unknown.contains("memwalker, readagent-p"), "{unknown}");
         let request: Result<AskRequest, _> =
             serde_json::from_value(serde_json::json!({ "question": "q", "strategy": "nope" }));

@@ -18,8 +18,8 @@ use tokio::sync::RwLock;
 use crate::cache::ReadCache;
 use crate::navigate::{Answer, Hit, Models, SearchError, ask, search, segment_passages};
 use crate::request::{
-    AskRequest, DocumentsRequest, EntityRequest, NodeRequest, PageRequest, SearchRequest,
-    TreeRequest,
+    AskRequest, DocumentsRequest, EntityRequest, NodeRequest, PageRequest, RequestError,
+    SearchRequest, TreeRequest,
 };
 use crate::snapshot::Snapshot;
 
@@ -80,6 +80,12 @@ impl From<StoreError> for ApiError {
     fn from(failure: StoreError) -> Self {
         tracing::warn!(error = %failure, "reading the memory tables failed");
         ApiError::Unreadable(failure)
+    }
+}
+
+impl From<RequestError> for ApiError {
+    fn from(wrong: RequestError) -> Self {
+        ApiError::Invalid(wrong.to_string())
     }
 }
 
@@ -207,10 +213,7 @@ impl ServiceState {
 
     async fn answer(&self, request: &AskRequest) -> Served<Answer> {
         let snapshot = self.served().await?;
-        snapshot
-            .validate(request)
-            .await?
-            .map_err(ApiError::Invalid)?;
+        snapshot.validate(request).await??;
         let timeout = self.limits.request_timeout;
         match tokio::time::timeout(timeout, ask(&snapshot, request, self.models())).await {
             Ok(answered) => Ok(answered?),
@@ -222,17 +225,14 @@ impl ServiceState {
     pub async fn search(&self, request: &SearchRequest) -> Served {
         let snapshot = self.served().await?;
         let asked = request.as_ask();
-        snapshot
-            .validate(&asked)
-            .await?
-            .map_err(ApiError::Invalid)?;
+        snapshot.validate(&asked).await??;
         let hits: Vec<Hit> = search(&snapshot, &asked, self.models()).await?;
         Ok(json!({ "epoch": snapshot.epoch, "method": request.method, "passages": hits }))
     }
 
     /// A page of the documents, in id order.
     pub async fn documents(&self, request: &DocumentsRequest) -> Served {
-        let limit = request.page_size().map_err(ApiError::Invalid)?;
+        let limit = request.page_size()?;
         let snapshot = self.served().await?;
         let page = snapshot
             .documents_page(request.after.as_deref(), limit)
@@ -295,7 +295,7 @@ impl ServiceState {
     /// An entity, its first relations (in id order) and its first source
     /// segments as passages, with how many there are of each.
     pub async fn entity(&self, request: &EntityRequest) -> Served {
-        let limit = request.list_size().map_err(ApiError::Invalid)?;
+        let limit = request.list_size()?;
         let snapshot = self.served().await?;
         let id = &request.entity_id;
         let Some(entity) = snapshot.entity(id).await? else {

@@ -45,7 +45,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::{ReadCache, RowCacheStats, rows_bytes};
-use crate::request::AskRequest;
+use crate::request::{AskRequest, RequestError};
 
 /// What reading the memory can fail with.
 pub type Read<T> = Result<T, StoreError>;
@@ -301,7 +301,7 @@ impl Snapshot {
     /// `request`'s rules ([`AskRequest::validate`]), the documents it names
     /// looked up in this checkpoint: what the request gets wrong, or a failed
     /// read.
-    pub async fn validate(&self, request: &AskRequest) -> Read<Result<(), String>> {
+    pub async fn validate(&self, request: &AskRequest) -> Read<Result<(), RequestError>> {
         let named = request.documents.as_deref().unwrap_or_default();
         let known = self.documents_of(named).await?;
         Ok(request.validate(|id| known.contains_key(id)))

@@ -42,7 +42,10 @@ impl Engine {
     /// Opens the store and the call cache, the model and the embedder, and
     /// starts this process's workers (which, in a cluster, wait for the others).
     pub(super) fn start(options: &IndexOptions) -> anyhow::Result<Engine> {
-        options.build.validate().map_err(UsageError)?;
+        options
+            .build
+            .validate()
+            .map_err(|e| UsageError(e.to_string()))?;
         let store = TableStore::new(&options.tables, options.storage_options.clone())
             .map_err(|e| UsageError(e.to_string()))?;
         store
