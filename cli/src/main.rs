@@ -28,7 +28,7 @@ use memweave_pipeline::index::{
 use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::source::{SourceOptions, object_store_at};
 use memweave_pipeline::{Interrupted, UsageError};
-use memweave_process::{LogFormat, init_logging, parse_key_value, stop_requested};
+use memweave_process::{LogFormat, StorageArgs, init_logging, parse_key_value, stop_requested};
 use memweave_query::cache::ReadCache;
 use memweave_query::request::RequestError;
 use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
@@ -202,9 +202,8 @@ enum Command {
         /// cost nothing, so a run with a larger budget goes on where this stopped.
         #[arg(long, value_name = "TOKENS")]
         max_model_tokens: Option<u64>,
-        /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
-        #[arg(long = "storage-option", value_parser = parse_key_value)]
-        storage_options: Vec<(String, String)>,
+        #[command(flatten)]
+        storage: StorageArgs,
         #[command(flatten)]
         llm: LlmArgs,
         #[command(flatten)]
@@ -244,9 +243,8 @@ enum Command {
         /// Write the rows to FILE rather than stdout (required for parquet).
         #[arg(long, value_name = "FILE")]
         output: Option<PathBuf>,
-        /// Object-store setting KEY=VALUE for the tables; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_key_value)]
-        storage_options: Vec<(String, String)>,
+        #[command(flatten)]
+        storage: StorageArgs,
     },
     /// Export every memory table of one checkpoint as Parquet (zstd): URL/TABLE.parquet.
     ///
@@ -272,9 +270,8 @@ enum Command {
         /// Object-store setting KEY=VALUE for URL; repeatable.
         #[arg(long = "to-option", value_parser = parse_key_value)]
         to_options: Vec<(String, String)>,
-        /// Object-store setting KEY=VALUE for the tables; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_key_value)]
-        storage_options: Vec<(String, String)>,
+        #[command(flatten)]
+        storage: StorageArgs,
     },
     /// What a memory holds and what it cost, from the tables alone: documents and
     /// tokens, rows per table, model calls, tokens and cache hits per task and per
@@ -294,9 +291,8 @@ enum Command {
         /// Also write the report as a self-contained HTML page with charts.
         #[arg(long, value_name = "FILE")]
         html: Option<PathBuf>,
-        /// Object-store setting KEY=VALUE for the tables; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_key_value)]
-        storage_options: Vec<(String, String)>,
+        #[command(flatten)]
+        storage: StorageArgs,
     },
     /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
     /// and pass back with --prompts DIR.
@@ -343,9 +339,8 @@ enum Command {
         /// Print the answer and its trace as JSON (the same body the query service returns).
         #[arg(long)]
         json: bool,
-        /// Object-store setting KEY=VALUE; repeatable.
-        #[arg(long = "storage-option", value_parser = parse_key_value)]
-        storage_options: Vec<(String, String)>,
+        #[command(flatten)]
+        storage: StorageArgs,
         /// The model that navigates (the extractive backend by default).
         #[command(flatten)]
         llm: LlmArgs,
@@ -412,7 +407,7 @@ fn main() -> ExitCode {
             same_entity_above,
             different_entity_below,
             max_model_tokens,
-            storage_options,
+            storage,
             llm,
             embed,
         } => {
@@ -436,7 +431,7 @@ fn main() -> ExitCode {
                         options: source_options,
                     },
                     tables: out,
-                    storage_options: storage_options.into_iter().collect(),
+                    storage_options: storage.into_map(),
                     workers,
                     build: BuildConfig {
                         memories,
@@ -498,10 +493,10 @@ fn main() -> ExitCode {
             version,
             format,
             output,
-            storage_options,
+            storage,
         } => analytics_runtime().and_then(|runtime| {
             runtime.block_on(async {
-                let catalog = open_catalog(&tables, storage_options, version).await?;
+                let catalog = open_catalog(&tables, storage.into_map(), version).await?;
                 let frame = sql::plan(&catalog, &query).await.map_err(sql_error)?;
                 let rows = sql::write(frame, format, output.as_deref())
                     .await
@@ -519,10 +514,10 @@ fn main() -> ExitCode {
             version,
             s3_endpoint,
             to_options,
-            storage_options,
+            storage,
         } => analytics_runtime().and_then(|runtime| {
             runtime.block_on(async {
-                let catalog = open_catalog(&tables, storage_options, version).await?;
+                let catalog = open_catalog(&tables, storage.into_map(), version).await?;
                 let options = SourceOptions {
                     s3_endpoint,
                     options: to_options,
@@ -538,10 +533,10 @@ fn main() -> ExitCode {
             version,
             json,
             html,
-            storage_options,
+            storage,
         } => analytics_runtime().and_then(|runtime| {
             runtime.block_on(async {
-                let catalog = open_catalog(&tables, storage_options, version).await?;
+                let catalog = open_catalog(&tables, storage.into_map(), version).await?;
                 let report = report::report(&catalog).await?;
                 if let Some(file) = &html {
                     std::fs::write(file, html::html(&report))
@@ -566,7 +561,7 @@ fn main() -> ExitCode {
             max_steps,
             documents,
             json,
-            storage_options,
+            storage,
             llm,
             embed,
         } => {
@@ -590,7 +585,7 @@ fn main() -> ExitCode {
                         &request,
                         &tables,
                         json,
-                        storage_options.into_iter().collect(),
+                        storage.into_map(),
                         &llm,
                         &embed,
                     )
@@ -640,11 +635,10 @@ fn analytics_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 async fn open_catalog(
     tables: &str,
-    storage_options: Vec<(String, String)>,
+    storage_options: HashMap<String, String>,
     version: Option<u64>,
 ) -> anyhow::Result<Catalog> {
-    let store = TableStore::new(tables, storage_options.into_iter().collect())
-        .map_err(|e| UsageError(e.to_string()))?;
+    let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
     Catalog::open(store, version).await.map_err(|e| match e {
         CatalogError::Tables(e) => e,
         usage => UsageError(usage.to_string()).into(),

@@ -2,6 +2,8 @@
 //! `memweave-llm-sim`) does alike, in one place: logging to stderr, waiting
 //! for the signal to stop, and reading `KEY=VALUE` settings off a command line.
 
+use std::collections::HashMap;
+
 /// Log filter unless RUST_LOG says otherwise: Lance logs every scan at info.
 pub const DEFAULT_LOG_FILTER: &str = "info,lance=warn,lance_core=warn,lance_io=warn,lance_file=warn,lance_encoding=warn,lance_table=warn";
 
@@ -48,6 +50,22 @@ pub async fn stop_requested() {
     #[cfg(not(unix))]
     {
         let _ = interrupt.await;
+    }
+}
+
+/// The tables' object-store settings, as every command that reads or writes
+/// them takes them.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StorageArgs {
+    /// Object-store setting of the tables, KEY=VALUE (endpoint, region,
+    /// credentials, as object_store names them); repeatable.
+    #[arg(long = "storage-option", value_parser = parse_key_value)]
+    pub storage_options: Vec<(String, String)>,
+}
+
+impl StorageArgs {
+    pub fn into_map(self) -> HashMap<String, String> {
+        self.storage_options.into_iter().collect()
     }
 }
 

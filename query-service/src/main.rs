@@ -1,6 +1,5 @@
 //! `memweave-query`: the stateless query service.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
-use memweave_process::{LogFormat, init_logging, parse_key_value, stop_requested};
+use memweave_process::{LogFormat, StorageArgs, init_logging, stop_requested};
 use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
 use memweave_query::http::router;
 use memweave_query::mcp::{AllowedHosts, serve_stdio};
@@ -87,9 +86,8 @@ struct MemoryArgs {
     /// its table versions; nothing is reloaded).
     #[arg(long, default_value_t = 1)]
     refresh_secs: u64,
-    /// Object-store setting KEY=VALUE (endpoint, region, credentials); repeatable.
-    #[arg(long = "storage-option", value_parser = parse_key_value)]
-    storage_options: Vec<(String, String)>,
+    #[command(flatten)]
+    storage: StorageArgs,
     /// Seconds one answer may take, model calls included (then 504, or a
     /// tool error).
     #[arg(long, default_value_t = 120)]
@@ -116,7 +114,7 @@ impl MemoryArgs {
         let MemoryArgs {
             tables,
             refresh_secs,
-            storage_options,
+            storage,
             request_timeout_secs,
             cache_mib,
             llm,
@@ -129,10 +127,7 @@ impl MemoryArgs {
         // The service writes nothing and keeps no replies: its memory does not grow
         // with the questions it answers.
         let model = llm.config()?.model(CallCache::transient())?;
-        let store = TableStore::new(
-            &tables,
-            storage_options.into_iter().collect::<HashMap<_, _>>(),
-        )?;
+        let store = TableStore::new(&tables, storage.into_map())?;
         let embedder = embed.config(&llm)?.embedder(CallCache::transient()).await?;
         let limits = Limits {
             request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
