@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use datafusion::datasource::MemTable;
+use datafusion::error::DataFusionError;
 use datafusion::prelude::SessionContext;
 use lance::datafusion::LanceTableProvider;
-use memweave_schemas::{CheckpointRow, Table, TableStore, to_batch};
+use memweave_schemas::{CheckpointRow, StoreError, Table, TableStore, to_batch};
 
 /// Why a catalog could not be opened: the first two are the caller's to fix.
 #[derive(Debug, thiserror::Error)]
@@ -20,8 +21,18 @@ pub enum CatalogError {
         epoch: u64,
         newest: u64,
     },
+    #[error("{root}: version {version} of {table} is gone")]
+    VersionGone {
+        root: String,
+        table: &'static str,
+        version: u64,
+    },
+    /// Reading the tables failed.
     #[error(transparent)]
-    Tables(#[from] anyhow::Error),
+    Store(#[from] StoreError),
+    /// Registering a table with the session failed.
+    #[error(transparent)]
+    Session(#[from] DataFusionError),
 }
 
 /// A session over one checkpoint's tables.
@@ -43,8 +54,7 @@ impl std::fmt::Debug for Catalog {
 impl Catalog {
     /// The tables of checkpoint `epoch`, else of the newest.
     pub async fn open(store: TableStore, epoch: Option<u64>) -> Result<Catalog, CatalogError> {
-        let mut checkpoints: Vec<CheckpointRow> =
-            store.read_rows(None).await.map_err(anyhow::Error::from)?;
+        let mut checkpoints: Vec<CheckpointRow> = store.read_rows(None).await?;
         checkpoints.sort_by_key(|c| c.epoch);
         let root = store.root().to_string();
         let Some(newest) = checkpoints.last().map(|c| c.epoch) else {
@@ -60,9 +70,7 @@ impl Catalog {
         };
         checkpoints.truncate(at + 1);
         let checkpoint = checkpoints[at].clone();
-        let context = register(&store, &checkpoint, &checkpoints)
-            .await
-            .map_err(CatalogError::Tables)?;
+        let context = register(&store, &checkpoint, &checkpoints).await?;
         Ok(Catalog {
             checkpoint,
             context,
@@ -80,18 +88,18 @@ async fn register(
     store: &TableStore,
     checkpoint: &CheckpointRow,
     checkpoints: &[CheckpointRow],
-) -> anyhow::Result<SessionContext> {
+) -> Result<SessionContext, CatalogError> {
     let context = SessionContext::new();
     for table in Table::data_tables() {
         let provider: Arc<dyn datafusion::catalog::TableProvider> =
             match checkpoint.version_of(table) {
                 Some(version) => {
                     let dataset = store.dataset(table, Some(version)).await?.ok_or_else(|| {
-                        anyhow::anyhow!(
-                            "{}: version {version} of {} is gone",
-                            store.root(),
-                            table.name()
-                        )
+                        CatalogError::VersionGone {
+                            root: store.root().to_string(),
+                            table: table.name(),
+                            version,
+                        }
                     })?;
                     Arc::new(LanceTableProvider::new(Arc::new(dataset), false, false))
                 }

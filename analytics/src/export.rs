@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use datafusion::error::DataFusionError;
 use futures::StreamExt;
 use memweave_schemas::Table;
 use object_store::ObjectStore;
@@ -10,6 +11,7 @@ use object_store::buffered::BufWriter;
 use object_store::path::Path as ObjectPath;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 
@@ -26,6 +28,16 @@ pub fn writer_properties(metadata: Option<Vec<KeyValue>>) -> WriterProperties {
         .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
         .set_key_value_metadata(metadata)
         .build()
+}
+
+/// Why an export stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Reading a table failed.
+    #[error(transparent)]
+    Read(#[from] DataFusionError),
+    #[error("writing {file}: {error}")]
+    Write { file: String, error: ParquetError },
 }
 
 /// What an export wrote.
@@ -45,11 +57,16 @@ pub async fn export(
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
     to: &str,
-) -> anyhow::Result<ExportSummary> {
+) -> Result<ExportSummary, ExportError> {
     let epoch = catalog.checkpoint.epoch;
     let mut files = Vec::new();
     for &table in Table::ALL {
         let name = table.name();
+        let file = format!("{}/{name}.parquet", to.trim_end_matches('/'));
+        let writing = |error| ExportError::Write {
+            file: file.clone(),
+            error,
+        };
         let frame = catalog.context.table(name).await?;
         let schema = Arc::new(frame.schema().as_arrow().clone());
         let mut metadata = vec![KeyValue::new("memweave.epoch".into(), epoch.to_string())];
@@ -63,20 +80,18 @@ pub async fn export(
         let path = prefix.clone().join(format!("{name}.parquet"));
         // Multipart upload as the row groups come (a local file on file stores).
         let object = BufWriter::new(store.clone(), path);
-        let mut writer = AsyncArrowWriter::try_new(object, schema, Some(properties))?;
+        let mut writer =
+            AsyncArrowWriter::try_new(object, schema, Some(properties)).map_err(writing)?;
         let mut stream = frame.execute_stream().await?;
         let mut rows = 0;
         while let Some(batch) = stream.next().await {
             let batch = batch?;
             rows += batch.num_rows() as u64;
-            writer.write(&batch).await?;
+            writer.write(&batch).await.map_err(writing)?;
         }
-        writer
-            .close()
-            .await
-            .map_err(|e| anyhow::anyhow!("writing {to}/{name}.parquet: {e}"))?;
+        writer.close().await.map_err(writing)?;
         tracing::info!(table = name, rows, "exported");
-        files.push((format!("{}/{name}.parquet", to.trim_end_matches('/')), rows));
+        files.push((file, rows));
     }
     Ok(ExportSummary { epoch, files })
 }

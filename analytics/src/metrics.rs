@@ -3,7 +3,26 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{Calls, Report};
+use memweave_schemas::TableStore;
+
+use crate::catalog::{Catalog, CatalogError};
+use crate::report::{Calls, Report, ReportError, report};
+
+/// Why the memory's gauges could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum GaugeError {
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+}
+
+/// The gauges of the memory at checkpoint `epoch` (what `/metrics` shows of
+/// the tables, for the indexer and the query service alike).
+pub async fn memory_gauges(store: &TableStore, epoch: u64) -> Result<String, GaugeError> {
+    let catalog = Catalog::open(store.clone(), Some(epoch)).await?;
+    Ok(prometheus(&report(&catalog).await?))
+}
 
 /// Samples of one gauge: its labels (`{…}`, or empty) and value; a sample
 /// without a value is left out.

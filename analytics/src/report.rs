@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use arrow::error::ArrowError;
+use datafusion::error::DataFusionError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -259,15 +261,32 @@ pub struct MinuteCalls {
     pub tokens: u64,
 }
 
+/// Why the report could not be made: which section's query failed, and how.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("the report's {section} query: {error}")]
+    Query {
+        section: &'static str,
+        error: DataFusionError,
+    },
+    #[error("the report's {section} query: {error}")]
+    Rows {
+        section: &'static str,
+        error: ArrowError,
+    },
+    /// The rows do not read as the report's sections (a column renamed,
+    /// a type changed).
+    #[error("the report's sections: {0}")]
+    Shape(serde_json::Error),
+}
+
 /// Runs every query into the report.
-pub async fn report(catalog: &Catalog) -> anyhow::Result<Report> {
+pub async fn report(catalog: &Catalog) -> Result<Report, ReportError> {
     let mut out = Map::new();
     out.insert("tables".into(), catalog.store().root().into());
     out.insert("epoch".into(), catalog.checkpoint.epoch.into());
     for (name, sql) in QUERIES {
-        let rows = rows_of(catalog, sql)
-            .await
-            .map_err(|e| e.context(format!("the report's {name} query")))?;
+        let rows = rows_of(catalog, name, sql).await?;
         let section = if SINGLE_ROW.contains(&name) {
             rows.into_iter().next().unwrap_or(Value::Null)
         } else {
@@ -280,20 +299,33 @@ pub async fn report(catalog: &Catalog) -> anyhow::Result<Report> {
         .map(|(name, sql)| ((*name).to_string(), (*sql).into()))
         .collect();
     out.insert("queries".into(), Value::Object(queries));
-    Ok(serde_json::from_value(Value::Object(out))?)
+    serde_json::from_value(Value::Object(out)).map_err(ReportError::Shape)
 }
 
 /// A query's rows as JSON objects (as `memweave sql --format json` writes them).
-async fn rows_of(catalog: &Catalog, sql: &str) -> anyhow::Result<Vec<Value>> {
-    let batches = catalog.context.sql(sql).await?.collect().await?;
+async fn rows_of(
+    catalog: &Catalog,
+    section: &'static str,
+    sql: &str,
+) -> Result<Vec<Value>, ReportError> {
+    let query = |error| ReportError::Query { section, error };
+    let rows = |error| ReportError::Rows { section, error };
+    let batches = catalog
+        .context
+        .sql(sql)
+        .await
+        .map_err(query)?
+        .collect()
+        .await
+        .map_err(query)?;
     let mut writer = arrow::json::WriterBuilder::new()
         .with_explicit_nulls(true)
         .build::<_, arrow::json::writer::JsonArray>(Vec::new());
     for batch in &batches {
-        writer.write(batch)?;
+        writer.write(batch).map_err(rows)?;
     }
-    writer.finish()?;
-    Ok(serde_json::from_slice(&writer.into_inner())?)
+    writer.finish().map_err(rows)?;
+    serde_json::from_slice(&writer.into_inner()).map_err(ReportError::Shape)
 }
 
 /// The report as one screen of text.

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use datafusion::prelude::DataFrame;
 use futures::StreamExt;
 use parquet::arrow::ArrowWriter;
+use parquet::errors::ParquetError;
 
 use crate::catalog::Catalog;
 use crate::export::writer_properties;
@@ -41,15 +43,25 @@ pub enum SqlError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    /// Reading the tables or writing the rows failed.
-    #[error("running the query: {0:#}")]
-    Failed(anyhow::Error),
+    /// Reading the tables failed.
+    #[error("running the query: {0}")]
+    Failed(DataFusionError),
+    /// Writing the rows failed.
+    #[error(transparent)]
+    Rows(#[from] ArrowError),
+    #[error(transparent)]
+    Parquet(#[from] ParquetError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
 }
 
 impl SqlError {
     /// A mistake in what was asked, rather than a failure to carry it out.
     pub fn is_usage(&self) -> bool {
-        !matches!(self, SqlError::Failed(_))
+        matches!(
+            self,
+            SqlError::Refused(_) | SqlError::ParquetNeedsFile | SqlError::Output { .. }
+        )
     }
 }
 
@@ -79,14 +91,14 @@ pub async fn write(
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout())),
     };
-    let mut writer = RowWriter::new(format, sink, schema).map_err(SqlError::Failed)?;
+    let mut writer = RowWriter::new(format, sink, schema)?;
     let mut rows = 0;
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(query_error)?;
         rows += batch.num_rows() as u64;
-        writer.write(batch).map_err(SqlError::Failed)?;
+        writer.write(batch)?;
     }
-    writer.finish(rows).map_err(SqlError::Failed)?;
+    writer.finish(rows)?;
     Ok(rows)
 }
 
@@ -95,7 +107,7 @@ fn query_error(error: DataFusionError) -> SqlError {
     match error {
         DataFusionError::IoError(_)
         | DataFusionError::ObjectStore(_)
-        | DataFusionError::External(_) => SqlError::Failed(error.into()),
+        | DataFusionError::External(_) => SqlError::Failed(error),
         error => SqlError::Refused(error),
     }
 }
@@ -109,7 +121,11 @@ enum RowWriter {
 }
 
 impl RowWriter {
-    fn new(format: Format, sink: Box<dyn Write + Send>, schema: SchemaRef) -> anyhow::Result<Self> {
+    fn new(
+        format: Format,
+        sink: Box<dyn Write + Send>,
+        schema: SchemaRef,
+    ) -> Result<Self, SqlError> {
         Ok(match format {
             Format::Table => RowWriter::Table(sink, schema, Vec::new()),
             Format::Csv => RowWriter::Csv(
@@ -130,7 +146,7 @@ impl RowWriter {
         })
     }
 
-    fn write(&mut self, batch: RecordBatch) -> anyhow::Result<()> {
+    fn write(&mut self, batch: RecordBatch) -> Result<(), SqlError> {
         match self {
             RowWriter::Table(_, _, batches) => batches.push(batch),
             RowWriter::Csv(writer) => writer.write(&batch)?,
@@ -140,7 +156,7 @@ impl RowWriter {
         Ok(())
     }
 
-    fn finish(self, rows: u64) -> anyhow::Result<()> {
+    fn finish(self, rows: u64) -> Result<(), SqlError> {
         match self {
             RowWriter::Table(mut sink, schema, batches) => {
                 let table =

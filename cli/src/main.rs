@@ -640,8 +640,10 @@ async fn open_catalog(
 ) -> anyhow::Result<Catalog> {
     let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
     Catalog::open(store, version).await.map_err(|e| match e {
-        CatalogError::Tables(e) => e,
-        usage => UsageError(usage.to_string()).into(),
+        usage @ (CatalogError::NoCheckpoint { .. } | CatalogError::NoSuchEpoch { .. }) => {
+            UsageError(usage.to_string()).into()
+        }
+        failure => failure.into(),
     })
 }
 

@@ -16,9 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use memweave_operators::model::{CallContext, ModelCall, StepError};
-use memweave_schemas::{LlmCallRow, Table, TableStore, content_id, hash128};
+use memweave_schemas::{LlmCallRow, StoreError, Table, TableStore, content_id, hash128};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
 use crate::prompts::Prompt;
@@ -197,7 +196,7 @@ impl CallCache {
     /// filter and spawns its lookup and flush tasks on the current tokio runtime.
     /// With `cache_only`, a call not in the cache fails with `StepError::CacheMiss`
     /// instead of reaching a backend.
-    pub async fn persistent(store: TableStore, cache_only: bool) -> anyhow::Result<Arc<Self>> {
+    pub async fn persistent(store: TableStore, cache_only: bool) -> Result<Arc<Self>, CacheError> {
         let mut keys = Vec::new();
         store
             .for_each_value(Table::LlmCalls, "call_key", |k| {
@@ -426,7 +425,7 @@ impl CallCache {
 
     /// Appends the calls made since the last flush to `llm_calls`; returns the
     /// table's version afterwards (`None` when it does not exist).
-    pub async fn flush(&self) -> anyhow::Result<Option<u64>> {
+    pub async fn flush(&self) -> Result<Option<u64>, CacheError> {
         let _one_at_a_time = self.flushing.lock().await;
         self.flush_locked().await
     }
@@ -443,7 +442,7 @@ impl CallCache {
         }
     }
 
-    async fn flush_locked(&self) -> anyhow::Result<Option<u64>> {
+    async fn flush_locked(&self) -> Result<Option<u64>, CacheError> {
         let Some(store) = &self.store else {
             return Ok(None);
         };
@@ -482,7 +481,7 @@ impl CallCache {
     /// For a stopping process: starts no new calls, waits (up to `patience`) for
     /// the calls in flight, and saves everything answered, so a restart pays for
     /// nothing twice.
-    pub async fn close(&self, patience: Duration) -> anyhow::Result<()> {
+    pub async fn close(&self, patience: Duration) -> Result<(), CacheError> {
         self.closing.store(true, Ordering::SeqCst);
         let deadline = tokio::time::Instant::now() + patience;
         while self.in_flight.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
@@ -493,7 +492,7 @@ impl CallCache {
 
     /// Flushes, then brings the `call_key` index up to date; returns the version of
     /// `llm_calls` to name in the checkpoint.
-    pub async fn finish(&self) -> anyhow::Result<Option<u64>> {
+    pub async fn finish(&self) -> Result<Option<u64>, CacheError> {
         let _one_at_a_time = self.flushing.lock().await;
         self.flush_locked().await?;
         let Some(store) = &self.store else {
@@ -518,15 +517,24 @@ impl CallCache {
     /// Brings the `call_key` index over every row appended so far (a new
     /// segment for the rows since the last time); returns the table's version.
     /// The caller holds `flushing`.
-    async fn index_appended(&self, store: &TableStore) -> anyhow::Result<Option<u64>> {
+    async fn index_appended(&self, store: &TableStore) -> Result<Option<u64>, CacheError> {
         let flushed = self.flushed.load(Ordering::SeqCst);
         let version = store
             .index_lookups(Table::LlmCalls)
             .await
-            .context("indexing llm_calls by call_key")?;
+            .map_err(CacheError::Index)?;
         self.indexed.store(flushed, Ordering::SeqCst);
         Ok(version)
     }
+}
+
+/// Why the cache could not read or write `llm_calls`.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("indexing llm_calls by call_key: {0}")]
+    Index(StoreError),
 }
 
 /// What a pending row holds that grows with the call: its prompt and reply.

@@ -17,10 +17,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use memweave_analytics::catalog::Catalog;
-use memweave_analytics::metrics::prometheus;
-use memweave_analytics::report::report;
-use memweave_schemas::TableStore;
+use memweave_analytics::metrics::memory_gauges;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -226,7 +223,7 @@ impl ServiceState {
             .as_ref()
             .is_none_or(|(made, at, _)| *made != epoch && at.elapsed() >= REPORT_EVERY);
         if stale {
-            let text = match memory_metrics(&self.store, epoch).await {
+            let text = match memory_gauges(&self.store, epoch).await {
                 Ok(text) => text,
                 Err(e) => {
                     tracing::warn!(error = %format!("{e:#}"), "the memory's report failed");
@@ -239,11 +236,6 @@ impl ServiceState {
             .as_ref()
             .map_or_else(String::new, |(_, _, text)| text.clone())
     }
-}
-
-async fn memory_metrics(store: &TableStore, epoch: u64) -> anyhow::Result<String> {
-    let catalog = Catalog::open(store.clone(), Some(epoch)).await?;
-    Ok(prometheus(&report(&catalog).await?))
 }
 
 async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {

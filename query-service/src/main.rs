@@ -161,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
             auth_token_file,
             mcp_allowed_hosts,
         } => serve(memory, listen, auth_token_file, mcp_allowed_hosts).await,
-        Command::Mcp { memory } => serve_stdio(memory.open(None).await?).await,
+        Command::Mcp { memory } => Ok(serve_stdio(memory.open(None).await?).await?),
     }
 }
 

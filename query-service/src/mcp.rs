@@ -174,11 +174,21 @@ pub fn http_service(
     )
 }
 
+/// Why serving over stdio ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum StdioError {
+    #[error("the MCP client did not complete the handshake: {0}")]
+    Handshake(Box<rmcp::service::ServerInitializeError>),
+    #[error("the MCP session stopped: {0}")]
+    Stopped(#[from] tokio::task::JoinError),
+}
+
 /// Serves the tools over stdin and stdout until the client closes them.
-pub async fn serve_stdio(state: Arc<ServiceState>) -> anyhow::Result<()> {
+pub async fn serve_stdio(state: Arc<ServiceState>) -> Result<(), StdioError> {
     let running = MemoryTools::new(state)
         .serve(rmcp::transport::stdio())
-        .await?;
+        .await
+        .map_err(|e| StdioError::Handshake(Box::new(e)))?;
     running.waiting().await?;
     Ok(())
 }

@@ -9,9 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type, UInt64Type};
-use memweave_analytics::catalog::Catalog;
-use memweave_analytics::metrics::prometheus;
-use memweave_analytics::report::report;
+use memweave_analytics::metrics::memory_gauges;
 use memweave_operators::build::Document;
 use memweave_operators::ingest::{RawDocument, SourceFile};
 use memweave_schemas::store::strings;
@@ -271,11 +269,10 @@ impl Indexer {
         }
         let (changed, deleted) = self.note_versions(&changes, replace);
         if let Some(metrics) = &self.metrics {
-            let memory = self.engine.runtime.block_on(async {
-                let catalog =
-                    Catalog::open(self.engine.store.clone(), Some(checkpoint.epoch)).await?;
-                anyhow::Ok(prometheus(&report(&catalog).await?))
-            });
+            let memory = self
+                .engine
+                .runtime
+                .block_on(memory_gauges(&self.engine.store, checkpoint.epoch));
             match memory {
                 Ok(memory) => metrics.committed(checkpoint.epoch, memory),
                 Err(e) => tracing::warn!("the memory's report for /metrics failed: {e:#}"),
