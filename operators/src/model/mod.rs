@@ -1,6 +1,8 @@
-//! The memory model: one method per step of the four methods (MemWalker, ReadAgent,
-//! QRMeM, ILM-TR), behind one trait, so builders and navigators never know which
-//! backend answers. Backends live in `memweave-llm`.
+//! The memory model: the steps of the four methods (MemWalker, ReadAgent,
+//! QRMeM, ILM-TR) as data ([`Step`], [`Reply`]), one trait whose backends
+//! answer a step ([`MemoryModel::reply`]) and whose typed calls builders and
+//! navigators make, so they never know which backend answers. Backends live
+//! in `memweave-llm`.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
