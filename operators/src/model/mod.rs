@@ -552,10 +552,10 @@ async fn ask<M: MemoryModel + ?Sized, T: FromReply>(
 ) -> StepResult<T> {
     let task = step.task();
     let reply = model.reply(cx, step).await?;
-    let shown = format!("{reply:?}");
-    T::from_reply(reply).ok_or_else(|| StepError::WrongReply {
+    // Shown only when it is of another kind: a reply can be a whole summary.
+    T::from_reply(reply).map_err(|other| StepError::WrongReply {
         task: task.name().to_string(),
-        reply: shown,
+        reply: format!("{other:?}"),
     })
 }
 

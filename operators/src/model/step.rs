@@ -195,8 +195,8 @@ impl Step {
 
 /// The value a typed call takes out of its step's [`Reply`].
 pub trait FromReply: Sized {
-    /// `None` when the reply is of another kind.
-    fn from_reply(reply: Reply) -> Option<Self>;
+    /// The reply itself when it is of another kind.
+    fn from_reply(reply: Reply) -> Result<Self, Reply>;
 }
 
 /// `Reply` and the [`FromReply`] of each type it holds: every step replies
@@ -210,10 +210,10 @@ macro_rules! replies {
         }
 
         $(impl FromReply for $type {
-            fn from_reply(reply: Reply) -> Option<Self> {
+            fn from_reply(reply: Reply) -> Result<Self, Reply> {
                 match reply {
-                    Reply::$variant(value) => Some(value),
-                    _ => None,
+                    Reply::$variant(value) => Ok(value),
+                    other => Err(other),
                 }
             }
         })*
