@@ -13,7 +13,7 @@ use memweave_analytics::sql::{self, Format as SqlFormat, SqlError};
 use memweave_analytics::{html, report};
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
-use memweave_llm::{CallCache, ConfigError, EmbedArgs, LlmArgs};
+use memweave_llm::{CallCache, ConfigError, ModelArgs};
 use memweave_operators::build::{BuildConfig, Memories};
 use memweave_operators::graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
@@ -205,9 +205,7 @@ enum Command {
         #[command(flatten)]
         storage: StorageArgs,
         #[command(flatten)]
-        llm: LlmArgs,
-        #[command(flatten)]
-        embed: EmbedArgs,
+        model: ModelArgs,
         #[command(flatten)]
         cluster: ClusterArgs,
         /// Serve Prometheus metrics (/metrics) on ADDR while indexing, e.g.
@@ -341,12 +339,10 @@ enum Command {
         json: bool,
         #[command(flatten)]
         storage: StorageArgs,
-        /// The model that navigates (the extractive backend by default).
+        /// The model that navigates (the extractive backend by default) and the
+        /// embedder the index used (questions are embedded by it too).
         #[command(flatten)]
-        llm: LlmArgs,
-        /// The embedder the index used (questions are embedded by it too).
-        #[command(flatten)]
-        embed: EmbedArgs,
+        model: ModelArgs,
     },
 }
 
@@ -408,12 +404,10 @@ fn main() -> ExitCode {
             different_entity_below,
             max_model_tokens,
             storage,
-            llm,
-            embed,
+            model,
         } => {
             cluster.resolve().map_err(anyhow::Error::from).and_then(|cluster| {
-                let embed = embed.config(&llm).map_err(|e| usage(&e))?;
-                let llm = llm.config().map_err(|e| usage(&e))?;
+                let (llm, embed) = model.config().map_err(|e| usage(&e))?;
                 let segments = SegmentConfig {
                     target_tokens: segment_tokens,
                     min_tokens: min_tokens.unwrap_or(SegmentConfig::around(segment_tokens).min_tokens),
@@ -562,8 +556,7 @@ fn main() -> ExitCode {
             documents,
             json,
             storage,
-            llm,
-            embed,
+            model,
         } => {
             let request = strategy.parse().map(|strategy| AskRequest {
                 question,
@@ -586,8 +579,7 @@ fn main() -> ExitCode {
                         &tables,
                         json,
                         storage.into_map(),
-                        &llm,
-                        &embed,
+                        &model,
                     )
                 })
         }
@@ -776,21 +768,17 @@ fn ask(
     tables: &str,
     json: bool,
     storage_options: HashMap<String, String>,
-    llm: &LlmArgs,
-    embed: &EmbedArgs,
+    flags: &ModelArgs,
 ) -> anyhow::Result<()> {
-    if llm.cache_only {
+    if flags.llm.cache_only {
         return Err(UsageError(
             "--cache-only replays a build's model calls; questions are not kept in the tables, so there is nothing to replay them from".into(),
         )
         .into());
     }
+    let (llm, embed) = flags.config().map_err(|e| usage(&e))?;
     // Calls are cached for this question only: asking writes nothing to the tables.
-    let model = llm
-        .config()
-        .and_then(|llm| llm.model(CallCache::in_memory()))
-        .map_err(|e| usage(&e))?;
-    let embed = embed.config(llm).map_err(|e| usage(&e))?;
+    let model = llm.model(CallCache::in_memory()).map_err(|e| usage(&e))?;
     let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

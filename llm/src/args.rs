@@ -177,6 +177,22 @@ impl EmbedArgs {
     }
 }
 
+/// The model and embedder flags, as every command that asks a model takes them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ModelArgs {
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    #[command(flatten)]
+    pub embed: EmbedArgs,
+}
+
+impl ModelArgs {
+    /// The model and the embedder these flags describe, checked (the model first).
+    pub fn config(&self) -> Result<(LlmConfig, EmbedConfig), ConfigError> {
+        Ok((self.llm.config()?, self.embed.config(&self.llm)?))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -186,20 +202,15 @@ mod tests {
     #[derive(Parser)]
     struct Flags {
         #[command(flatten)]
-        llm: LlmArgs,
-        #[command(flatten)]
-        embed: EmbedArgs,
+        model: ModelArgs,
     }
 
     #[test]
     fn flags_become_a_checked_configuration() {
-        let plain = Flags::parse_from(["memweave"]);
+        let (llm, embed) = Flags::parse_from(["memweave"]).model.config().unwrap();
+        assert!(matches!(llm.backend, LlmBackend::Extractive));
         assert!(matches!(
-            plain.llm.config().unwrap().backend,
-            LlmBackend::Extractive
-        ));
-        assert!(matches!(
-            plain.embed.config(&plain.llm).unwrap(),
+            embed,
             EmbedConfig::Hashing {
                 width: DEFAULT_HASHING_DIM
             }
@@ -213,7 +224,7 @@ mod tests {
             "http://gpu:8000/v1",
         ]);
         assert!(matches!(
-            nameless.llm.config(),
+            nameless.model.config(),
             Err(ConfigError::NoLlmModel)
         ));
 
@@ -232,14 +243,14 @@ mod tests {
             "--embedding-model",
             "bge",
         ]);
-        let llm = pooled.llm.config().unwrap();
+        let (llm, embed) = pooled.model.config().unwrap();
         let pool = llm.pool().expect("a pool");
         assert_eq!(
             (pool.model.as_str(), pool.timeout),
             ("qwen", Duration::from_millis(2500))
         );
         // The embeddings pool is the model's unless given its own endpoints.
-        let EmbedConfig::OpenAi(embeddings) = pooled.embed.config(&pooled.llm).unwrap() else {
+        let EmbedConfig::OpenAi(embeddings) = embed else {
             panic!("an OpenAI-compatible embedder");
         };
         assert_eq!(
@@ -256,7 +267,7 @@ mod tests {
             "--llm-timeout-s=-1",
         ]);
         assert!(matches!(
-            negative.llm.config(),
+            negative.model.config(),
             Err(ConfigError::Timeout(-1.0))
         ));
     }

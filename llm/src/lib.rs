@@ -16,7 +16,7 @@ pub mod pool;
 pub mod prompts;
 pub mod sim;
 
-pub use args::{BackendKind, EmbedArgs, EmbedderKind, LlmArgs};
+pub use args::{BackendKind, EmbedArgs, EmbedderKind, LlmArgs, ModelArgs};
 pub use cache::CallCache;
 pub use config::{ConfigError, EmbedConfig, LlmBackend, LlmConfig};
 pub use model::{Backend, TaskModel};

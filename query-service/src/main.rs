@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use memweave_llm::{CallCache, EmbedArgs, LlmArgs};
+use memweave_llm::{CallCache, ModelArgs};
 use memweave_process::{LogFormat, StorageArgs, init_logging, stop_requested};
 use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
 use memweave_query::http::router;
@@ -99,12 +99,10 @@ struct MemoryArgs {
     /// questions in flight; 0 reads everything from the tables each time.
     #[arg(long, env = "MEMWEAVE_CACHE_MIB", default_value_t = DEFAULT_CACHE_MIB)]
     cache_mib: u64,
-    /// The model navigators ask (the extractive backend by default).
+    /// The model navigators ask (the extractive backend by default) and the
+    /// embedder the index used (questions are embedded by it too).
     #[command(flatten)]
-    llm: LlmArgs,
-    /// The embedder the index used (questions are embedded by it too).
-    #[command(flatten)]
-    embed: EmbedArgs,
+    model: ModelArgs,
 }
 
 impl MemoryArgs {
@@ -117,18 +115,18 @@ impl MemoryArgs {
             storage,
             request_timeout_secs,
             cache_mib,
-            llm,
-            embed,
+            model,
         } = self;
         anyhow::ensure!(
-            !llm.cache_only,
+            !model.llm.cache_only,
             "--cache-only replays a build's model calls; the query service keeps no calls to replay"
         );
         // The service writes nothing and keeps no replies: its memory does not grow
         // with the questions it answers.
-        let model = llm.config()?.model(CallCache::transient())?;
+        let (llm, embed) = model.config()?;
+        let model = llm.model(CallCache::transient())?;
         let store = TableStore::new(&tables, storage.into_map())?;
-        let embedder = embed.config(&llm)?.embedder(CallCache::transient()).await?;
+        let embedder = embed.embedder(CallCache::transient()).await?;
         let limits = Limits {
             request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
             auth_token,
