@@ -152,9 +152,6 @@ impl EmbedArgs {
     /// endpoints too unless given its own.
     pub fn config(&self, llm: &LlmArgs) -> Result<EmbedConfig, ConfigError> {
         Ok(match self.embedder {
-            EmbedderKind::Hashing if self.hashing_dim == 0 => {
-                return Err(ConfigError::NoHashingWidth);
-            }
             EmbedderKind::Hashing => EmbedConfig::Hashing {
                 width: self.hashing_dim,
             },
