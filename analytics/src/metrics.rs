@@ -83,17 +83,8 @@ pub fn prometheus(report: &Report) -> String {
         "Rows per table.",
         labelled(&report.rows, |r| [("table", &r.table)], |r| count(r.rows)),
     );
-    let by_task: Vec<(&str, &Calls)> = report
-        .calls_by_task
-        .iter()
-        .map(|c| (c.task.as_str(), &c.calls))
-        .collect();
-    let by_memory: Vec<(&str, &Calls)> = report
-        .calls_by_memory
-        .iter()
-        .map(|c| (c.memory.as_str(), &c.calls))
-        .collect();
-    for (by, rows) in [("task", by_task), ("memory", by_memory)] {
+    let calls = report.calls_per();
+    for (by, rows) in [("task", calls.task), ("memory", calls.memory)] {
         let per = |value: fn(&Calls) -> Option<f64>| {
             labelled(&rows, |(name, _)| [(by, *name)], |(_, c)| value(c))
         };

@@ -280,6 +280,32 @@ pub enum ReportError {
     Shape(serde_json::Error),
 }
 
+impl Report {
+    /// The calls per task and per memory, each row as what it is for and
+    /// its calls.
+    pub fn calls_per(&self) -> CallsPer<'_> {
+        CallsPer {
+            task: self
+                .calls_by_task
+                .iter()
+                .map(|c| (c.task.as_str(), &c.calls))
+                .collect(),
+            memory: self
+                .calls_by_memory
+                .iter()
+                .map(|c| (c.memory.as_str(), &c.calls))
+                .collect(),
+        }
+    }
+}
+
+/// [`Report::calls_per`]: the two groupings of the calls, named rows.
+#[derive(Debug)]
+pub struct CallsPer<'r> {
+    pub task: Vec<(&'r str, &'r Calls)>,
+    pub memory: Vec<(&'r str, &'r Calls)>,
+}
+
 /// Runs every query into the report.
 pub async fn report(catalog: &Catalog) -> Result<Report, ReportError> {
     let mut out = Map::new();
@@ -385,12 +411,8 @@ pub fn text(report: &Report) -> String {
         decimal(c.tokens_per_corpus_token),
         decimal(c.calls_per_1k_tokens)
     );
-    let by_memory = report.calls_by_memory.iter().map(|c| (&c.memory, &c.calls));
-    let by_task = report.calls_by_task.iter().map(|c| (&c.task, &c.calls));
-    for (title, rows) in [
-        ("calls by memory", by_memory.collect::<Vec<_>>()),
-        ("calls by task", by_task.collect()),
-    ] {
+    let per = report.calls_per();
+    for (title, rows) in [("calls by memory", per.memory), ("calls by task", per.task)] {
         let _ = writeln!(
             out,
             "  {title:<22}     calls  cache hits   tokens in  tokens out  per corpus token"
