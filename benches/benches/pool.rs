@@ -12,21 +12,20 @@
 use std::time::{Duration, Instant};
 
 use memweave_llm::sim::{Sim, SimConfig};
-use memweave_llm::{LlmBackend, LlmConfig};
+use memweave_llm::{LlmConfig, PoolConfig};
 use memweave_pipeline::index::{IndexOptions, run_index};
 
 const SLOTS: usize = 64;
 const LATENCY_MS: f64 = 200.0;
 
 fn llm(url: &str) -> LlmConfig {
-    let mut config = LlmConfig::openai(vec![url.to_string()], "memweave-sim");
-    if let LlmBackend::OpenAi(pool) = &mut config.backend {
-        pool.timeout = Duration::from_secs(2);
-        pool.initial_concurrency = SLOTS;
+    LlmConfig::openai(PoolConfig {
+        timeout: Duration::from_secs(2),
+        initial_concurrency: SLOTS,
         // A little over the slots: requests in transit or hung still hold a client slot.
-        pool.max_concurrency = SLOTS + SLOTS / 4;
-    }
-    config
+        max_concurrency: SLOTS + SLOTS / 4,
+        ..PoolConfig::new(vec![url.to_string()], "memweave-sim")
+    })
 }
 
 fn run(label: &str, fault_rate: f64) {

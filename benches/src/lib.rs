@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use memweave_llm::{LlmBackend, LlmConfig};
+use memweave_llm::{LlmConfig, PoolConfig};
 
 pub mod archive;
 pub mod questions;
@@ -55,11 +55,10 @@ pub fn llm_config(url: Option<&str>) -> LlmConfig {
     let Some(url) = url else {
         return LlmConfig::default();
     };
-    let mut config = LlmConfig::openai(vec![url.to_string()], "memweave-sim");
-    if let LlmBackend::OpenAi(pool) = &mut config.backend {
-        pool.timeout = Duration::from_secs(30);
-        pool.initial_concurrency = 64;
-        pool.max_concurrency = 128;
-    }
-    config
+    LlmConfig::openai(PoolConfig {
+        timeout: Duration::from_secs(30),
+        initial_concurrency: 64,
+        max_concurrency: 128,
+        ..PoolConfig::new(vec![url.to_string()], "memweave-sim")
+    })
 }

@@ -80,10 +80,10 @@ impl Default for LlmConfig {
 }
 
 impl LlmConfig {
-    /// The pool at `endpoints` serving `model`, with the default limits.
-    pub fn openai(endpoints: Vec<String>, model: &str) -> Self {
+    /// The OpenAI-compatible `pool`, with the built-in prompts.
+    pub fn openai(pool: PoolConfig) -> Self {
         LlmConfig {
-            backend: LlmBackend::OpenAi(PoolConfig::new(endpoints, model)),
+            backend: LlmBackend::OpenAi(pool),
             ..Self::default()
         }
     }
