@@ -27,8 +27,8 @@ use memweave_pipeline::index::{
 };
 use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::source::{SourceOptions, object_store_at};
-use memweave_pipeline::{Interrupted, UsageError};
-use memweave_process::{LogFormat, StorageArgs, init_logging, parse_key_value, stop_requested};
+use memweave_pipeline::{IndexError, UsageError};
+use memweave_process::{LogFormat, StorageArgs, init_logging, parse_key_value};
 use memweave_query::cache::ReadCache;
 use memweave_query::request::RequestError;
 use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
@@ -346,21 +346,6 @@ enum Command {
     },
 }
 
-/// Waits `every`; true when Ctrl-C or SIGTERM came first. (The builds' runtimes
-/// leave their signal handlers installed, so the default action no longer stops
-/// the process.)
-fn interrupted_within(every: Duration) -> anyhow::Result<bool> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    Ok(runtime.block_on(async {
-        tokio::select! {
-            () = stop_requested() => true,
-            () = tokio::time::sleep(every) => false,
-        }
-    }))
-}
-
 fn strategy_names() -> Vec<&'static str> {
     Strategy::ALL.iter().map(|s| s.name()).collect()
 }
@@ -454,7 +439,7 @@ fn main() -> ExitCode {
                     max_model_tokens,
                 };
                 let kafka = options.source.starts_with("kafka://");
-                match watch {
+                let run: Result<(), IndexError> = match watch {
                     _ if follow && !kafka => Err(UsageError(
                         "--follow is for kafka:// sources; use --watch SECONDS for files and objects"
                             .into(),
@@ -476,9 +461,9 @@ fn main() -> ExitCode {
                         &options,
                         Duration::from_secs(seconds.max(1)),
                         print_summary,
-                        interrupted_within,
                     ),
-                }
+                };
+                Ok(run?)
             })
         }
         Command::Sql {
@@ -588,9 +573,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("memweave: error: {err:#}");
-            if err.downcast_ref::<Interrupted>().is_some() {
+            let index = err.downcast_ref::<IndexError>();
+            if let Some(IndexError::Interrupted) = index {
                 ExitCode::from(130)
-            } else if err.downcast_ref::<UsageError>().is_some() {
+            } else if index.is_some_and(IndexError::is_usage)
+                || err.downcast_ref::<UsageError>().is_some()
+            {
                 ExitCode::from(2)
             } else {
                 ExitCode::from(1)

@@ -155,7 +155,7 @@ fn io_reason(err: &walkdir::Error) -> String {
 /// reasons there are none.
 pub fn parse(
     file: &SourceFile,
-    bytes: Result<Vec<u8>, String>,
+    bytes: Result<Vec<u8>, impl std::fmt::Display>,
 ) -> Vec<Result<RawDocument, IngestError>> {
     let source = file.uri.clone();
     let fail = |kind, message: String| {

@@ -7,11 +7,10 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use timely::communication::allocator::zero_copy::initialize::initialize_networking_from_sockets;
 use timely::communication::allocator::{AllocatorBuilder, ProcessBuilder};
 
-use crate::UsageError;
+use crate::{IndexError, UsageError};
 
 /// Port of a peer address when the pattern names none.
 const DEFAULT_PORT: u16 = 2101;
@@ -53,18 +52,18 @@ impl Cluster {
     /// alone, or connected to every other process. The connections are made
     /// here rather than by timely, whose connect and accept loops sleep a whole
     /// second between tries (a second of every run's start) and print to stdout.
-    pub fn communication(&self, threads: usize) -> anyhow::Result<Communication> {
+    pub fn communication(&self, threads: usize) -> Result<Communication, IndexError> {
         if self.addresses.len() <= 1 {
             return timely::CommunicationConfig::Process(threads)
                 .try_build()
-                .map_err(|e| anyhow::anyhow!("starting the dataflow workers: {e}"));
+                .map_err(IndexError::StartWorkers);
         }
         let sockets = self.connect()?;
         let hooks = timely::communication::Hooks::default();
         let local = ProcessBuilder::new_typed_vector(threads, hooks.refill.clone(), None);
         let (builders, guard) =
             initialize_networking_from_sockets(local, sockets, self.process, threads, hooks)
-                .map_err(|e| anyhow::anyhow!("starting the cluster's network threads: {e}"))?;
+                .map_err(IndexError::Network)?;
         let builders = builders.into_iter().map(AllocatorBuilder::Tcp).collect();
         Ok((builders, Box::new(guard)))
     }
@@ -72,7 +71,7 @@ impl Cluster {
     /// A stream to every other process (`None` at this one's place): this
     /// process connects to those before it and accepts those after it, each
     /// connection opened by the connecting process's index.
-    fn connect(&self) -> anyhow::Result<Vec<Option<TcpStream>>> {
+    fn connect(&self) -> Result<Vec<Option<TcpStream>>, IndexError> {
         let me = self.process;
         let mut sockets: Vec<Option<TcpStream>> = Vec::new();
         for (index, address) in self.addresses.iter().enumerate().take(me) {
@@ -100,8 +99,11 @@ impl Cluster {
             std::thread::sleep(RETRY);
             binding = TcpListener::bind(address);
         }
-        let listener =
-            binding.with_context(|| format!("process {me} cannot listen on {address}"))?;
+        let listener = binding.map_err(|source| IndexError::Listen {
+            process: me,
+            address: address.clone(),
+            source,
+        })?;
         listener.set_nonblocking(true)?;
         let mut accepted: Vec<Option<TcpStream>> = (0..later).map(|_| None).collect();
         while accepted.iter().any(Option::is_none) {
@@ -109,7 +111,7 @@ impl Cluster {
                 || match listener.accept() {
                     Ok((stream, _)) => Ok(Some(stream)),
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(e),
                 },
                 || format!("process {me} waiting on {address} for the processes after it"),
             )?;
@@ -130,7 +132,7 @@ fn handshake(
     stream: &mut TcpStream,
     me: usize,
     awaited: &[Option<TcpStream>],
-) -> anyhow::Result<usize> {
+) -> std::io::Result<usize> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(HANDSHAKE))?;
@@ -142,7 +144,12 @@ fn handshake(
         .ok()
         .and_then(|i| i.checked_sub(me + 1))
         .filter(|&slot| awaited.get(slot).is_some_and(Option::is_none))
-        .with_context(|| format!("it claims to be process {index}"))
+        .ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("it claims to be process {index}"),
+            )
+        })
 }
 
 /// Timely's allocators for this process's workers, and what must live as long
@@ -161,9 +168,9 @@ const WAIT_REPORT: Duration = Duration::from_secs(10);
 /// Tries `attempt` every [`RETRY`] until it yields, logging `waiting()` now and
 /// then: peers start in any order (on Kubernetes, minutes apart).
 fn patiently<T>(
-    mut attempt: impl FnMut() -> anyhow::Result<Option<T>>,
+    mut attempt: impl FnMut() -> std::io::Result<Option<T>>,
     waiting: impl Fn() -> String,
-) -> anyhow::Result<T> {
+) -> std::io::Result<T> {
     let mut reported = Instant::now();
     loop {
         if let Some(value) = attempt()? {

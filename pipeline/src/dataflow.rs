@@ -36,6 +36,7 @@ use timely::dataflow::operators::probe::Handle as ProbeHandle;
 use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
 use crate::async_map::{InFlight, map_async};
+use crate::error::StagingError;
 use crate::progress::StageProgress;
 use crate::spill::{Spill, SpillKey, SpilledGroup};
 use crate::write::{Batch, RoundWriter, StagedPart};
@@ -65,7 +66,7 @@ pub struct Handles {
     pub input: DocumentInput,
     pub documents: ProbeHandle<u64>,
     pub everything: ProbeHandle<u64>,
-    pub staged: Rc<RefCell<Vec<Result<StagedPart, String>>>>,
+    pub staged: Rc<RefCell<Vec<Result<StagedPart, StagingError>>>>,
 }
 
 impl std::fmt::Debug for Handles {
@@ -818,10 +819,10 @@ fn write_rows<'scope>(
     rows: VecCollection<'scope, u64, MemoryRow, isize>,
     writer: Arc<RoundWriter>,
     runtime: tokio::runtime::Handle,
-) -> Stream<'scope, u64, Vec<Result<StagedPart, String>>> {
+) -> Stream<'scope, u64, Vec<Result<StagedPart, StagingError>>> {
     let worker = rows.inner.scope().worker();
     rows.inner
-        .unary_frontier::<CapacityContainerBuilder<Vec<Result<StagedPart, String>>>, _, _, _>(
+        .unary_frontier::<CapacityContainerBuilder<Vec<Result<StagedPart, StagingError>>>, _, _, _>(
             Pipeline,
             "StageRows",
             move |_initial, info| {
@@ -868,7 +869,7 @@ fn write_rows<'scope>(
                         let (writer, done, activator) =
                             (Arc::clone(&writer), done_tx.clone(), activator.clone());
                         runtime.spawn(async move {
-                            let staged = writer.stage(batch).await.map_err(|e| format!("{e:#}"));
+                            let staged = writer.stage(batch).await.map_err(StagingError::from);
                             drop(permit);
                             // The operator is gone only when the dataflow is.
                             let _ = done.send((end, staged));

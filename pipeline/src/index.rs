@@ -15,6 +15,7 @@ use memweave_operators::build::{BuildConfig, Document};
 use memweave_operators::ingest::SourceFile;
 use memweave_schemas::{CheckpointRow, ErrorRow};
 
+use crate::IndexError;
 use crate::cluster::Cluster;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
@@ -240,7 +241,7 @@ pub(crate) struct RoundInput<'a> {
 pub(crate) trait RoundSource {
     /// The next round's input, waiting for one if the source follows its
     /// changes; `None` ends the run.
-    fn next_round(&mut self, indexer: &Indexer) -> anyhow::Result<Option<RoundInput<'_>>>;
+    fn next_round(&mut self, indexer: &Indexer) -> Result<Option<RoundInput<'_>>, IndexError>;
 
     /// The round committed: the source fills in its part of the summary and
     /// acknowledges what the round consumed.
@@ -248,7 +249,7 @@ pub(crate) trait RoundSource {
 }
 
 /// Indexes `options.source` once: the tables end equal to what it holds now.
-pub fn run_index(options: &IndexOptions) -> anyhow::Result<IndexSummary> {
+pub fn run_index(options: &IndexOptions) -> Result<IndexSummary, IndexError> {
     let source = Source::open(&options.source, &options.source_options)?;
     Indexer::open(options)?.index_files(&source)
 }
@@ -260,10 +261,9 @@ pub fn watch(
     options: &IndexOptions,
     every: Duration,
     report: impl FnMut(&IndexSummary),
-    interrupted_within: impl FnMut(Duration) -> anyhow::Result<bool>,
-) -> anyhow::Result<()> {
+) -> Result<(), IndexError> {
     let source = Source::open(&options.source, &options.source_options)?;
-    let mut rounds = FileRounds::watching(&source, every, interrupted_within);
+    let mut rounds = FileRounds::watching(&source, every);
     Indexer::open(options)?.run(&mut rounds, report)?;
     Ok(())
 }

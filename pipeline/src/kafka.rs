@@ -32,7 +32,7 @@ use crate::index::{
 };
 use crate::positions::Positions;
 use crate::source::Source;
-use crate::{Interrupted, UsageError};
+use crate::{IndexError, UsageError};
 
 /// Most messages one round absorbs: a bound on a round's memory and on the work
 /// a crash makes a restart repeat (model calls excepted: they are cached).
@@ -114,7 +114,7 @@ pub fn index_kafka(
     options: &IndexOptions,
     kafka: &KafkaOptions,
     report: impl FnMut(&IndexSummary),
-) -> anyhow::Result<()> {
+) -> Result<(), IndexError> {
     let url = TopicUrl::parse(&options.source)?;
     let mut indexer = Indexer::open(options)?;
     let mut rounds = KafkaRounds::assign(url, options, kafka, &indexer)?;
@@ -151,7 +151,7 @@ impl<'o> KafkaRounds<'o> {
         options: &'o IndexOptions,
         kafka: &KafkaOptions,
         indexer: &Indexer,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, IndexError> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &url.brokers)
             .set("group.id", &kafka.group)
@@ -241,7 +241,7 @@ fn peer_of(partition: i32, peers: usize) -> usize {
 }
 
 impl RoundSource for KafkaRounds<'_> {
-    fn next_round(&mut self, indexer: &Indexer) -> anyhow::Result<Option<RoundInput<'_>>> {
+    fn next_round(&mut self, indexer: &Indexer) -> Result<Option<RoundInput<'_>>, IndexError> {
         if self.rounds > 0 && self.caught_up() {
             return Ok(None);
         }
@@ -250,7 +250,7 @@ impl RoundSource for KafkaRounds<'_> {
             self.consumed = 0;
             while self.consumed < MESSAGES_PER_ROUND && !self.caught_up() {
                 if indexer.interrupted() {
-                    return Err(Interrupted.into());
+                    return Err(IndexError::Interrupted);
                 }
                 match self.consumer.poll(IDLE) {
                     None if self.follow && self.consumed > 0 => break,

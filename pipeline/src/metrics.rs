@@ -19,6 +19,7 @@ use axum::routing::get;
 use memweave_analytics::metrics::by_direction;
 use memweave_llm::cache::CallCache;
 
+use crate::UsageError;
 use crate::progress::Progress;
 
 /// What the endpoint reads: shared with the indexer, which updates it.
@@ -151,10 +152,10 @@ impl IndexMetrics {
 }
 
 /// Serves `/metrics` on `address` from the current runtime until the process ends.
-pub async fn serve(address: SocketAddr, metrics: Arc<IndexMetrics>) -> anyhow::Result<()> {
+pub async fn serve(address: SocketAddr, metrics: Arc<IndexMetrics>) -> Result<(), UsageError> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|e| crate::UsageError(format!("--metrics-listen {address}: {e}")))?;
+        .map_err(|e| UsageError(format!("--metrics-listen {address}: {e}")))?;
     tracing::info!(%address, "serving /metrics");
     let app = Router::new()
         .route("/metrics", get(handler))

@@ -10,7 +10,7 @@ use memweave_operators::ingest::{self, Discovery, Format, IngestError, SourceFil
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use crate::UsageError;
+use crate::{IndexError, UsageError};
 
 /// Environment variables the object stores read their settings from
 /// (credentials, region, endpoint), as the cloud SDKs do.
@@ -103,17 +103,15 @@ impl Source {
     }
 
     /// Every file or object to read, sorted by key, with those that will not be.
-    pub async fn discover(&self) -> anyhow::Result<Discovery> {
+    pub async fn discover(&self) -> Result<Discovery, IndexError> {
         match self {
             Source::Local(path) => Ok(ingest::discover(path)?),
             Source::Objects { url, store, prefix } => {
-                let objects: Vec<object_store::ObjectMeta> =
-                    store.list(Some(prefix)).try_collect().await.map_err(|e| {
-                        anyhow::anyhow!(
-                            "{e} (check the endpoint, --s3-endpoint, and the credentials: \
-                             AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, GOOGLE_*, AZURE_*)"
-                        )
-                    })?;
+                let objects: Vec<object_store::ObjectMeta> = store
+                    .list(Some(prefix))
+                    .try_collect()
+                    .await
+                    .map_err(IndexError::ListObjects)?;
                 let mut discovery = Discovery::default();
                 for object in objects {
                     let key = object
@@ -152,37 +150,25 @@ impl Source {
     }
 
     /// The bytes of one discovered file.
-    pub async fn read(&self, file: &SourceFile) -> Result<Vec<u8>, String> {
+    pub async fn read(&self, file: &SourceFile) -> Result<Vec<u8>, ReadError> {
         match self {
-            Source::Local(_) => tokio::fs::read(&file.uri).await.map_err(|e| e.to_string()),
+            Source::Local(_) => Ok(tokio::fs::read(&file.uri).await?),
             Source::Objects { store, prefix, .. } => {
                 let location = file
                     .key
                     .split('/')
                     .fold(prefix.clone(), |path, part| path.join(part));
-                let object = store.get(&location).await.map_err(|e| e.to_string())?;
-                object
-                    .bytes()
-                    .await
-                    .map(|b| b.to_vec())
-                    .map_err(|e| e.to_string())
+                read_object(store.as_ref(), &location).await
             }
         }
     }
 
     /// The bytes of the one file or object the source names (a Kafka message's
     /// `uri`).
-    pub async fn read_whole(&self) -> Result<Vec<u8>, String> {
+    pub async fn read_whole(&self) -> Result<Vec<u8>, ReadError> {
         match self {
-            Source::Local(path) => tokio::fs::read(path).await.map_err(|e| e.to_string()),
-            Source::Objects { store, prefix, .. } => {
-                let object = store.get(prefix).await.map_err(|e| e.to_string())?;
-                object
-                    .bytes()
-                    .await
-                    .map(|b| b.to_vec())
-                    .map_err(|e| e.to_string())
-            }
+            Source::Local(path) => Ok(tokio::fs::read(path).await?),
+            Source::Objects { store, prefix, .. } => read_object(store.as_ref(), prefix).await,
         }
     }
 
@@ -194,17 +180,17 @@ impl Source {
             .filter_map(|f| Some((f.key.clone(), f.version.clone()?)))
             .collect()
     }
+}
 
-    /// The versions the source holds now (a listing, no reads).
-    pub fn current_versions(
-        spec: &str,
-        options: &SourceOptions,
-    ) -> anyhow::Result<BTreeMap<String, String>> {
-        let source = Source::open(spec, options)?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let discovery = runtime.block_on(source.discover())?;
-        Ok(Source::versions(&discovery.files))
-    }
+/// Why a file or object could not be read (its error row carries the message).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    File(#[from] std::io::Error),
+    #[error(transparent)]
+    Object(#[from] object_store::Error),
+}
+
+async fn read_object(store: &dyn ObjectStore, location: &ObjectPath) -> Result<Vec<u8>, ReadError> {
+    Ok(store.get(location).await?.bytes().await?.to_vec())
 }

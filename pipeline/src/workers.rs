@@ -17,6 +17,7 @@ use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
 use timely::worker::Worker;
 
+use crate::IndexError;
 use crate::cluster::Cluster;
 use crate::dataflow::{self, round_time};
 use crate::progress::{Progress, StageProgress};
@@ -49,7 +50,7 @@ pub struct Workers {
     senders: Vec<SyncSender<ToWorker>>,
     /// One message per worker per round it finished: what was staged (all
     /// workers' parts, at worker 0), or its failure.
-    outputs: Receiver<anyhow::Result<Vec<StagedPart>>>,
+    outputs: Receiver<Result<Vec<StagedPart>, IndexError>>,
     guards: Option<timely::communication::initialize::WorkerGuards<()>>,
     /// This process's workers.
     local: usize,
@@ -77,7 +78,7 @@ impl Workers {
         progress: Arc<Mutex<Arc<Progress>>>,
         stages: Arc<StageProgress>,
         writer: Arc<RoundWriter>,
-    ) -> anyhow::Result<Workers> {
+    ) -> Result<Workers, IndexError> {
         let process = cluster.process;
         let feeds = if process == 0 { local } else { 0 };
         let (senders, receivers): (Vec<_>, Vec<_>) =
@@ -105,7 +106,7 @@ impl Workers {
                 serve(worker, handles, &inbox, &outbox, &progress);
             }
         })
-        .map_err(|e| anyhow::anyhow!("starting the dataflow workers: {e}"))?;
+        .map_err(IndexError::StartWorkers)?;
         Ok(Workers {
             local,
             senders,
@@ -122,7 +123,7 @@ impl Workers {
     /// In a process other than 0: waits for the rounds process 0 feeds, calling
     /// `finished` once per round this process's workers have all seen end, and
     /// returns when process 0 closes the input (or a worker fails).
-    pub fn follow_rounds(&mut self, mut finished: impl FnMut()) -> anyhow::Result<()> {
+    pub fn follow_rounds(&mut self, mut finished: impl FnMut()) -> Result<(), IndexError> {
         let mut reports = 0;
         // Each worker drops its sender when its dataflow completes.
         while let Ok(report) = self.outputs.recv() {
@@ -146,31 +147,28 @@ impl Workers {
         worker: usize,
         origins: usize,
         changes: Vec<InputChange>,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), IndexError> {
         self.senders[worker]
             .send(ToWorker::Changes {
                 time: round_time(round, epoch),
                 origins,
                 changes,
             })
-            .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))
+            .map_err(|_| IndexError::WorkerStopped)
     }
 
     /// Seals `round` on every worker and returns what every worker of every
     /// process staged, once all of it is.
-    pub fn finish_round(&mut self, round: u64) -> anyhow::Result<Vec<StagedPart>> {
+    pub fn finish_round(&mut self, round: u64) -> Result<Vec<StagedPart>, IndexError> {
         let time = round_time(round + 1, 0);
         for sender in &self.senders {
             sender
                 .send(ToWorker::Seal { time })
-                .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))?;
+                .map_err(|_| IndexError::WorkerStopped)?;
         }
         let mut parts = Vec::new();
         for _ in 0..self.senders.len() {
-            let report = self
-                .outputs
-                .recv()
-                .map_err(|_| anyhow::anyhow!("a dataflow worker stopped"))?;
+            let report = self.outputs.recv().map_err(|_| IndexError::WorkerStopped)?;
             parts.extend(report?);
         }
         Ok(parts)
@@ -198,7 +196,7 @@ fn serve(
     worker: &mut Worker,
     handles: dataflow::Handles,
     inbox: &Receiver<ToWorker>,
-    outbox: &Sender<anyhow::Result<Vec<StagedPart>>>,
+    outbox: &Sender<Result<Vec<StagedPart>, IndexError>>,
     progress: &Mutex<Arc<Progress>>,
 ) {
     let dataflow::Handles {
@@ -250,11 +248,11 @@ fn serve(
                     report_built(&mut in_flight);
                 }
                 report_built(&mut in_flight);
-                let parts: Result<Vec<StagedPart>, String> =
+                let report: Result<Vec<StagedPart>, IndexError> =
                     std::mem::take(&mut *staged.borrow_mut())
                         .into_iter()
-                        .collect();
-                let report = parts.map_err(|e| anyhow::anyhow!("staging rows: {e}"));
+                        .collect::<Result<_, _>>()
+                        .map_err(IndexError::Staging);
                 if outbox.send(report).is_err() {
                     break;
                 }
@@ -276,7 +274,7 @@ fn serve(
 fn compute(
     worker: &mut Worker,
     handles: dataflow::Handles,
-    outbox: &Sender<anyhow::Result<Vec<StagedPart>>>,
+    outbox: &Sender<Result<Vec<StagedPart>, IndexError>>,
 ) {
     let dataflow::Handles {
         input, everything, ..

@@ -19,11 +19,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use memweave_schemas::search::LexiconDelta;
-use memweave_schemas::store::Fragment;
+use memweave_schemas::store::{Fragment, StoreError};
 use memweave_schemas::{ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::IndexError;
 use crate::progress::StageProgress;
 
 /// Batches being written at once by one process: each holds its rows until
@@ -136,7 +137,7 @@ impl RoundWriter {
 
     /// Creates the tables rows are staged into, where missing. Process 0 calls
     /// it before a round's input is fed, so no worker stages before.
-    pub async fn prepare(&self) -> anyhow::Result<()> {
+    pub async fn prepare(&self) -> Result<(), StoreError> {
         for &table in Table::MEMORY {
             self.store
                 .create_if_missing(table, self.vector_width)
@@ -156,7 +157,7 @@ impl RoundWriter {
 
     /// Writes `batch`'s added rows as staged data files, table by table, and
     /// notes its removed keys.
-    pub async fn stage(&self, batch: Batch) -> anyhow::Result<StagedPart> {
+    pub async fn stage(&self, batch: Batch) -> Result<StagedPart, IndexError> {
         self.stages.started(WRITE, 1);
         let result = self.stage_tables(batch).await;
         self.stages.done(WRITE, 1);
@@ -168,7 +169,7 @@ impl RoundWriter {
         result
     }
 
-    async fn stage_tables(&self, batch: Batch) -> anyhow::Result<StagedPart> {
+    async fn stage_tables(&self, batch: Batch) -> Result<StagedPart, IndexError> {
         let mut added = MemoryTables::default();
         let mut removed: HashMap<Table, Vec<String>> = HashMap::new();
         let mut lexicon = LexiconDelta::default();
@@ -184,11 +185,11 @@ impl RoundWriter {
         }
         let width = self.vector_width;
         if let Some(odd) = added.embeddings.iter().find(|e| e.vector.len() != width) {
-            anyhow::bail!(
-                "the vector of {} has {} components, the embeddings table {width}",
-                odd.owner_id,
-                odd.vector.len()
-            );
+            return Err(IndexError::VectorWidth {
+                owner: odd.owner_id.clone(),
+                components: odd.vector.len(),
+                width,
+            });
         }
         let mut part = StagedPart {
             documents_added: added
@@ -232,7 +233,7 @@ impl RoundWriter {
         &self,
         replace: bool,
         parts: Vec<StagedPart>,
-    ) -> anyhow::Result<(Vec<TableVersion>, RoundChanges)> {
+    ) -> Result<(Vec<TableVersion>, RoundChanges), StoreError> {
         let mut changes = RoundChanges::default();
         let mut tables: HashMap<Table, (Vec<Fragment>, Vec<String>)> = HashMap::new();
         let mut lexicon = LexiconDelta::default();

@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use memweave_llm::cache::{CacheReport, CallCache};
 use memweave_llm::pool::{PoolClient, PoolReport};
 use memweave_operators::embed::Embedder;
@@ -13,11 +12,11 @@ use memweave_operators::model::MemoryModel;
 use memweave_schemas::TableStore;
 
 use super::{INTERRUPT_PATIENCE, IndexOptions};
-use crate::UsageError;
 use crate::metrics::IndexMetrics;
 use crate::progress::{Progress, StageProgress};
 use crate::workers::Workers;
 use crate::write::RoundWriter;
+use crate::{IndexError, UsageError};
 
 /// What every indexing process runs: the tables' store, the model behind its
 /// call cache, the embedder, and the dataflow workers.
@@ -41,7 +40,7 @@ pub(super) struct Engine {
 impl Engine {
     /// Opens the store and the call cache, the model and the embedder, and
     /// starts this process's workers (which, in a cluster, wait for the others).
-    pub(super) fn start(options: &IndexOptions) -> anyhow::Result<Engine> {
+    pub(super) fn start(options: &IndexOptions) -> Result<Engine, IndexError> {
         options
             .build
             .validate()
@@ -58,7 +57,10 @@ impl Engine {
             .build()?;
         let cache = runtime
             .block_on(CallCache::persistent(store.clone(), options.llm.cache_only))
-            .with_context(|| format!("reading the call cache under {}", store.root()))?;
+            .map_err(|source| IndexError::CallCache {
+                root: store.root().to_string(),
+                source,
+            })?;
         if let Some(budget) = options.max_model_tokens {
             cache.limit_tokens(budget);
         }
@@ -129,7 +131,7 @@ pub struct ComputeSummary {
 /// documents the dataflow hashes to them, whatever the source (process 0 reads
 /// it, gathers the rows and commits), until process 0 stops. Model calls are
 /// saved to the shared `llm_calls` table at the end of every round.
-pub fn compute(options: &IndexOptions) -> anyhow::Result<ComputeSummary> {
+pub fn compute(options: &IndexOptions) -> Result<ComputeSummary, IndexError> {
     let started = Instant::now();
     let mut engine = Engine::start(options)?;
     tracing::info!(

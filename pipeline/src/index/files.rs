@@ -5,22 +5,18 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use futures::StreamExt;
 use memweave_operators::ingest::{self, IngestError, SourceFile};
 use memweave_schemas::{ErrorRow, now_micros};
 
 use super::{Fresh, IndexSummary, Indexer, Previous, RoundInput, RoundSource, Update, Updates};
-use crate::Interrupted;
+use crate::IndexError;
 use crate::origins::Held;
 use crate::positions::Positions;
-use crate::source::Source;
+use crate::source::{ReadError, Source};
 
 /// Files read at once.
 const READS_IN_FLIGHT: usize = 16;
-
-/// Waits `every` for a stop (Ctrl-C, SIGTERM): whether one came.
-type Interruption<'s> = Box<dyn FnMut(Duration) -> anyhow::Result<bool> + 's>;
 
 /// A file or object-store source, round by round: once, or (`--watch`) again
 /// whenever a listing differs from the last round's.
@@ -33,7 +29,7 @@ pub(crate) struct FileRounds<'s> {
     /// Whether a round has committed.
     done: bool,
     /// With `--watch`: how long to wait between listings.
-    watch: Option<(Duration, Interruption<'s>)>,
+    watch: Option<Duration>,
 }
 
 impl<'s> FileRounds<'s> {
@@ -47,37 +43,36 @@ impl<'s> FileRounds<'s> {
         }
     }
 
-    pub(super) fn watching(
-        source: &'s Source,
-        every: Duration,
-        interrupted_within: impl FnMut(Duration) -> anyhow::Result<bool> + 's,
-    ) -> Self {
+    pub(super) fn watching(source: &'s Source, every: Duration) -> Self {
         FileRounds {
-            watch: Some((every, Box::new(interrupted_within))),
+            watch: Some(every),
             ..FileRounds::once(source)
         }
     }
 }
 
 impl RoundSource for FileRounds<'_> {
-    fn next_round(&mut self, indexer: &Indexer) -> anyhow::Result<Option<RoundInput<'_>>> {
+    fn next_round(&mut self, indexer: &Indexer) -> Result<Option<RoundInput<'_>>, IndexError> {
         let (source, name) = (self.source, self.source.name());
         // A listing, with its files' versions.
-        let listed = |indexer: &Indexer| {
-            let discovery = indexer
-                .block_on(source.discover())
-                .with_context(|| format!("listing {name}"))?;
-            let versions = Source::versions(&discovery.files);
-            anyhow::Ok((discovery, versions))
+        let listed = |indexer: &Indexer| match indexer.block_on(source.discover()) {
+            Ok(discovery) => {
+                let versions = Source::versions(&discovery.files);
+                Ok((discovery, versions))
+            }
+            Err(e) => Err(IndexError::Listing {
+                name: name.clone(),
+                source: Box::new(e),
+            }),
         };
         let mut started = Instant::now();
-        let (discovery, versions) = match &mut self.watch {
+        let (discovery, versions) = match self.watch {
             _ if !self.done => listed(indexer)?,
             None => return Ok(None),
-            Some((every, interrupted_within)) => loop {
+            Some(every) => loop {
                 tracing::info!(seconds = every.as_secs(), "watching the source for changes");
-                if interrupted_within(*every)? {
-                    return Err(Interrupted.into());
+                if stopped_within(indexer, every) {
+                    return Err(IndexError::Interrupted);
                 }
                 started = Instant::now();
                 let (discovery, versions) = listed(indexer)?;
@@ -127,7 +122,7 @@ impl Indexer {
     /// One round over a file or object-store source: files whose version is the
     /// one last indexed are not read again; changed and new files are read and
     /// their documents replace the old; removed files' documents are retracted.
-    pub fn index_files(&mut self, source: &Source) -> anyhow::Result<IndexSummary> {
+    pub fn index_files(&mut self, source: &Source) -> Result<IndexSummary, IndexError> {
         let summary = self.run(&mut FileRounds::once(source), |_| {})?;
         Ok(summary.expect("a listing makes one round"))
     }
@@ -187,7 +182,7 @@ impl Listing<'_> {
         files: Vec<&SourceFile>,
     ) -> HashMap<String, Fresh> {
         let source = self.source;
-        let read: Vec<(&SourceFile, Result<Vec<u8>, String>)> = indexer.block_on(
+        let read: Vec<(&SourceFile, Result<Vec<u8>, ReadError>)> = indexer.block_on(
             futures::stream::iter(files)
                 .map(|file| async move { (file, source.read(file).await) })
                 .buffered(READS_IN_FLIGHT)
@@ -210,6 +205,18 @@ impl Listing<'_> {
         }
         inputs
     }
+}
+
+/// Waits `every` on the indexer's runtime: whether Ctrl-C or SIGTERM came
+/// first. (The runtimes leave their signal handlers installed, so the default
+/// action no longer stops the process.)
+fn stopped_within(indexer: &Indexer, every: Duration) -> bool {
+    indexer.block_on(async {
+        tokio::select! {
+            () = memweave_process::stop_requested() => true,
+            () = tokio::time::sleep(every) => false,
+        }
+    })
 }
 
 /// The inputs of the files whose version is the one the checkpoint recorded

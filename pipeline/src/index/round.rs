@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
 use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type, UInt64Type};
 use memweave_analytics::metrics::memory_gauges;
@@ -28,7 +27,7 @@ use crate::positions::Positions;
 use crate::progress::Progress;
 use crate::workers::InputChange;
 use crate::write::{RoundChanges, StagedPart};
-use crate::{Interrupted, UsageError};
+use crate::{IndexError, UsageError};
 
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
@@ -38,18 +37,19 @@ impl Indexer {
     /// Opens the tables (rolling back what a crashed run wrote after its last
     /// checkpoint), the model and the embedder, and starts the workers. In a
     /// cluster, this is process 0; the others run [`compute`].
-    pub fn open(options: &IndexOptions) -> anyhow::Result<Indexer> {
-        anyhow::ensure!(
-            options.cluster.process == 0,
-            "process {} of a cluster computes; process 0 indexes",
-            options.cluster.process
-        );
+    pub fn open(options: &IndexOptions) -> Result<Indexer, IndexError> {
+        if options.cluster.process != 0 {
+            return Err(IndexError::NotIndexing {
+                process: options.cluster.process,
+            });
+        }
         let engine = Engine::start(options)?;
         let previous = engine
             .runtime
             .block_on(previous_tables(&engine.store))
-            .with_context(|| {
-                format!("reading the last checkpoint under {}", engine.store.root())
+            .map_err(|e| IndexError::Checkpoint {
+                root: engine.store.root().to_string(),
+                source: Box::new(e),
             })?;
         let versions = previous
             .iter()
@@ -93,7 +93,7 @@ impl Indexer {
         &mut self,
         source: &mut dyn RoundSource,
         mut report: impl FnMut(&IndexSummary),
-    ) -> anyhow::Result<Option<IndexSummary>> {
+    ) -> Result<Option<IndexSummary>, IndexError> {
         let mut last = None;
         while let Some(input) = source.next_round(self)? {
             let mut summary = self.round(input)?;
@@ -180,7 +180,7 @@ impl Indexer {
 
     /// Runs one round of `input`: feeds its updates epoch by epoch, waits for
     /// the dataflow, and commits.
-    fn round(&mut self, input: RoundInput<'_>) -> anyhow::Result<IndexSummary> {
+    fn round(&mut self, input: RoundInput<'_>) -> Result<IndexSummary, IndexError> {
         let RoundInput {
             updates,
             positions,
@@ -241,7 +241,7 @@ impl Indexer {
             self.engine
                 .runtime
                 .block_on(self.engine.cache.close(INTERRUPT_PATIENCE))?;
-            return Err(Interrupted.into());
+            return Err(IndexError::Interrupted);
         }
         ingest_errors.retain(|_, diff| *diff != 0);
         if !ingest_errors.is_empty() {
@@ -261,7 +261,10 @@ impl Indexer {
             .engine
             .runtime
             .block_on(self.commit(replace, parts, &positions))
-            .with_context(|| format!("writing the tables under {}", self.engine.store.root()))?;
+            .map_err(|e| IndexError::Commit {
+                root: self.engine.store.root().to_string(),
+                source: Box::new(e),
+            })?;
         self.round += 1;
         self.documents_version = checkpoint.version_of(Table::Documents);
         for error in &changes.errors_added {
@@ -300,7 +303,7 @@ impl Indexer {
         batch: Vec<(String, Update)>,
         errors: &mut HashMap<ErrorRow, isize>,
         listing: Option<&Listing<'_>>,
-    ) -> anyhow::Result<Vec<InputChange>> {
+    ) -> Result<Vec<InputChange>, IndexError> {
         let files: Vec<&SourceFile> = batch
             .iter()
             .filter_map(|(_, update)| match update {
@@ -311,7 +314,7 @@ impl Indexer {
         let mut read = match (files.is_empty(), listing) {
             (true, _) => HashMap::new(),
             (false, Some(listing)) => listing.read(self, files),
-            (false, None) => anyhow::bail!("a stream's round has no files to read"),
+            (false, None) => return Err(IndexError::StreamReadsNoFiles),
         };
         // Texts read now, by document id and source.
         let mut texts: HashMap<(String, String), String> = HashMap::new();
@@ -362,11 +365,10 @@ impl Indexer {
         };
         let mut changes = Vec::with_capacity(retract.len() + insert.len());
         for record in retract {
-            let text = stored_text(&record).with_context(|| {
-                format!(
-                    "the documents table does not hold version {} of {} ({}) to retract",
-                    record.version, record.doc_id, record.source_uri
-                )
+            let text = stored_text(&record).ok_or_else(|| IndexError::NotStored {
+                version: record.version,
+                doc_id: record.doc_id.clone(),
+                source_uri: record.source_uri.clone(),
             })?;
             changes.push((record.with_text(text), -1));
         }
@@ -383,18 +385,21 @@ impl Indexer {
 
     /// The text of a claim that has become its id's document (the claim that
     /// held the id is gone): read from its file again.
-    fn read_again(&self, record: &Record, listing: Option<&Listing<'_>>) -> anyhow::Result<String> {
+    fn read_again(
+        &self,
+        record: &Record,
+        listing: Option<&Listing<'_>>,
+    ) -> Result<String, IndexError> {
         let file = self
             .origins
             .origin_of(record)
             .zip(listing)
             .and_then(|(origin, listing)| Some((listing.file(origin)?, listing)));
         let Some((file, listing)) = file else {
-            anyhow::bail!(
-                "no text to index for {} ({})",
-                record.doc_id,
-                record.source_uri
-            );
+            return Err(IndexError::NoText {
+                doc_id: record.doc_id.clone(),
+                source_uri: record.source_uri.clone(),
+            });
         };
         let fresh = listing.read(self, vec![file]);
         fresh
@@ -403,11 +408,8 @@ impl Indexer {
             .find(|(doc, _)| doc.doc_id == record.doc_id && doc.source_uri == record.source_uri)
             .filter(|(doc, _)| doc.content_hash == record.content_hash)
             .map(|(doc, _)| doc.text)
-            .with_context(|| {
-                format!(
-                    "{} changed while it was indexed; run again",
-                    record.source_uri
-                )
+            .ok_or_else(|| IndexError::ChangedWhileIndexed {
+                source_uri: record.source_uri.clone(),
             })
     }
 
@@ -420,7 +422,7 @@ impl Indexer {
         replace: bool,
         parts: Vec<StagedPart>,
         positions: &Positions,
-    ) -> anyhow::Result<(CheckpointRow, RoundChanges)> {
+    ) -> Result<(CheckpointRow, RoundChanges), IndexError> {
         let store = &self.engine.store;
         let (mut versions, changes) = self.engine.writer.commit(replace, parts).await?;
         versions.push(match self.engine.cache.finish().await? {
@@ -445,7 +447,7 @@ impl Indexer {
     /// Appends what this round asked of the model, per stage and task, under the
     /// epoch the round's checkpoint will have (process 0 alone commits); the
     /// first commit under a root (`whole`) replaces what a crashed run left.
-    async fn write_call_stats(&self, whole: bool) -> anyhow::Result<TableVersion> {
+    async fn write_call_stats(&self, whole: bool) -> Result<TableVersion, IndexError> {
         let store = &self.engine.store;
         let epoch = store.latest_checkpoint().await?.map_or(1, |c| c.epoch + 1);
         let rows: Vec<CallStatRow> = self
@@ -527,7 +529,7 @@ impl Indexer {
         &self,
         checkpoint: &CheckpointRow,
         started: Instant,
-    ) -> anyhow::Result<IndexSummary> {
+    ) -> Result<IndexSummary, IndexError> {
         let store = &self.engine.store;
         let (counts, tokens, trees, mut errors) = self.engine.runtime.block_on(async {
             let mut counts = HashMap::new();
@@ -542,7 +544,7 @@ impl Indexer {
                 .await?;
             let trees = tree_shapes(store, checkpoint).await?;
             let errors: Vec<ErrorRow> = store.read_at(checkpoint).await?;
-            anyhow::Ok((counts, tokens, trees, errors))
+            Ok::<_, IndexError>((counts, tokens, trees, errors))
         })?;
         errors.sort_by(|a, b| (&a.source, &a.error_id).cmp(&(&b.source, &b.error_id)));
         let count = |table| counts.get(&table).copied().unwrap_or(0);
@@ -604,7 +606,7 @@ fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) 
 
 /// The newest checkpoint's documents and ingestion errors, after rolling back
 /// table versions written after it by a run that did not commit.
-async fn previous_tables(store: &TableStore) -> anyhow::Result<Option<Previous>> {
+async fn previous_tables(store: &TableStore) -> Result<Option<Previous>, IndexError> {
     let Some(checkpoint) = store.latest_checkpoint().await? else {
         return Ok(None);
     };
@@ -622,9 +624,9 @@ async fn previous_tables(store: &TableStore) -> anyhow::Result<Option<Previous>>
             "rolled back table versions a stopped run wrote after the last checkpoint"
         );
     }
-    let documents = document_records(store, &checkpoint).await.context(
-        "the tables may be from an older memweave; index into a new --out to rebuild them",
-    )?;
+    let documents = document_records(store, &checkpoint)
+        .await
+        .map_err(|e| IndexError::OlderTables(Box::new(e)))?;
     let errors: Vec<ErrorRow> = store.read_at(&checkpoint).await?;
     // Duplicate ids are the origins' claims' to report, not a file's.
     let ingest_errors = errors
@@ -643,7 +645,7 @@ async fn previous_tables(store: &TableStore) -> anyhow::Result<Option<Previous>>
 async fn document_records(
     store: &TableStore,
     checkpoint: &CheckpointRow,
-) -> anyhow::Result<Vec<Record>> {
+) -> Result<Vec<Record>, IndexError> {
     let columns = [
         "doc_id",
         "version",
@@ -678,7 +680,9 @@ async fn document_records(
         })
         .await?;
     if let Some(schema) = failed {
-        anyhow::bail!("the documents table's columns are not memweave's: {schema:?}");
+        return Err(IndexError::ForeignDocuments {
+            schema: format!("{schema:?}"),
+        });
     }
     Ok(records)
 }
@@ -687,7 +691,7 @@ async fn document_records(
 async fn tree_shapes(
     store: &TableStore,
     checkpoint: &CheckpointRow,
-) -> anyhow::Result<BTreeMap<String, TreeShape>> {
+) -> Result<BTreeMap<String, TreeShape>, IndexError> {
     let mut shapes: BTreeMap<String, TreeShape> = BTreeMap::new();
     let columns = ["tree", "parent_id", "level"];
     store
