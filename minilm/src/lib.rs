@@ -71,6 +71,16 @@ pub enum LoadError {
     Bad { path: PathBuf, message: String },
 }
 
+/// Why texts could not be embedded.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// The tokenizer's reason, which it gives as a boxed error.
+    #[error("{0}")]
+    Tokenize(String),
+    #[error(transparent)]
+    Forward(#[from] candle_core::Error),
+}
+
 impl MiniLm {
     /// Loads the model from `dir`; the error names the file that is missing or bad.
     pub fn load(dir: &Path) -> Result<MiniLm, LoadError> {
@@ -120,18 +130,18 @@ impl MiniLm {
     }
 
     /// Unit vectors of `texts`, each read whole ([`Loaded::embed`]).
-    pub fn embed_now(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
-        self.inner.embed(texts).map_err(|e| e.to_string())
+    pub fn embed_now(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.inner.embed(texts)
     }
 }
 
 impl Loaded {
     /// One unit vector per text: the token-weighted mean of its windows'.
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, Box<dyn std::error::Error>> {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let encodings = self
             .tokenizer
             .encode_batch(texts.to_vec(), false)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| EmbedError::Tokenize(e.to_string()))?;
         // Every window of every text, each with the text it belongs to.
         let windows: Vec<(usize, Vec<u32>)> = encodings
             .iter()

@@ -197,16 +197,19 @@ impl LexiconDelta {
     /// The rows that replace `current` (the changed entries' rows before,
     /// by entry): an entry no text holds any more has none. An entry that
     /// would go below zero is an error: the lexicon and the tables disagree.
-    pub fn apply(&self, current: &HashMap<String, LexiconRow>) -> Result<Vec<LexiconRow>, String> {
+    pub fn apply(
+        &self,
+        current: &HashMap<String, LexiconRow>,
+    ) -> Result<Vec<LexiconRow>, BelowZero> {
         let mut rows = Vec::new();
         for ((corpus, term), &(rows_change, occurrences_change)) in &self.changes {
             let entry = lexicon_entry(corpus, term);
             let before = current.get(&entry);
             let after = |was: Option<u64>, change: i64| {
-                u64::try_from(was.unwrap_or(0) as i64 + change).map_err(|_| {
-                    format!(
-                        "lexicon entry {entry:?} would count below zero ({change} from {was:?})"
-                    )
+                u64::try_from(was.unwrap_or(0) as i64 + change).map_err(|_| BelowZero {
+                    entry: entry.clone(),
+                    change,
+                    was,
                 })
             };
             let texts = after(before.map(|r| r.rows), rows_change)?;
@@ -223,6 +226,16 @@ impl LexiconDelta {
         }
         Ok(rows)
     }
+}
+
+/// A lexicon entry a delta would count below zero: the lexicon and the tables
+/// disagree.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lexicon entry {entry:?} would count below zero ({change} from {was:?})")]
+pub struct BelowZero {
+    pub entry: String,
+    pub change: i64,
+    pub was: Option<u64>,
 }
 
 #[cfg(test)]
@@ -279,7 +292,13 @@ mod tests {
         // Removing what was never counted is an error, not a silent zero.
         let mut wrong = LexiconDelta::default();
         wrong.count(&segment("unknown words", 100), -1);
-        assert!(wrong.apply(&current).unwrap_err().contains("below zero"));
+        assert!(
+            wrong
+                .apply(&current)
+                .unwrap_err()
+                .to_string()
+                .contains("below zero")
+        );
     }
 
     #[test]

@@ -582,9 +582,10 @@ impl TableStore {
                 .map(|row| (row.entry.clone(), row))
                 .collect()
         };
-        let rows = delta
-            .apply(&current)
-            .map_err(|message| StoreError::Invalid { table, message })?;
+        let rows = delta.apply(&current).map_err(|e| StoreError::Invalid {
+            table,
+            message: e.to_string(),
+        })?;
         let fragments = if rows.is_empty() {
             Vec::new()
         } else {
