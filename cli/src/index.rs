@@ -1,0 +1,347 @@
+//! `memweave index`: its flags, the run they ask for, and its summary.
+
+use std::time::Duration;
+
+use memweave_llm::ModelArgs;
+use memweave_llm::cache::CacheReport;
+use memweave_llm::pool::PoolReport;
+use memweave_operators::build::{BuildConfig, Memories};
+use memweave_operators::graph::GraphConfig;
+use memweave_operators::paginate::PageConfig;
+use memweave_operators::raptor::RaptorConfig;
+use memweave_operators::segment::SegmentConfig;
+use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
+use memweave_pipeline::cluster::ClusterArgs;
+use memweave_pipeline::index::{
+    ComputeSummary, DEFAULT_WRITE_BATCH_ROWS, IndexOptions, IndexSummary, compute, error_kinds,
+    run_index, watch,
+};
+use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
+use memweave_pipeline::source::SourceOptions;
+use memweave_pipeline::{IndexError, UsageError};
+use memweave_process::{StorageArgs, parse_key_value};
+
+// The flags of `memweave index`; its help is the `Index` command's doc.
+#[derive(Debug, clap::Args)]
+pub struct IndexArgs {
+    /// Print help (-h is the hostfile, as for every timely program).
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
+    /// File, directory, object-store URL or kafka:// topic to index.
+    #[arg(env = "MEMWEAVE_SOURCE")]
+    source: String,
+    /// Endpoint of an S3-compatible server for an s3:// SOURCE (http:// allowed).
+    #[arg(long, env = "MEMWEAVE_S3_ENDPOINT")]
+    s3_endpoint: Option<String>,
+    /// Object-store setting for SOURCE, KEY=VALUE as object_store names them
+    /// (aws_region, aws_virtual_hosted_style_request, …); repeatable.
+    #[arg(long = "source-option", value_parser = parse_key_value)]
+    source_options: Vec<(String, String)>,
+    /// After the run, look at SOURCE every SECONDS and index again when a file
+    /// or object was added, changed or removed; stop with Ctrl-C.
+    #[arg(long, value_name = "SECONDS")]
+    watch: Option<u64>,
+    /// Consumer group of a kafka:// SOURCE: its offsets show the lag of what
+    /// is committed to the tables (the checkpoint is what a restart reads).
+    #[arg(long, default_value = "memweave")]
+    group: String,
+    /// Keep consuming a kafka:// SOURCE; otherwise stop at the end offsets
+    /// seen at the start.
+    #[arg(long)]
+    follow: bool,
+    /// Root of the memory tables: a path or an object-store URL (s3://…).
+    #[arg(long, env = "MEMWEAVE_TABLES")]
+    out: String,
+    /// Dataflow worker threads.
+    #[arg(short = 'w', long, default_value_t = memweave_pipeline::index::default_workers())]
+    workers: usize,
+    #[command(flatten)]
+    build: BuildArgs,
+    /// Stop once the model calls made have spent this many tokens (prompt and
+    /// reply, per process): later calls are not made, the round commits what
+    /// is done (what could not be built is in the errors table as
+    /// llm_over_budget), and the run ends. Replies already in the call cache
+    /// cost nothing, so a run with a larger budget goes on where this stopped.
+    #[arg(long, value_name = "TOKENS")]
+    max_model_tokens: Option<u64>,
+    #[command(flatten)]
+    storage: StorageArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// Serve Prometheus metrics (/metrics) on ADDR while indexing, e.g.
+    /// 0.0.0.0:9464: the round's progress, model calls and tokens per stage,
+    /// the last commit, and the committed memory's report.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Output rows each worker gathers before writing them as data files:
+    /// bigger batches make fewer, larger files and hold more rows in memory.
+    #[arg(long, value_name = "ROWS", default_value_t = DEFAULT_WRITE_BATCH_ROWS, value_parser = clap::value_parser!(usize))]
+    write_batch_rows: usize,
+}
+
+/// What the memories are cut into and how they are built.
+#[derive(Debug, clap::Args)]
+struct BuildArgs {
+    /// The memories to build, comma-separated: memwalker (summary tree),
+    /// readagent (pages and gists), graph (QRMeM entities and relations),
+    /// raptor (ILM-TR cluster tree with embeddings).
+    #[arg(long, default_value = "memwalker,readagent,graph,raptor", value_parser = Memories::parse)]
+    memories: Memories,
+    /// Average segment size in tokens (cl100k BPE); segments stay between a
+    /// quarter of and three times this unless --min-tokens/--max-tokens say otherwise.
+    #[arg(long, default_value_t = SegmentConfig::DEFAULT.target_tokens)]
+    segment_tokens: usize,
+    /// Smallest segment, in tokens (default: a quarter of --segment-tokens).
+    #[arg(long)]
+    min_tokens: Option<usize>,
+    /// Largest segment, in tokens (default: three times --segment-tokens); lower it
+    /// to fit a model with a small context window.
+    #[arg(long)]
+    max_tokens: Option<usize>,
+    /// Most children of a MemWalker tree node (the paper's Mt).
+    #[arg(long, default_value_t = DEFAULT_MAX_CHILDREN)]
+    max_children: usize,
+    /// Fewest words of a ReadAgent page before a break may be chosen.
+    #[arg(long, default_value_t = PageConfig::DEFAULT.min_words)]
+    page_min_words: usize,
+    /// Most words of a ReadAgent page.
+    #[arg(long, default_value_t = PageConfig::DEFAULT.max_words)]
+    page_max_words: usize,
+    /// Words a document's gists may total before neighbouring pages that do not
+    /// start a new section are merged and gisted again (ReadAgent appendix I);
+    /// 0 never merges.
+    #[arg(long, default_value_t = PageConfig::DEFAULT.gist_word_budget)]
+    gist_word_budget: usize,
+    /// Longest concatenation of child summaries kept as a MemWalker parent's
+    /// summary, in tokens; longer ones are compressed by the model.
+    #[arg(long, default_value_t = DEFAULT_PARENT_MAX_TOKENS)]
+    parent_max_tokens: usize,
+    /// Also build corpus-level trees whose leaves are the documents' roots:
+    /// MemWalker's (tree_nodes.tree = "memwalker-corpus") and RAPTOR's
+    /// ("raptor-corpus", the roots clustered by their vectors).
+    #[arg(long)]
+    corpus_tree: bool,
+    /// RAPTOR chunk size in tokens (RAPTOR used 100, ILM-TR 600). By default
+    /// the chunks are the MemWalker segments (--segment-tokens), and one
+    /// ILM-TR call per segment summarises it for both trees; another size
+    /// reads the text once more for RAPTOR.
+    #[arg(long)]
+    chunk_tokens: Option<usize>,
+    /// Tokens of the finer cut the retrieval baselines (bm25) rank, kept in
+    /// segments beside the memories' own cut when finer than it; no model
+    /// call reads it. 0 keeps none, and the baselines rank the segments.
+    #[arg(long, default_value_t = BuildConfig::DEFAULT.passage_tokens)]
+    passage_tokens: usize,
+    /// Most RAPTOR levels above the chunks; the last is one cluster, the root.
+    #[arg(long, default_value_t = RaptorConfig::DEFAULT.max_levels)]
+    raptor_max_levels: u32,
+    /// A RAPTOR cluster whose texts total more tokens than this is clustered
+    /// again on its own.
+    #[arg(long, default_value_t = RaptorConfig::DEFAULT.cluster_max_tokens)]
+    cluster_max_tokens: usize,
+    /// Longest relation description kept by joining what the documents say,
+    /// in tokens: the model merges descriptions only past it.
+    #[arg(long, value_name = "TOKENS", default_value_t = GraphConfig::DEFAULT.description_budget)]
+    relation_description_tokens: usize,
+    /// Two documents' entities of one name whose passages' vectors are at
+    /// least this similar (cosine) are one entity, without asking the model.
+    /// The defaults suit the hashing embedder; with MiniLM, whose cosines
+    /// run higher, something like 0.8 and 0.3.
+    #[arg(long, value_name = "COSINE", default_value_t = GraphConfig::DEFAULT.same_above, allow_negative_numbers = true)]
+    same_entity_above: f32,
+    /// Below this cosine they are different entities, without asking; between
+    /// the two the model is asked (QRMeM's disambiguation prompt).
+    #[arg(long, value_name = "COSINE", default_value_t = GraphConfig::DEFAULT.apart_below, allow_negative_numbers = true)]
+    different_entity_below: f32,
+}
+
+impl IndexArgs {
+    /// Runs what the flags ask for: one index, a --watch, a Kafka topic, or a
+    /// cluster process's share; prints each committed round's summary.
+    pub fn run(self, interactive: bool) -> anyhow::Result<()> {
+        let (watch_every, group, follow) = (self.watch, self.group.clone(), self.follow);
+        let options = self.options(interactive)?;
+        let kafka = options.source.starts_with("kafka://");
+        let run: Result<(), IndexError> = match watch_every {
+            _ if follow && !kafka => Err(UsageError(
+                "--follow is for kafka:// sources; use --watch SECONDS for files and objects"
+                    .into(),
+            )
+            .into()),
+            Some(_) if kafka => Err(UsageError(
+                "--watch is for files and objects; use --follow for kafka:// sources".into(),
+            )
+            .into()),
+            _ if options.cluster.process != 0 => {
+                compute(&options).map(|summary| print_compute_summary(&summary))
+            }
+            None if kafka => index_kafka(&options, &KafkaOptions { group, follow }, print_summary),
+            None => run_index(&options).map(|summary| print_summary(&summary)),
+            Some(seconds) => watch(&options, Duration::from_secs(seconds.max(1)), print_summary),
+        };
+        Ok(run?)
+    }
+
+    /// The run's options, once the cluster and the model flags are checked.
+    fn options(self, interactive: bool) -> anyhow::Result<IndexOptions> {
+        let cluster = self.cluster.resolve()?;
+        let (llm, embed) = self.model.config().map_err(|e| crate::usage(&e))?;
+        Ok(IndexOptions {
+            source: self.source,
+            source_options: SourceOptions {
+                s3_endpoint: self.s3_endpoint,
+                options: self.source_options,
+            },
+            tables: self.out,
+            storage_options: self.storage.into_map(),
+            workers: self.workers,
+            build: self.build.config(),
+            llm,
+            embed,
+            interactive,
+            cluster,
+            metrics_listen: self.metrics_listen,
+            write_batch_rows: self.write_batch_rows,
+            max_model_tokens: self.max_model_tokens,
+        })
+    }
+}
+
+impl BuildArgs {
+    fn config(self) -> BuildConfig {
+        let around = SegmentConfig::around(self.segment_tokens);
+        let segments = SegmentConfig {
+            target_tokens: self.segment_tokens,
+            min_tokens: self.min_tokens.unwrap_or(around.min_tokens),
+            max_tokens: self.max_tokens.unwrap_or(around.max_tokens),
+        };
+        let pages = PageConfig {
+            min_words: self.page_min_words,
+            max_words: self.page_max_words,
+            gist_word_budget: self.gist_word_budget,
+        };
+        BuildConfig {
+            memories: self.memories,
+            parent_max_tokens: self.parent_max_tokens,
+            corpus_tree: self.corpus_tree,
+            raptor: RaptorConfig {
+                chunk_tokens: self.chunk_tokens,
+                max_levels: self.raptor_max_levels,
+                cluster_max_tokens: self.cluster_max_tokens,
+                ..RaptorConfig::DEFAULT
+            },
+            graph: GraphConfig {
+                description_budget: self.relation_description_tokens,
+                same_above: self.same_entity_above,
+                apart_below: self.different_entity_below,
+            },
+            passage_tokens: self.passage_tokens,
+            ..BuildConfig::new(segments, pages, self.max_children)
+        }
+    }
+}
+
+#[allow(clippy::print_stdout)]
+fn print_summary(s: &IndexSummary) {
+    let kinds: Vec<String> = error_kinds(&s.errors)
+        .into_iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect();
+    let secs = s.wall.as_secs_f64();
+    println!(
+        "memweave index: done in {secs:.1}s, committed epoch {}",
+        s.epoch
+    );
+    println!("  source      {} ({} {})", s.source, s.files, s.input_unit);
+    println!("  tables      {}", s.tables);
+    println!(
+        "  documents   {} ({} new or changed, {} unchanged, {} deleted)",
+        s.documents,
+        s.changed,
+        s.documents - s.changed,
+        s.deleted
+    );
+    println!("  tokens      {}", s.tokens);
+    println!("  segments    {}", s.segments);
+    for (tree, shape) in &s.trees {
+        println!(
+            "  tree nodes  {} in {tree} ({} roots, depth {})",
+            shape.nodes, shape.roots, shape.depth
+        );
+    }
+    println!("  pages       {} (each with a gist)", s.pages);
+    println!("  entities    {}", s.entities);
+    println!("  relations   {}", s.relations);
+    println!(
+        "  embeddings  {} ({}, {} dimensions)",
+        s.embeddings, s.embedder.0, s.embedder.1
+    );
+    if s.errors.is_empty() {
+        println!("  errors      0");
+    } else {
+        println!(
+            "  errors      {} ({}); see the errors table",
+            s.errors.len(),
+            kinds.join(", ")
+        );
+    }
+    print_model(&s.backend, &s.cache, s.pool.as_ref());
+    if s.cache.refused > 0 {
+        println!(
+            "  stopped     the model-token budget (--max-model-tokens) is spent: {} tokens in {} calls; {} calls were not made, and what needed them is in the errors table (llm_over_budget). Run again with a larger budget to go on: replies already made come from the call cache.",
+            s.cache.tokens, s.cache.calls, s.cache.refused
+        );
+    }
+    println!(
+        "  time        read {:.1}s, build {:.1}s, write {:.1}s",
+        s.stages.read.as_secs_f64(),
+        s.stages.build.as_secs_f64(),
+        s.stages.write.as_secs_f64()
+    );
+    println!(
+        "  written     {} rows, staged while the dataflow built",
+        s.rows_written
+    );
+    println!(
+        "  throughput  {:.1} documents/s",
+        s.documents as f64 / secs.max(1e-3)
+    );
+}
+
+#[allow(clippy::print_stdout)]
+fn print_compute_summary(s: &ComputeSummary) {
+    println!(
+        "memweave index: process {} of {} stopped after {:.1}s ({} rounds seen end); process 0 read the source and committed the tables",
+        s.process,
+        s.processes,
+        s.wall.as_secs_f64(),
+        s.rounds
+    );
+    print_model(&s.backend, &s.cache, s.pool.as_ref());
+}
+
+/// The model's lines of a summary: calls, cache hits, and the pool's counters.
+#[allow(clippy::print_stdout)]
+fn print_model(backend: &str, cache: &CacheReport, pool: Option<&PoolReport>) {
+    println!(
+        "  model       {backend}: {} calls ({} tokens in and out), {} answered from the cache",
+        cache.calls, cache.tokens, cache.hits
+    );
+    if let Some(pool) = pool {
+        println!(
+            "  pool        {} requests ({} retried: {} rate-limited, {} server errors, {} timeouts, {} malformed; {} cut off by the output budget and asked again), {} tokens in, {} out, peak {} in flight",
+            pool.requests,
+            pool.requests.saturating_sub(pool.succeeded),
+            pool.rate_limited,
+            pool.server_errors,
+            pool.timeouts,
+            pool.malformed,
+            pool.truncated,
+            pool.tokens_in,
+            pool.tokens_out,
+            pool.peak_in_flight
+        );
+    }
+}
