@@ -241,7 +241,9 @@ mod tests {
             "bge",
         ]);
         let (llm, embed) = pooled.model.config().unwrap();
-        let pool = llm.pool().expect("a pool");
+        let LlmBackend::OpenAi(pool) = &llm.backend else {
+            panic!("an OpenAI-compatible pool");
+        };
         assert_eq!(
             (pool.model.as_str(), pool.timeout),
             ("qwen", Duration::from_millis(2500))

@@ -88,14 +88,6 @@ impl LlmConfig {
         }
     }
 
-    /// The pool's configuration, for a remote backend.
-    pub fn pool(&self) -> Option<&PoolConfig> {
-        match &self.backend {
-            LlmBackend::OpenAi(pool) => Some(pool),
-            LlmBackend::Extractive => None,
-        }
-    }
-
     /// The model, answering through `cache`.
     pub fn model(&self, cache: Arc<CallCache>) -> Result<TaskModel, ConfigError> {
         let prompts = match &self.prompts {

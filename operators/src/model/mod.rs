@@ -329,7 +329,6 @@ pub struct FactSummary {
 pub struct PageView<'a> {
     pub number: u32,
     pub text: &'a str,
-    pub expanded: bool,
 }
 
 /// The steps of the four methods that need a model. Every step is one prompt of

@@ -147,13 +147,13 @@ impl Navigation<'_> {
 fn memory<'a>(pages: &'a [PageRow], expanded: &[u32]) -> Vec<PageView<'a>> {
     pages
         .iter()
-        .map(|p| {
-            let expanded = expanded.contains(&p.ordinal);
-            PageView {
-                number: p.ordinal,
-                text: if expanded { &p.text } else { &p.gist },
-                expanded,
-            }
+        .map(|p| PageView {
+            number: p.ordinal,
+            text: if expanded.contains(&p.ordinal) {
+                &p.text
+            } else {
+                &p.gist
+            },
         })
         .collect()
 }
