@@ -229,18 +229,15 @@ fn main() -> ExitCode {
             format,
             output,
             storage,
-        } => analytics_runtime().and_then(|runtime| {
-            runtime.block_on(async {
-                let catalog = open_catalog(&tables, storage.into_map(), version).await?;
-                let frame = sql::plan(&catalog, &query).await.map_err(sql_error)?;
-                let rows = sql::write(frame, format, output.as_deref())
-                    .await
-                    .map_err(sql_error)?;
-                if let Some(output) = &output {
-                    tracing::info!(rows, file = %output.display(), "wrote the query's rows");
-                }
-                Ok(())
-            })
+        } => with_catalog(&tables, storage, version, |catalog| async move {
+            let frame = sql::plan(&catalog, &query).await.map_err(sql_error)?;
+            let rows = sql::write(frame, format, output.as_deref())
+                .await
+                .map_err(sql_error)?;
+            if let Some(output) = &output {
+                tracing::info!(rows, file = %output.display(), "wrote the query's rows");
+            }
+            Ok(())
         }),
         Command::Export {
             tables,
@@ -250,18 +247,15 @@ fn main() -> ExitCode {
             s3_endpoint,
             to_options,
             storage,
-        } => analytics_runtime().and_then(|runtime| {
-            runtime.block_on(async {
-                let catalog = open_catalog(&tables, storage.into_map(), version).await?;
-                let options = SourceOptions {
-                    s3_endpoint,
-                    options: to_options,
-                };
-                let (store, prefix) = object_store_at("--to", &to, &options, true)?;
-                let summary = export::export(&catalog, store, prefix, &to).await?;
-                print_export(&summary);
-                Ok(())
-            })
+        } => with_catalog(&tables, storage, version, |catalog| async move {
+            let options = SourceOptions {
+                s3_endpoint,
+                options: to_options,
+            };
+            let (store, prefix) = object_store_at("--to", &to, &options, true)?;
+            let summary = export::export(&catalog, store, prefix, &to).await?;
+            print_export(&summary);
+            Ok(())
         }),
         Command::Report {
             tables,
@@ -269,17 +263,14 @@ fn main() -> ExitCode {
             json,
             html,
             storage,
-        } => analytics_runtime().and_then(|runtime| {
-            runtime.block_on(async {
-                let catalog = open_catalog(&tables, storage.into_map(), version).await?;
-                let report = report::report(&catalog).await?;
-                if let Some(file) = &html {
-                    std::fs::write(file, html::html(&report))
-                        .map_err(|e| UsageError(format!("--html {}: {e}", file.display())))?;
-                    tracing::info!(file = %file.display(), "wrote the HTML report");
-                }
-                print_report(&report, json)
-            })
+        } => with_catalog(&tables, storage, version, |catalog| async move {
+            let report = report::report(&catalog).await?;
+            if let Some(file) = &html {
+                std::fs::write(file, html::html(&report))
+                    .map_err(|e| UsageError(format!("--html {}: {e}", file.display())))?;
+                tracing::info!(file = %file.display(), "wrote the HTML report");
+            }
+            print_report(&report, json)
         }),
         Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
             .map_err(|e| anyhow::Error::new(UsageError(format!("{}: {e}", dir.display()))))
@@ -355,23 +346,31 @@ fn sql_error(error: SqlError) -> anyhow::Error {
     }
 }
 
-fn analytics_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
-}
-
-async fn open_catalog(
+/// Runs `work` (sql, export, report) on a runtime of its own, over the catalog
+/// of the tables at `tables` as the newest checkpoint, or `version`, left them.
+fn with_catalog<Work, Done>(
     tables: &str,
-    storage_options: HashMap<String, String>,
+    storage: StorageArgs,
     version: Option<u64>,
-) -> anyhow::Result<Catalog> {
-    let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
-    Catalog::open(store, version).await.map_err(|e| match e {
-        usage @ (CatalogError::NoCheckpoint { .. } | CatalogError::NoSuchEpoch { .. }) => {
-            UsageError(usage.to_string()).into()
-        }
-        failure => failure.into(),
+    work: Work,
+) -> anyhow::Result<()>
+where
+    Work: FnOnce(Catalog) -> Done,
+    Done: Future<Output = anyhow::Result<()>>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let store =
+            TableStore::new(tables, storage.into_map()).map_err(|e| UsageError(e.to_string()))?;
+        let catalog = Catalog::open(store, version).await.map_err(|e| match e {
+            usage @ (CatalogError::NoCheckpoint { .. } | CatalogError::NoSuchEpoch { .. }) => {
+                anyhow::Error::from(UsageError(usage.to_string()))
+            }
+            failure => failure.into(),
+        })?;
+        work(catalog).await
     })
 }
 
