@@ -187,7 +187,7 @@ impl IndexArgs {
     /// The run's options, once the cluster and the model flags are checked.
     fn options(self, interactive: bool) -> anyhow::Result<IndexOptions> {
         let cluster = self.cluster.resolve()?;
-        let (llm, embed) = self.model.config().map_err(|e| crate::usage(&e))?;
+        let (llm, embed) = self.model.config().map_err(UsageError::of)?;
         Ok(IndexOptions {
             source: self.source,
             source_options: SourceOptions {

@@ -12,7 +12,7 @@ use memweave_analytics::catalog::{Catalog, CatalogError};
 use memweave_analytics::export::{self, ExportSummary};
 use memweave_analytics::sql::{self, Format as SqlFormat, SqlError};
 use memweave_analytics::{html, report};
-use memweave_llm::{CallCache, ConfigError, ModelArgs};
+use memweave_llm::{CallCache, ModelArgs};
 use memweave_pipeline::source::{SourceOptions, object_store_at};
 use memweave_pipeline::{IndexError, UsageError};
 use memweave_process::{LogFormat, StorageArgs, init_logging, parse_key_value};
@@ -304,7 +304,7 @@ fn main() -> ExitCode {
                 },
             });
             request
-                .map_err(|e: RequestError| UsageError(e.to_string()).into())
+                .map_err(|e: RequestError| UsageError::of(e).into())
                 .and_then(|request| ask(&request, &tables, json, storage.into_map(), &model))
         }
     };
@@ -332,15 +332,10 @@ enum ExportFormat {
     Parquet,
 }
 
-/// Flags that do not make a model or an embedder (exit code 2).
-fn usage(error: &ConfigError) -> anyhow::Error {
-    UsageError(error.to_string()).into()
-}
-
 /// A mistake in the query is the asker's (exit code 2).
 fn sql_error(error: SqlError) -> anyhow::Error {
     if error.is_usage() {
-        UsageError(error.to_string()).into()
+        UsageError::of(error).into()
     } else {
         error.into()
     }
@@ -362,11 +357,10 @@ where
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let store =
-            TableStore::new(tables, storage.into_map()).map_err(|e| UsageError(e.to_string()))?;
+        let store = TableStore::new(tables, storage.into_map()).map_err(UsageError::of)?;
         let catalog = Catalog::open(store, version).await.map_err(|e| match e {
             usage @ (CatalogError::NoCheckpoint { .. } | CatalogError::NoSuchEpoch { .. }) => {
-                anyhow::Error::from(UsageError(usage.to_string()))
+                anyhow::Error::from(UsageError::of(usage))
             }
             failure => failure.into(),
         })?;
@@ -408,23 +402,23 @@ fn ask(
         )
         .into());
     }
-    let (llm, embed) = flags.config().map_err(|e| usage(&e))?;
+    let (llm, embed) = flags.config().map_err(UsageError::of)?;
     // Calls are cached for this question only: asking writes nothing to the tables.
-    let model = llm.model(CallCache::in_memory()).map_err(|e| usage(&e))?;
-    let store = TableStore::new(tables, storage_options).map_err(|e| UsageError(e.to_string()))?;
+    let model = llm.model(CallCache::in_memory()).map_err(UsageError::of)?;
+    let store = TableStore::new(tables, storage_options).map_err(UsageError::of)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let embedder = runtime
         .block_on(embed.embedder(CallCache::in_memory()))
-        .map_err(|e| usage(&e))?;
+        .map_err(UsageError::of)?;
     let snapshot = runtime
         .block_on(Snapshot::load_latest(
             &store,
             Arc::new(ReadCache::new(ASK_CACHE_MIB)),
         ))
         .map_err(|e| match e {
-            older @ StoreError::OlderMemory { .. } => UsageError(older.to_string()).into(),
+            older @ StoreError::OlderMemory { .. } => UsageError::of(older).into(),
             other => anyhow::Error::from(other),
         })?
         .ok_or_else(|| {
@@ -434,7 +428,7 @@ fn ask(
         })?;
     runtime
         .block_on(snapshot.validate(request))?
-        .map_err(|e| UsageError(e.to_string()))?;
+        .map_err(UsageError::of)?;
     let models = Models {
         model: &model,
         embedder: &*embedder,

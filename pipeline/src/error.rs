@@ -15,6 +15,13 @@ use rdkafka::error::KafkaError;
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+impl UsageError {
+    /// `error` as the user's mistake: its message, whatever its type.
+    pub fn of(error: impl std::fmt::Display) -> Self {
+        UsageError(error.to_string())
+    }
+}
+
 /// Why an indexing run (or a cluster process's share of one) stopped. A
 /// variant that names what was being done keeps the failure under it as its
 /// source, so `{:#}` prints the whole chain.

@@ -41,15 +41,10 @@ impl Engine {
     /// Opens the store and the call cache, the model and the embedder, and
     /// starts this process's workers (which, in a cluster, wait for the others).
     pub(super) fn start(options: &IndexOptions) -> Result<Engine, IndexError> {
-        options
-            .build
-            .validate()
-            .map_err(|e| UsageError(e.to_string()))?;
+        options.build.validate().map_err(UsageError::of)?;
         let store = TableStore::new(&options.tables, options.storage_options.clone())
-            .map_err(|e| UsageError(e.to_string()))?;
-        store
-            .check_writable()
-            .map_err(|e| UsageError(e.to_string()))?;
+            .map_err(UsageError::of)?;
+        store.check_writable().map_err(UsageError::of)?;
         // Model calls (and, for the extractive backend, the work itself) run here.
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.workers.max(2))
@@ -67,13 +62,13 @@ impl Engine {
         let task_model = options
             .llm
             .model(Arc::clone(&cache))
-            .map_err(|e| UsageError(e.to_string()))?;
+            .map_err(UsageError::of)?;
         let pool = task_model.pool().cloned();
         let backend = task_model.backend().to_string();
         let model: Arc<dyn MemoryModel> = Arc::new(task_model);
         let embedder = runtime
             .block_on(options.embed.embedder(Arc::clone(&cache)))
-            .map_err(|e| UsageError(e.to_string()))?;
+            .map_err(UsageError::of)?;
         // A cluster's process 0 must close the dataflow the others compute in,
         // so it stops through its main thread rather than exiting from here.
         let exit = options.cluster.processes() == 1 || options.cluster.process != 0;

@@ -612,9 +612,7 @@ async fn previous_tables(store: &TableStore) -> Result<Option<Previous>, IndexEr
     };
     // An older memory's tables lack the columns rows are staged with now:
     // refuse before touching them.
-    store
-        .check_current(&checkpoint)
-        .map_err(|e| UsageError(e.to_string()))?;
+    store.check_current(&checkpoint).map_err(UsageError::of)?;
     let rolled_back = store.roll_back_to(&checkpoint).await?;
     if !rolled_back.is_empty() {
         let names: Vec<&str> = rolled_back.iter().map(|t| t.name()).collect();
