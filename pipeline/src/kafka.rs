@@ -28,7 +28,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::index::{
-    Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Update, Updates,
+    Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Update, Updates,
 };
 use crate::positions::Positions;
 use crate::source::Source;
@@ -135,11 +135,9 @@ struct KafkaRounds<'o> {
     ends: BTreeMap<i32, i64>,
     /// Workers that take input.
     peers: usize,
-    /// The next round's updates.
+    /// The next round's updates: a process's first round over a checkpoint
+    /// of this topic starts with what the checkpoint holds.
     updates: Updates,
-    /// What the last checkpoint of this topic holds, for the process's first
-    /// round.
-    carried: Carried,
     /// Messages the round in progress consumed.
     consumed: usize,
     rounds: usize,
@@ -205,12 +203,13 @@ impl<'o> KafkaRounds<'o> {
             }
         }
         let peers = indexer.feeds();
-        let carried = match previous {
-            Some(_) => indexer.carried_stream(|position| {
+        let updates = if previous.is_some() {
+            indexer.carried_stream(|position| {
                 let partition = position.rsplit('/').nth(1).and_then(|p| p.parse().ok());
                 peer_of(partition.unwrap_or(0), peers)
-            }),
-            None => Carried::new(),
+            })
+        } else {
+            Updates::new()
         };
         Ok(KafkaRounds {
             url,
@@ -220,8 +219,7 @@ impl<'o> KafkaRounds<'o> {
             next,
             ends,
             peers,
-            updates: Updates::new(),
-            carried,
+            updates,
             consumed: 0,
             rounds: 0,
         })
@@ -272,7 +270,6 @@ impl RoundSource for KafkaRounds<'_> {
             if self.consumed > 0 || self.rounds == 0 {
                 return Ok(Some(RoundInput {
                     updates: std::mem::take(&mut self.updates),
-                    carried: std::mem::take(&mut self.carried),
                     positions: Positions::Kafka {
                         source: self.url.name(),
                         offsets: self.next.clone(),

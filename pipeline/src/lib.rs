@@ -13,7 +13,6 @@ mod positions;
 pub mod progress;
 pub mod source;
 mod spill;
-mod state;
 mod workers;
 mod write;
 

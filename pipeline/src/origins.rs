@@ -14,9 +14,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use memweave_operators::build::Document;
 use memweave_schemas::{DocumentRow, ErrorRow};
 
-/// The `errors` kind of a claim that lost its document id.
-pub const DUPLICATE_ID: &str = "duplicate_id";
-
 /// One version of one document, as held: everything but its text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Record {
@@ -192,7 +189,7 @@ fn duplicate_error(loser: &Record, winner_uri: &str) -> ErrorRow {
         "ingest",
         &loser.source_uri,
         Some(loser.doc_id.clone()),
-        DUPLICATE_ID,
+        "duplicate_id",
         &format!("document id already taken by {winner_uri}; this copy was not indexed"),
     )
 }
