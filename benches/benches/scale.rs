@@ -24,8 +24,11 @@
 //! smallest. SCALE_TWO=SIZE (default 10M) also builds that size with two
 //! processes of one worker each (timely's cluster mode over loopback) against
 //! one process of two workers. SCALE_RESTART=SIZE (default: the largest size)
-//! then changes 0.1% of that archive's documents and runs a new process over
-//! its tables: wall to commit and peak RSS.
+//! then runs new processes over that archive's tables, each to its commit:
+//! one with nothing changed, one after 0.1% of the documents changed, and two
+//! processes of one worker after the same documents changed back (a memory
+//! built by one process continued by two): wall, peak RSS, rows written, and
+//! bytes of the documents' states restored per character of text.
 //!
 //! Run: `cargo build --release -p memweave-cli && cargo bench --workspace
 //! --bench scale`. SCALE_BIN=PATH measures another build of `memweave` (the
@@ -175,17 +178,49 @@ fn main() {
     {
         println!();
         let tables = work.join(format!("tables-generated-{size}"));
-        let changed = change_one_in_a_thousand(&model, &dir);
-        let run = index(&binary, &dir, &tables, &[]);
-        println!(
-            "restart over generated {size} with {changed} documents changed (0.1%): wall to commit {:.1} s, peak RSS {}, write {:.0}%",
-            run.wall.as_secs_f64(),
-            mib(run.peak_rss()),
-            run.write_share() * 100.0
+        let build = runs
+            .iter()
+            .find(|(n, _, _)| n == &format!("generated {size}"))
+            .map(|(_, _, r)| r);
+        if let Some(build) = build {
+            println!(
+                "generated {size} from scratch: wall {:.1} s, peak RSS {}, {} rows written",
+                build.wall.as_secs_f64(),
+                mib(build.peak_rss()),
+                build.written()
+            );
+        }
+        let unchanged = index(&binary, &dir, &tables, &[]);
+        print_restart(
+            &format!("restart over generated {size}, nothing changed"),
+            &unchanged,
         );
-        // Put the archive back, so the next run of the bench builds the same one.
+        let changed = change_one_in_a_thousand(&model, &dir);
+        let edited = index(&binary, &dir, &tables, &[]);
+        print_restart(
+            &format!("restart over generated {size}, {changed} documents changed (0.1%)"),
+            &edited,
+        );
+        // Put the archive back, so the next run of the bench builds the same
+        // one: the same documents change again, now under two processes.
         generate_again(&model, &dir);
+        let rescaled = cluster(&binary, &dir, &tables, &work);
+        print_restart(
+            &format!("1 -> 2 processes over generated {size}, {changed} documents changed back"),
+            &rescaled,
+        );
     }
+}
+
+fn print_restart(what: &str, run: &Run) {
+    println!(
+        "{what}: wall to commit {:.1} s, peak RSS {}, {} rows written, write {:.0}%, states restored {:.3} bytes per character of text",
+        run.wall.as_secs_f64(),
+        mib(run.peak_rss()),
+        run.written(),
+        run.write_share() * 100.0,
+        run.summary.get("restored per char").copied().unwrap_or(0.0)
+    );
 }
 
 fn archive_named(archives: &[(String, PathBuf)], name: &str) -> Option<PathBuf> {
@@ -213,6 +248,11 @@ impl Run {
 
     fn peak_anon(&self) -> u64 {
         self.peaks.iter().map(|p| p.anon).max().unwrap_or(0)
+    }
+
+    /// Rows the run wrote, all tables together.
+    fn written(&self) -> u64 {
+        self.summary.get("written").copied().unwrap_or(0.0) as u64
     }
 
     fn write_share(&self) -> f64 {
@@ -376,12 +416,19 @@ fn parse_summary(output: &str) -> HashMap<String, f64> {
             "entities",
             "relations",
             "embeddings",
+            "written",
         ] {
             if let Some(rest) = line.strip_prefix(name)
                 && let Some(n) = first_number(rest)
             {
                 numbers.insert(name.to_string(), n);
             }
+        }
+        // "restored 1.2 MB of the documents' states (0.05 bytes per character ...".
+        if let Some(rest) = line.strip_prefix("restored")
+            && let Some(per_char) = rest.split_once('(').and_then(|(_, r)| first_number(r))
+        {
+            numbers.insert("restored per char".to_string(), per_char);
         }
         if let Some(rest) = line.strip_prefix("tree nodes")
             && let Some(n) = first_number(rest)

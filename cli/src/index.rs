@@ -304,6 +304,13 @@ fn print_summary(s: &IndexSummary) {
         "  written     {} rows, staged while the dataflow built",
         s.rows_written
     );
+    if s.restored_bytes > 0 {
+        println!(
+            "  restored    {:.1} MB of the documents' states ({:.2} bytes per character of text): the unchanged documents were not built again",
+            s.restored_bytes as f64 / 1e6,
+            s.restored_bytes as f64 / s.chars.max(1) as f64
+        );
+    }
     println!(
         "  throughput  {:.1} documents/s",
         s.documents as f64 / secs.max(1e-3)

@@ -25,7 +25,7 @@ use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
 use memweave_operators::tokens::count_tokens;
 use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{
-    DocumentRow, EmbeddingRow, EntityRow, ErrorRow, MemoryRow, RelationRow, TREE_MEMWALKER,
+    DocStateRow, DocumentRow, EmbeddingRow, EntityRow, ErrorRow, MemoryRow, RelationRow,
     TreeNodeRow, hash128,
 };
 use timely::container::CapacityContainerBuilder;
@@ -33,12 +33,14 @@ use timely::dataflow::Stream;
 use timely::dataflow::channels::pact::{Exchange as ExchangePact, Pipeline};
 use timely::dataflow::operators::generic::operator::Operator;
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
+use timely::dataflow::operators::vec::Filter;
 use timely::dataflow::operators::{Capability, Exchange, Inspect, Probe};
 
 use crate::async_map::{InFlight, map_async};
 use crate::error::StagingError;
 use crate::progress::StageProgress;
 use crate::spill::{Spill, SpillKey, SpilledGroup};
+use crate::state::{self, DocState};
 use crate::write::{Batch, RoundWriter, StagedPart};
 use timely::worker::Worker;
 
@@ -55,8 +57,29 @@ enum GraphRow {
     Error(ErrorRow),
 }
 
-/// A document as the input collection holds it, with the time it was first seen.
-pub type DocumentInput = InputSession<u64, (Document, i64), isize>;
+/// What the input collection holds: documents, each with the time it was
+/// first seen, and (at a restore time only) the states a new process restores.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum Fed {
+    Document(Document, i64),
+    Restored(DocStateRow),
+}
+
+pub type DocumentInput = InputSession<u64, Fed, isize>;
+
+/// What building a document gives: its memory's rows, and its state. (Nearly
+/// every value is a row: boxing them to even the variants would allocate once
+/// per row.)
+#[allow(clippy::large_enum_variant)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum Built {
+    Row(BuiltRow),
+    State(DocStateRow),
+}
 
 /// The dataflow's handles: its input; probes that tell when an input epoch
 /// has been fully processed per document (`documents`) and when a round's
@@ -78,20 +101,52 @@ impl std::fmt::Debug for Handles {
     }
 }
 
-/// Bits of a timestamp that number the input epochs within one round.
+/// Bits of a timestamp that number the input epochs within one phase of a
+/// round.
 const EPOCH_BITS: u32 = 32;
+/// The bit above them: set in a round's changes, clear in its restore.
+const CHANGES: u64 = 1 << EPOCH_BITS;
 
-/// The time of input epoch `epoch` of round `round`. A round is one batch of
-/// changes committed together (a bulk build, one `--watch` poll, one batch of
-/// Kafka messages); its epochs pace the per-document stages.
-pub fn round_time(round: u64, epoch: u64) -> u64 {
-    (round << EPOCH_BITS) | epoch
+/// The first time of round `round`: its restore's first epoch. A round is one
+/// batch of changes committed together (a bulk build, one `--watch` poll, one
+/// batch of Kafka messages).
+pub fn round_start(round: u64) -> u64 {
+    round << (EPOCH_BITS + 1)
 }
 
-/// The last time of the round `time` belongs to: where the cross-document
-/// stages see it.
-fn round_end(time: &u64) -> u64 {
-    time | ((1 << EPOCH_BITS) - 1)
+/// The time of input epoch `epoch` of round `round`'s changes; the epochs
+/// pace the per-document stages.
+pub fn round_time(round: u64, epoch: u64) -> u64 {
+    round_start(round) | CHANGES | epoch
+}
+
+/// The time of epoch `epoch` of round `round`'s restore: a new process feeds
+/// the documents' states there, before the round's changes, so that the
+/// cross-document stages hold what the last process held. What the restore
+/// makes is what the tables hold already: it is not written.
+pub fn restore_time(round: u64, epoch: u64) -> u64 {
+    round_start(round) | epoch
+}
+
+fn is_restore(time: &u64) -> bool {
+    time & CHANGES == 0
+}
+
+/// The last time of the phase (restore or changes) of the round `time`
+/// belongs to: where the cross-document stages see it.
+fn phase_end(time: &u64) -> u64 {
+    time | (CHANGES - 1)
+}
+
+/// `collection` without its updates at restore times: a stage that only
+/// makes rows (a merge, a corpus tree) has nothing to do there.
+fn changes_only<'scope, D: Data>(
+    collection: VecCollection<'scope, u64, D, isize>,
+) -> VecCollection<'scope, u64, D, isize> {
+    collection
+        .inner
+        .filter(|(_, time, _)| !is_restore(time))
+        .as_collection()
 }
 
 /// Builds the indexing dataflow in `worker`; returns its handles. The stages
@@ -113,23 +168,35 @@ pub fn build(
     let staged = Rc::new(RefCell::new(Vec::new()));
     let probe = ProbeHandle::new();
     let settled = ProbeHandle::new();
-    let at = round_end;
+    let at = phase_end;
+    let made_by = state::fingerprint(&config, model.as_ref(), embedder.as_ref());
     // Each worker's spill of the texts its cross-document stages read back.
     let spill = Arc::new(
         Spill::new()
             .unwrap_or_else(|error| panic!("creating the spill file under TMPDIR: {error}")),
     );
     let input = worker.dataflow::<u64, _, _>(|scope| {
-        let (input, raw) = scope.new_collection::<(Document, i64), isize>();
+        let (input, fed) = scope.new_collection::<Fed, isize>();
 
         // Input carries one version per document id (the main thread settles
         // claims); documents spread over every worker of every process by id.
         // No stage arranges them: a text lives in the dataflow only while its
         // memory is built.
-        let documents = raw
+        let documents = fed
+            .clone()
+            .flat_map(|fed| match fed {
+                Fed::Document(doc, seen) => Some((doc, seen)),
+                Fed::Restored(_) => None,
+            })
             .inner
             .exchange(|((doc, _), _, _)| doc.doc_id.hashed())
             .as_collection();
+        // A restored state stands for the rows its document's build gave the
+        // cross-document stages.
+        let restored = fed.flat_map(|fed| match fed {
+            Fed::Restored(row) => restored_rows(&row),
+            Fed::Document(..) => Vec::new(),
+        });
 
         let document_rows = documents
             .clone()
@@ -142,7 +209,7 @@ pub fn build(
         let graph_model = Arc::clone(model);
         let doc_embedder = Arc::clone(embedder);
         let doc_model = Arc::clone(model);
-        let memory = map_async(
+        let built = map_async(
             docs,
             runtime.clone(),
             "BuildMemory",
@@ -151,9 +218,28 @@ pub fn build(
             move |doc: Document| {
                 let model = Arc::clone(&doc_model);
                 let embedder = Arc::clone(&doc_embedder);
-                async move { build_document(&doc, &config, model.as_ref(), embedder.as_ref()).await }
+                let made_by = made_by.clone();
+                async move {
+                    let rows =
+                        build_document(&doc, &config, model.as_ref(), embedder.as_ref()).await;
+                    let state = DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree);
+                    rows.into_iter()
+                        .map(Built::Row)
+                        .chain([Built::State(state)])
+                        .collect::<Vec<_>>()
+                }
             },
         );
+        let doc_states = built.clone().flat_map(|built| match built {
+            Built::State(state) => Some(state),
+            Built::Row(_) => None,
+        });
+        let memory = built
+            .flat_map(|built| match built {
+                Built::Row(row) => Some(row),
+                Built::State(_) => None,
+            })
+            .concat(restored);
         let segments = memory.clone().flat_map(|row| match row {
             BuiltRow::Segment(s) => Some(s),
             _ => None,
@@ -186,7 +272,7 @@ pub fn build(
             // Only the roots (and the RAPTOR roots' vectors) reach the corpus trees.
             let memwalker_roots = document_tree_nodes
                 .clone()
-                .filter(|n| n.parent_id.is_none() && n.tree == TREE_MEMWALKER)
+                .filter(state::is_memwalker_root)
                 .delay(at);
             let raptor_roots = memory
                 .clone()
@@ -246,6 +332,7 @@ pub fn build(
             .concat(document_tree_nodes.map(MemoryRow::TreeNode))
             .concat(doc_embeddings.map(MemoryRow::Embedding))
             .concat(build_errors.map(MemoryRow::Error))
+            .concat(doc_states.map(MemoryRow::DocState))
             .probe_with(&probe)
             .concat(entities.map(MemoryRow::Entity))
             .concat(relations.map(MemoryRow::Relation));
@@ -287,7 +374,8 @@ fn corpus_trees<'scope>(
     runtime: &tokio::runtime::Handle,
     stages: &Arc<StageProgress>,
 ) -> VecCollection<'scope, u64, MemoryRow, isize> {
-    let memwalker_roots = corpus_roots(memwalker_roots, spill, "MemWalkerCorpusRoots");
+    let memwalker_roots =
+        changes_only(corpus_roots(memwalker_roots, spill, "MemWalkerCorpusRoots"));
     let (memwalker_model, memwalker_spill) = (Arc::clone(model), Arc::clone(spill));
     let memwalker = map_async(
         memwalker_roots,
@@ -313,7 +401,7 @@ fn corpus_trees<'scope>(
             }
         },
     );
-    let raptor_roots = corpus_roots(raptor_roots, spill, "RaptorCorpusRoots");
+    let raptor_roots = changes_only(corpus_roots(raptor_roots, spill, "RaptorCorpusRoots"));
     let (raptor_model, raptor_embedder) = (Arc::clone(model), Arc::clone(embedder));
     let raptor_spill = Arc::clone(spill);
     let raptor = map_async(
@@ -551,7 +639,7 @@ fn graph_stages<'scope>(
     .map(|(_name, pair)| pair);
     let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
     let relations = map_async(
-        pairs,
+        changes_only(pairs),
         runtime.clone(),
         "MergeRelations",
         stages,
@@ -835,7 +923,10 @@ fn write_rows<'scope>(
                     let mut full = Vec::new();
                     input.for_each(|capability, updates| {
                         for (row, time, diff) in updates.drain(..) {
-                            let end = round_end(&time);
+                            if is_restore(&time) {
+                                continue;
+                            }
+                            let end = phase_end(&time);
                             let round = rounds.entry(end).or_insert_with(|| PendingRound {
                                 capability: capability.delayed(&end, output.output_index()),
                                 rows: Batch::new(),
@@ -899,6 +990,18 @@ struct PendingRound {
     capability: Capability<u64>,
     rows: Batch,
     writing: usize,
+}
+
+/// The rows a document's build gave the cross-document stages, as its state
+/// row keeps them.
+fn restored_rows(row: &DocStateRow) -> Vec<BuiltRow> {
+    let state = DocState::of_row(row).unwrap_or_else(|e| {
+        panic!(
+            "document {}: its doc_states row does not read: {e}",
+            row.doc_id
+        )
+    });
+    state.into_built_rows()
 }
 
 fn document_row(doc: &Document, seen: i64) -> DocumentRow {
@@ -1001,10 +1104,10 @@ mod tests {
             for (round, changes) in rounds.iter().enumerate() {
                 handle.block_on(writer.prepare()).expect("tables");
                 input.advance_to(round_time(round as u64, 0));
-                for (record, diff) in changes {
-                    input.update(record.clone(), *diff);
+                for ((doc, seen), diff) in changes {
+                    input.update(Fed::Document(doc.clone(), *seen), *diff);
                 }
-                input.advance_to(round_time(round as u64 + 1, 0));
+                input.advance_to(round_start(round as u64 + 1));
                 input.flush();
                 while documents.less_than(input.time()) || everything.less_than(input.time()) {
                     worker.step_or_park(Some(std::time::Duration::from_millis(5)));

@@ -6,6 +6,7 @@ use std::error::Error as _;
 use std::fmt::Write as _;
 
 use memweave_llm::cache::CacheError;
+use memweave_schemas::Table;
 use memweave_schemas::store::StoreError;
 use rdkafka::error::KafkaError;
 
@@ -42,8 +43,8 @@ pub enum IndexError {
     },
     #[error("the tables may be from an older memweave; index into a new --out to rebuild them")]
     OlderTables(#[source] Box<IndexError>),
-    #[error("the documents table's columns are not memweave's: {schema}")]
-    ForeignDocuments { schema: String },
+    #[error("the {table} table's columns are not memweave's: {schema}")]
+    ForeignTable { table: Table, schema: String },
     #[error("reading the call cache under {root}")]
     CallCache {
         root: String,

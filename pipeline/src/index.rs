@@ -125,6 +125,12 @@ pub struct IndexSummary {
     pub stages: Stages,
     /// Rows the round wrote, all tables together.
     pub rows_written: u64,
+    /// Bytes of the documents' states this process restored its dataflow
+    /// from in this round (its first with changes), instead of rebuilding
+    /// the unchanged documents.
+    pub restored_bytes: u64,
+    /// Characters of the documents' texts, all documents together.
+    pub chars: u64,
     pub backend: String,
     pub cache: CacheReport,
     /// The pool's counters, with the openai backend.
@@ -159,8 +165,9 @@ pub(crate) enum Update {
     Ready(Fresh),
     /// A file to read when its epoch is fed.
     Read(SourceFile),
-    /// Its input as the last checkpoint left it, for a new process's first
-    /// round: texts are read from the `documents` table when fed.
+    /// Its input as the last checkpoint left it, fed again because the round
+    /// rebuilds every document (see [`Carried`]): texts are read from the
+    /// `documents` table when fed.
     Carried(Held),
     /// The origin is gone.
     Gone,
@@ -180,17 +187,28 @@ pub struct Fresh {
 /// Origins not named are unchanged.
 pub(crate) type Updates = BTreeMap<String, (usize, Update)>;
 
+/// Every origin as the last checkpoint left it, for a process's first round,
+/// each with the worker that would feed it; updates are what changed since.
+/// Where the checkpoint's documents' states can be restored, the round takes
+/// these as what the dataflow holds, and feeds only the updates; elsewhere
+/// (a memory's first build by this version, or by another configuration) it
+/// feeds them all, and its rows replace the tables'.
+pub(crate) type Carried = BTreeMap<String, (usize, Held)>;
+
 /// A document's known version: content hash, version number, first seen.
 type KnownVersion = (String, u64, i64);
 
 /// What the last checkpoint held, until the process's first round has used it:
 /// the documents (without their texts) and ingestion errors the source's
-/// unchanged files carry over.
+/// files or messages carry over.
 #[derive(Debug)]
 struct Previous {
     checkpoint: CheckpointRow,
     documents: Vec<Record>,
     ingest_errors: Vec<ErrorRow>,
+    /// Whether its documents' states were built as this process builds them:
+    /// then the first round restores them rather than rebuild every document.
+    restorable: bool,
 }
 
 /// An indexing process: the model, the running dataflow workers, and what the
@@ -208,6 +226,9 @@ pub struct Indexer {
     /// Errors of the listing itself (files skipped for their type).
     listing_errors: Vec<ErrorRow>,
     previous: Option<Previous>,
+    /// The checkpoint whose documents' states the dataflow is still to be
+    /// restored from: at the first round with changes.
+    restore_from: Option<CheckpointRow>,
     round: u64,
     versions: HashMap<String, KnownVersion>,
 }
@@ -226,6 +247,9 @@ impl std::fmt::Debug for Indexer {
 /// it), and for a listing of files, where their texts are read.
 pub(crate) struct RoundInput<'a> {
     pub updates: Updates,
+    /// Every origin as the last checkpoint left it: a process's first round
+    /// alone has any.
+    pub carried: Carried,
     pub positions: Positions,
     /// The listing's own errors (files skipped for their type), which replace
     /// the last listing's; `None` for a stream.

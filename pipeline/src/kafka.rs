@@ -28,7 +28,7 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::index::{
-    Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Update, Updates,
+    Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Update, Updates,
 };
 use crate::positions::Positions;
 use crate::source::Source;
@@ -135,9 +135,11 @@ struct KafkaRounds<'o> {
     ends: BTreeMap<i32, i64>,
     /// Workers that take input.
     peers: usize,
-    /// The next round's updates: a process's first round over a checkpoint
-    /// of this topic starts with what the checkpoint holds.
+    /// The next round's updates.
     updates: Updates,
+    /// What the last checkpoint of this topic holds, for the process's first
+    /// round.
+    carried: Carried,
     /// Messages the round in progress consumed.
     consumed: usize,
     rounds: usize,
@@ -203,13 +205,12 @@ impl<'o> KafkaRounds<'o> {
             }
         }
         let peers = indexer.feeds();
-        let updates = if previous.is_some() {
-            indexer.carried_stream(|position| {
+        let carried = match previous {
+            Some(_) => indexer.carried_stream(|position| {
                 let partition = position.rsplit('/').nth(1).and_then(|p| p.parse().ok());
                 peer_of(partition.unwrap_or(0), peers)
-            })
-        } else {
-            Updates::new()
+            }),
+            None => Carried::new(),
         };
         Ok(KafkaRounds {
             url,
@@ -219,7 +220,8 @@ impl<'o> KafkaRounds<'o> {
             next,
             ends,
             peers,
-            updates,
+            updates: Updates::new(),
+            carried,
             consumed: 0,
             rounds: 0,
         })
@@ -270,6 +272,7 @@ impl RoundSource for KafkaRounds<'_> {
             if self.consumed > 0 || self.rounds == 0 {
                 return Ok(Some(RoundInput {
                     updates: std::mem::take(&mut self.updates),
+                    carried: std::mem::take(&mut self.carried),
                     positions: Positions::Kafka {
                         source: self.url.name(),
                         offsets: self.next.clone(),

@@ -13,6 +13,7 @@ mod positions;
 pub mod progress;
 pub mod source;
 mod spill;
+mod state;
 mod workers;
 mod write;
 

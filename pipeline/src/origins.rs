@@ -14,6 +14,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use memweave_operators::build::Document;
 use memweave_schemas::{DocumentRow, ErrorRow};
 
+/// The `errors` kind of a claim that lost its document id.
+pub const DUPLICATE_ID: &str = "duplicate_id";
+
 /// One version of one document, as held: everything but its text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Record {
@@ -189,7 +192,7 @@ fn duplicate_error(loser: &Record, winner_uri: &str) -> ErrorRow {
         "ingest",
         &loser.source_uri,
         Some(loser.doc_id.clone()),
-        "duplicate_id",
+        DUPLICATE_ID,
         &format!("document id already taken by {winner_uri}; this copy was not indexed"),
     )
 }

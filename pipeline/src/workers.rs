@@ -12,14 +12,15 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use memweave_operators::build::{BuildConfig, Document};
+use memweave_operators::build::BuildConfig;
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
+use memweave_schemas::DocStateRow;
 use timely::worker::Worker;
 
 use crate::IndexError;
 use crate::cluster::Cluster;
-use crate::dataflow::{self, round_time};
+use crate::dataflow::{self, Fed, restore_time, round_start, round_time};
 use crate::progress::{Progress, StageProgress};
 use crate::write::{RoundWriter, StagedPart};
 
@@ -30,8 +31,8 @@ const EPOCHS_IN_FLIGHT: usize = 8;
 const PARK: Duration = Duration::from_millis(20);
 
 /// A change to the input collection: a document version (with the time it was
-/// first seen) inserted (+1) or retracted (-1).
-pub type InputChange = ((Document, i64), isize);
+/// first seen) inserted (+1) or retracted (-1), or a state restored (+1).
+pub type InputChange = (Fed, isize);
 
 enum ToWorker {
     /// Changes for one input epoch; `origins` files or messages hold them.
@@ -157,10 +158,28 @@ impl Workers {
             .map_err(|_| IndexError::WorkerStopped)
     }
 
+    /// Sends epoch `epoch` of `round`'s restore to `worker`: documents'
+    /// states, which go before every change of the round.
+    pub fn restore(
+        &mut self,
+        round: u64,
+        epoch: u64,
+        worker: usize,
+        states: Vec<DocStateRow>,
+    ) -> Result<(), IndexError> {
+        self.senders[worker]
+            .send(ToWorker::Changes {
+                time: restore_time(round, epoch),
+                origins: 0,
+                changes: states.into_iter().map(|s| (Fed::Restored(s), 1)).collect(),
+            })
+            .map_err(|_| IndexError::WorkerStopped)
+    }
+
     /// Seals `round` on every worker and returns what every worker of every
     /// process staged, once all of it is.
     pub fn finish_round(&mut self, round: u64) -> Result<Vec<StagedPart>, IndexError> {
-        let time = round_time(round + 1, 0);
+        let time = round_start(round + 1);
         for sender in &self.senders {
             sender
                 .send(ToWorker::Seal { time })
@@ -230,7 +249,10 @@ fn serve(
                 changes,
             }) => {
                 input.advance_to(time);
-                let inserted = changes.iter().filter(|(_, diff)| *diff > 0).count();
+                let inserted = changes
+                    .iter()
+                    .filter(|(fed, diff)| matches!(fed, Fed::Document(..)) && *diff > 0)
+                    .count();
                 for (record, diff) in changes {
                     input.update(record, diff);
                 }
@@ -283,7 +305,7 @@ fn compute(
     let mut round = 0;
     while worker.step_or_park(Some(PARK)) {
         // The first time no update of `round` can still arrive.
-        while !everything.less_than(&round_time(round + 1, 0)) && !everything.done() {
+        while !everything.less_than(&round_start(round + 1)) && !everything.done() {
             round += 1;
             if outbox.send(Ok(Vec::new())).is_err() {
                 return;

@@ -88,6 +88,20 @@ pub struct PageRow {
     pub gist: String,
 }
 
+/// What one document gives the stages that see many documents at once
+/// (entity resolution, relation merging, the corpus trees), kept so that a new
+/// process restores their state from the tables instead of rebuilding every
+/// document. Rows come and go with their document's version.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DocStateRow {
+    pub doc_id: String,
+    /// What built it (the build's sizes and memories, the model's kind, the
+    /// embedder, hashed): a memory continued with another is rebuilt.
+    pub build: String,
+    /// The pipeline's own encoding (JSON) of what the document gave those stages.
+    pub state: String,
+}
+
 /// ReadAgent's gist memory of one document: its pages' gists in page order,
 /// the text the method reads to choose pages, and the one ReadAgent's
 /// document choice is searched by.

@@ -1429,6 +1429,15 @@ mod tests {
         .await;
         round_trip(
             &store,
+            vec![DocStateRow {
+                doc_id: "d".into(),
+                build: "b1".into(),
+                state: r#"{"entities":[]}"#.into(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
             vec![LexiconRow {
                 entry: "gist_memories page".into(),
                 corpus: "gist_memories".into(),

@@ -161,6 +161,7 @@ tables! {
         Relations("relations", relation_id: RelationRow) as Relation in relations,
         Embeddings("embeddings", owner_id: EmbeddingRow) as Embedding in embeddings,
         Errors("errors", error_id: ErrorRow) as Error in errors,
+        DocStates("doc_states", doc_id: DocStateRow) as DocState in doc_states,
     }
     ledger {
         LlmCalls("llm_calls", call_key: LlmCallRow),
@@ -209,6 +210,7 @@ impl Table {
             ],
             Table::Embeddings => &[("owner_id", BTree), ("owner_kind", Bitmap)],
             Table::Errors => &[("error_id", BTree)],
+            Table::DocStates => &[("doc_id", BTree)],
             Table::LlmCalls => &[("call_key", BTree)],
             Table::Lexicon => &[("entry", BTree)],
             Table::CallStats | Table::Checkpoints => &[],
@@ -342,6 +344,7 @@ impl Table {
                 Field::new("tokens_in", DataType::UInt64, false),
                 Field::new("tokens_out", DataType::UInt64, false),
             ],
+            Table::DocStates => vec![utf8("doc_id"), utf8("build"), utf8("state")],
             Table::Errors => vec![
                 utf8("error_id"),
                 utf8("stage"),

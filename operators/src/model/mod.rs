@@ -201,17 +201,26 @@ pub enum StepError {
 }
 
 impl StepError {
+    /// The `errors.kind`s of the failures a later run may not meet (the pool
+    /// answers, the cache holds the reply, the budget is larger): a build
+    /// that met one is not final.
+    pub const TRANSIENT_KINDS: [&'static str; 3] = [UNAVAILABLE, CACHE_MISS, OVER_BUDGET];
+
     /// The `errors.kind` of this failure.
     pub fn kind(&self) -> &'static str {
         match self {
             StepError::Unparsable { .. } => "llm_unparsable",
             StepError::WrongReply { .. } => "llm_wrong_reply",
-            StepError::Unavailable { .. } => "llm_unavailable",
-            StepError::CacheMiss { .. } => "llm_cache_miss",
-            StepError::OverBudget { .. } => "llm_over_budget",
+            StepError::Unavailable { .. } => UNAVAILABLE,
+            StepError::CacheMiss { .. } => CACHE_MISS,
+            StepError::OverBudget { .. } => OVER_BUDGET,
         }
     }
 }
+
+const UNAVAILABLE: &str = "llm_unavailable";
+const CACHE_MISS: &str = "llm_cache_miss";
+const OVER_BUDGET: &str = "llm_over_budget";
 
 impl fmt::Display for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

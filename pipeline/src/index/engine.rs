@@ -14,6 +14,7 @@ use memweave_schemas::TableStore;
 use super::{INTERRUPT_PATIENCE, IndexOptions};
 use crate::metrics::IndexMetrics;
 use crate::progress::{Progress, StageProgress};
+use crate::state;
 use crate::workers::Workers;
 use crate::write::RoundWriter;
 use crate::{IndexError, UsageError};
@@ -30,6 +31,8 @@ pub(super) struct Engine {
     pub(super) embedder: Arc<dyn Embedder>,
     pub(super) pool: Option<Arc<PoolClient>>,
     pub(super) backend: String,
+    /// What this process's documents' states are built by ([`state::fingerprint`]).
+    pub(super) made_by: String,
     pub(super) progress: Arc<Mutex<Arc<Progress>>>,
     /// Each stage's work in the round, reported while any is pending.
     pub(super) stages: Arc<StageProgress>,
@@ -69,6 +72,7 @@ impl Engine {
         let embedder = runtime
             .block_on(options.embed.embedder(Arc::clone(&cache)))
             .map_err(UsageError::of)?;
+        let made_by = state::fingerprint(&options.build, model.as_ref(), embedder.as_ref());
         // A cluster's process 0 must close the dataflow the others compute in,
         // so it stops through its main thread rather than exiting from here.
         let exit = options.cluster.processes() == 1 || options.cluster.process != 0;
@@ -101,6 +105,7 @@ impl Engine {
             embedder,
             pool,
             backend,
+            made_by,
             progress,
             stages,
             writer,

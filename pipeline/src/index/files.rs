@@ -9,9 +9,11 @@ use futures::StreamExt;
 use memweave_operators::ingest::{self, IngestError, SourceFile};
 use memweave_schemas::{ErrorRow, now_micros};
 
-use super::{Fresh, IndexSummary, Indexer, Previous, RoundInput, RoundSource, Update, Updates};
+use super::{
+    Carried, Fresh, IndexSummary, Indexer, Previous, RoundInput, RoundSource, Update, Updates,
+};
 use crate::IndexError;
-use crate::origins::Held;
+use crate::origins::{DUPLICATE_ID, Held};
 use crate::positions::Positions;
 use crate::source::{ReadError, Source};
 
@@ -83,7 +85,7 @@ impl RoundSource for FileRounds<'_> {
         };
         self.files = discovery.files;
         self.versions = versions;
-        let updates = indexer.file_updates(&name, &self.files);
+        let (carried, updates) = indexer.file_updates(&name, &self.files);
         let reading = updates
             .values()
             .filter(|(_, u)| matches!(u, Update::Read(_)))
@@ -97,6 +99,7 @@ impl RoundSource for FileRounds<'_> {
         );
         Ok(Some(RoundInput {
             updates,
+            carried,
             positions: Positions::Files {
                 source: name,
                 files: self.files.len(),
@@ -127,38 +130,40 @@ impl Indexer {
         Ok(summary.expect("a listing makes one round"))
     }
 
-    /// What changed in `files` since the dataflow's last round: a process's
-    /// first round carries the checkpoint's unchanged files over from the
-    /// tables (later rounds hold them in the dataflow already); files held and
-    /// unchanged are not updates, files gone are. Keys are sharded across
-    /// workers by their place in the listing.
-    fn file_updates(&self, source: &str, files: &[SourceFile]) -> Updates {
-        let mut carried = match &self.previous {
-            Some(previous) => carried_over(previous, source, files),
-            None => HashMap::new(),
+    /// What changed in `files` since the dataflow's last round: for a
+    /// process's first round, every file of the checkpoint as it left them
+    /// (later rounds hold them in the dataflow already), and the files new,
+    /// changed or gone since. A file whose documents lost a shared id is read
+    /// again at a first round: the checkpoint keeps only the documents that
+    /// won theirs. Keys are sharded across workers by their place in the
+    /// listing.
+    fn file_updates(&self, source: &str, files: &[SourceFile]) -> (Carried, Updates) {
+        let carried = match &self.previous {
+            Some(previous) => carried_over(previous, source, files, self.feeds()),
+            None => Carried::new(),
         };
+        let held = |key: &str| carried.get(key).map(|(_, h)| h).or(self.origins.get(key));
         let unchanged = |file: &SourceFile| {
-            self.origins
-                .get(&file.key)
-                .is_some_and(|held| held.version.is_some() && held.version == file.version)
+            held(&file.key).is_some_and(|held| {
+                held.version.is_some()
+                    && held.version == file.version
+                    && !held.errors.iter().any(|e| e.kind == DUPLICATE_ID)
+            })
         };
         let mut updates = Updates::new();
         for (index, file) in files.iter().enumerate() {
-            let peer = index % self.feeds();
-            let update = match carried.remove(&file.key) {
-                Some(held) => Update::Carried(held),
-                None if unchanged(file) => continue,
-                None => Update::Read(file.clone()),
-            };
-            updates.insert(file.key.clone(), (peer, update));
+            if !unchanged(file) {
+                let peer = index % self.feeds();
+                updates.insert(file.key.clone(), (peer, Update::Read(file.clone())));
+            }
         }
         let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
-        for key in self.origins.keys() {
+        for key in self.origins.keys().chain(carried.keys()) {
             if !listed.contains(key.as_str()) {
                 updates.insert(key.clone(), (0, Update::Gone));
             }
         }
-        updates
+        (carried, updates)
     }
 }
 
@@ -219,57 +224,73 @@ fn stopped_within(indexer: &Indexer, every: Duration) -> bool {
     })
 }
 
-/// The inputs of the files whose version is the one the checkpoint recorded
-/// for this same source: their documents (without texts) and ingestion
-/// errors, so they need not be read again.
-fn carried_over(previous: &Previous, source: &str, files: &[SourceFile]) -> HashMap<String, Held> {
-    let Some(Positions::Files {
-        source: recorded,
-        versions,
-        ..
-    }) = Positions::parse(&previous.checkpoint.source_positions)
-    else {
-        return HashMap::new();
+/// Every file of the checkpoint as it left it: its documents (without texts)
+/// and ingestion errors, with the version the checkpoint recorded for it when
+/// it was of this same source (a file of another version, or of another
+/// source, is read again). Documents of a file no longer listed are carried
+/// under their own URI, so that the round finds that origin gone. Errors the
+/// listing itself caused (files of a skipped type) cite no listed file and
+/// are not carried.
+fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: usize) -> Carried {
+    let versions = match Positions::parse(&previous.checkpoint.source_positions) {
+        Some(Positions::Files {
+            source: recorded,
+            versions,
+            ..
+        }) if recorded == source => versions,
+        _ => BTreeMap::new(),
     };
-    if recorded != source {
-        return HashMap::new();
-    }
-    let by_uri: HashMap<&str, &SourceFile> = files
+    let by_uri: HashMap<&str, (usize, &SourceFile)> = files
         .iter()
-        .filter(|f| f.version.is_some() && versions.get(&f.key) == f.version.as_ref())
-        .map(|f| (f.uri.as_str(), f))
+        .enumerate()
+        .map(|(index, f)| (f.uri.as_str(), (index % feeds, f)))
         .collect();
-    let mut carried: HashMap<String, Held> = HashMap::new();
+    let mut carried = Carried::new();
     for d in &previous.documents {
-        if let Some(file) = file_of(&d.source_uri, &by_uri) {
-            carried_input(&mut carried, file).records.push(d.clone());
-        }
+        let (key, peer, version) = match file_of(&d.source_uri, &by_uri) {
+            Some((peer, file)) => (file.key.clone(), peer, versions.get(&file.key).cloned()),
+            None => (file_uri(&d.source_uri).to_string(), 0, None),
+        };
+        let (_, held) = carried.entry(key).or_insert_with(|| {
+            let held = Held {
+                version,
+                ..Held::default()
+            };
+            (peer, held)
+        });
+        held.records.push(d.clone());
     }
     for e in &previous.ingest_errors {
-        if let Some(file) = file_of(&e.source, &by_uri) {
-            carried_input(&mut carried, file).errors.push(e.clone());
+        if let Some((peer, file)) = file_of(&e.source, &by_uri) {
+            let (_, held) = carried.entry(file.key.clone()).or_insert_with(|| {
+                let held = Held {
+                    version: versions.get(&file.key).cloned(),
+                    ..Held::default()
+                };
+                (peer, held)
+            });
+            held.errors.push(e.clone());
         }
     }
     carried
 }
 
-fn carried_input<'m>(carried: &'m mut HashMap<String, Held>, file: &SourceFile) -> &'m mut Held {
-    carried.entry(file.key.clone()).or_insert_with(|| Held {
-        version: file.version.clone(),
-        ..Held::default()
-    })
+/// The listed file a document or error came from (with the worker that
+/// feeds it): its URI, or `URI:LINE` for a record of a JSON Lines file.
+fn file_of<'a>(
+    uri: &str,
+    files: &HashMap<&str, (usize, &'a SourceFile)>,
+) -> Option<(usize, &'a SourceFile)> {
+    files.get(uri).or_else(|| files.get(file_uri(uri))).copied()
 }
 
-/// The file a document or error came from: its URI, or `URI:LINE` for a record
-/// of a JSON Lines file.
-fn file_of<'a>(uri: &str, files: &HashMap<&str, &'a SourceFile>) -> Option<&'a SourceFile> {
-    files.get(uri).copied().or_else(|| {
-        let (file, line) = uri.rsplit_once(':')?;
-        line.bytes()
-            .all(|b| b.is_ascii_digit())
-            .then(|| files.get(file).copied())
-            .flatten()
-    })
+/// The URI of the file a document came from: `URI:LINE` names a record of a
+/// JSON Lines file.
+fn file_uri(uri: &str) -> &str {
+    match uri.rsplit_once(':') {
+        Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => file,
+        _ => uri,
+    }
 }
 
 fn error_row(error: &IngestError) -> ErrorRow {

@@ -11,16 +11,18 @@ use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type,
 use memweave_analytics::metrics::memory_gauges;
 use memweave_operators::build::Document;
 use memweave_operators::ingest::{RawDocument, SourceFile};
+use memweave_operators::model::StepError;
 use memweave_schemas::store::strings;
 use memweave_schemas::{
-    CallStatRow, CheckpointRow, DocumentRow, ErrorRow, LlmCallRow, MemoryRow, Table, TableStore,
-    TableVersion,
+    CallStatRow, CheckpointRow, DocStateRow, DocumentRow, ErrorRow, LlmCallRow, MemoryRow, Table,
+    TableStore, TableVersion,
 };
 
 use super::{
-    Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion, Listing,
-    Previous, RoundInput, RoundSource, Stages, TreeShape, Update, Updates,
+    Carried, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion,
+    Listing, Previous, RoundInput, RoundSource, Stages, TreeShape, Update,
 };
+use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
@@ -32,6 +34,9 @@ use crate::{IndexError, UsageError};
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
 const ORIGINS_PER_EPOCH: usize = 8;
+/// Documents' states per restore epoch: a message to a worker holds their
+/// texts (a few kilobytes each) until the worker spills them.
+const STATES_PER_EPOCH: usize = 64;
 
 impl Indexer {
     /// Opens the tables (rolling back what a crashed run wrote after its last
@@ -46,7 +51,7 @@ impl Indexer {
         let engine = Engine::start(options)?;
         let previous = engine
             .runtime
-            .block_on(previous_tables(&engine.store))
+            .block_on(previous_tables(&engine.store, &engine.made_by))
             .map_err(|e| IndexError::Checkpoint {
                 root: engine.store.root().to_string(),
                 source: Box::new(e),
@@ -74,10 +79,15 @@ impl Indexer {
             }
             None => None,
         };
+        let restore_from = previous
+            .as_ref()
+            .filter(|p| p.restorable)
+            .map(|p| p.checkpoint.clone());
         Ok(Indexer {
             metrics,
             options: options.clone(),
             previous,
+            restore_from,
             engine,
             origins: Origins::default(),
             documents_version,
@@ -132,11 +142,11 @@ impl Indexer {
     }
 
     /// For a stream's first round: the last checkpoint's documents (by id) and
-    /// ingestion errors (by the position they cite) as updates, each held by
-    /// the worker `peer_of` its source position.
-    pub(crate) fn carried_stream(&self, peer_of: impl Fn(&str) -> usize) -> Updates {
+    /// ingestion errors (by the position they cite), each held by the worker
+    /// `peer_of` its source position.
+    pub(crate) fn carried_stream(&self, peer_of: impl Fn(&str) -> usize) -> Carried {
         let Some(previous) = &self.previous else {
-            return Updates::new();
+            return Carried::new();
         };
         let documents = previous.documents.iter().map(|d| {
             let held = Held {
@@ -154,10 +164,7 @@ impl Indexer {
         });
         documents
             .chain(errors)
-            .map(|(origin, position, held)| {
-                let peer = peer_of(position);
-                (origin.clone(), (peer, Update::Carried(held)))
-            })
+            .map(|(origin, position, held)| (origin.clone(), (peer_of(position), held)))
             .collect()
     }
 
@@ -182,7 +189,8 @@ impl Indexer {
     /// the dataflow, and commits.
     fn round(&mut self, input: RoundInput<'_>) -> Result<IndexSummary, IndexError> {
         let RoundInput {
-            updates,
+            mut updates,
+            carried,
             positions,
             listing_errors,
             listing,
@@ -190,6 +198,18 @@ impl Indexer {
         } = input;
         let listing = listing.as_ref();
         let round = self.round;
+        // A process's first round rebuilds every document, its rows replacing
+        // the tables', unless it can restore the last checkpoint's states.
+        let replace = round == 0 && !self.previous.as_ref().is_some_and(|p| p.restorable);
+        if replace {
+            for (origin, (peer, held)) in carried {
+                updates
+                    .entry(origin)
+                    .or_insert((peer, Update::Carried(held)));
+            }
+        } else if !carried.is_empty() {
+            self.carry_over(carried, listing_errors.is_some());
+        }
         let read = started.elapsed();
         let mut ingest_errors: HashMap<ErrorRow, isize> = HashMap::new();
         if let Some(listing_errors) = listing_errors {
@@ -203,11 +223,19 @@ impl Indexer {
             .progress
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
-        // The dataflow of a process's first round starts empty and is fed every
-        // document: its rows replace the tables' rather than change them.
-        let replace = round == 0;
         self.engine.stages.reset();
         self.engine.runtime.block_on(self.engine.writer.prepare())?;
+        // The dataflow of a new process is restored once there is something
+        // to change: restoring costs less than any rebuild, but more than
+        // nothing.
+        let restore_from = match updates.is_empty() {
+            true => None,
+            false => self.restore_from.take(),
+        };
+        let restored_bytes = match restore_from {
+            Some(checkpoint) => self.restore(round, &checkpoint)?,
+            None => 0,
+        };
         // Epoch by epoch, every worker: one left behind would hold back
         // everyone's progress, and with it their flow control. Each epoch's
         // files are read as it is fed, so texts are held only while in flight.
@@ -285,12 +313,86 @@ impl Indexer {
         summary.changed = changed;
         summary.deleted = deleted;
         summary.rows_written = changes.rows_written;
+        summary.restored_bytes = restored_bytes;
         summary.stages = Stages {
             read,
             build,
             write: summary.wall - read - build,
         };
         Ok(summary)
+    }
+
+    /// Takes `carried` as what the dataflow holds (the tables hold its rows,
+    /// and the restore will give the dataflow its state): the origins are
+    /// set, no change is fed. The checkpoint's ingestion errors no origin
+    /// carries are its listing's (`listed`: a source that lists files).
+    fn carry_over(&mut self, carried: Carried, listed: bool) {
+        if listed && let Some(previous) = &self.previous {
+            let held: HashSet<&ErrorRow> = carried.values().flat_map(|(_, h)| &h.errors).collect();
+            self.listing_errors = (previous.ingest_errors.iter())
+                .filter(|e| !held.contains(e))
+                .cloned()
+                .collect();
+        }
+        for (origin, (_, held)) in carried {
+            // The moves are what the tables and the restored dataflow hold.
+            self.origins.update(&origin, Some(held));
+        }
+    }
+
+    /// Feeds every document's state at `checkpoint` at `round`'s restore
+    /// time, spread over this process's workers; returns the bytes read.
+    fn restore(&mut self, round: u64, checkpoint: &CheckpointRow) -> Result<u64, IndexError> {
+        let Engine {
+            runtime,
+            store,
+            workers,
+            ..
+        } = &mut self.engine;
+        let feeds = workers.feeds();
+        let (mut sent, mut bytes, mut failed) = (0, 0, None);
+        let columns = ["doc_id", "build", "state"];
+        let scan = store.scan_at(Table::DocStates, checkpoint, &columns, |batch| {
+            let (Some(ids), Some(builds), Some(states)) = (
+                strings(batch, "doc_id"),
+                strings(batch, "build"),
+                strings(batch, "state"),
+            ) else {
+                failed.get_or_insert(IndexError::ForeignTable {
+                    table: Table::DocStates,
+                    schema: format!("{:?}", batch.schema()),
+                });
+                return;
+            };
+            let rows: Vec<DocStateRow> = (0..batch.num_rows())
+                .map(|row| DocStateRow {
+                    doc_id: ids.value(row).to_string(),
+                    build: builds.value(row).to_string(),
+                    state: states.value(row).to_string(),
+                })
+                .collect();
+            for chunk in rows.chunks(STATES_PER_EPOCH) {
+                if failed.is_some() {
+                    return;
+                }
+                bytes += chunk.iter().map(|r| r.state.len() as u64).sum::<u64>();
+                let (worker, epoch) = (sent % feeds, (sent / feeds) as u64);
+                if let Err(e) = workers.restore(round, epoch, worker, chunk.to_vec()) {
+                    failed = Some(e);
+                }
+                sent += 1;
+            }
+        });
+        runtime.block_on(scan)?;
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        tracing::info!(
+            epoch = checkpoint.epoch,
+            bytes,
+            "restored the dataflow from the documents' states"
+        );
+        Ok(bytes)
     }
 
     /// One epoch's share of a round: reads its files, updates the origins, and
@@ -370,7 +472,7 @@ impl Indexer {
                 doc_id: record.doc_id.clone(),
                 source_uri: record.source_uri.clone(),
             })?;
-            changes.push((record.with_text(text), -1));
+            changes.push((fed(record.with_text(text)), -1));
         }
         for record in insert {
             let key = (record.doc_id.clone(), record.source_uri.clone());
@@ -378,7 +480,7 @@ impl Indexer {
                 Some(text) => text,
                 None => self.read_again(&record, listing)?,
             };
-            changes.push((record.with_text(text), 1));
+            changes.push((fed(record.with_text(text)), 1));
         }
         Ok(changes)
     }
@@ -531,20 +633,22 @@ impl Indexer {
         started: Instant,
     ) -> Result<IndexSummary, IndexError> {
         let store = &self.engine.store;
-        let (counts, tokens, trees, mut errors) = self.engine.runtime.block_on(async {
+        let (counts, (tokens, chars), trees, mut errors) = self.engine.runtime.block_on(async {
             let mut counts = HashMap::new();
             for &table in Table::MEMORY {
                 counts.insert(table, store.count_at(table, checkpoint).await? as usize);
             }
-            let mut tokens = 0;
+            let (mut tokens, mut chars) = (0, 0);
+            let columns = ["n_tokens", "n_chars"];
             store
-                .scan_at(Table::Documents, checkpoint, &["n_tokens"], |batch| {
+                .scan_at(Table::Documents, checkpoint, &columns, |batch| {
                     tokens += u64_column(batch, "n_tokens").iter().flatten().sum::<u64>();
+                    chars += u64_column(batch, "n_chars").iter().flatten().sum::<u64>();
                 })
                 .await?;
             let trees = tree_shapes(store, checkpoint).await?;
             let errors: Vec<ErrorRow> = store.read_at(checkpoint).await?;
-            Ok::<_, IndexError>((counts, tokens, trees, errors))
+            Ok::<_, IndexError>((counts, (tokens, chars), trees, errors))
         })?;
         errors.sort_by(|a, b| (&a.source, &a.error_id).cmp(&(&b.source, &b.error_id)));
         let count = |table| counts.get(&table).copied().unwrap_or(0);
@@ -572,11 +676,18 @@ impl Indexer {
             wall: started.elapsed(),
             stages: Stages::default(),
             rows_written: 0,
+            restored_bytes: 0,
+            chars,
             backend: self.engine.backend.clone(),
             cache: self.engine.cache.report(),
             pool: self.engine.pool.as_ref().map(|p| p.report()),
         })
     }
+}
+
+/// A document version as the dataflow's input takes it.
+fn fed((doc, seen): (Document, i64)) -> Fed {
+    Fed::Document(doc, seen)
 }
 
 /// An origin's input as held: its documents without their texts, which go to
@@ -605,8 +716,12 @@ fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) 
 }
 
 /// The newest checkpoint's documents and ingestion errors, after rolling back
-/// table versions written after it by a run that did not commit.
-async fn previous_tables(store: &TableStore) -> Result<Option<Previous>, IndexError> {
+/// table versions written after it by a run that did not commit, and whether
+/// its documents' states were built as `made_by` builds them.
+async fn previous_tables(
+    store: &TableStore,
+    made_by: &str,
+) -> Result<Option<Previous>, IndexError> {
     let Some(checkpoint) = store.latest_checkpoint().await? else {
         return Ok(None);
     };
@@ -626,16 +741,53 @@ async fn previous_tables(store: &TableStore) -> Result<Option<Previous>, IndexEr
         .await
         .map_err(|e| IndexError::OlderTables(Box::new(e)))?;
     let errors: Vec<ErrorRow> = store.read_at(&checkpoint).await?;
-    // Duplicate ids are the origins' claims' to report, not a file's.
-    let ingest_errors = errors
-        .into_iter()
-        .filter(|e| e.stage == "ingest" && e.kind != "duplicate_id")
-        .collect();
+    // A build that met a failure a new run may not meet (the pool down, the
+    // budget spent) is not final: a new process builds again, as it did before
+    // states were kept, and the call cache makes that cost the calls it lacks.
+    let unfinished = errors
+        .iter()
+        .any(|e| StepError::TRANSIENT_KINDS.contains(&e.kind.as_str()));
+    let ingest_errors = errors.into_iter().filter(|e| e.stage == "ingest").collect();
+    let restorable = !unfinished && states_built_by(store, &checkpoint, made_by).await?;
+    if unfinished {
+        tracing::info!(
+            epoch = checkpoint.epoch,
+            "the memory's last build met model failures a new run may not meet \
+             (llm_unavailable, llm_cache_miss, llm_over_budget): every document is built again"
+        );
+    } else if !restorable {
+        tracing::info!(
+            epoch = checkpoint.epoch,
+            "the memory's documents' states were not kept by this build (an older memweave, \
+             or other sizes, memories, model or embedder): every document is built again"
+        );
+    }
     Ok(Some(Previous {
         checkpoint,
         documents,
         ingest_errors,
+        restorable,
     }))
+}
+
+/// Whether `checkpoint` names the documents' states and every one was built
+/// as `made_by` builds.
+async fn states_built_by(
+    store: &TableStore,
+    checkpoint: &CheckpointRow,
+    made_by: &str,
+) -> Result<bool, IndexError> {
+    if checkpoint.version_of(Table::DocStates).is_none() {
+        return Ok(false);
+    }
+    let mut same = true;
+    store
+        .scan_at(Table::DocStates, checkpoint, &["build"], |batch| {
+            same &= strings(batch, "build")
+                .is_some_and(|builds| builds.iter().all(|b| b == Some(made_by)));
+        })
+        .await?;
+    Ok(same)
 }
 
 /// Every document at `checkpoint`, without its text (the one column read
@@ -678,7 +830,8 @@ async fn document_records(
         })
         .await?;
     if let Some(schema) = failed {
-        return Err(IndexError::ForeignDocuments {
+        return Err(IndexError::ForeignTable {
+            table: Table::Documents,
             schema: format!("{schema:?}"),
         });
     }

@@ -56,6 +56,30 @@ fn one_process_and_two_processes_write_identical_tables() {
         "corpus trees built"
     );
     assert_eq!(comparable(&a), comparable(&b));
+
+    // After an edit, each memory is continued by the other count: the one
+    // built by one process by two, the one built by two by one. Both restore
+    // the documents' states rather than build them again, and agree.
+    let edited = essay("want.txt").replacen("want", "really want", 1);
+    std::fs::write(archive.join("want.txt"), edited).unwrap();
+    let outputs = index_cluster(
+        dir.path(),
+        2,
+        &args(&archive, &one, &["--corpus-tree", "-w", "1"]),
+    );
+    let single = index(&archive, &two, &["-w", "2", "--corpus-tree"]);
+    for run in [&outputs[0], &single] {
+        assert!(
+            stdout(run).contains("(1 new or changed, 3 unchanged, 0 deleted)")
+                && stdout(run).contains("restored"),
+            "{}",
+            stdout(run)
+        );
+    }
+    assert_eq!(
+        comparable(&read_tables(&one)),
+        comparable(&read_tables(&two))
+    );
 }
 
 /// A cluster keeps a watched folder's tables up to date round after round

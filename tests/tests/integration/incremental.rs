@@ -76,8 +76,11 @@ enum Op {
     DeleteRecord {
         id: usize,
     },
-    /// Stop the indexer and start a new one over the same tables.
-    Restart,
+    /// Stop the indexer and start a new one over the same tables, with
+    /// this many workers.
+    Restart {
+        workers: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -87,7 +90,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0..4usize).prop_map(|doc| Op::Delete { doc }),
         2 => (0..3usize, 0..12usize).prop_map(|(id, para)| Op::UpsertRecord { id, para }),
         1 => (0..3usize).prop_map(|id| Op::DeleteRecord { id }),
-        1 => Just(Op::Restart),
+        2 => (1..=2usize).prop_map(|workers| Op::Restart { workers }),
     ]
 }
 
@@ -149,9 +152,13 @@ fn incremental_equals_scratch(ops: &[Op]) {
                 records.remove(id);
                 write_records(&source, &records, &paras);
             }
-            Op::Restart => {
+            Op::Restart { workers } => {
                 drop(indexer);
-                indexer = Indexer::open(&live).unwrap();
+                let restarted = IndexOptions {
+                    workers: *workers,
+                    ..live.clone()
+                };
+                indexer = Indexer::open(&restarted).unwrap();
             }
         }
         indexer.index_files(&files).unwrap();
@@ -184,7 +191,9 @@ proptest! {
 
     /// Any sequence of upserts and deletes (of files and of JSON Lines
     /// records), absorbed one round at a time by a live indexer or by one
-    /// restarted on the tables, leaves the tables a from-scratch build writes.
+    /// restarted on the tables (with one worker or two: a new process
+    /// restores the cross-document stages from the documents' states,
+    /// whatever its workers), leaves the tables a from-scratch build writes.
     #[test]
     fn incremental_rounds_equal_a_build_from_scratch(
         ops in proptest::collection::vec(op(), 1..8)
@@ -252,4 +261,93 @@ fn an_edit_costs_only_the_calls_of_what_changed() {
             .collect()
     };
     assert_eq!(others(&before), others(&after));
+}
+
+/// The numbers of the summary's model line: calls made, and calls answered
+/// from the cache.
+fn model_calls(run: &std::process::Output) -> (u64, u64) {
+    let out = stdout(run);
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("model"))
+        .unwrap_or_else(|| panic!("no model line in {out}"));
+    let number_before = |word: &str| -> u64 {
+        let (head, _) = line.split_once(word).unwrap();
+        head.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    (number_before(" calls"), number_before(" answered"))
+}
+
+fn rows_written(run: &std::process::Output) -> u64 {
+    let out = stdout(run);
+    let line = out
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("written"))
+        .unwrap_or_else(|| panic!("no written line in {out}"));
+    line.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// A new process over a memory restores what the cross-document stages held
+/// from the documents' states instead of building every document again: with
+/// nothing changed it asks the model (and the call cache) nothing and writes
+/// nothing; with one essay of five edited it builds that essay, writes a
+/// fraction of the rows, and the tables equal a from-scratch build.
+#[test]
+fn a_new_process_builds_only_what_changed() {
+    let essays = [
+        "gap.txt",
+        "founders.txt",
+        "want.txt",
+        "love.txt",
+        "hubs.txt",
+    ];
+    let (dir, archive) = super::shared::archive_of(&essays);
+    let tables = dir.path().join("memory");
+    let flags = ["--segment-tokens", "200"];
+    let first = index(&archive, &tables, &flags);
+    let (first_calls, first_hits) = model_calls(&first);
+    let built = read_tables(&tables);
+    assert_eq!(built.doc_states.len(), essays.len(), "a state per document");
+
+    let again = index(&archive, &tables, &flags);
+    assert!(
+        stdout(&again).contains("(0 new or changed, 5 unchanged, 0 deleted)"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(model_calls(&again), (0, 0), "{}", stdout(&again));
+    assert_eq!(rows_written(&again), 0);
+    assert!(
+        !stdout(&again).contains("restored"),
+        "nothing to restore for"
+    );
+    assert_eq!(comparable(&read_tables(&tables)), comparable(&built));
+
+    let text = essay("gap.txt");
+    let edited = text.replacen("money", "a great deal of money, as it happens,", 1);
+    assert_ne!(edited, text);
+    std::fs::write(archive.join("gap.txt"), edited).unwrap();
+    let run = index(&archive, &tables, &flags);
+    assert!(
+        stdout(&run).contains("(1 new or changed, 4 unchanged, 0 deleted)"),
+        "{}",
+        stdout(&run)
+    );
+    assert!(stdout(&run).contains("restored"), "{}", stdout(&run));
+    // The four unedited essays are neither built (their steps are not even
+    // looked up in the call cache: a rebuild looks up every step the build
+    // made) nor written again. The restore looks up the entity resolutions.
+    let (calls, hits) = model_calls(&run);
+    assert!(
+        calls + hits < first_calls + first_hits,
+        "{calls} calls and {hits} cache hits after one edit; {first_calls} and {first_hits} for the build"
+    );
+    assert!(rows_written(&run) < rows_written(&first) / 2);
+
+    let scratch = dir.path().join("scratch");
+    index(&archive, &scratch, &flags);
+    assert_eq!(
+        comparable(&read_tables(&tables)),
+        comparable(&read_tables(&scratch))
+    );
 }

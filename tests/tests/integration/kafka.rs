@@ -52,6 +52,7 @@ fn memories(t: &Tables) -> impl PartialEq + std::fmt::Debug {
         t.pages.clone(),
         t.entities.clone(),
         t.relations.clone(),
+        t.doc_states.clone(),
     )
 }
 
@@ -126,6 +127,8 @@ fn kafka_upserts_deletes_and_bad_messages_reach_the_tables() {
     );
     let run = index_topic(&broker, &tables);
     assert!(stdout(&run).contains("(2 messages)"), "{}", stdout(&run));
+    // A new process: the unchanged document's state is restored, not rebuilt.
+    assert!(stdout(&run).contains("restored"), "{}", stdout(&run));
     let second = read_tables(&tables);
     let docs: Vec<(&str, u64)> = {
         let mut d: Vec<(&str, u64)> = second
@@ -164,6 +167,17 @@ fn kafka_upserts_deletes_and_bad_messages_reach_the_tables() {
     index(&files, &scratch, &[]);
     let scratch = read_tables(&scratch);
     assert_eq!(memories(&second), memories(&scratch));
+
+    // Nothing new on the topic: a new process reads no message, writes no
+    // row, and the memories stay as they were.
+    let idle = index_topic(&broker, &tables);
+    assert!(stdout(&idle).contains("(0 messages)"), "{}", stdout(&idle));
+    assert!(
+        stdout(&idle).contains("written     0 rows"),
+        "{}",
+        stdout(&idle)
+    );
+    assert_eq!(memories(&read_tables(&tables)), memories(&second));
 }
 
 /// A topic that does not exist is a one-line usage error.
