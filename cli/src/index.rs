@@ -276,7 +276,7 @@ fn print_summary(s: &IndexSummary) {
     println!("  relations   {}", s.relations);
     println!(
         "  embeddings  {} ({}, {} dimensions)",
-        s.embeddings, s.embedder.0, s.embedder.1
+        s.embeddings, s.embedder.model, s.embedder.width
     );
     if s.errors.is_empty() {
         println!("  errors      0");

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use memweave_operators::embed::DEFAULT_HASHING_DIM;
+use memweave_schemas::DEFAULT_VECTOR_WIDTH;
 
 use crate::config::{ConfigError, EmbedConfig, LlmBackend, LlmConfig};
 use crate::model::DEFAULT_MAX_TOKENS;
@@ -127,7 +127,7 @@ pub struct EmbedArgs {
     /// Width of the hashing embedder's vectors. `ask` and the query service
     /// take the width from the tables when they were built by the hashing
     /// embedder, whatever this says.
-    #[arg(long, default_value_t = DEFAULT_HASHING_DIM)]
+    #[arg(long, default_value_t = DEFAULT_VECTOR_WIDTH)]
     pub hashing_dim: usize,
     /// Base URL of the embeddings server, ending in /v1 (default: the --llm-url pool).
     #[arg(
@@ -209,7 +209,7 @@ mod tests {
         assert!(matches!(
             embed,
             EmbedConfig::Hashing {
-                width: DEFAULT_HASHING_DIM
+                width: DEFAULT_VECTOR_WIDTH
             }
         ));
 

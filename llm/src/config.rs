@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use memweave_minilm::{LoadError, MiniLm};
-use memweave_operators::embed::{DEFAULT_HASHING_DIM, Embedder, HashingEmbedder};
+use memweave_operators::embed::{Embedder, HashingEmbedder};
+use memweave_schemas::DEFAULT_VECTOR_WIDTH;
 
 use crate::cache::CallCache;
 use crate::embed::{OpenAiEmbedder, ProbeError};
@@ -124,10 +125,10 @@ pub enum EmbedConfig {
 }
 
 impl Default for EmbedConfig {
-    /// The offline default: hashing, [`DEFAULT_HASHING_DIM`] wide.
+    /// The offline default: hashing, [`DEFAULT_VECTOR_WIDTH`] wide.
     fn default() -> Self {
         EmbedConfig::Hashing {
-            width: DEFAULT_HASHING_DIM,
+            width: DEFAULT_VECTOR_WIDTH,
         }
     }
 }

@@ -16,10 +16,10 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use memweave_operators::embed::DEFAULT_HASHING_DIM;
 use memweave_operators::extract::distinctive_sentences;
 use memweave_operators::lexical::hashing_embedding;
 use memweave_operators::tokens::count_tokens;
+use memweave_schemas::DEFAULT_VECTOR_WIDTH;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -630,7 +630,7 @@ async fn embeddings(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     // The offline embedder's width, so the simulator's vectors are its vectors.
     let dim = request["dimensions"]
         .as_u64()
-        .map_or(DEFAULT_HASHING_DIM, |d| d as usize);
+        .map_or(DEFAULT_VECTOR_WIDTH, |d| d as usize);
     let tokens: usize = inputs.iter().map(|i| count_tokens(i)).sum();
     let data: Vec<Value> = inputs
         .iter()

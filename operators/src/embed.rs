@@ -64,14 +64,6 @@ pub struct HashingEmbedder {
     name: String,
 }
 
-/// The hashing embedder's default width. Every term of a text lands in one
-/// of these slots, and a 1,000-token segment has some 300 distinct terms: at
-/// 256 slots a question's rare word shared a slot with another term of the
-/// segment more often than not, at random sign, and that noise outweighed
-/// the match. At 1024, dense found every M-NIAH needle at 16k and 64k tokens
-/// (18 of 24 at 256); the measurements are in docs/internals.md.
-pub const DEFAULT_HASHING_DIM: usize = 1024;
-
 const HASHING_MODEL_PREFIX: &str = "hashing-weighted-";
 
 impl HashingEmbedder {

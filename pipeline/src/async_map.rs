@@ -31,7 +31,7 @@ pub const FUTURES_IN_FLIGHT: usize = 1024;
 /// What an asynchronous stage may run at once on one worker, besides
 /// [`FUTURES_IN_FLIGHT`]: futures whose inputs weigh at most `budget` in all
 /// (one heavier than the budget runs alone).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct InFlight<D> {
     pub weight: fn(&D) -> usize,
     pub budget: usize,
@@ -53,20 +53,95 @@ impl<D> InFlight<D> {
     }
 }
 
-/// A finished future: its update's time, multiplicity and weight, and its
-/// outputs (or the panic message of a future that panicked).
-type Finished<O> = (u64, isize, usize, Result<Vec<O>, String>);
+/// A finished future, sent back to the operator.
+struct Finished<O> {
+    /// Its update's time and multiplicity, which its outputs take.
+    time: u64,
+    diff: isize,
+    /// What it counted against [`InFlight::budget`].
+    weight: usize,
+    /// Its outputs, or the panic message of a future that panicked.
+    outputs: Result<Vec<O>, String>,
+}
 
-/// Maps every update `(d, t, r)` of `collection` to `(o, t, r)` for each `o` in
-/// `logic(d).await`. `logic` must be a function of `d` alone (retractions call it
-/// again and must get the same outputs; the call cache makes model calls so).
-/// Each update's future counts as one unit of the stage `name` in `stages`;
-/// `in_flight` bounds how many run at once.
-pub fn map_async<'scope, D, O, F, Fut>(
+/// Where asynchronous stages run their futures, and where they report them.
+#[derive(Clone, Debug)]
+pub struct Tasks {
+    pub runtime: tokio::runtime::Handle,
+    pub stages: Arc<StageProgress>,
+}
+
+/// The asynchronous map, as an operator on a collection.
+///
+/// ```
+/// use differential_dataflow::input::Input;
+/// use memweave_pipeline::async_map::{InFlight, MapAsync, Tasks};
+/// use memweave_pipeline::progress::StageProgress;
+///
+/// let runtime = tokio::runtime::Runtime::new().unwrap();
+/// let tasks = Tasks { runtime: runtime.handle().clone(), stages: StageProgress::new() };
+/// let doubled = timely::execute_directly(move |worker| {
+///     let (seen, out) = (std::rc::Rc::new(std::cell::RefCell::new(Vec::new())), tasks.clone());
+///     let collected = std::rc::Rc::clone(&seen);
+///     let (mut input, probe) = worker.dataflow::<u64, _, _>(|scope| {
+///         let (input, numbers) = scope.new_collection::<u64, isize>();
+///         let (probe, _) = numbers
+///             .map_async(&out, "Double", InFlight::futures(), |n| async move { vec![2 * n] })
+///             .inspect(move |(n, _, diff)| collected.borrow_mut().push((*n, *diff)))
+///             .probe();
+///         (input, probe)
+///     });
+///     input.insert(21);
+///     input.advance_to(1);
+///     input.flush();
+///     // The worker waits on the futures, which run on the runtime.
+///     while probe.less_than(input.time()) {
+///         worker.step();
+///     }
+///     seen.take()
+/// });
+/// assert_eq!(doubled, vec![(42, 1)]);
+/// ```
+pub trait MapAsync<'scope, D: Data> {
+    /// Maps every update `(d, t, r)` to `(o, t, r)` for each `o` in
+    /// `logic(d).await`. `logic` must be a function of `d` alone (retractions
+    /// call it again and must get the same outputs; the call cache makes model
+    /// calls so). Each update's future runs on `tasks`' runtime and counts as
+    /// one unit of the stage `name`; `in_flight` bounds how many run at once.
+    fn map_async<O, F, Fut>(
+        self,
+        tasks: &Tasks,
+        name: &'static str,
+        in_flight: InFlight<D>,
+        logic: F,
+    ) -> VecCollection<'scope, u64, O, isize>
+    where
+        O: Data + Send,
+        F: Fn(D) -> Fut + 'static,
+        Fut: Future<Output = Vec<O>> + Send + 'static;
+}
+
+impl<'scope, D: Data> MapAsync<'scope, D> for VecCollection<'scope, u64, D, isize> {
+    fn map_async<O, F, Fut>(
+        self,
+        tasks: &Tasks,
+        name: &'static str,
+        in_flight: InFlight<D>,
+        logic: F,
+    ) -> VecCollection<'scope, u64, O, isize>
+    where
+        O: Data + Send,
+        F: Fn(D) -> Fut + 'static,
+        Fut: Future<Output = Vec<O>> + Send + 'static,
+    {
+        map_async(self, tasks.clone(), name, in_flight, logic)
+    }
+}
+
+fn map_async<'scope, D, O, F, Fut>(
     collection: VecCollection<'scope, u64, D, isize>,
-    runtime: tokio::runtime::Handle,
+    tasks: Tasks,
     name: &'static str,
-    stages: &Arc<StageProgress>,
     in_flight: InFlight<D>,
     logic: F,
 ) -> VecCollection<'scope, u64, O, isize>
@@ -77,7 +152,7 @@ where
     Fut: Future<Output = Vec<O>> + Send + 'static,
 {
     let worker = collection.inner.scope().worker();
-    let stages = Arc::clone(stages);
+    let Tasks { runtime, stages } = tasks;
     collection
         .inner
         .unary_frontier::<timely::container::CapacityContainerBuilder<Vec<(O, u64, isize)>>, _, _, _>(
@@ -108,7 +183,7 @@ where
                     let mut finished = Vec::new();
                     while let Ok(done) = done_rx.try_recv() {
                         running -= 1;
-                        running_weight -= done.2;
+                        running_weight -= done.weight;
                         finished.push(done);
                     }
                     while let Some(message) = waiting.front_mut() {
@@ -129,11 +204,22 @@ where
                         runtime.spawn(async move {
                             let outputs = future.await.map_err(|payload| panic_message(payload.as_ref()));
                             // The operator is gone only when the dataflow is.
-                            let _ = done.send((time, diff, weight, outputs));
+                            let _ = done.send(Finished {
+                                time,
+                                diff,
+                                weight,
+                                outputs,
+                            });
                             let _ = activator.activate();
                         });
                     }
-                    for (time, diff, _, outputs) in finished {
+                    for Finished {
+                        time,
+                        diff,
+                        outputs,
+                        ..
+                    } in finished
+                    {
                         let outputs = outputs.unwrap_or_else(|message| {
                             panic!("a future of the asynchronous map panicked: {message}")
                         });

@@ -117,8 +117,8 @@ pub struct IndexSummary {
     pub entities: usize,
     pub relations: usize,
     pub embeddings: usize,
-    /// Name and width of the embedder's vectors.
-    pub embedder: (String, usize),
+    /// What made the vectors.
+    pub embedder: EmbedderName,
     pub errors: Vec<ErrorRow>,
     pub wall: Duration,
     /// Where `wall` went.
@@ -135,6 +135,14 @@ pub struct IndexSummary {
     pub cache: CacheReport,
     /// The pool's counters, with the openai backend.
     pub pool: Option<PoolReport>,
+}
+
+/// An embedder as its vectors name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbedderName {
+    /// The `embeddings.model` of its vectors.
+    pub model: String,
+    pub width: usize,
 }
 
 /// A round's wall time by stage.
@@ -183,9 +191,22 @@ pub struct Fresh {
     pub errors: Vec<ErrorRow>,
 }
 
-/// What a round changes, by origin: the worker that feeds it and its update.
-/// Origins not named are unchanged.
-pub(crate) type Updates = BTreeMap<String, (usize, Update)>;
+/// An origin's input with the worker of this process that feeds it: origins
+/// are sharded across workers, and one stays with its worker.
+#[derive(Debug)]
+pub(crate) struct Routed<T> {
+    pub peer: usize,
+    pub input: T,
+}
+
+impl<T> Routed<T> {
+    pub(crate) fn to(peer: usize, input: T) -> Self {
+        Routed { peer, input }
+    }
+}
+
+/// What a round changes, by origin. Origins not named are unchanged.
+pub(crate) type Updates = BTreeMap<String, Routed<Update>>;
 
 /// Every origin as the last checkpoint left it, for a process's first round,
 /// each with the worker that would feed it; updates are what changed since.
@@ -193,10 +214,17 @@ pub(crate) type Updates = BTreeMap<String, (usize, Update)>;
 /// these as what the dataflow holds, and feeds only the updates; elsewhere
 /// (a memory's first build by this version, or by another configuration) it
 /// feeds them all, and its rows replace the tables'.
-pub(crate) type Carried = BTreeMap<String, (usize, Held)>;
+pub(crate) type Carried = BTreeMap<String, Routed<Held>>;
 
-/// A document's known version: content hash, version number, first seen.
-type KnownVersion = (String, u64, i64);
+/// What the indexer knows of a document's newest version: a re-read with the
+/// same content keeps its number and first-seen time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KnownVersion {
+    content_hash: String,
+    version: u64,
+    /// When this version was first seen (µs since the epoch).
+    seen: i64,
+}
 
 /// What the last checkpoint held, until the process's first round has used it:
 /// the documents (without their texts) and ingestion errors the source's

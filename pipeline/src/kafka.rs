@@ -28,7 +28,8 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::index::{
-    Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Update, Updates,
+    Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Routed, Update,
+    Updates,
 };
 use crate::positions::Positions;
 use crate::source::Source;
@@ -263,7 +264,7 @@ impl RoundSource for KafkaRounds<'_> {
                         let (origin, update) =
                             read_message(&self.url, &message, indexer, self.options);
                         let peer = peer_of(partition, self.peers);
-                        self.updates.insert(origin, (peer, update));
+                        self.updates.insert(origin, Routed::to(peer, update));
                         self.next.insert(partition, offset + 1);
                         self.consumed += 1;
                     }

@@ -1,7 +1,7 @@
 //! The memweave indexing pipeline: a timely + differential dataflow that builds
 //! every memory from a source (the `memweave` command around it is `cli/`).
 
-mod async_map;
+pub mod async_map;
 pub mod cluster;
 pub mod dataflow;
 mod error;

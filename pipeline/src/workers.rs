@@ -13,16 +13,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use memweave_operators::build::BuildConfig;
-use memweave_operators::embed::Embedder;
-use memweave_operators::model::MemoryModel;
 use memweave_schemas::DocStateRow;
 use timely::worker::Worker;
 
 use crate::IndexError;
 use crate::cluster::Cluster;
-use crate::dataflow::{self, Fed, restore_time, round_start, round_time};
-use crate::progress::{Progress, StageProgress};
-use crate::write::{RoundWriter, StagedPart};
+use crate::dataflow::{self, Fed, Services, restore_time, round_start, round_time};
+use crate::progress::Progress;
+use crate::write::StagedPart;
 
 /// Input epochs a worker may have in flight (fed, memory not yet built): enough
 /// documents to keep a model pool busy, few enough to bound memory.
@@ -66,19 +64,15 @@ impl std::fmt::Debug for Workers {
 }
 
 impl Workers {
-    /// Starts `config`'s workers, each building the indexing dataflow and
-    /// staging its output rows with `writer`.
-    #[allow(clippy::too_many_arguments)]
+    /// Starts `cluster`'s workers (`local` in this process), each building the
+    /// indexing dataflow on `services`; process 0's report each epoch to
+    /// `progress`.
     pub fn start(
         cluster: &Cluster,
         local: usize,
-        model: Arc<dyn MemoryModel>,
-        embedder: Arc<dyn Embedder>,
+        services: Services,
         build: BuildConfig,
-        runtime: &tokio::runtime::Handle,
         progress: Arc<Mutex<Arc<Progress>>>,
-        stages: Arc<StageProgress>,
-        writer: Arc<RoundWriter>,
     ) -> Result<Workers, IndexError> {
         let process = cluster.process;
         let feeds = if process == 0 { local } else { 0 };
@@ -88,7 +82,6 @@ impl Workers {
             Mutex::new(receivers.into_iter().map(Some).collect());
         let (output_sender, outputs) = mpsc::channel();
         let output_sender = Mutex::new(output_sender);
-        let runtime = runtime.clone();
         let (builders, network) = cluster.communication(local)?;
         let config = timely::WorkerConfig::default();
         let guards = timely::execute::execute_from(builders, network, config, move |worker| {
@@ -96,8 +89,7 @@ impl Workers {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();
-            let handles =
-                dataflow::build(worker, &model, &embedder, build, &writer, &runtime, &stages);
+            let handles = dataflow::build(worker, &services, build);
             if process != 0 {
                 return compute(worker, handles, &outbox);
             }

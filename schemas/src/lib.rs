@@ -14,4 +14,4 @@ pub mod text;
 pub use ids::{content_id, hash128};
 pub use rows::*;
 pub use store::{StoreError, TableStore, to_batch};
-pub use tables::{ColumnIndex, MemoryRow, MemoryTables, Table};
+pub use tables::{ColumnIndex, DEFAULT_VECTOR_WIDTH, MemoryRow, MemoryTables, Table};

@@ -32,7 +32,7 @@ use lance_linalg::distance::DistanceType;
 use crate::rows::LexiconRow;
 use crate::rows::{CheckpointRow, TableRow, TableVersion, now_micros};
 use crate::search::{self, LexiconDelta};
-use crate::tables::DEFAULT_EMBEDDING_DIM;
+use crate::tables::DEFAULT_VECTOR_WIDTH;
 use crate::tables::MemoryTables;
 use crate::{ColumnIndex, Table};
 
@@ -569,8 +569,7 @@ impl TableStore {
     /// counts appended, one version. Returns it.
     pub async fn apply_lexicon(&self, delta: &LexiconDelta, replace: bool) -> Result<u64> {
         let table = Table::Lexicon;
-        self.create_if_missing(table, DEFAULT_EMBEDDING_DIM as usize)
-            .await?;
+        self.create_if_missing(table, DEFAULT_VECTOR_WIDTH).await?;
         let entries = delta.entries();
         let current: HashMap<String, LexiconRow> = if replace {
             HashMap::new()
@@ -765,7 +764,7 @@ impl TableStore {
         let width = memory
             .embeddings
             .first()
-            .map_or(DEFAULT_EMBEDDING_DIM as usize, |e| e.vector.len());
+            .map_or(DEFAULT_VECTOR_WIDTH, |e| e.vector.len());
         let mut lexicon = LexiconDelta::default();
         for row in memory.rows() {
             lexicon.count(&row, 1);
@@ -945,7 +944,7 @@ pub fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray
 
 /// `rows` as one Arrow batch with their table's declared schema.
 pub fn to_batch<R: TableRow>(rows: &[&R]) -> Result<RecordBatch> {
-    rows_batch(rows, DEFAULT_EMBEDDING_DIM as usize)
+    rows_batch(rows, DEFAULT_VECTOR_WIDTH)
 }
 
 /// [`to_batch`] where vectors have `vector_width` components: the rows'
@@ -1372,7 +1371,7 @@ mod tests {
                 owner_id: "s".into(),
                 model: "hashing".into(),
                 owner_kind: "segment".into(),
-                vector: (0..DEFAULT_EMBEDDING_DIM).map(|i| i as f32 / 7.0).collect(),
+                vector: (0..DEFAULT_VECTOR_WIDTH).map(|i| i as f32 / 7.0).collect(),
             }],
         )
         .await;

@@ -12,6 +12,8 @@ use memweave_operators::model::MemoryModel;
 use memweave_schemas::TableStore;
 
 use super::{INTERRUPT_PATIENCE, IndexOptions};
+use crate::async_map::Tasks;
+use crate::dataflow::Services;
 use crate::metrics::IndexMetrics;
 use crate::progress::{Progress, StageProgress};
 use crate::state;
@@ -86,16 +88,21 @@ impl Engine {
             Arc::clone(&stages),
             options.write_batch_rows.max(1),
         ));
+        let services = Services {
+            model,
+            embedder: Arc::clone(&embedder),
+            tasks: Tasks {
+                runtime: runtime.handle().clone(),
+                stages: Arc::clone(&stages),
+            },
+            writer: Arc::clone(&writer),
+        };
         let workers = Workers::start(
             &options.cluster,
             options.workers.max(1),
-            model,
-            Arc::clone(&embedder),
+            services,
             options.build,
-            runtime.handle(),
             Arc::clone(&progress),
-            Arc::clone(&stages),
-            Arc::clone(&writer),
         )?;
         Ok(Engine {
             workers,

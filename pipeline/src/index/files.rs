@@ -10,7 +10,8 @@ use memweave_operators::ingest::{self, IngestError, SourceFile};
 use memweave_schemas::{ErrorRow, now_micros};
 
 use super::{
-    Carried, Fresh, IndexSummary, Indexer, Previous, RoundInput, RoundSource, Update, Updates,
+    Carried, Fresh, IndexSummary, Indexer, Previous, RoundInput, RoundSource, Routed, Update,
+    Updates,
 };
 use crate::IndexError;
 use crate::origins::{DUPLICATE_ID, Held};
@@ -88,7 +89,7 @@ impl RoundSource for FileRounds<'_> {
         let (carried, updates) = indexer.file_updates(&name, &self.files);
         let reading = updates
             .values()
-            .filter(|(_, u)| matches!(u, Update::Read(_)))
+            .filter(|u| matches!(u.input, Update::Read(_)))
             .count();
         tracing::info!(
             source = %name,
@@ -142,7 +143,7 @@ impl Indexer {
             Some(previous) => carried_over(previous, source, files, self.feeds()),
             None => Carried::new(),
         };
-        let held = |key: &str| carried.get(key).map(|(_, h)| h).or(self.origins.get(key));
+        let held = |key: &str| carried.get(key).map(|c| &c.input).or(self.origins.get(key));
         let unchanged = |file: &SourceFile| {
             held(&file.key).is_some_and(|held| {
                 held.version.is_some()
@@ -154,13 +155,16 @@ impl Indexer {
         for (index, file) in files.iter().enumerate() {
             if !unchanged(file) {
                 let peer = index % self.feeds();
-                updates.insert(file.key.clone(), (peer, Update::Read(file.clone())));
+                updates.insert(
+                    file.key.clone(),
+                    Routed::to(peer, Update::Read(file.clone())),
+                );
             }
         }
         let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
         for key in self.origins.keys().chain(carried.keys()) {
             if !listed.contains(key.as_str()) {
-                updates.insert(key.clone(), (0, Update::Gone));
+                updates.insert(key.clone(), Routed::to(0, Update::Gone));
             }
         }
         (carried, updates)
@@ -251,25 +255,25 @@ fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: 
             Some((peer, file)) => (file.key.clone(), peer, versions.get(&file.key).cloned()),
             None => (file_uri(&d.source_uri).to_string(), 0, None),
         };
-        let (_, held) = carried.entry(key).or_insert_with(|| {
+        let held = &mut carried.entry(key).or_insert_with(|| {
             let held = Held {
                 version,
                 ..Held::default()
             };
-            (peer, held)
+            Routed::to(peer, held)
         });
-        held.records.push(d.clone());
+        held.input.records.push(d.clone());
     }
     for e in &previous.ingest_errors {
         if let Some((peer, file)) = file_of(&e.source, &by_uri) {
-            let (_, held) = carried.entry(file.key.clone()).or_insert_with(|| {
+            let held = &mut carried.entry(file.key.clone()).or_insert_with(|| {
                 let held = Held {
                     version: versions.get(&file.key).cloned(),
                     ..Held::default()
                 };
-                (peer, held)
+                Routed::to(peer, held)
             });
-            held.errors.push(e.clone());
+            held.input.errors.push(e.clone());
         }
     }
     carried

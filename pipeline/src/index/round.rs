@@ -19,8 +19,8 @@ use memweave_schemas::{
 };
 
 use super::{
-    Carried, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion,
-    Listing, Previous, RoundInput, RoundSource, Stages, TreeShape, Update,
+    Carried, EmbedderName, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer,
+    KnownVersion, Listing, Previous, RoundInput, RoundSource, Routed, Stages, TreeShape, Update,
 };
 use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
@@ -60,7 +60,11 @@ impl Indexer {
             .iter()
             .flat_map(|p| &p.documents)
             .map(|d| {
-                let known = (d.content_hash.clone(), d.version, d.seen);
+                let known = KnownVersion {
+                    content_hash: d.content_hash.clone(),
+                    version: d.version,
+                    seen: d.seen,
+                };
                 (d.doc_id.clone(), known)
             })
             .collect();
@@ -164,7 +168,7 @@ impl Indexer {
         });
         documents
             .chain(errors)
-            .map(|(origin, position, held)| (origin.clone(), (peer_of(position), held)))
+            .map(|(origin, position, held)| (origin.clone(), Routed::to(peer_of(position), held)))
             .collect()
     }
 
@@ -173,12 +177,12 @@ impl Indexer {
     pub(crate) fn versioned(&self, raw: RawDocument, now: i64) -> (Document, i64) {
         let mut doc = Document::new(raw, 1);
         match self.versions.get(&doc.doc_id) {
-            Some((hash, version, seen)) if *hash == doc.content_hash => {
-                doc.version = *version;
-                (doc, *seen)
+            Some(known) if known.content_hash == doc.content_hash => {
+                doc.version = known.version;
+                (doc, known.seen)
             }
-            Some((_, version, _)) => {
-                doc.version = version + 1;
+            Some(known) => {
+                doc.version = known.version + 1;
                 (doc, now)
             }
             None => (doc, now),
@@ -202,10 +206,10 @@ impl Indexer {
         // the tables', unless it can restore the last checkpoint's states.
         let replace = round == 0 && !self.previous.as_ref().is_some_and(|p| p.restorable);
         if replace {
-            for (origin, (peer, held)) in carried {
+            for (origin, Routed { peer, input }) in carried {
                 updates
                     .entry(origin)
-                    .or_insert((peer, Update::Carried(held)));
+                    .or_insert(Routed::to(peer, Update::Carried(input)));
             }
         } else if !carried.is_empty() {
             self.carry_over(carried, listing_errors.is_some());
@@ -241,7 +245,14 @@ impl Indexer {
         // files are read as it is fed, so texts are held only while in flight.
         let feeds = self.engine.workers.feeds();
         let mut queues: Vec<Vec<(String, Update)>> = (0..feeds).map(|_| Vec::new()).collect();
-        for (key, (peer, update)) in updates {
+        for (
+            key,
+            Routed {
+                peer,
+                input: update,
+            },
+        ) in updates
+        {
             queues[peer].push((key, update));
         }
         let epochs = queues
@@ -328,13 +339,13 @@ impl Indexer {
     /// carries are its listing's (`listed`: a source that lists files).
     fn carry_over(&mut self, carried: Carried, listed: bool) {
         if listed && let Some(previous) = &self.previous {
-            let held: HashSet<&ErrorRow> = carried.values().flat_map(|(_, h)| &h.errors).collect();
+            let held: HashSet<&ErrorRow> = carried.values().flat_map(|c| &c.input.errors).collect();
             self.listing_errors = (previous.ingest_errors.iter())
                 .filter(|e| !held.contains(e))
                 .cloned()
                 .collect();
         }
-        for (origin, (_, held)) in carried {
+        for (origin, Routed { input: held, .. }) in carried {
             // The moves are what the tables and the restored dataflow hold.
             self.origins.update(&origin, Some(held));
         }
@@ -590,7 +601,11 @@ impl Indexer {
             .documents_added
             .iter()
             .map(|d| {
-                let known = (d.content_hash.clone(), d.version, d.ingested_at);
+                let known = KnownVersion {
+                    content_hash: d.content_hash.clone(),
+                    version: d.version,
+                    seen: d.ingested_at,
+                };
                 (d.doc_id.as_str(), known)
             })
             .collect();
@@ -668,10 +683,10 @@ impl Indexer {
             entities: count(Table::Entities),
             relations: count(Table::Relations),
             embeddings: count(Table::Embeddings),
-            embedder: (
-                self.engine.embedder.model().to_string(),
-                self.engine.embedder.dim(),
-            ),
+            embedder: EmbedderName {
+                model: self.engine.embedder.model().to_string(),
+                width: self.engine.embedder.dim(),
+            },
             errors,
             wall: started.elapsed(),
             stages: Stages::default(),

@@ -3,7 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use memweave_operators::embed::{DEFAULT_HASHING_DIM, Embedder, HashingEmbedder};
+use memweave_operators::embed::{Embedder, HashingEmbedder};
+use memweave_schemas::DEFAULT_VECTOR_WIDTH;
 use memweave_schemas::{
     SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow,
 };
@@ -471,7 +472,7 @@ fn the_openai_embedder_gives_the_vectors_of_its_server() {
     let (a, b) = (read_tables(&hashing), read_tables(&remote));
     assert_invariants(&b);
     assert!(b.embeddings.iter().all(|e| e.model == "openai:sim-embed"));
-    let offline = HashingEmbedder::new(DEFAULT_HASHING_DIM);
+    let offline = HashingEmbedder::new(DEFAULT_VECTOR_WIDTH);
     assert!(a.embeddings.iter().all(|e| e.model == offline.model()));
     let vectors = |t: &Tables| -> Vec<(String, Vec<f32>)> {
         t.embeddings

@@ -1,0 +1,133 @@
+//! The corpus-level trees, over every document's roots.
+
+use std::sync::Arc;
+
+use differential_dataflow::VecCollection;
+use differential_dataflow::{ExchangeData, Hashable};
+use memweave_operators::build::BuildConfig;
+
+use memweave_operators::model::StepError;
+use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
+use memweave_operators::tree::corpus_tree;
+use memweave_schemas::{EmbeddingRow, ErrorRow, MemoryRow, TreeNodeRow};
+
+use super::Services;
+use super::spilled::{read_in_doc_order, spill_group, spill_where_used};
+use super::time::changes_only;
+use crate::async_map::{InFlight, MapAsync};
+use crate::spill::{Spill, SpilledGroup};
+
+/// The corpus-level trees, rebuilt over every document root whenever one
+/// changes (unchanged groups and clusters are answered by the call cache): a
+/// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
+/// and their vectors. Like the graph's mentions, the roots are spilled by the
+/// one worker that builds the trees: the arrangements hold a spill key per
+/// root, and the roots are read back when a tree is rebuilt.
+pub(super) fn corpus_trees<'scope>(
+    memwalker_roots: VecCollection<'scope, u64, TreeNodeRow, isize>,
+    raptor_roots: VecCollection<'scope, u64, (TreeNodeRow, EmbeddingRow), isize>,
+    services: &Services,
+    spill: &Arc<Spill>,
+    config: BuildConfig,
+) -> VecCollection<'scope, u64, MemoryRow, isize> {
+    let Services {
+        model,
+        embedder,
+        tasks,
+        ..
+    } = services;
+    let memwalker_roots =
+        changes_only(corpus_roots(memwalker_roots, spill, "MemWalkerCorpusRoots"));
+    let (memwalker_model, memwalker_spill) = (Arc::clone(model), Arc::clone(spill));
+    let memwalker = memwalker_roots.map_async(
+        tasks,
+        "MemWalkerCorpusTree",
+        InFlight::futures(),
+        move |roots: SpilledGroup| {
+            let (model, spill) = (Arc::clone(&memwalker_model), Arc::clone(&memwalker_spill));
+            async move {
+                let roots: Vec<TreeNodeRow> = read_in_doc_order(&spill, roots, root_doc);
+                match corpus_tree(
+                    &roots,
+                    model.as_ref(),
+                    config.max_children,
+                    config.parent_max_tokens,
+                )
+                .await
+                {
+                    Ok(nodes) => nodes.into_iter().map(MemoryRow::TreeNode).collect(),
+                    Err(error) => vec![corpus_error(&error, "memwalker")],
+                }
+            }
+        },
+    );
+    let raptor_roots = changes_only(corpus_roots(raptor_roots, spill, "RaptorCorpusRoots"));
+    let (raptor_model, raptor_embedder) = (Arc::clone(model), Arc::clone(embedder));
+    let raptor_spill = Arc::clone(spill);
+    let raptor = raptor_roots.map_async(
+        tasks,
+        "RaptorCorpusTree",
+        InFlight::futures(),
+        move |roots: SpilledGroup| {
+            let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
+            let spill = Arc::clone(&raptor_spill);
+            async move {
+                let roots: Vec<RaptorNode> =
+                    read_in_doc_order(&spill, roots, |(root, _): &(TreeNodeRow, EmbeddingRow)| {
+                        root_doc(root)
+                    })
+                    .into_iter()
+                    .map(|(row, vector)| RaptorNode {
+                        row,
+                        vector: vector.vector,
+                    })
+                    .collect();
+                match raptor_corpus_tree(&roots, model.as_ref(), embedder.as_ref(), &config.raptor)
+                    .await
+                {
+                    Ok(nodes) => nodes
+                        .into_iter()
+                        .flat_map(|n| {
+                            let model = embedder.model();
+                            let vector = EmbeddingRow::new(&n.row.node_id, "node", model, n.vector);
+                            [MemoryRow::Embedding(vector), MemoryRow::TreeNode(n.row)]
+                        })
+                        .collect(),
+                    Err(error) => vec![corpus_error(&error, "raptor")],
+                }
+            }
+        },
+    );
+    memwalker.concat(raptor)
+}
+
+/// Every document root of one corpus tree, gathered (as spill keys) on the
+/// worker that builds the tree: one group, rebuilt whenever a root changes. A
+/// root names its document, so no two documents' roots share a key.
+fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
+    roots: VecCollection<'scope, u64, R, isize>,
+    spill: &Arc<Spill>,
+    name: &'static str,
+) -> VecCollection<'scope, u64, SpilledGroup, isize> {
+    let group_spill = Arc::clone(spill);
+    spill_where_used(roots, spill, name, |_| ().hashed(), |_, text| ((), text))
+        .reduce_named(name, move |(), roots, out| {
+            out.push((spill_group(&group_spill, roots), 1));
+        })
+        .map(|((), roots)| roots)
+}
+
+/// The document a document tree's root belongs to (every one has one).
+fn root_doc(root: &TreeNodeRow) -> &str {
+    root.doc_id.as_deref().unwrap_or_default()
+}
+
+fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
+    MemoryRow::Error(ErrorRow::new(
+        "build",
+        "corpus",
+        None,
+        error.kind(),
+        &format!("{error}; the corpus {tree} tree was not built"),
+    ))
+}

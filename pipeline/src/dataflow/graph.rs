@@ -1,0 +1,460 @@
+//! The graph across documents: entity resolution by name and relation
+//! merging by pair.
+
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use differential_dataflow::Hashable;
+use differential_dataflow::VecCollection;
+use memweave_operators::embed::embed_all;
+use memweave_operators::graph::{
+    DocEntity, DocRelation, GraphConfig, entity_rows, merge_relations_across, relation_row,
+    resolve_entities,
+};
+use memweave_operators::model::{CallContext, StepError};
+use memweave_schemas::{EmbeddingRow, EntityRow, ErrorRow, RelationRow, hash128};
+
+use super::Services;
+use super::spilled::{read_group, read_in_doc_order, spill_group, spill_where_used};
+use super::time::changes_only;
+use crate::async_map::{InFlight, MapAsync};
+use crate::spill::{Spill, SpillKey, SpilledGroup};
+
+/// What the cross-document graph stages produce.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub(super) enum GraphRow {
+    Entity(EntityRow),
+    /// On its way to a target name's group (see [`graph_stages`]), not a row.
+    ToTarget(Tag, TargetMention),
+    Relation(RelationRow),
+    Embedding(EmbeddingRow),
+    Error(ErrorRow),
+}
+
+/// The graph across documents: each normalised name's entities, one per
+/// document, resolved into entities (and embedded); relations re-keyed by the
+/// entities their ends became, and one pair's relations from several documents
+/// merged. A step the model fails falls back to the name alone (one entity per
+/// name; relation descriptions joined) and reports an error: nothing is lost.
+///
+/// The mentions' texts are spilled (see [`crate::spill`]) by the worker that
+/// resolves their name or merges their pair; the arrangements hold ids, names
+/// and spill keys, and a group's texts are read back when its future runs.
+///
+/// A relation takes its ends' entities on its way through the names: it is
+/// grouped with its source's name, whose resolution gives it the source's
+/// entity in its document, then with its target's name beside that name's
+/// entities, which gives it the target's and so its pair; every relation of
+/// a pair ends at that name, so the name's group hands on whole pairs. Each of
+/// the two arrangements holds a relation as a name and a spill key.
+pub(super) fn graph_stages<'scope>(
+    doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
+    doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
+    services: &Services,
+    spill: &Arc<Spill>,
+    config: GraphConfig,
+) -> VecCollection<'scope, u64, GraphRow, isize> {
+    let Services {
+        model,
+        embedder,
+        tasks,
+        ..
+    } = services;
+    let (name_spill, target_spill) = (Arc::clone(spill), Arc::clone(spill));
+    // A relation's text is spilled where its pair is merged: on the worker
+    // of its target's name, whose group pairs it. Its source's name carries
+    // only where that is.
+    let relation_refs = spill_where_used(
+        doc_relations,
+        spill,
+        "SpillRelations",
+        relation_route,
+        |r, text| {
+            let (source, target) = (tag(&r.source_key), tag(&r.target_key));
+            NameMention::Relation(RelationRef {
+                doc: tag(&r.doc_id),
+                source,
+                target,
+                text,
+            })
+        },
+    );
+    let by_name = spill_where_used(
+        doc_entities.map(NameMention::Entity).concat(relation_refs),
+        spill,
+        "SpillNames",
+        |m| name_route(m.name()),
+        |m, text| (m.name(), text),
+    )
+    .reduce_named("MentionsByName", move |_name, mentions, out| {
+        out.push((spill_group(&name_spill, mentions), 1));
+    })
+    .map(|(_name, mentions)| mentions);
+    let (model_e, embedder_e, spill_e) =
+        (Arc::clone(model), Arc::clone(embedder), Arc::clone(spill));
+    let resolved = by_name.map_async(
+        tasks,
+        "ResolveEntities",
+        InFlight {
+            weight: |group| group.len,
+            budget: MENTIONS_IN_FLIGHT,
+        },
+        move |group: SpilledGroup| {
+            let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
+            let spill = Arc::clone(&spill_e);
+            async move {
+                let (mut mentions, relations): (Vec<DocEntity>, Vec<RelationRef>) =
+                    split_name_mentions(read_group(&spill, group));
+                let mut out = Vec::new();
+                // A relation's source is one of its document's entities, so a
+                // group with relations has mentions; the check keeps a bad
+                // extraction from panicking the worker.
+                if mentions.is_empty() {
+                    return out;
+                }
+                mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+                let resolved =
+                    resolve_entities(&mentions, model.as_ref(), embedder.as_ref(), &config).await;
+                let (rows, assignments) = match resolved {
+                    Ok(resolved) => resolved,
+                    Err(error) => {
+                        out.push(GraphRow::Error(graph_error(
+                            &mentions[0].key,
+                            &error,
+                            "its documents' entities were merged by name alone",
+                        )));
+                        entity_rows(&[mentions.iter().collect()])
+                    }
+                };
+                let texts: Vec<String> = rows
+                    .iter()
+                    .map(|r| format!("{}: {}", r.name, r.description))
+                    .collect();
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                match embed_all(embedder.as_ref(), &CallContext::corpus("embed"), &refs).await {
+                    Ok(vectors) => out.extend(rows.iter().zip(vectors).map(|(r, v)| {
+                        GraphRow::Embedding(EmbeddingRow::new(
+                            &r.entity_id,
+                            "entity",
+                            embedder.model(),
+                            v,
+                        ))
+                    })),
+                    Err(error) => out.push(GraphRow::Error(graph_error(
+                        &mentions[0].key,
+                        &error,
+                        "its entities have no vectors",
+                    ))),
+                }
+                out.extend(rows.into_iter().map(GraphRow::Entity));
+                // Which entity the name became in each document: for the
+                // relations it starts, and those it ends (at its own name).
+                let entity_in: BTreeMap<Tag, Tag> = assignments
+                    .iter()
+                    .map(|a| (tag(&a.doc_id), entity_tag(&a.entity_id)))
+                    .collect();
+                out.extend(relations.into_iter().filter_map(|r| {
+                    let source_id = *entity_in.get(&r.doc)?;
+                    let mention = TargetMention::Relation {
+                        doc: r.doc,
+                        source_id,
+                        text: r.text,
+                    };
+                    Some(GraphRow::ToTarget(r.target, mention))
+                }));
+                let name = tag(&mentions[0].key);
+                out.extend(entity_in.into_iter().map(|(doc, entity_id)| {
+                    GraphRow::ToTarget(name, TargetMention::Entity { doc, entity_id })
+                }));
+                out
+            }
+        },
+    );
+    let to_targets = resolved.clone().flat_map(|row| match row {
+        GraphRow::ToTarget(name, mention) => Some((name, mention)),
+        _ => None,
+    });
+    // Every relation of a pair ends at the pair's target's name (an entity
+    // has one name), so the name's group holds whole pairs: no model call,
+    // the target's entity in the relation's document, read from the spill.
+    let pairs = spill_where_used(
+        to_targets,
+        spill,
+        "SpillTargets",
+        |(name, _)| name_route(*name),
+        |(name, _), text| (*name, text),
+    )
+    .reduce_named("PairsByTarget", move |_name, found, out| {
+        let found: Vec<(Tag, TargetMention)> = found
+            .iter()
+            .map(|(key, _)| target_spill.get(**key))
+            .collect();
+        for (pair, relations) in target_pairs(found) {
+            out.push(((pair, SpilledGroup::put(&target_spill, &relations)), 1));
+        }
+    })
+    .map(|(_name, pair)| pair);
+    let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
+    let relations = changes_only(pairs).map_async(
+        tasks,
+        "MergeRelations",
+        InFlight {
+            weight: |(_, group)| group.len,
+            budget: MENTIONS_IN_FLIGHT,
+        },
+        move |(pair, group): (PairKey, SpilledGroup)| {
+            let model = Arc::clone(&model_r);
+            let spill = Arc::clone(&spill_r);
+            async move {
+                let found: Vec<DocRelation> =
+                    read_in_doc_order(&spill, group, |r: &DocRelation| &r.doc_id);
+                let (source_id, target_id) =
+                    (&entity_id(pair.source_id), &entity_id(pair.target_id));
+                let merged =
+                    merge_relations_across(source_id, target_id, &found, model.as_ref(), &config)
+                        .await;
+                match merged {
+                    Ok(row) => vec![GraphRow::Relation(row)],
+                    Err(error) => {
+                        let joined = found
+                            .iter()
+                            .map(|r| r.description.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" ");
+                        vec![
+                            GraphRow::Error(graph_error(
+                                &format!("{source_id} -> {target_id}"),
+                                &error,
+                                "its descriptions were joined unmerged",
+                            )),
+                            GraphRow::Relation(relation_row(source_id, target_id, &found, joined)),
+                        ]
+                    }
+                }
+            }
+        },
+    );
+    resolved
+        .filter(|row| !matches!(row, GraphRow::ToTarget(..)))
+        .concat(relations)
+}
+
+/// Mentions one worker resolves or merges at once: a name's or a pair's
+/// mentions are read back from the spill while its future runs, and a popular
+/// name has thousands. A relation mention carries its evidence segment, and
+/// its merges' prompts and replies are held until the group is merged: about
+/// 15 KiB a mention at a round's end (jemalloc's heap profile at 10M tokens).
+/// Still enough for hundreds of model calls in flight.
+const MENTIONS_IN_FLIGHT: usize = 2_048;
+
+/// A string (a document id, a name key) as the graph's arrangements hold it:
+/// 128 bits of its hash, where the string cost a heap block in every copy of
+/// every arrangement.
+pub(super) type Tag = u128;
+
+fn tag(text: &str) -> Tag {
+    hash128(text.as_bytes())
+}
+
+/// An entity id (32 hex digits, a [`memweave_schemas::content_id`]) as 128
+/// bits, and back: the arrangements hold the number, the rows the text.
+fn entity_tag(entity_id: &str) -> Tag {
+    Tag::from_str_radix(entity_id, 16)
+        .unwrap_or_else(|_| panic!("entity id {entity_id:?} is 32 hex digits"))
+}
+
+fn entity_id(tag: Tag) -> String {
+    format!("{tag:032x}")
+}
+
+/// What a name's group holds: the documents' mentions of the name, and the
+/// relations whose source it is.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+enum NameMention {
+    Entity(DocEntity),
+    Relation(RelationRef),
+}
+
+impl NameMention {
+    /// The name it is grouped by.
+    fn name(&self) -> Tag {
+        match self {
+            NameMention::Entity(e) => tag(&e.key),
+            NameMention::Relation(r) => r.source,
+        }
+    }
+}
+
+/// A relation as the names at its ends see it; its text stays spilled on its
+/// target name's worker ([`relation_route`]), which merges its pair.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct RelationRef {
+    doc: Tag,
+    source: Tag,
+    target: Tag,
+    text: SpillKey,
+}
+
+/// A name's group's mentions (in key order) and relations.
+fn split_name_mentions(found: Vec<NameMention>) -> (Vec<DocEntity>, Vec<RelationRef>) {
+    let (mut mentions, mut relations) = (Vec::new(), Vec::new());
+    for mention in found {
+        match mention {
+            NameMention::Entity(e) => mentions.push(e),
+            NameMention::Relation(r) => relations.push(r),
+        }
+    }
+    (mentions, relations)
+}
+
+/// What a name's group sends to a target name's group: the entity the name
+/// became in one document, or a relation ending at the name, with the entity
+/// its source became.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub(super) enum TargetMention {
+    Entity {
+        doc: Tag,
+        entity_id: Tag,
+    },
+    Relation {
+        doc: Tag,
+        source_id: Tag,
+        text: SpillKey,
+    },
+}
+
+/// A target name's relations by pair, each pair's in key order (the order its
+/// group is spilled in): the target is the entity the name became in the
+/// relation's document. A relation whose document has no entity of that name
+/// has no pair (the extraction keeps only relations between the document's
+/// entities).
+fn target_pairs(found: Vec<(Tag, TargetMention)>) -> BTreeMap<PairKey, Vec<SpillKey>> {
+    let entity_in: BTreeMap<Tag, Tag> = found
+        .iter()
+        .filter_map(|(_, m)| match m {
+            TargetMention::Entity { doc, entity_id } => Some((*doc, *entity_id)),
+            TargetMention::Relation { .. } => None,
+        })
+        .collect();
+    let mut pairs: BTreeMap<PairKey, Vec<SpillKey>> = BTreeMap::new();
+    for (_, mention) in found {
+        if let TargetMention::Relation {
+            doc,
+            source_id,
+            text,
+        } = mention
+            && let Some(&target_id) = entity_in.get(&doc)
+        {
+            let pair = PairKey {
+                source_id,
+                target_id,
+            };
+            pairs.entry(pair).or_default().push(text);
+        }
+    }
+    for relations in pairs.values_mut() {
+        relations.sort_unstable();
+        relations.dedup();
+    }
+    pairs
+}
+
+/// The worker that groups a name's mentions (and spills them).
+fn name_route(name: Tag) -> u64 {
+    name.hashed()
+}
+
+/// The worker a relation's text is spilled on: its target name's, whose group
+/// pairs it and whose worker merges the pair.
+fn relation_route(relation: &DocRelation) -> u64 {
+    name_route(tag(&relation.target_key))
+}
+
+/// What relations are merged by: the entities at their ends.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+struct PairKey {
+    source_id: Tag,
+    target_id: Tag,
+}
+
+fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
+    ErrorRow::new(
+        "graph",
+        subject,
+        None,
+        error.kind(),
+        &format!("{error}; {fallback}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A relation's text is spilled where its pair is merged: on the worker of
+    /// its target's name, whose group pairs it, not its source's.
+    #[test]
+    fn a_relation_is_spilled_where_its_target_name_is_grouped() {
+        let relation = DocRelation {
+            doc_id: "a.txt".to_string(),
+            source_key: "ada lovelace".to_string(),
+            target_key: "charles babbage".to_string(),
+            description: "worked with".to_string(),
+            seg_ids: vec!["s1".to_string()],
+            summary: "".into(),
+            evidence: "".into(),
+        };
+        let (source, target) = (tag("ada lovelace"), tag("charles babbage"));
+        assert_eq!(relation_route(&relation), target.hashed());
+        assert_ne!(relation_route(&relation), name_route(source));
+    }
+
+    /// A relation's pair is the entity its source became (given by the
+    /// source's name) and the entity the target's name became in the same
+    /// document; a document without that entity gives it no pair.
+    #[test]
+    fn a_target_group_pairs_each_relation_with_its_documents_entity() {
+        let target = tag("charles babbage");
+        let relation = |doc: &str, source_id: Tag, text: SpillKey| {
+            let mention = TargetMention::Relation {
+                doc: tag(doc),
+                source_id,
+                text,
+            };
+            (target, mention)
+        };
+        let entity = |doc: &str, entity_id: Tag| {
+            let mention = TargetMention::Entity {
+                doc: tag(doc),
+                entity_id,
+            };
+            (target, mention)
+        };
+        let pairs = target_pairs(vec![
+            relation("a.txt", 1, 150),
+            entity("b.txt", 21),
+            relation("b.txt", 1, 200),
+            entity("a.txt", 20),
+            relation("c.txt", 1, 300),
+            relation("a.txt", 1, 100),
+            relation("a.txt", 2, 400),
+        ]);
+        let pair = |source_id: Tag, target_id: Tag| PairKey {
+            source_id,
+            target_id,
+        };
+        let expected = BTreeMap::from([
+            (pair(1, 20), vec![100, 150]),
+            (pair(1, 21), vec![200]),
+            (pair(2, 20), vec![400]),
+        ]);
+        assert_eq!(pairs, expected);
+    }
+}

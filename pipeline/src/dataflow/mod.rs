@@ -1,0 +1,477 @@
+//! The indexing dataflow: documents in as a differential collection, every memory
+//! table's rows out as collections derived from it.
+//!
+//! Documents are a collection of (doc_id, version, text) records from the start, so
+//! an update (retract the old version, insert the new) or a delete (retract) flows
+//! through every derived table and recomputes only what depends on it.
+
+use std::cell::RefCell;
+use std::hash::Hash;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use differential_dataflow::input::{Input, InputSession};
+use differential_dataflow::{AsCollection, Hashable};
+use memweave_operators::build::{BuildConfig, BuiltRow, Document, build_document};
+use memweave_operators::embed::Embedder;
+use memweave_operators::model::MemoryModel;
+use memweave_operators::tokens::count_tokens;
+use memweave_schemas::{DocStateRow, DocumentRow, MemoryRow};
+use timely::dataflow::operators::probe::Handle as ProbeHandle;
+use timely::dataflow::operators::{Exchange, Inspect, Probe};
+use timely::worker::Worker;
+
+use crate::async_map::{InFlight, MapAsync, Tasks};
+use crate::error::StagingError;
+use crate::spill::Spill;
+use crate::state::{self, DocState};
+use crate::write::{RoundWriter, StagedPart};
+
+mod corpus;
+mod graph;
+mod spilled;
+mod stage;
+mod time;
+
+use corpus::corpus_trees;
+use graph::{GraphRow, graph_stages};
+use stage::write_rows;
+use time::phase_end;
+pub use time::{restore_time, round_start, round_time};
+
+/// What the input collection holds: documents, each with the time it was
+/// first seen, and (at a restore time only) the states a new process restores.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum Fed {
+    Document(Document, i64),
+    Restored(DocStateRow),
+}
+
+pub type DocumentInput = InputSession<u64, Fed, isize>;
+
+/// What building a document gives: its memory's rows, and its state. (Nearly
+/// every value is a row: boxing them to even the variants would allocate once
+/// per row.)
+#[allow(clippy::large_enum_variant)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum Built {
+    Row(BuiltRow),
+    State(DocStateRow),
+}
+
+/// The dataflow's handles: its input; probes that tell when an input epoch
+/// has been fully processed per document (`documents`) and when a round's
+/// rows are all staged, every stage of every worker (`everything`); and, at
+/// worker 0, what every worker staged.
+pub struct Handles {
+    pub input: DocumentInput,
+    pub documents: ProbeHandle<u64>,
+    pub everything: ProbeHandle<u64>,
+    pub staged: Rc<RefCell<Vec<Result<StagedPart, StagingError>>>>,
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles")
+            .field("documents", &self.documents)
+            .field("everything", &self.everything)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the dataflow's stages call on, one value handed to every worker: the
+/// model, the embedder, where their futures run, and the writer that stages
+/// the rows.
+#[derive(Clone)]
+pub struct Services {
+    pub model: Arc<dyn MemoryModel>,
+    pub embedder: Arc<dyn Embedder>,
+    pub tasks: Tasks,
+    pub writer: Arc<RoundWriter>,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("embedder", &self.embedder.model())
+            .field("tasks", &self.tasks)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the indexing dataflow in `worker`; returns its handles. The stages
+/// that see many documents at once (entity resolution, relation merging,
+/// corpus trees) see all of a round's epochs at the round's end: a bulk build
+/// resolves each name once, instead of once per epoch that added a document
+/// mentioning it (each time with a different prompt, which the cache cannot
+/// answer). Every worker stages its own output rows with `writer`; what it
+/// staged goes to worker 0.
+pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> Handles {
+    let Services {
+        model,
+        embedder,
+        tasks,
+        writer,
+    } = services;
+    let staged = Rc::new(RefCell::new(Vec::new()));
+    let probe = ProbeHandle::new();
+    let settled = ProbeHandle::new();
+    let at = phase_end;
+    let made_by = state::fingerprint(&config, model.as_ref(), embedder.as_ref());
+    // Each worker's spill of the texts its cross-document stages read back.
+    let spill = Arc::new(
+        Spill::new()
+            .unwrap_or_else(|error| panic!("creating the spill file under TMPDIR: {error}")),
+    );
+    let input = worker.dataflow::<u64, _, _>(|scope| {
+        let (input, fed) = scope.new_collection::<Fed, isize>();
+
+        // Input carries one version per document id (the main thread settles
+        // claims); documents spread over every worker of every process by id.
+        // No stage arranges them: a text lives in the dataflow only while its
+        // memory is built.
+        let documents = fed
+            .clone()
+            .flat_map(|fed| match fed {
+                Fed::Document(doc, seen) => Some((doc, seen)),
+                Fed::Restored(_) => None,
+            })
+            .inner
+            .exchange(|((doc, _), _, _)| doc.doc_id.hashed())
+            .as_collection();
+        // A restored state stands for the rows its document's build gave the
+        // cross-document stages.
+        let restored = fed.flat_map(|fed| match fed {
+            Fed::Restored(row) => restored_rows(&row),
+            Fed::Document(..) => Vec::new(),
+        });
+
+        let document_rows = documents
+            .clone()
+            .map(|(doc, seen)| document_row(&doc, seen));
+        let docs = documents.map(|(doc, _)| doc);
+
+        // The memory of each document, built asynchronously: the document's model
+        // calls run concurrently on the runtime, and many documents are in flight.
+        let doc_embedder = Arc::clone(embedder);
+        let doc_model = Arc::clone(model);
+        let built = docs.map_async(
+            tasks,
+            "BuildMemory",
+            InFlight::futures(),
+            move |doc: Document| {
+                let model = Arc::clone(&doc_model);
+                let embedder = Arc::clone(&doc_embedder);
+                let made_by = made_by.clone();
+                async move {
+                    let rows =
+                        build_document(&doc, &config, model.as_ref(), embedder.as_ref()).await;
+                    let state = DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree);
+                    rows.into_iter()
+                        .map(Built::Row)
+                        .chain([Built::State(state)])
+                        .collect::<Vec<_>>()
+                }
+            },
+        );
+        let doc_states = built.clone().flat_map(|built| match built {
+            Built::State(state) => Some(state),
+            Built::Row(_) => None,
+        });
+        let memory = built
+            .flat_map(|built| match built {
+                Built::Row(row) => Some(row),
+                Built::State(_) => None,
+            })
+            .concat(restored);
+        let segments = memory.clone().flat_map(|row| match row {
+            BuiltRow::Segment(s) => Some(s),
+            _ => None,
+        });
+        let document_tree_nodes = memory.clone().flat_map(|row| match row {
+            BuiltRow::TreeNode(n) => Some(n),
+            _ => None,
+        });
+        let pages = memory.clone().flat_map(|row| match row {
+            BuiltRow::Page(p) => Some(p),
+            _ => None,
+        });
+        let gist_memories = memory.clone().flat_map(|row| match row {
+            BuiltRow::GistMemory(g) => Some(g),
+            _ => None,
+        });
+        let doc_entities = memory.clone().flat_map(|row| match row {
+            BuiltRow::Entity(e) => Some(e),
+            _ => None,
+        });
+        let doc_relations = memory.clone().flat_map(|row| match row {
+            BuiltRow::Relation(r) => Some(r),
+            _ => None,
+        });
+        let doc_embeddings = memory.clone().flat_map(|row| match row {
+            BuiltRow::Embedding(e) => Some(e),
+            _ => None,
+        });
+        let corpus = config.corpus_tree.then(|| {
+            // Only the roots (and the RAPTOR roots' vectors) reach the corpus trees.
+            let memwalker_roots = document_tree_nodes
+                .clone()
+                .filter(state::is_memwalker_root)
+                .delay(at);
+            let raptor_roots = memory
+                .clone()
+                .flat_map(|row| match row {
+                    BuiltRow::RaptorRoot(root, vector) => Some((root, vector)),
+                    _ => None,
+                })
+                .delay(at);
+            corpus_trees(memwalker_roots, raptor_roots, services, &spill, config)
+        });
+        let build_errors = memory.flat_map(|row| match row {
+            BuiltRow::Error(e) => Some(e),
+            _ => None,
+        });
+        let graph = graph_stages(
+            doc_entities.delay(at),
+            doc_relations.delay(at),
+            services,
+            &spill,
+            config.graph,
+        );
+        let entities = graph.clone().flat_map(|row| match row {
+            GraphRow::Entity(e) => Some(e),
+            _ => None,
+        });
+        let relations = graph.clone().flat_map(|row| match row {
+            GraphRow::Relation(r) => Some(r),
+            _ => None,
+        });
+        let embeddings = graph.clone().flat_map(|row| match row {
+            GraphRow::Embedding(e) => Some(e),
+            _ => None,
+        });
+        let errors = graph.flat_map(|row| match row {
+            GraphRow::Error(e) => Some(e),
+            _ => None,
+        });
+
+        // Per document, then across documents (at the round's end).
+        let mut rows = document_rows
+            .map(MemoryRow::Document)
+            .concat(segments.map(MemoryRow::Segment))
+            .concat(pages.map(MemoryRow::Page))
+            .concat(gist_memories.map(MemoryRow::GistMemory))
+            .concat(document_tree_nodes.map(MemoryRow::TreeNode))
+            .concat(doc_embeddings.map(MemoryRow::Embedding))
+            .concat(build_errors.map(MemoryRow::Error))
+            .concat(doc_states.map(MemoryRow::DocState))
+            .probe_with(&probe)
+            .concat(entities.map(MemoryRow::Entity))
+            .concat(relations.map(MemoryRow::Relation));
+        if let Some(corpus) = corpus {
+            rows = rows.concat(corpus);
+        }
+        let rows = rows
+            .concat(embeddings.map(MemoryRow::Embedding))
+            .concat(errors.map(MemoryRow::Error));
+        let collected = Rc::clone(&staged);
+        write_rows(rows, Arc::clone(writer), tasks.runtime.clone())
+            .exchange(|_| 0)
+            .inspect(move |part| collected.borrow_mut().push(part.clone()))
+            .probe_with(&settled);
+        input
+    });
+    Handles {
+        input,
+        documents: probe,
+        everything: settled,
+        staged,
+    }
+}
+
+/// The rows a document's build gave the cross-document stages, as its state
+/// row keeps them.
+fn restored_rows(row: &DocStateRow) -> Vec<BuiltRow> {
+    let state = DocState::of_row(row).unwrap_or_else(|e| {
+        panic!(
+            "document {}: its doc_states row does not read: {e}",
+            row.doc_id
+        )
+    });
+    state.into_built_rows()
+}
+
+fn document_row(doc: &Document, seen: i64) -> DocumentRow {
+    DocumentRow {
+        doc_id: doc.doc_id.clone(),
+        source_uri: doc.source_uri.clone(),
+        content_hash: doc.content_hash.clone(),
+        version: doc.version,
+        title: doc.title.clone(),
+        n_chars: doc.text.chars().count() as u64,
+        n_tokens: count_tokens(&doc.text) as u64,
+        ingested_at: seen,
+        deleted: false,
+        text: doc.text.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use memweave_llm::TaskModel;
+    use memweave_operators::build::segment_rows;
+    use memweave_operators::embed::HashingEmbedder;
+    use memweave_operators::ingest::RawDocument;
+    use memweave_operators::paginate::PageConfig;
+    use memweave_operators::segment::SegmentConfig;
+    use memweave_schemas::{PageRow, SegmentRow, TableStore, TreeNodeRow};
+
+    use super::*;
+    use crate::progress::StageProgress;
+
+    fn config() -> BuildConfig {
+        BuildConfig::new(
+            SegmentConfig::around(40),
+            PageConfig {
+                min_words: 20,
+                max_words: 60,
+                gist_word_budget: 0,
+            },
+            4,
+        )
+    }
+
+    fn document(key: &str, source: &str, text: &str, version: u64) -> Document {
+        Document::new(
+            RawDocument {
+                key: key.into(),
+                source_uri: source.into(),
+                title: key.into(),
+                text: text.into(),
+            },
+            version,
+        )
+    }
+
+    fn prose(topic: &str) -> String {
+        (0..40)
+            .map(|i| format!("Sentence {i} says something about {topic} and its many sides."))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The memory tables' rows after the last round.
+    struct Output {
+        documents: Vec<DocumentRow>,
+        segments: Vec<SegmentRow>,
+        tree_nodes: Vec<TreeNodeRow>,
+        pages: Vec<PageRow>,
+    }
+
+    /// Runs `rounds` of input changes through the dataflow on one worker,
+    /// committing each round's staged rows to tables in a temporary folder,
+    /// and reads the tables after the last.
+    fn run(rounds: Vec<Vec<((Document, i64), isize)>>) -> Output {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let store = TableStore::local(dir.path()).expect("a store");
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let handle = runtime.handle().clone();
+        let stages = StageProgress::new();
+        let writer = Arc::new(RoundWriter::new(store.clone(), 32, Arc::clone(&stages), 64));
+        let services = Services {
+            model: Arc::new(TaskModel::extractive()),
+            embedder: Arc::new(HashingEmbedder::new(32)),
+            tasks: Tasks {
+                runtime: handle.clone(),
+                stages,
+            },
+            writer: Arc::clone(&writer),
+        };
+        let guards = timely::execute(timely::Config::thread(), move |worker| {
+            let handles = build(worker, &services, config());
+            let Handles {
+                mut input,
+                documents,
+                everything,
+                staged,
+            } = handles;
+            for (round, changes) in rounds.iter().enumerate() {
+                handle.block_on(writer.prepare()).expect("tables");
+                input.advance_to(round_time(round as u64, 0));
+                for ((doc, seen), diff) in changes {
+                    input.update(Fed::Document(doc.clone(), *seen), *diff);
+                }
+                input.advance_to(round_start(round as u64 + 1));
+                input.flush();
+                while documents.less_than(input.time()) || everything.less_than(input.time()) {
+                    worker.step_or_park(Some(std::time::Duration::from_millis(5)));
+                }
+                let parts: Vec<StagedPart> = std::mem::take(&mut *staged.borrow_mut())
+                    .into_iter()
+                    .collect::<Result<_, _>>()
+                    .expect("rows staged");
+                handle
+                    .block_on(writer.commit(round == 0, parts))
+                    .expect("a commit");
+            }
+        })
+        .expect("the dataflow starts");
+        guards
+            .join()
+            .pop()
+            .expect("one worker")
+            .expect("the worker succeeds");
+        runtime.block_on(async {
+            Output {
+                documents: store.read_rows(None).await.expect("documents"),
+                segments: store.read_rows(None).await.expect("segments"),
+                tree_nodes: store.read_rows(None).await.expect("tree_nodes"),
+                pages: store.read_rows(None).await.expect("pages"),
+            }
+        })
+    }
+
+    #[test]
+    fn an_update_leaves_exactly_the_rows_of_the_new_version() {
+        let old = document("a.txt", "a.txt", &prose("harbours"), 1);
+        let new = document("a.txt", "a.txt", &prose("lighthouses"), 2);
+        let output = run(vec![
+            vec![((old.clone(), 0), 1)],
+            vec![((old, 0), -1), ((new.clone(), 5), 1)],
+        ]);
+        // The MemWalker segments and the RAPTOR chunks, both of the new version.
+        let expected: HashSet<SegmentRow> = segment_rows(&new, &config().segments)
+            .into_iter()
+            .chain(segment_rows(&new, &config().chunks()))
+            .collect();
+        let got: HashSet<SegmentRow> = output.segments.iter().cloned().collect();
+        assert_eq!(got, expected);
+        assert_eq!(output.segments.len(), expected.len(), "each row once");
+        assert_eq!(output.documents.len(), 1);
+        let row = &output.documents[0];
+        assert_eq!((row.version, row.ingested_at), (2, 5));
+        assert!(
+            output
+                .tree_nodes
+                .iter()
+                .all(|n| n.summary.contains("lighthouses"))
+        );
+        assert!(output.pages.iter().all(|p| p.text.contains("lighthouses")));
+    }
+
+    #[test]
+    fn a_delete_retracts_everything_the_document_produced() {
+        let doc = document("a.txt", "a.txt", &prose("harbours"), 1);
+        let output = run(vec![vec![((doc.clone(), 0), 1)], vec![((doc, 0), -1)]]);
+        assert!(output.documents.is_empty());
+        assert!(output.segments.is_empty());
+        assert!(output.tree_nodes.is_empty());
+        assert!(output.pages.is_empty());
+    }
+}

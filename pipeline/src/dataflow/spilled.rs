@@ -1,0 +1,75 @@
+//! Stages that keep texts in the worker's spill and their arrangements slim.
+
+use std::sync::Arc;
+
+use differential_dataflow::VecCollection;
+use differential_dataflow::{AsCollection, Data, ExchangeData};
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Exchange as ExchangePact;
+use timely::dataflow::operators::generic::operator::Operator;
+
+use crate::spill::{Spill, SpillKey, SpilledGroup};
+
+/// A reduce's group: its values' spill keys (in key order), spilled as one list.
+pub(super) fn spill_group<K>(spill: &Spill, values: &[(&SpillKey, K)]) -> SpilledGroup {
+    let keys: Vec<SpillKey> = values.iter().map(|(key, _)| **key).collect();
+    SpilledGroup::put(spill, &keys)
+}
+
+/// The spilled values of `group`, in its keys' order.
+pub(super) fn read_group<T: serde::de::DeserializeOwned>(
+    spill: &Spill,
+    group: SpilledGroup,
+) -> Vec<T> {
+    group
+        .keys(spill)
+        .into_iter()
+        .map(|text| spill.get(text))
+        .collect()
+}
+
+/// The spilled values of `group`, in the order of their documents' ids (ties
+/// in key order): the order resolution and merging expect.
+pub(super) fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>(
+    spill: &Spill,
+    group: SpilledGroup,
+    doc_id: impl Fn(&T) -> &K,
+) -> Vec<T> {
+    let mut values: Vec<T> = read_group(spill, group);
+    values.sort_by(|a, b| doc_id(a).cmp(doc_id(b)));
+    values
+}
+
+/// Sends each update to the worker `route` names, spills it there, and passes
+/// on `slim(update, its spill key)` in its place.
+pub(super) fn spill_where_used<'scope, D, O>(
+    collection: VecCollection<'scope, u64, D, isize>,
+    spill: &Arc<Spill>,
+    name: &str,
+    route: impl Fn(&D) -> u64 + 'static,
+    slim: impl Fn(&D, SpillKey) -> O + 'static,
+) -> VecCollection<'scope, u64, O, isize>
+where
+    D: ExchangeData,
+    O: Data,
+{
+    let spill = Arc::clone(spill);
+    collection
+        .inner
+        .unary::<CapacityContainerBuilder<Vec<(O, u64, isize)>>, _, _, _>(
+            ExchangePact::new(move |(update, _, _): &(D, u64, isize)| route(update)),
+            name,
+            move |_, _| {
+                move |input, output| {
+                    input.for_each(|capability, updates| {
+                        let mut session = output.session(&capability);
+                        for (update, time, diff) in updates.drain(..) {
+                            let text = spill.put(&update);
+                            session.give((slim(&update, text), time, diff));
+                        }
+                    });
+                }
+            },
+        )
+        .as_collection()
+}
