@@ -13,7 +13,7 @@ use memweave_operators::graph::{
     resolve_entities,
 };
 use memweave_operators::model::{CallContext, StepError};
-use memweave_schemas::{EmbeddingRow, EntityRow, ErrorRow, RelationRow, hash128};
+use memweave_schemas::{EmbeddingRow, EntityRow, ErrorRow, MemoryRow, RelationRow, hash128};
 
 use super::Services;
 use super::spilled::{read_group, read_in_doc_order, spill_group, spill_where_used};
@@ -25,13 +25,26 @@ use crate::spill::{Spill, SpillKey, SpilledGroup};
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
-pub(super) enum GraphRow {
+enum GraphRow {
     Entity(EntityRow),
     /// On its way to a target name's group (see [`graph_stages`]), not a row.
     ToTarget(Tag, TargetMention),
     Relation(RelationRow),
     Embedding(EmbeddingRow),
     Error(ErrorRow),
+}
+
+impl GraphRow {
+    /// The table row it is, if it is one.
+    fn into_row(self) -> Option<MemoryRow> {
+        match self {
+            GraphRow::Entity(e) => Some(MemoryRow::Entity(e)),
+            GraphRow::Relation(r) => Some(MemoryRow::Relation(r)),
+            GraphRow::Embedding(e) => Some(MemoryRow::Embedding(e)),
+            GraphRow::Error(e) => Some(MemoryRow::Error(e)),
+            GraphRow::ToTarget(..) => None,
+        }
+    }
 }
 
 /// The graph across documents: each normalised name's entities, one per
@@ -56,7 +69,7 @@ pub(super) fn graph_stages<'scope>(
     services: &Services,
     spill: &Arc<Spill>,
     config: GraphConfig,
-) -> VecCollection<'scope, u64, GraphRow, isize> {
+) -> VecCollection<'scope, u64, MemoryRow, isize> {
     let Services {
         model,
         embedder,
@@ -237,9 +250,7 @@ pub(super) fn graph_stages<'scope>(
             }
         },
     );
-    resolved
-        .filter(|row| !matches!(row, GraphRow::ToTarget(..)))
-        .concat(relations)
+    resolved.concat(relations).flat_map(GraphRow::into_row)
 }
 
 /// Mentions one worker resolves or merges at once: a name's or a pair's

@@ -30,11 +30,13 @@ use crate::write::{RoundWriter, StagedPart};
 mod corpus;
 mod graph;
 mod spilled;
+mod split;
 mod stage;
 mod time;
 
 use corpus::corpus_trees;
-use graph::{GraphRow, graph_stages};
+use graph::graph_stages;
+use split::split_built;
 use stage::write_rows;
 use time::phase_end;
 pub use time::{restore_time, round_start, round_time};
@@ -178,106 +180,33 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
                 }
             },
         );
-        let doc_states = built.clone().flat_map(|built| match built {
-            Built::State(state) => Some(state),
-            Built::Row(_) => None,
-        });
-        let memory = built
-            .flat_map(|built| match built {
-                Built::Row(row) => Some(row),
-                Built::State(_) => None,
-            })
-            .concat(restored);
-        let segments = memory.clone().flat_map(|row| match row {
-            BuiltRow::Segment(s) => Some(s),
-            _ => None,
-        });
-        let document_tree_nodes = memory.clone().flat_map(|row| match row {
-            BuiltRow::TreeNode(n) => Some(n),
-            _ => None,
-        });
-        let pages = memory.clone().flat_map(|row| match row {
-            BuiltRow::Page(p) => Some(p),
-            _ => None,
-        });
-        let gist_memories = memory.clone().flat_map(|row| match row {
-            BuiltRow::GistMemory(g) => Some(g),
-            _ => None,
-        });
-        let doc_entities = memory.clone().flat_map(|row| match row {
-            BuiltRow::Entity(e) => Some(e),
-            _ => None,
-        });
-        let doc_relations = memory.clone().flat_map(|row| match row {
-            BuiltRow::Relation(r) => Some(r),
-            _ => None,
-        });
-        let doc_embeddings = memory.clone().flat_map(|row| match row {
-            BuiltRow::Embedding(e) => Some(e),
-            _ => None,
-        });
+        let parts = split_built(built.concat(restored.map(Built::Row)), config.corpus_tree);
         let corpus = config.corpus_tree.then(|| {
-            // Only the roots (and the RAPTOR roots' vectors) reach the corpus trees.
-            let memwalker_roots = document_tree_nodes
-                .clone()
-                .filter(state::is_memwalker_root)
-                .delay(at);
-            let raptor_roots = memory
-                .clone()
-                .flat_map(|row| match row {
-                    BuiltRow::RaptorRoot(root, vector) => Some((root, vector)),
-                    _ => None,
-                })
-                .delay(at);
-            corpus_trees(memwalker_roots, raptor_roots, services, &spill, config)
-        });
-        let build_errors = memory.flat_map(|row| match row {
-            BuiltRow::Error(e) => Some(e),
-            _ => None,
+            corpus_trees(
+                parts.memwalker_roots.delay(at),
+                parts.raptor_roots.delay(at),
+                services,
+                &spill,
+                config,
+            )
         });
         let graph = graph_stages(
-            doc_entities.delay(at),
-            doc_relations.delay(at),
+            parts.entities.delay(at),
+            parts.relations.delay(at),
             services,
             &spill,
             config.graph,
         );
-        let entities = graph.clone().flat_map(|row| match row {
-            GraphRow::Entity(e) => Some(e),
-            _ => None,
-        });
-        let relations = graph.clone().flat_map(|row| match row {
-            GraphRow::Relation(r) => Some(r),
-            _ => None,
-        });
-        let embeddings = graph.clone().flat_map(|row| match row {
-            GraphRow::Embedding(e) => Some(e),
-            _ => None,
-        });
-        let errors = graph.flat_map(|row| match row {
-            GraphRow::Error(e) => Some(e),
-            _ => None,
-        });
 
         // Per document, then across documents (at the round's end).
         let mut rows = document_rows
             .map(MemoryRow::Document)
-            .concat(segments.map(MemoryRow::Segment))
-            .concat(pages.map(MemoryRow::Page))
-            .concat(gist_memories.map(MemoryRow::GistMemory))
-            .concat(document_tree_nodes.map(MemoryRow::TreeNode))
-            .concat(doc_embeddings.map(MemoryRow::Embedding))
-            .concat(build_errors.map(MemoryRow::Error))
-            .concat(doc_states.map(MemoryRow::DocState))
+            .concat(parts.rows)
             .probe_with(&probe)
-            .concat(entities.map(MemoryRow::Entity))
-            .concat(relations.map(MemoryRow::Relation));
+            .concat(graph);
         if let Some(corpus) = corpus {
             rows = rows.concat(corpus);
         }
-        let rows = rows
-            .concat(embeddings.map(MemoryRow::Embedding))
-            .concat(errors.map(MemoryRow::Error));
         let collected = Rc::clone(&staged);
         write_rows(rows, Arc::clone(writer), tasks.runtime.clone())
             .exchange(|_| 0)
