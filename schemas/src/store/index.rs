@@ -1,0 +1,226 @@
+//! The indexes a commit keeps: B-trees, full-text and label lists over the
+//! columns rows are looked up by, and the vectors' IVF index.
+
+use std::collections::HashMap;
+
+use lance::index::DatasetIndexExt;
+use lance::index::vector::VectorIndexParams;
+use lance_index::IndexType;
+use lance_index::optimize::OptimizeOptions;
+use lance_index::scalar::inverted::tokenizer::Language;
+use lance_index::scalar::{BuiltinIndexType, InvertedIndexParams, ScalarIndexParams};
+use lance_index::vector::ivf::IvfBuildParams;
+use lance_index::vector::sq::builder::SQBuildParams;
+use lance_linalg::distance::DistanceType;
+
+use super::{Result, TableStore};
+use crate::{ColumnIndex, Table};
+
+/// Fewest vectors the `embeddings` table is indexed at: below it a scan of
+/// every vector is as fast as probing an index.
+pub const VECTOR_INDEX_MIN_ROWS: usize = 1024;
+
+/// Vectors sampled per IVF partition to train its centroids: within faiss's
+/// advice (39 to 256). Lance's default of 256 loads every vector of a table of
+/// up to 65,536 (256·√n ≥ n), and the training time with them.
+const VECTOR_TRAINING_PER_PARTITION: usize = 64;
+
+/// Vectors sampled per 8-bit level to find each dimension's range for scalar
+/// quantization: 4,096 in all. Lance's default (256 a level, 65,536 vectors)
+/// loads a whole 10M-token build's vectors, and a copy to normalise them, at
+/// the round's end: the largest allocation of its commit.
+const VECTOR_SQ_TRAINING_PER_LEVEL: usize = 16;
+
+/// Segments an index may have (one per commit that appended rows) before a
+/// commit merges them: a lookup reads each segment, and a long `--watch` or
+/// `--follow` commits every few seconds.
+pub(super) const MERGE_INDEX_SEGMENTS_AT: usize = 8;
+
+/// The name of the `embeddings` table's vector index.
+const VECTOR_INDEX_NAME: &str = "vector_ivf";
+
+impl TableStore {
+    /// Indexes the vectors of the `embeddings` table (IVF, cosine) once there
+    /// are enough of them that an index beats a scan, and trains it anew with
+    /// `retrain` (a rebuild replaced every vector); later appends join it as
+    /// segments ([`TableStore::index_lookups`]). Returns the version. The
+    /// partitions hold 8-bit scalar-quantized vectors: building an IVF_FLAT
+    /// index, whose partitions copy the vectors whole, held about five times
+    /// the table's vectors at once (pylance, 50K vectors: +255 MiB, IVF_SQ
+    /// +165 MiB), and a search can re-rank its candidates with the table's
+    /// own vectors (`refine_factor`).
+    pub async fn index_vectors(&self, retrain: bool) -> Result<Option<u64>> {
+        let table = Table::Embeddings;
+        let Some(mut dataset) = self.dataset(table, None).await? else {
+            return Ok(None);
+        };
+        let indexed = dataset
+            .load_indices_by_name(VECTOR_INDEX_NAME)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if !retrain && !indexed.is_empty() {
+            return Ok(Some(dataset.version().version));
+        }
+        let rows = dataset
+            .count_rows(None)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if rows < VECTOR_INDEX_MIN_ROWS {
+            return Ok(Some(dataset.version().version));
+        }
+        // About √n partitions: a query probes a few of them, each about √n vectors.
+        let partitions = (rows as f64).sqrt().round() as usize;
+        let ivf = IvfBuildParams {
+            sample_rate: VECTOR_TRAINING_PER_PARTITION,
+            ..IvfBuildParams::new(partitions)
+        };
+        let params = VectorIndexParams::with_ivf_sq_params(
+            DistanceType::Cosine,
+            ivf,
+            SQBuildParams {
+                sample_rate: VECTOR_SQ_TRAINING_PER_LEVEL,
+                ..SQBuildParams::default()
+            },
+        );
+        dataset
+            .create_index(
+                &["vector"],
+                IndexType::Vector,
+                Some(VECTOR_INDEX_NAME.to_string()),
+                &params,
+                true,
+            )
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(Some(dataset.version().version))
+    }
+
+    /// Brings every index of `table` over the rows appended since it was last
+    /// indexed (a new segment of each, so a lookup or search stays
+    /// index-backed as the table grows), and creates each of the table's
+    /// [`Table::column_indexes`] that is missing. Returns the table's version
+    /// after; `None` when the table does not exist. A table with no rows gets
+    /// its indexes at the first commit that gives it some.
+    pub async fn index_lookups(&self, table: Table) -> Result<Option<u64>> {
+        let Some(mut dataset) = self.dataset(table, None).await? else {
+            return Ok(None);
+        };
+        let indices = dataset
+            .load_indices()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if !indices.is_empty() {
+            // Each append is a segment that a lookup reads apart; past a few,
+            // they are merged into one.
+            let mut segments: HashMap<&str, usize> = HashMap::new();
+            for index in indices.iter() {
+                *segments.entry(index.name.as_str()).or_default() += 1;
+            }
+            let most = segments.values().copied().max().unwrap_or(0);
+            let options = if most >= MERGE_INDEX_SEGMENTS_AT {
+                OptimizeOptions::merge(most)
+            } else {
+                OptimizeOptions::append()
+            };
+            dataset
+                .optimize_indices(&options)
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+        }
+        let missing: Vec<(&str, ColumnIndex)> = table
+            .column_indexes()
+            .iter()
+            .copied()
+            .filter(|(column, kind)| !indices.iter().any(|i| i.name == kind.name(column)))
+            .collect();
+        if !missing.is_empty()
+            && dataset
+                .count_rows(None)
+                .await
+                .map_err(|e| self.lance_error(table, e))?
+                > 0
+        {
+            for (column, kind) in missing {
+                let name = Some(kind.name(column));
+                let created = match kind {
+                    ColumnIndex::BTree => {
+                        let params = ScalarIndexParams::default();
+                        dataset
+                            .create_index(&[column], IndexType::BTree, name, &params, true)
+                            .await
+                    }
+                    ColumnIndex::Labels => {
+                        let params = ScalarIndexParams::for_builtin(BuiltinIndexType::LabelList);
+                        dataset
+                            .create_index(&[column], IndexType::LabelList, name, &params, true)
+                            .await
+                    }
+                    ColumnIndex::Bitmap => {
+                        let params = ScalarIndexParams::for_builtin(BuiltinIndexType::Bitmap);
+                        dataset
+                            .create_index(&[column], IndexType::Bitmap, name, &params, true)
+                            .await
+                    }
+                    ColumnIndex::FullText => {
+                        dataset
+                            .create_index(
+                                &[column],
+                                IndexType::Inverted,
+                                name,
+                                &terms_index(),
+                                true,
+                            )
+                            .await
+                    }
+                };
+                created.map_err(|e| self.lance_error(table, e))?;
+            }
+        }
+        Ok(Some(dataset.version().version))
+    }
+
+    /// Rows of the newest version of `table` that its index `name` (see
+    /// [`ColumnIndex::name`]) does not cover; `None` when the table or the
+    /// index does not exist.
+    pub async fn rows_outside_index(&self, table: Table, name: &str) -> Result<Option<u64>> {
+        let Some(dataset) = self.dataset(table, None).await? else {
+            return Ok(None);
+        };
+        let segments = dataset
+            .load_indices_by_name(name)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        if segments.is_empty() {
+            return Ok(None);
+        }
+        let covered = |id: u64| {
+            segments.iter().any(|segment| {
+                segment
+                    .fragment_bitmap
+                    .as_ref()
+                    .is_some_and(|fragments| fragments.contains(id as u32))
+            })
+        };
+        Ok(Some(
+            dataset
+                .fragments()
+                .iter()
+                .filter(|fragment| !covered(fragment.id))
+                .map(|fragment| fragment.physical_rows.unwrap_or(0) as u64)
+                .sum(),
+        ))
+    }
+}
+
+/// The full-text index of a [`search::TERMS`] column: its tokens are the
+/// words between spaces, as they are (the column holds terms already), so
+/// the index counts exactly the terms BM25 scores with.
+fn terms_index() -> InvertedIndexParams {
+    InvertedIndexParams::new("whitespace".to_string(), Language::English)
+        .with_position(false)
+        .max_token_length(None)
+        .lower_case(false)
+        .stem(false)
+        .remove_stop_words(false)
+        .ascii_folding(false)
+}

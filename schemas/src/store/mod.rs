@@ -1,0 +1,781 @@
+//! Reads and writes the memory tables as Lance datasets under one root URL.
+//!
+//! The root is a plain path or any URL Lance's object-store registry knows
+//! (`file://`, `s3://`, …); each table is the dataset `ROOT/NAME.lance`. A write
+//! makes a new table version; a commit appends a `checkpoints` row naming the
+//! version of every table, and readers only ever read the versions a checkpoint
+//! names, so they always see one consistent epoch.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use lance::dataset::builder::DatasetBuilder;
+use lance::dataset::{Dataset, WriteMode};
+use lance::io::{ObjectStoreParams, StorageOptionsAccessor};
+use lance::session::Session;
+pub use lance::table::format::Fragment;
+
+use crate::Table;
+use crate::rows::{CheckpointRow, TableVersion, now_micros};
+
+mod batches;
+mod index;
+mod read;
+mod write;
+
+pub use batches::{
+    KEYS_PER_PREDICATE, batch_rows, rows_batch, rows_of, sql_string, sql_strings, strings, to_batch,
+};
+pub use index::VECTOR_INDEX_MIN_ROWS;
+pub use write::COMPACT_AT_FRAGMENTS;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("tables root {root}: {reason}")]
+    Root { root: String, reason: String },
+    #[error("table {table} at {uri}: {source}")]
+    Lance {
+        table: Table,
+        uri: String,
+        #[source]
+        source: Box<lance::Error>,
+    },
+    #[error("table {table}: rows do not match the schema: {source}")]
+    Rows {
+        table: Table,
+        #[source]
+        source: serde_arrow::Error,
+    },
+    #[error("checkpoint {epoch} does not name table {table}")]
+    MissingTable { epoch: u64, table: Table },
+    #[error("table {table}: {message}")]
+    Invalid { table: Table, message: String },
+    #[error(
+        "tables root {root}: checkpoint {epoch} was written by an older memweave, without the \
+         lexicon and search columns reads go through; index the sources again into a new \
+         tables directory (`memweave index SOURCE --out NEW_TABLES`)"
+    )]
+    OlderMemory { root: String, epoch: u64 },
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The memory tables under one root.
+#[derive(Debug, Clone)]
+pub struct TableStore {
+    root: String,
+    storage_options: HashMap<String, String>,
+    /// The Lance session [`TableStore::dataset`] opens datasets in: one shared,
+    /// bounded set of index and metadata caches (a reader's); without it each
+    /// dataset gets Lance's default caches of its own.
+    session: Option<Arc<Session>>,
+}
+
+impl TableStore {
+    /// A store at `root`: a path (relative paths are made absolute) or a URL.
+    /// `storage_options` are object-store settings (endpoint, region, keys, …).
+    pub fn new(root: &str, storage_options: HashMap<String, String>) -> Result<Self> {
+        let root = if is_url(root) {
+            root.trim_end_matches('/').to_string()
+        } else {
+            let path = std::path::absolute(root).map_err(|e| StoreError::Root {
+                root: root.to_string(),
+                reason: e.to_string(),
+            })?;
+            path.to_string_lossy().trim_end_matches('/').to_string()
+        };
+        Ok(TableStore {
+            root,
+            storage_options,
+            session: None,
+        })
+    }
+
+    /// This store, opening its datasets in `session`.
+    pub fn with_session(mut self, session: Arc<Session>) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// `Ok` when `checkpoint` is of a memory this memweave reads and appends
+    /// to: one with a lexicon (every commit since the search columns names one).
+    pub fn check_current(&self, checkpoint: &CheckpointRow) -> Result<()> {
+        match checkpoint.version_of(Table::Lexicon) {
+            Some(_) => Ok(()),
+            None => Err(StoreError::OlderMemory {
+                root: self.root.clone(),
+                epoch: checkpoint.epoch,
+            }),
+        }
+    }
+
+    /// A store at a local path, with no object-store settings.
+    pub fn local(root: &Path) -> Result<Self> {
+        Self::new(&root.to_string_lossy(), HashMap::new())
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    pub fn table_uri(&self, table: Table) -> String {
+        format!("{}/{}.lance", self.root, table.name())
+    }
+
+    /// Fails early, with the reason, when a local root cannot be created or written.
+    /// Object-store roots are checked by their first write.
+    pub fn check_writable(&self) -> Result<()> {
+        if is_url(&self.root) && !self.root.starts_with("file://") {
+            return Ok(());
+        }
+        let path = Path::new(self.root.trim_start_matches("file://"));
+        let fail = |reason: String| StoreError::Root {
+            root: self.root.clone(),
+            reason,
+        };
+        std::fs::create_dir_all(path).map_err(|e| fail(format!("cannot create: {e}")))?;
+        // Named per process: the processes of a cluster check one root at once.
+        let probe = path.join(format!(".memweave-write-probe-{}", std::process::id()));
+        std::fs::write(&probe, b"probe").map_err(|e| fail(format!("cannot write: {e}")))?;
+        std::fs::remove_file(&probe).map_err(|e| fail(format!("cannot write: {e}")))?;
+        Ok(())
+    }
+
+    /// Makes the versions `checkpoint` names the newest of their tables again,
+    /// undoing what a run that died between its table writes and its commit
+    /// left behind; returns the tables rolled back. `llm_calls` keeps its newer
+    /// versions: the calls saved before the crash are paid for and still valid.
+    pub async fn roll_back_to(&self, checkpoint: &CheckpointRow) -> Result<Vec<Table>> {
+        let mut rolled_back = Vec::new();
+        for table in Table::data_tables().filter(|t| *t != Table::LlmCalls) {
+            let Some(version) = checkpoint.version_of(table) else {
+                continue;
+            };
+            let Some(latest) = self.dataset(table, None).await? else {
+                continue;
+            };
+            if latest.version().version == version {
+                continue;
+            }
+            let mut named = latest
+                .checkout_version(version)
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+            named
+                .restore()
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+            rolled_back.push(table);
+        }
+        Ok(rolled_back)
+    }
+
+    /// The newest checkpoint, if any commit has happened under this root.
+    pub async fn latest_checkpoint(&self) -> Result<Option<CheckpointRow>> {
+        let checkpoints: Vec<CheckpointRow> = self.read_rows(None).await?;
+        Ok(checkpoints.into_iter().max_by_key(|c| c.epoch))
+    }
+
+    /// Commits an epoch: appends the checkpoint row that names `versions`. Until
+    /// this returns, readers keep seeing the previous checkpoint.
+    pub async fn commit_checkpoint(
+        &self,
+        source_positions: String,
+        mut versions: Vec<TableVersion>,
+    ) -> Result<CheckpointRow> {
+        versions.sort();
+        let epoch = self.latest_checkpoint().await?.map_or(1, |c| c.epoch + 1);
+        let row = CheckpointRow {
+            epoch,
+            created_at: now_micros(),
+            source_positions,
+            table_versions: versions,
+        };
+        let batch = to_batch(&[&row])?;
+        self.write_batch(Table::Checkpoints, batch, WriteMode::Append)
+            .await?;
+        Ok(row)
+    }
+
+    /// The Lance dataset of `table` (at `version`, else the newest), or `None`
+    /// where the table was never written.
+    pub async fn dataset(&self, table: Table, version: Option<u64>) -> Result<Option<Dataset>> {
+        let uri = self.table_uri(table);
+        let mut builder =
+            DatasetBuilder::from_uri(&uri).with_storage_options(self.storage_options.clone());
+        if let Some(version) = version {
+            builder = builder.with_version(version);
+        }
+        if let Some(session) = &self.session {
+            builder = builder.with_session(session.clone());
+        }
+        match builder.load().await {
+            Ok(dataset) => Ok(Some(dataset)),
+            Err(lance::Error::DatasetNotFound { .. }) => Ok(None),
+            Err(e) => Err(self.lance_error(table, e)),
+        }
+    }
+
+    fn store_params(&self) -> ObjectStoreParams {
+        ObjectStoreParams {
+            storage_options_accessor: Some(Arc::new(StorageOptionsAccessor::with_static_options(
+                self.storage_options.clone(),
+            ))),
+            ..Default::default()
+        }
+    }
+
+    /// `source` as the error of `table` of this store.
+    pub fn lance_error(&self, table: Table, source: lance::Error) -> StoreError {
+        StoreError::Lance {
+            table,
+            uri: self.table_uri(table),
+            source: Box::new(source),
+        }
+    }
+}
+
+fn is_url(root: &str) -> bool {
+    root.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+')
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::RecordBatch;
+    use futures::TryStreamExt;
+    use lance::index::DatasetIndexExt;
+
+    use super::index::MERGE_INDEX_SEGMENTS_AT;
+    use super::*;
+    use crate::DEFAULT_VECTOR_WIDTH;
+    use crate::rows::*;
+    use crate::search;
+
+    fn node(id: &str, parent: Option<&str>) -> TreeNodeRow {
+        TreeNodeRow {
+            node_id: id.into(),
+            tree: TREE_MEMWALKER.into(),
+            doc_id: Some("d".into()),
+            level: 0,
+            ordinal: 0,
+            parent_id: parent.map(Into::into),
+            child_ids: vec!["a".into(), "b".into()],
+            seg_id: None,
+            summary: format!("summary of {id}"),
+            surprise: None,
+            n_tokens: 3,
+        }
+    }
+
+    async fn stage(store: &TableStore, rows: &[&TreeNodeRow]) -> Vec<Fragment> {
+        let batch = to_batch(rows).unwrap();
+        store.stage_batch(Table::TreeNodes, batch).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn changes_delete_by_key_then_append_and_a_crash_rolls_back_to_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let first = store
+            .write_rows(&[node("a", None), node("b", Some("a"))])
+            .await
+            .unwrap();
+        let mut changed = node("b", None);
+        changed.summary = "changed".into();
+        let staged = stage(&store, &[&changed, &node("c", None)]).await;
+        let second = store
+            .commit_staged(Table::TreeNodes, &["b".to_string()], false, staged)
+            .await
+            .unwrap();
+        assert!(second > first);
+        let mut rows: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        rows.sort();
+        assert_eq!(rows, vec![node("a", None), changed, node("c", None)]);
+
+        let checkpoint = store
+            .commit_checkpoint(
+                "{}".into(),
+                vec![TableVersion {
+                    table: Table::TreeNodes.name().into(),
+                    version: second,
+                }],
+            )
+            .await
+            .unwrap();
+        // A run that dies after writing a table but before its commit.
+        let gone = ["a".to_string(), "c".to_string()];
+        store
+            .commit_staged(Table::TreeNodes, &gone, false, Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(store.read_rows::<TreeNodeRow>(None).await.unwrap().len(), 1);
+        let rolled = store.roll_back_to(&checkpoint).await.unwrap();
+        assert_eq!(rolled, vec![Table::TreeNodes]);
+        let mut back: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        back.sort();
+        assert_eq!(back, rows);
+    }
+
+    #[tokio::test]
+    async fn lookup_indexes_are_created_then_brought_over_each_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let outside = |name: String| {
+            let store = store.clone();
+            async move { store.rows_outside_index(Table::TreeNodes, &name).await }
+        };
+        store.index_lookups(Table::TreeNodes).await.unwrap();
+        assert_eq!(
+            outside("node_id_btree".into()).await.unwrap(),
+            None,
+            "no rows: no index yet"
+        );
+        let mut version = 0;
+        let rounds: Vec<[String; 2]> = (0..MERGE_INDEX_SEGMENTS_AT + 2)
+            .map(|r| [format!("{r}a"), format!("{r}b")])
+            .collect();
+        for (round, ids) in rounds.iter().enumerate() {
+            let rows: Vec<TreeNodeRow> = ids.iter().map(|id| node(id, None)).collect();
+            let refs: Vec<&TreeNodeRow> = rows.iter().collect();
+            let fragments = stage(&store, &refs).await;
+            store
+                .commit_staged(Table::TreeNodes, &[], false, fragments)
+                .await
+                .unwrap();
+            if round > 0 {
+                assert_eq!(
+                    outside("node_id_btree".into()).await.unwrap(),
+                    Some(2),
+                    "appended, not indexed"
+                );
+            }
+            version = store
+                .index_lookups(Table::TreeNodes)
+                .await
+                .unwrap()
+                .unwrap();
+            for (column, kind) in Table::TreeNodes.column_indexes() {
+                assert_eq!(
+                    outside(kind.name(column)).await.unwrap(),
+                    Some(0),
+                    "{column}, round {round}"
+                );
+            }
+            let segments = store
+                .dataset(Table::TreeNodes, None)
+                .await
+                .unwrap()
+                .unwrap()
+                .load_indices_by_name("node_id_btree")
+                .await
+                .unwrap()
+                .len();
+            // One segment per commit, merged before they pass the limit.
+            assert_eq!(
+                segments,
+                (round % MERGE_INDEX_SEGMENTS_AT) + 1,
+                "round {round}"
+            );
+        }
+        // A filtered read at that version finds the rows through the index.
+        let dataset = store
+            .dataset(Table::TreeNodes, Some(version))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut scan = dataset.scan();
+        scan.filter("node_id IN ('0b', '9a')").unwrap();
+        let plan = scan.explain_plan(true).await.unwrap();
+        assert!(plan.contains("ScalarIndexQuery"), "{plan}");
+        assert_eq!(scan.count_rows().await.unwrap(), 2);
+        // The summaries' terms are searched through the full-text index, which
+        // covers the first round's rows and the last's.
+        for id in ["0a", "9b"] {
+            let mut search = dataset.scan();
+            search
+                .full_text_search(
+                    lance_index::scalar::FullTextSearchQuery::new(id.to_string())
+                        .with_column(search::TERMS.to_string())
+                        .unwrap(),
+                )
+                .unwrap()
+                .project(&["node_id"])
+                .unwrap();
+            let batches: Vec<RecordBatch> = search
+                .try_into_stream()
+                .await
+                .unwrap()
+                .try_collect()
+                .await
+                .unwrap();
+            let found: Vec<&str> = batches
+                .iter()
+                .flat_map(|b| strings(b, "node_id").unwrap().iter().flatten())
+                .collect();
+            assert_eq!(found, vec![id]);
+        }
+    }
+
+    #[tokio::test]
+    async fn staged_rows_are_invisible_until_a_commit_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let base = store
+            .commit_staged(
+                Table::TreeNodes,
+                &[],
+                false,
+                stage(&store, &[&node("a", None), &node("b", None)]).await,
+            )
+            .await
+            .unwrap();
+        // A round stages a changed "b" in two batches and removes the old one.
+        let mut changed = node("b", Some("a"));
+        changed.summary = "changed".into();
+        let mut fragments = stage(&store, &[&changed]).await;
+        fragments.extend(stage(&store, &[&node("c", None)]).await);
+        let before: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(before.len(), 2, "staged rows are not in the table");
+        assert_eq!(
+            store.table_version(Table::TreeNodes).await.unwrap(),
+            Some(base)
+        );
+        // The delete sees the committed "b" only, not the staged one.
+        store
+            .commit_staged(Table::TreeNodes, &["b".to_string()], false, fragments)
+            .await
+            .unwrap();
+        let mut rows: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        rows.sort();
+        assert_eq!(rows, vec![node("a", None), changed, node("c", None)]);
+        // Replacing deletes every row before adding the staged ones.
+        let only = stage(&store, &[&node("d", None)]).await;
+        store
+            .commit_staged(Table::TreeNodes, &[], true, only)
+            .await
+            .unwrap();
+        let rows: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(rows, vec![node("d", None)]);
+        let old: Vec<TreeNodeRow> = store.read_rows(Some(base)).await.unwrap();
+        assert_eq!(old.len(), 2, "earlier versions stay readable");
+    }
+
+    #[tokio::test]
+    async fn a_fragmented_table_is_compacted_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let mut fragments = Vec::new();
+        for i in 0..=COMPACT_AT_FRAGMENTS {
+            fragments.extend(stage(&store, &[&node(&format!("n{i:03}"), None)]).await);
+        }
+        let committed = store
+            .commit_staged(Table::TreeNodes, &[], false, fragments)
+            .await
+            .unwrap();
+        let count = |version| {
+            let store = store.clone();
+            async move {
+                store
+                    .dataset(Table::TreeNodes, Some(version))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .count_fragments()
+            }
+        };
+        assert!(count(committed).await > COMPACT_AT_FRAGMENTS);
+        let compacted = store.compact_if_fragmented(Table::TreeNodes).await.unwrap();
+        assert!(compacted > committed);
+        assert!(count(compacted).await < COMPACT_AT_FRAGMENTS);
+        let rows: Vec<TreeNodeRow> = store.read_rows(Some(compacted)).await.unwrap();
+        assert_eq!(rows.len(), COMPACT_AT_FRAGMENTS + 1);
+    }
+
+    #[tokio::test]
+    async fn rows_round_trip_through_lance_and_versions_advance() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let rows = vec![node("n2", Some("n1")), node("n1", None)];
+        let v1 = store.write_rows(&rows).await.unwrap();
+        let back: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(
+            back,
+            vec![rows[1].clone(), rows[0].clone()],
+            "sorted by key"
+        );
+
+        let v2 = store.write_rows(&rows[..1]).await.unwrap();
+        assert!(v2 > v1);
+        let old: Vec<TreeNodeRow> = store.read_rows(Some(v1)).await.unwrap();
+        assert_eq!(old.len(), 2, "time travel to the first version");
+        let new: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(new.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn checkpoints_name_versions_and_epochs_increase() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        assert!(store.latest_checkpoint().await.unwrap().is_none());
+        let errors = vec![ErrorRow::new(
+            "ingest",
+            "a.txt",
+            None,
+            "empty",
+            "file is empty",
+        )];
+        let v = store.write_rows(&errors).await.unwrap();
+        let versions = vec![TableVersion {
+            table: "errors".into(),
+            version: v,
+        }];
+        let first = store
+            .commit_checkpoint("{}".into(), versions.clone())
+            .await
+            .unwrap();
+        let second = store
+            .commit_checkpoint("{}".into(), versions)
+            .await
+            .unwrap();
+        assert_eq!((first.epoch, second.epoch), (1, 2));
+        let latest = store.latest_checkpoint().await.unwrap().unwrap();
+        assert_eq!(latest.epoch, 2);
+        assert_eq!(latest.version_of(Table::Errors), Some(v));
+        let read: Vec<ErrorRow> = store.read_at(&latest).await.unwrap();
+        assert_eq!(read, errors);
+    }
+
+    #[tokio::test]
+    async fn empty_tables_are_written_with_their_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let rows: Vec<EntityRow> = Vec::new();
+        store.write_rows(&rows).await.unwrap();
+        let back: Vec<EntityRow> = store.read_rows(None).await.unwrap();
+        assert!(back.is_empty());
+        let missing: Vec<PageRow> = store.read_rows(None).await.unwrap();
+        assert!(missing.is_empty(), "a table never written reads as empty");
+    }
+
+    async fn round_trip<R: TableRow + PartialEq + std::fmt::Debug>(
+        store: &TableStore,
+        rows: Vec<R>,
+    ) {
+        store.write_rows(&rows).await.unwrap();
+        let back: Vec<R> = store.read_rows(None).await.unwrap();
+        assert_eq!(back, rows, "{}", R::TABLE);
+    }
+
+    #[tokio::test]
+    async fn every_table_round_trips_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        round_trip(
+            &store,
+            vec![DocumentRow {
+                doc_id: "d".into(),
+                source_uri: "/a/é.txt".into(),
+                content_hash: "h".into(),
+                version: 3,
+                title: "Tïtle".into(),
+                n_chars: 10,
+                n_tokens: 4,
+                ingested_at: 1_700_000_000_000_000,
+                deleted: false,
+                text: "Tïtle\n\nBody.".into(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![SegmentRow {
+                seg_id: "s".into(),
+                doc_id: "d".into(),
+                ordinal: 0,
+                start_char: 0,
+                end_char: 10,
+                text: "ten chars!".into(),
+                n_tokens: 4,
+                target_tokens: 1000,
+            }],
+        )
+        .await;
+        round_trip(&store, vec![node("a", None), node("b", Some("a"))]).await;
+        round_trip(
+            &store,
+            vec![PageRow {
+                page_id: "p".into(),
+                doc_id: "d".into(),
+                ordinal: 0,
+                start_char: 0,
+                end_char: 10,
+                text: "ten chars!".into(),
+                gist: "ten".into(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![EntityRow {
+                entity_id: "e".into(),
+                name: "Ada Lovelace".into(),
+                entity_type: "person".into(),
+                description: "mathematician".into(),
+                aliases: vec!["Ada".into(), "Countess of Lovelace".into()],
+                seg_ids: vec!["s".into()],
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![RelationRow {
+                relation_id: "r".into(),
+                source_id: "e".into(),
+                target_id: "f".into(),
+                description: "worked with".into(),
+                seg_ids: vec![],
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![EmbeddingRow {
+                owner_id: "s".into(),
+                model: "hashing".into(),
+                owner_kind: "segment".into(),
+                vector: (0..DEFAULT_VECTOR_WIDTH).map(|i| i as f32 / 7.0).collect(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![LlmCallRow {
+                call_key: "k".into(),
+                backend: "openai".into(),
+                model: "m".into(),
+                task: "summarize".into(),
+                stage: "tree".into(),
+                doc_id: None,
+                inputs: "{}".into(),
+                reply: "ok".into(),
+                tokens_in: 10,
+                tokens_out: 2,
+                latency_ms: 30,
+                created_at: 1_700_000_000_000_000,
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![CallStatRow {
+                stat_id: "1/raptor/summarize_with_facts".into(),
+                epoch: 1,
+                stage: "raptor".into(),
+                task: "summarize_with_facts".into(),
+                calls: 3,
+                cache_hits: 4,
+                tokens_in: 500,
+                tokens_out: 60,
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![ErrorRow::new(
+                "ingest",
+                "x.bin",
+                None,
+                "binary",
+                "NUL bytes",
+            )],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![GistMemoryRow {
+                doc_id: "d".into(),
+                gists: "The first page.\nThe second.".into(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![DocStateRow {
+                doc_id: "d".into(),
+                build: "b1".into(),
+                state: r#"{"entities":[]}"#.into(),
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![LexiconRow {
+                entry: "gist_memories page".into(),
+                corpus: "gist_memories".into(),
+                term: "page".into(),
+                rows: 1,
+                occurrences: 1,
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
+            vec![CheckpointRow {
+                epoch: 1,
+                created_at: 5,
+                source_positions: "{}".into(),
+                table_versions: vec![TableVersion {
+                    table: "documents".into(),
+                    version: 2,
+                }],
+            }],
+        )
+        .await;
+        let written: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for &table in Table::ALL {
+            assert!(
+                written.contains(&format!("{}.lance", table.name())),
+                "{table}"
+            );
+        }
+    }
+
+    #[test]
+    fn row_fields_match_the_declared_schemas() {
+        // serde_arrow checks names and types when it builds a batch; an empty batch
+        // still carries the full schema.
+        let batch = to_batch::<TreeNodeRow>(&[]).unwrap();
+        assert_eq!(batch.schema(), Table::TreeNodes.schema());
+        assert_eq!(Table::from_name("tree_nodes"), Some(Table::TreeNodes));
+    }
+
+    #[test]
+    fn an_unwritable_root_is_reported_with_its_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plain-file");
+        std::fs::write(&file, b"x").unwrap();
+        let store = TableStore::local(&file.join("tables")).unwrap();
+        let err = store.check_writable().unwrap_err().to_string();
+        assert!(err.contains("plain-file"), "{err}");
+    }
+
+    #[test]
+    fn urls_and_paths_are_told_apart() {
+        assert!(is_url("s3://bucket/x"));
+        assert!(is_url("file:///tmp/x"));
+        assert!(!is_url("./memory"));
+        assert!(!is_url("/tmp/a://b"));
+    }
+}

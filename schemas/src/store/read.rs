@@ -1,0 +1,217 @@
+//! Reading: whole tables, a checkpoint's versions, rows by key, columns
+//! streamed.
+
+use std::collections::HashMap;
+
+use arrow_array::RecordBatch;
+use futures::TryStreamExt;
+use lance::dataset::Dataset;
+
+use super::batches::{KEYS_PER_PREDICATE, key_in, rows_of, strings};
+use super::{Result, StoreError, TableStore};
+use crate::Table;
+use crate::rows::{CheckpointRow, TableRow};
+
+impl TableStore {
+    /// The newest version of `table`, if it exists.
+    pub async fn table_version(&self, table: Table) -> Result<Option<u64>> {
+        Ok(self
+            .dataset(table, None)
+            .await?
+            .map(|dataset| dataset.version().version))
+    }
+
+    /// The `value` column of the newest rows of `table` whose `key` column is one
+    /// of `keys`, by key. Reads only those two columns, and uses a scalar index on
+    /// `key` where one exists (see [`TableStore::index_lookups`]).
+    pub async fn lookup(
+        &self,
+        table: Table,
+        key: &str,
+        value: &str,
+        keys: &[String],
+    ) -> Result<HashMap<String, String>> {
+        let mut found = HashMap::new();
+        if keys.is_empty() {
+            return Ok(found);
+        }
+        let Some(dataset) = self.dataset(table, None).await? else {
+            return Ok(found);
+        };
+        // Keys are content ids (hex); anything else cannot be in the table.
+        let quoted: Vec<String> = keys
+            .iter()
+            .filter(|k| {
+                k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            })
+            .map(|k| format!("'{k}'"))
+            .collect();
+        if quoted.is_empty() {
+            return Ok(found);
+        }
+        let mut scan = dataset.scan();
+        scan.project(&[key, value])
+            .and_then(|s| s.filter(&format!("{key} IN ({})", quoted.join(","))))
+            .map_err(|e| self.lance_error(table, e))?;
+        let batches: Vec<RecordBatch> = scan
+            .try_into_stream()
+            .await
+            .map_err(|e| self.lance_error(table, e))?
+            .try_collect()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        for batch in &batches {
+            let (Some(keys), Some(values)) = (strings(batch, key), strings(batch, value)) else {
+                continue;
+            };
+            for (k, v) in keys.iter().zip(values.iter()) {
+                if let (Some(k), Some(v)) = (k, v) {
+                    found.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Calls `each` with every value of the string `column` of the newest version
+    /// of `table`, reading that column only.
+    pub async fn for_each_value(
+        &self,
+        table: Table,
+        column: &str,
+        mut each: impl FnMut(&str),
+    ) -> Result<()> {
+        let Some(dataset) = self.dataset(table, None).await? else {
+            return Ok(());
+        };
+        self.scan_columns(&dataset, table, &[column], |batch| {
+            if let Some(values) = strings(batch, column) {
+                values.iter().flatten().for_each(&mut each);
+            }
+        })
+        .await
+    }
+
+    /// All rows of `R`'s table at `version` (the newest when `None`); no rows when
+    /// the table does not exist yet.
+    pub async fn read_rows<R: TableRow>(&self, version: Option<u64>) -> Result<Vec<R>> {
+        let Some(dataset) = self.dataset(R::TABLE, version).await? else {
+            return Ok(Vec::new());
+        };
+        let batches: Vec<RecordBatch> = dataset
+            .scan()
+            .try_into_stream()
+            .await
+            .map_err(|e| self.lance_error(R::TABLE, e))?
+            .try_collect()
+            .await
+            .map_err(|e| self.lance_error(R::TABLE, e))?;
+        rows_of(R::TABLE, &batches)
+    }
+
+    /// Rows of `table` at the version `checkpoint` names (from the fragments'
+    /// metadata where no row is deleted; no scan).
+    pub async fn count_at(&self, table: Table, checkpoint: &CheckpointRow) -> Result<u64> {
+        let Some(dataset) = self.dataset_at(table, checkpoint).await? else {
+            return Ok(0);
+        };
+        let rows = dataset
+            .count_rows(None)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(rows as u64)
+    }
+
+    /// Calls `each` with every batch of `columns` of `table` at the version
+    /// `checkpoint` names, reading those columns only.
+    pub async fn scan_at(
+        &self,
+        table: Table,
+        checkpoint: &CheckpointRow,
+        columns: &[&str],
+        each: impl FnMut(&RecordBatch),
+    ) -> Result<()> {
+        let Some(dataset) = self.dataset_at(table, checkpoint).await? else {
+            return Ok(());
+        };
+        self.scan_columns(&dataset, table, columns, each).await
+    }
+
+    /// Calls `each` with every batch of `columns` of `dataset`, streaming.
+    async fn scan_columns(
+        &self,
+        dataset: &Dataset,
+        table: Table,
+        columns: &[&str],
+        mut each: impl FnMut(&RecordBatch),
+    ) -> Result<()> {
+        let mut scan = dataset.scan();
+        scan.project(columns)
+            .map_err(|e| self.lance_error(table, e))?;
+        let mut stream = scan
+            .try_into_stream()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        while let Some(batch) = stream
+            .try_next()
+            .await
+            .map_err(|e| self.lance_error(table, e))?
+        {
+            each(&batch);
+        }
+        Ok(())
+    }
+
+    async fn dataset_at(
+        &self,
+        table: Table,
+        checkpoint: &CheckpointRow,
+    ) -> Result<Option<Dataset>> {
+        let version = checkpoint
+            .version_of(table)
+            .ok_or(StoreError::MissingTable {
+                epoch: checkpoint.epoch,
+                table,
+            })?;
+        self.dataset(table, Some(version)).await
+    }
+
+    /// The rows of `R`'s table at `version` whose key is one of `keys`.
+    pub async fn rows_with_keys<R: TableRow>(
+        &self,
+        version: u64,
+        keys: &[String],
+    ) -> Result<Vec<R>> {
+        let table = R::TABLE;
+        let Some(dataset) = self.dataset(table, Some(version)).await? else {
+            return Ok(Vec::new());
+        };
+        let mut rows = Vec::new();
+        for keys in keys.chunks(KEYS_PER_PREDICATE) {
+            let mut scan = dataset.scan();
+            scan.filter(&key_in(table, keys))
+                .map_err(|e| self.lance_error(table, e))?;
+            let batches: Vec<RecordBatch> = scan
+                .try_into_stream()
+                .await
+                .map_err(|e| self.lance_error(table, e))?
+                .try_collect()
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+            rows.extend(rows_of(table, &batches)?);
+        }
+        Ok(rows)
+    }
+
+    /// The rows of `R`'s table at the version `checkpoint` names.
+    pub async fn read_at<R: TableRow>(&self, checkpoint: &CheckpointRow) -> Result<Vec<R>> {
+        let version = checkpoint
+            .version_of(R::TABLE)
+            .ok_or(StoreError::MissingTable {
+                epoch: checkpoint.epoch,
+                table: R::TABLE,
+            })?;
+        self.read_rows(Some(version)).await
+    }
+}
