@@ -12,11 +12,11 @@ use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::cluster::ClusterArgs;
+use memweave_pipeline::index::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::index::{
     ComputeSummary, DEFAULT_WRITE_BATCH_ROWS, IndexOptions, IndexSummary, compute, error_kinds,
     run_index, watch,
 };
-use memweave_pipeline::kafka::{KafkaOptions, index_kafka};
 use memweave_pipeline::source::SourceOptions;
 use memweave_pipeline::{IndexError, UsageError};
 use memweave_process::{StorageArgs, parse_key_value};

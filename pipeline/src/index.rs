@@ -22,8 +22,10 @@ use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
 use crate::source::{Source, SourceOptions};
 
+mod commit;
 mod engine;
 mod files;
+pub mod kafka;
 mod round;
 
 use engine::Engine;
@@ -168,7 +170,7 @@ pub struct TreeShape {
 
 /// What a round is told about one origin (a file, or a streamed document).
 #[derive(Debug)]
-pub(crate) enum Update {
+enum Update {
     /// Its new input, texts included (a streamed message).
     Ready(Fresh),
     /// A file to read when its epoch is fed.
@@ -194,19 +196,19 @@ pub struct Fresh {
 /// An origin's input with the worker of this process that feeds it: origins
 /// are sharded across workers, and one stays with its worker.
 #[derive(Debug)]
-pub(crate) struct Routed<T> {
+struct Routed<T> {
     pub peer: usize,
     pub input: T,
 }
 
 impl<T> Routed<T> {
-    pub(crate) fn to(peer: usize, input: T) -> Self {
+    fn to(peer: usize, input: T) -> Self {
         Routed { peer, input }
     }
 }
 
 /// What a round changes, by origin. Origins not named are unchanged.
-pub(crate) type Updates = BTreeMap<String, Routed<Update>>;
+type Updates = BTreeMap<String, Routed<Update>>;
 
 /// Every origin as the last checkpoint left it, for a process's first round,
 /// each with the worker that would feed it; updates are what changed since.
@@ -214,7 +216,7 @@ pub(crate) type Updates = BTreeMap<String, Routed<Update>>;
 /// these as what the dataflow holds, and feeds only the updates; elsewhere
 /// (a memory's first build by this version, or by another configuration) it
 /// feeds them all, and its rows replace the tables'.
-pub(crate) type Carried = BTreeMap<String, Routed<Held>>;
+type Carried = BTreeMap<String, Routed<Held>>;
 
 /// What the indexer knows of a document's newest version: a re-read with the
 /// same content keeps its number and first-seen time.
@@ -273,7 +275,7 @@ impl std::fmt::Debug for Indexer {
 /// What a source hands the round it drives: the origins that changed since
 /// the last round, where the source stands after them (the checkpoint records
 /// it), and for a listing of files, where their texts are read.
-pub(crate) struct RoundInput<'a> {
+struct RoundInput<'a> {
     pub updates: Updates,
     /// Every origin as the last checkpoint left it: a process's first round
     /// alone has any.
@@ -290,7 +292,7 @@ pub(crate) struct RoundInput<'a> {
 
 /// A source as the round drives it, whatever it is (files and objects, a
 /// Kafka topic): rounds until it has nothing more for this run.
-pub(crate) trait RoundSource {
+trait RoundSource {
     /// The next round's input, waiting for one if the source follows its
     /// changes; `None` ends the run.
     fn next_round(&mut self, indexer: &Indexer) -> Result<Option<RoundInput<'_>>, IndexError>;

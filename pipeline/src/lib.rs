@@ -6,7 +6,6 @@ pub mod cluster;
 pub mod dataflow;
 mod error;
 pub mod index;
-pub mod kafka;
 pub mod metrics;
 mod origins;
 mod positions;

@@ -23,7 +23,7 @@ const READS_IN_FLIGHT: usize = 16;
 
 /// A file or object-store source, round by round: once, or (`--watch`) again
 /// whenever a listing differs from the last round's.
-pub(crate) struct FileRounds<'s> {
+pub(super) struct FileRounds<'s> {
     source: &'s Source,
     /// The listing the round in progress reads.
     files: Vec<SourceFile>,
@@ -172,7 +172,7 @@ impl Indexer {
 }
 
 /// Where a round reads files: the source, and its listing by key.
-pub(crate) struct Listing<'a> {
+pub(super) struct Listing<'a> {
     source: &'a Source,
     files: HashMap<String, &'a SourceFile>,
 }

@@ -27,7 +27,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::index::{
+use super::{
     Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Routed, Update,
     Updates,
 };
