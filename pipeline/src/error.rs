@@ -64,8 +64,10 @@ pub enum IndexError {
          AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, GOOGLE_*, AZURE_*)"
     )]
     ListObjects(object_store::Error),
-    #[error("a stream's round has no files to read")]
-    StreamReadsNoFiles,
+    #[error(
+        "a round names origins to read, but its source reads none (a stream's updates carry their texts)"
+    )]
+    NothingReadsOrigins,
     #[error(
         "the documents table does not hold version {version} of {doc_id} ({source_uri}) to retract"
     )]

@@ -12,7 +12,6 @@ use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
 use memweave_llm::{EmbedConfig, LlmConfig};
 use memweave_operators::build::{BuildConfig, Document};
-use memweave_operators::ingest::SourceFile;
 use memweave_schemas::{CheckpointRow, ErrorRow};
 
 use crate::IndexError;
@@ -30,7 +29,7 @@ mod round;
 
 use engine::Engine;
 pub use engine::{ComputeSummary, compute};
-use files::{FileRounds, Listing};
+use files::FileRounds;
 
 /// Longest an interrupted build waits for the model calls in flight.
 const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
@@ -173,8 +172,9 @@ pub struct TreeShape {
 enum Update {
     /// Its new input, texts included (a streamed message).
     Ready(Fresh),
-    /// A file to read when its epoch is fed.
-    Read(SourceFile),
+    /// To read through the round's [`Reader`] when its epoch is fed (a
+    /// listed file).
+    Read,
     /// Its input as the last checkpoint left it, fed again because the round
     /// rebuilds every document (see [`Carried`]): texts are read from the
     /// `documents` table when fed.
@@ -253,8 +253,8 @@ pub struct Indexer {
     /// The `documents` table's version at the last checkpoint: where texts to
     /// retract or carry over are read.
     documents_version: Option<u64>,
-    /// Errors of the listing itself (files skipped for their type).
-    listing_errors: Vec<ErrorRow>,
+    /// The source's own errors, of no origin (files skipped for their type).
+    source_errors: Vec<ErrorRow>,
     previous: Option<Previous>,
     /// The checkpoint whose documents' states the dataflow is still to be
     /// restored from: at the first round with changes.
@@ -272,21 +272,30 @@ impl std::fmt::Debug for Indexer {
     }
 }
 
+/// Where a round reads the origins a source names with [`Update::Read`]
+/// (a listing of files; a stream's updates carry their texts).
+trait Reader {
+    /// Reads `origins` into their inputs, each document versioned against
+    /// what `indexer` has seen; an origin that cannot be read is absent.
+    fn read(&self, indexer: &Indexer, origins: Vec<&str>) -> HashMap<String, Fresh>;
+}
+
 /// What a source hands the round it drives: the origins that changed since
 /// the last round, where the source stands after them (the checkpoint records
-/// it), and for a listing of files, where their texts are read.
+/// it), and where the origins it names are read.
 struct RoundInput<'a> {
     pub updates: Updates,
     /// Every origin as the last checkpoint left it: a process's first round
     /// alone has any.
     pub carried: Carried,
     pub positions: Positions,
-    /// The listing's own errors (files skipped for their type), which replace
-    /// the last listing's; `None` for a stream.
-    pub listing_errors: Option<Vec<ErrorRow>>,
-    /// Where files named by [`Update::Read`] are read; `None` for a stream,
-    /// whose updates carry their texts.
-    pub listing: Option<Listing<'a>>,
+    /// The source's own errors, of no origin (files a listing skipped for
+    /// their type), which replace the last round's; `None` from a source
+    /// that has none (a stream).
+    pub source_errors: Option<Vec<ErrorRow>>,
+    /// Where origins named by [`Update::Read`] are read; `None` from a
+    /// source whose updates carry their texts.
+    pub reader: Option<Box<dyn Reader + 'a>>,
     pub started: Instant,
 }
 

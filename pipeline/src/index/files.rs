@@ -10,8 +10,8 @@ use memweave_operators::ingest::{self, IngestError, SourceFile};
 use memweave_schemas::{ErrorRow, now_micros};
 
 use super::{
-    Carried, Fresh, IndexSummary, Indexer, Previous, RoundInput, RoundSource, Routed, Update,
-    Updates,
+    Carried, Fresh, IndexSummary, Indexer, Previous, Reader, RoundInput, RoundSource, Routed,
+    Update, Updates,
 };
 use crate::IndexError;
 use crate::origins::{DUPLICATE_ID, Held};
@@ -89,7 +89,7 @@ impl RoundSource for FileRounds<'_> {
         let (carried, updates) = indexer.file_updates(&name, &self.files);
         let reading = updates
             .values()
-            .filter(|u| matches!(u.input, Update::Read(_)))
+            .filter(|u| matches!(u.input, Update::Read))
             .count();
         tracing::info!(
             source = %name,
@@ -106,11 +106,11 @@ impl RoundSource for FileRounds<'_> {
                 files: self.files.len(),
                 versions: self.versions.clone(),
             },
-            listing_errors: Some(discovery.rejected.iter().map(error_row).collect()),
-            listing: Some(Listing {
+            source_errors: Some(discovery.rejected.iter().map(error_row).collect()),
+            reader: Some(Box::new(Listing {
                 source: self.source,
                 files: self.files.iter().map(|f| (f.key.clone(), f)).collect(),
-            }),
+            })),
             started,
         }))
     }
@@ -155,10 +155,7 @@ impl Indexer {
         for (index, file) in files.iter().enumerate() {
             if !unchanged(file) {
                 let peer = index % self.feeds();
-                updates.insert(
-                    file.key.clone(),
-                    Routed::to(peer, Update::Read(file.clone())),
-                );
+                updates.insert(file.key.clone(), Routed::to(peer, Update::Read));
             }
         }
         let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
@@ -172,24 +169,18 @@ impl Indexer {
 }
 
 /// Where a round reads files: the source, and its listing by key.
-pub(super) struct Listing<'a> {
+struct Listing<'a> {
     source: &'a Source,
     files: HashMap<String, &'a SourceFile>,
 }
 
-impl Listing<'_> {
-    /// The listed file under `key`.
-    pub(super) fn file(&self, key: &str) -> Option<&SourceFile> {
-        self.files.get(key).copied()
-    }
-
-    /// Reads `files` (at most [`READS_IN_FLIGHT`] at once) into their inputs,
-    /// each document versioned against what `indexer` has seen.
-    pub(super) fn read(
-        &self,
-        indexer: &Indexer,
-        files: Vec<&SourceFile>,
-    ) -> HashMap<String, Fresh> {
+impl Reader for Listing<'_> {
+    /// Reads the listed files under `origins` (at most [`READS_IN_FLIGHT`]
+    /// at once).
+    fn read(&self, indexer: &Indexer, origins: Vec<&str>) -> HashMap<String, Fresh> {
+        let files = origins
+            .into_iter()
+            .filter_map(|key| self.files.get(key).copied());
         let source = self.source;
         let read: Vec<(&SourceFile, Result<Vec<u8>, ReadError>)> = indexer.block_on(
             futures::stream::iter(files)

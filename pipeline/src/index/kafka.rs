@@ -278,8 +278,8 @@ impl RoundSource for KafkaRounds<'_> {
                         source: self.url.name(),
                         offsets: self.next.clone(),
                     },
-                    listing_errors: None,
-                    listing: None,
+                    source_errors: None,
+                    reader: None,
                     started,
                 }));
             }

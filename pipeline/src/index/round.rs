@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use memweave_analytics::metrics::memory_gauges;
 use memweave_operators::build::Document;
-use memweave_operators::ingest::{RawDocument, SourceFile};
+use memweave_operators::ingest::RawDocument;
 use memweave_schemas::store::strings;
 use memweave_schemas::{CheckpointRow, DocStateRow, DocumentRow, ErrorRow, MemoryRow, Table};
 
 use super::commit::previous_tables;
 use super::{
     Carried, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion,
-    Listing, RoundInput, RoundSource, Routed, Stages, Update,
+    Reader, RoundInput, RoundSource, Routed, Stages, Update,
 };
 use crate::IndexError;
 use crate::dataflow::Fed;
@@ -88,7 +88,7 @@ impl Indexer {
             engine,
             origins: Origins::default(),
             documents_version,
-            listing_errors: Vec::new(),
+            source_errors: Vec::new(),
             round: 0,
             versions,
         })
@@ -102,7 +102,12 @@ impl Indexer {
         mut report: impl FnMut(&IndexSummary),
     ) -> Result<Option<IndexSummary>, IndexError> {
         let mut last = None;
-        while let Some(input) = source.next_round(self)? {
+        loop {
+            // A statement of its own: the input (and what it borrows of the
+            // source) is gone before the source hears of the commit.
+            let Some(input) = source.next_round(self)? else {
+                break;
+            };
             let mut summary = self.round(input)?;
             source.committed(&mut summary);
             report(&summary);
@@ -189,11 +194,11 @@ impl Indexer {
             mut updates,
             carried,
             positions,
-            listing_errors,
-            listing,
+            source_errors,
+            reader,
             started,
         } = input;
-        let listing = listing.as_ref();
+        let reader = reader.as_deref();
         let round = self.round;
         // A process's first round rebuilds every document, its rows replacing
         // the tables', unless it can restore the last checkpoint's states.
@@ -205,14 +210,14 @@ impl Indexer {
                     .or_insert(Routed::to(peer, Update::Carried(input)));
             }
         } else if !carried.is_empty() {
-            self.carry_over(carried, listing_errors.is_some());
+            self.carry_over(carried, source_errors.is_some());
         }
         let read = started.elapsed();
         let mut ingest_errors: HashMap<ErrorRow, isize> = HashMap::new();
-        if let Some(listing_errors) = listing_errors {
-            count(&mut ingest_errors, &self.listing_errors, -1);
-            count(&mut ingest_errors, &listing_errors, 1);
-            self.listing_errors = listing_errors;
+        if let Some(source_errors) = source_errors {
+            count(&mut ingest_errors, &self.source_errors, -1);
+            count(&mut ingest_errors, &source_errors, 1);
+            self.source_errors = source_errors;
         }
         let progress = Progress::new(updates.len() as u64, self.options.interactive);
         *self
@@ -258,7 +263,7 @@ impl Indexer {
             for (peer, queue) in queues.iter_mut().enumerate() {
                 let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
                 let origins = batch.len();
-                let changes = self.feed(batch, &mut ingest_errors, listing)?;
+                let changes = self.feed(batch, &mut ingest_errors, reader)?;
                 self.engine
                     .workers
                     .send(round, epoch as u64, peer, origins, changes)?;
@@ -329,11 +334,11 @@ impl Indexer {
     /// Takes `carried` as what the dataflow holds (the tables hold its rows,
     /// and the restore will give the dataflow its state): the origins are
     /// set, no change is fed. The checkpoint's ingestion errors no origin
-    /// carries are its listing's (`listed`: a source that lists files).
-    fn carry_over(&mut self, carried: Carried, listed: bool) {
-        if listed && let Some(previous) = &self.previous {
+    /// carries are the source's own (`own_errors`: a source that has them).
+    fn carry_over(&mut self, carried: Carried, own_errors: bool) {
+        if own_errors && let Some(previous) = &self.previous {
             let held: HashSet<&ErrorRow> = carried.values().flat_map(|c| &c.input.errors).collect();
-            self.listing_errors = (previous.ingest_errors.iter())
+            self.source_errors = (previous.ingest_errors.iter())
                 .filter(|e| !held.contains(e))
                 .cloned()
                 .collect();
@@ -408,19 +413,17 @@ impl Indexer {
         &mut self,
         batch: Vec<(String, Update)>,
         errors: &mut HashMap<ErrorRow, isize>,
-        listing: Option<&Listing<'_>>,
+        reader: Option<&dyn Reader>,
     ) -> Result<Vec<InputChange>, IndexError> {
-        let files: Vec<&SourceFile> = batch
+        let named: Vec<&str> = batch
             .iter()
-            .filter_map(|(_, update)| match update {
-                Update::Read(file) => Some(file),
-                _ => None,
-            })
+            .filter(|(_, update)| matches!(update, Update::Read))
+            .map(|(key, _)| key.as_str())
             .collect();
-        let mut read = match (files.is_empty(), listing) {
+        let mut read = match (named.is_empty(), reader) {
             (true, _) => HashMap::new(),
-            (false, Some(listing)) => listing.read(self, files),
-            (false, None) => return Err(IndexError::StreamReadsNoFiles),
+            (false, Some(reader)) => reader.read(self, named),
+            (false, None) => return Err(IndexError::NothingReadsOrigins),
         };
         // Texts read now, by document id and source.
         let mut texts: HashMap<(String, String), String> = HashMap::new();
@@ -430,7 +433,7 @@ impl Indexer {
                 Update::Gone => None,
                 Update::Carried(held) => Some(held),
                 Update::Ready(fresh) => Some(hold(fresh, &mut texts)),
-                Update::Read(_) => read.remove(&key).map(|fresh| hold(fresh, &mut texts)),
+                Update::Read => read.remove(&key).map(|fresh| hold(fresh, &mut texts)),
             };
             let moves = self.origins.update(&key, held);
             for (row, diff) in moves.errors {
@@ -482,7 +485,7 @@ impl Indexer {
             let key = (record.doc_id.clone(), record.source_uri.clone());
             let text = match texts.remove(&key).or_else(|| stored_text(&record)) {
                 Some(text) => text,
-                None => self.read_again(&record, listing)?,
+                None => self.read_again(&record, reader)?,
             };
             changes.push((fed(record.with_text(text)), 1));
         }
@@ -494,20 +497,15 @@ impl Indexer {
     fn read_again(
         &self,
         record: &Record,
-        listing: Option<&Listing<'_>>,
+        reader: Option<&dyn Reader>,
     ) -> Result<String, IndexError> {
-        let file = self
-            .origins
-            .origin_of(record)
-            .zip(listing)
-            .and_then(|(origin, listing)| Some((listing.file(origin)?, listing)));
-        let Some((file, listing)) = file else {
+        let (Some(origin), Some(reader)) = (self.origins.origin_of(record), reader) else {
             return Err(IndexError::NoText {
                 doc_id: record.doc_id.clone(),
                 source_uri: record.source_uri.clone(),
             });
         };
-        let fresh = listing.read(self, vec![file]);
+        let fresh = reader.read(self, vec![origin]);
         fresh
             .into_values()
             .flat_map(|f| f.records)
