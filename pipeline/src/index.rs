@@ -4,7 +4,7 @@
 //! dataflow, applies the rows it changed to the tables (deletes, then appends)
 //! and commits a checkpoint naming every table's version.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -239,6 +239,9 @@ struct Previous {
     /// Whether its documents' states were built as this process builds them:
     /// then the first round restores them rather than rebuild every document.
     restorable: bool,
+    /// Documents whose build met a model failure a new run may not meet:
+    /// a restoring round builds them again.
+    unfinished: BTreeSet<String>,
 }
 
 /// An indexing process: the model, the running dataflow workers, and what the

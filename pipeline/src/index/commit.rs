@@ -1,7 +1,7 @@
 //! A round's commit, and what commits leave: the checkpoint a new process
 //! starts from, and the summary read back from the tables.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
@@ -224,18 +224,24 @@ pub(super) async fn previous_tables(
         .map_err(|e| IndexError::OlderTables(Box::new(e)))?;
     let errors: Vec<ErrorRow> = store.read_at(&checkpoint).await?;
     // A build that met a failure a new run may not meet (the pool down, the
-    // budget spent) is not final: a new process builds again, as it did before
-    // states were kept, and the call cache makes that cost the calls it lacks.
-    let unfinished = errors
+    // budget spent) is not final: a new process builds the documents that met
+    // one again, the call cache answering what they had. A failure of a stage
+    // across documents (a name's resolution, a corpus tree) names no document:
+    // then every document is built again, as before states were kept.
+    let transient = |e: &&ErrorRow| StepError::TRANSIENT_KINDS.contains(&e.kind.as_str());
+    let unfinished: BTreeSet<String> = errors
         .iter()
-        .any(|e| StepError::TRANSIENT_KINDS.contains(&e.kind.as_str()));
+        .filter(transient)
+        .filter_map(|e| e.doc_id.clone())
+        .collect();
+    let across = errors.iter().filter(transient).any(|e| e.doc_id.is_none());
     let ingest_errors = errors.into_iter().filter(|e| e.stage == "ingest").collect();
-    let restorable = !unfinished && states_built_by(store, &checkpoint, made_by).await?;
-    if unfinished {
+    let restorable = !across && states_built_by(store, &checkpoint, made_by).await?;
+    if across {
         tracing::info!(
             epoch = checkpoint.epoch,
-            "the memory's last build met model failures a new run may not meet \
-             (llm_unavailable, llm_cache_miss, llm_over_budget): every document is built again"
+            "the memory's last build met model failures across documents a new run may not \
+             meet (llm_unavailable, llm_cache_miss, llm_over_budget): every document is built again"
         );
     } else if !restorable {
         tracing::info!(
@@ -249,6 +255,7 @@ pub(super) async fn previous_tables(
         documents,
         ingest_errors,
         restorable,
+        unfinished,
     }))
 }
 

@@ -6,15 +6,19 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_analytics::metrics::memory_gauges;
+use memweave_operators::build::BuiltRow;
 use memweave_operators::build::Document;
 use memweave_operators::ingest::RawDocument;
 use memweave_schemas::store::strings;
-use memweave_schemas::{CheckpointRow, DocStateRow, DocumentRow, ErrorRow, MemoryRow, Table};
+use memweave_schemas::{
+    CheckpointRow, DocStateRow, DocumentRow, EmbeddingRow, ErrorRow, GistMemoryRow, MemoryRow,
+    PageRow, SegmentRow, Table, TableRow, TableStore, TreeNodeRow,
+};
 
 use super::commit::previous_tables;
 use super::{
     Carried, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion,
-    Reader, RoundInput, RoundSource, Routed, Stages, Update,
+    Reader, RoundInput, RoundSource, Routed, Stages, Update, Updates,
 };
 use crate::IndexError;
 use crate::dataflow::Fed;
@@ -22,7 +26,9 @@ use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
 use crate::progress::Progress;
+use crate::state::DocState;
 use crate::workers::InputChange;
+use crate::write::Batch;
 
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
@@ -210,7 +216,7 @@ impl Indexer {
                     .or_insert(Routed::to(peer, Update::Carried(input)));
             }
         } else if !carried.is_empty() {
-            self.carry_over(carried, source_errors.is_some());
+            self.carry_over(carried, source_errors.is_some(), &mut updates);
         }
         let read = started.elapsed();
         let mut ingest_errors: HashMap<ErrorRow, isize> = HashMap::new();
@@ -234,10 +240,23 @@ impl Indexer {
             true => None,
             false => self.restore_from.take(),
         };
-        let restored_bytes = match restore_from {
+        let (restored_bytes, mut unfinished) = match restore_from {
             Some(checkpoint) => self.restore(round, &checkpoint)?,
-            None => 0,
+            None => (0, Vec::new()),
         };
+        // The unfinished documents' rows as the tables hold them, retracted
+        // by key: building them again now would not fail as they did.
+        let mut retracted = Vec::new();
+        if let (false, Some(previous)) = (unfinished.is_empty(), &self.previous) {
+            let Engine {
+                runtime,
+                store,
+                writer,
+                ..
+            } = &self.engine;
+            let rows = runtime.block_on(stored_rows(store, &previous.checkpoint, &unfinished))?;
+            retracted.push(runtime.block_on(writer.stage(rows))?);
+        }
         // Epoch by epoch, every worker: one left behind would hold back
         // everyone's progress, and with it their flow control. Each epoch's
         // files are read as it is fed, so texts are held only while in flight.
@@ -263,13 +282,19 @@ impl Indexer {
             for (peer, queue) in queues.iter_mut().enumerate() {
                 let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
                 let origins = batch.len();
-                let changes = self.feed(batch, &mut ingest_errors, reader)?;
+                let mut changes = self.feed(batch, &mut ingest_errors, reader)?;
+                // Their states leave the cross-document stages before anything
+                // of the round reaches them.
+                if epoch == 0 && peer == 0 {
+                    changes.extend(unfinished.drain(..).map(|s| (Fed::Restored(s), -1)));
+                }
                 self.engine
                     .workers
                     .send(round, epoch as u64, peer, origins, changes)?;
             }
         }
         let mut parts = self.engine.workers.finish_round(round)?;
+        parts.extend(retracted);
         let build = started.elapsed() - read;
         progress.finish();
         if self.engine.cache.is_closing() {
@@ -335,23 +360,51 @@ impl Indexer {
     /// and the restore will give the dataflow its state): the origins are
     /// set, no change is fed. The checkpoint's ingestion errors no origin
     /// carries are the source's own (`own_errors`: a source that has them).
-    fn carry_over(&mut self, carried: Carried, own_errors: bool) {
-        if own_errors && let Some(previous) = &self.previous {
+    /// The checkpoint's unfinished documents are fed again: their origins
+    /// are taken without them, and carried into `updates` (unless they
+    /// changed) so that the round inserts them.
+    fn carry_over(&mut self, carried: Carried, own_errors: bool, updates: &mut Updates) {
+        let Some(previous) = &self.previous else {
+            return;
+        };
+        if own_errors {
             let held: HashSet<&ErrorRow> = carried.values().flat_map(|c| &c.input.errors).collect();
             self.source_errors = (previous.ingest_errors.iter())
                 .filter(|e| !held.contains(e))
                 .cloned()
                 .collect();
         }
-        for (origin, Routed { input: held, .. }) in carried {
+        for (origin, Routed { peer, input: held }) in carried {
+            let unfinished = |r: &Record| previous.unfinished.contains(&r.doc_id);
+            let finished = Held {
+                records: held
+                    .records
+                    .iter()
+                    .filter(|r| !unfinished(r))
+                    .cloned()
+                    .collect(),
+                ..held.clone()
+            };
+            if finished.records.len() < held.records.len() {
+                updates
+                    .entry(origin.clone())
+                    .or_insert(Routed::to(peer, Update::Carried(held)));
+            }
             // The moves are what the tables and the restored dataflow hold.
-            self.origins.update(&origin, Some(held));
+            self.origins.update(&origin, Some(finished));
         }
     }
 
     /// Feeds every document's state at `checkpoint` at `round`'s restore
-    /// time, spread over this process's workers; returns the bytes read.
-    fn restore(&mut self, round: u64, checkpoint: &CheckpointRow) -> Result<u64, IndexError> {
+    /// time, spread over this process's workers; returns the bytes read, and
+    /// the states of the documents the checkpoint left unfinished.
+    fn restore(
+        &mut self,
+        round: u64,
+        checkpoint: &CheckpointRow,
+    ) -> Result<(u64, Vec<DocStateRow>), IndexError> {
+        let unfinished = (self.previous.as_ref()).map(|p| &p.unfinished);
+        let mut states_of_unfinished = Vec::new();
         let Engine {
             runtime,
             store,
@@ -380,6 +433,11 @@ impl Indexer {
                     state: states.value(row).to_string(),
                 })
                 .collect();
+            states_of_unfinished.extend(
+                (rows.iter())
+                    .filter(|r| unfinished.is_some_and(|u| u.contains(&r.doc_id)))
+                    .cloned(),
+            );
             for chunk in rows.chunks(STATES_PER_EPOCH) {
                 if failed.is_some() {
                     return;
@@ -399,9 +457,10 @@ impl Indexer {
         tracing::info!(
             epoch = checkpoint.epoch,
             bytes,
+            unfinished = states_of_unfinished.len(),
             "restored the dataflow from the documents' states"
         );
-        Ok(bytes)
+        Ok((bytes, states_of_unfinished))
     }
 
     /// One epoch's share of a round: reads its files, updates the origins, and
@@ -546,4 +605,62 @@ fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) 
     for row in rows {
         *errors.entry(row.clone()).or_insert(0) += diff;
     }
+}
+
+/// The rows the tables hold at `checkpoint` of the documents whose `states`
+/// are given, each with multiplicity -1: every row their builds made but
+/// those the states themselves give the dataflow (which retracts those).
+async fn stored_rows(
+    store: &TableStore,
+    checkpoint: &CheckpointRow,
+    states: &[DocStateRow],
+) -> Result<Batch, IndexError> {
+    async fn rows<R: TableRow>(
+        store: &TableStore,
+        checkpoint: &CheckpointRow,
+        column: &str,
+        values: &[String],
+    ) -> Result<Vec<R>, IndexError> {
+        Ok(match checkpoint.version_of(R::TABLE) {
+            Some(version) => store.rows_where_in(version, column, values).await?,
+            None => Vec::new(),
+        })
+    }
+    let ids: Vec<String> = states.iter().map(|s| s.doc_id.clone()).collect();
+    let given: HashSet<String> = states
+        .iter()
+        .filter_map(|s| DocState::of_row(s).ok())
+        .flat_map(DocState::into_built_rows)
+        .filter_map(|row| match row {
+            BuiltRow::TreeNode(node) => Some(node.node_id),
+            _ => None,
+        })
+        .collect();
+    let segments: Vec<SegmentRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    let nodes: Vec<TreeNodeRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    let owners: Vec<String> = (segments.iter().map(|s| s.seg_id.clone()))
+        .chain(nodes.iter().map(|n| n.node_id.clone()))
+        .collect();
+    let vectors: Vec<EmbeddingRow> = rows(store, checkpoint, "owner_id", &owners).await?;
+    let documents: Vec<DocumentRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    let pages: Vec<PageRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    let gists: Vec<GistMemoryRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    let errors: Vec<ErrorRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    let stored = (documents.into_iter().map(MemoryRow::Document))
+        .chain(segments.into_iter().map(MemoryRow::Segment))
+        .chain(
+            (nodes.into_iter())
+                .filter(|n| !given.contains(&n.node_id))
+                .map(MemoryRow::TreeNode),
+        )
+        .chain(vectors.into_iter().map(MemoryRow::Embedding))
+        .chain(pages.into_iter().map(MemoryRow::Page))
+        .chain(gists.into_iter().map(MemoryRow::GistMemory))
+        .chain(
+            (errors.into_iter())
+                .filter(|e| e.stage != "ingest")
+                .map(MemoryRow::Error),
+        )
+        .chain(states.iter().cloned().map(MemoryRow::DocState));
+    Ok(stored.map(|row| (row, -1)).collect())
 }

@@ -17,7 +17,12 @@ pub const KEYS_PER_PREDICATE: usize = 4096;
 
 /// The predicate "`table`'s key is one of `keys`", keys quoted as SQL strings.
 pub(super) fn key_in(table: Table, keys: &[String]) -> String {
-    format!("{} IN ({})", table.key_column(), sql_strings(keys))
+    column_in(table.key_column(), keys)
+}
+
+/// The predicate "`column` is one of `values`", values quoted as SQL strings.
+pub(super) fn column_in(column: &str, values: &[String]) -> String {
+    format!("{column} IN ({})", sql_strings(values))
 }
 
 /// `value` as an SQL string literal.

@@ -7,7 +7,7 @@ use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use lance::dataset::Dataset;
 
-use super::batches::{KEYS_PER_PREDICATE, key_in, rows_of, strings};
+use super::batches::{KEYS_PER_PREDICATE, column_in, rows_of, strings};
 use super::{Result, StoreError, TableStore};
 use crate::Table;
 use crate::rows::{CheckpointRow, TableRow};
@@ -183,14 +183,26 @@ impl TableStore {
         version: u64,
         keys: &[String],
     ) -> Result<Vec<R>> {
+        self.rows_where_in(version, R::TABLE.key_column(), keys)
+            .await
+    }
+
+    /// The rows of `R`'s table at `version` whose string `column` is one of
+    /// `values`.
+    pub async fn rows_where_in<R: TableRow>(
+        &self,
+        version: u64,
+        column: &str,
+        values: &[String],
+    ) -> Result<Vec<R>> {
         let table = R::TABLE;
         let Some(dataset) = self.dataset(table, Some(version)).await? else {
             return Ok(Vec::new());
         };
         let mut rows = Vec::new();
-        for keys in keys.chunks(KEYS_PER_PREDICATE) {
+        for values in values.chunks(KEYS_PER_PREDICATE) {
             let mut scan = dataset.scan();
-            scan.filter(&key_in(table, keys))
+            scan.filter(&column_in(column, values))
                 .map_err(|e| self.lance_error(table, e))?;
             let batches: Vec<RecordBatch> = scan
                 .try_into_stream()

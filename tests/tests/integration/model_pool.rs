@@ -12,9 +12,11 @@ use memweave_llm::prompts::Prompt;
 use memweave_llm::sim::{Fault, SimConfig};
 use memweave_operators::model::Priority;
 use memweave_tests::{
-    SimServer, Tables, binary, index, memweave, openai_flags, read_calls, read_tables, shared_data,
-    stderr,
+    SimServer, Tables, binary, free_port, index, memweave, openai_flags, read_calls, read_tables,
+    shared_data, stderr,
 };
+
+use super::indexing::comparable;
 
 /// Four essays of pg-essays in a temp dir (a small corpus that still pages and
 /// builds trees several levels deep).
@@ -739,4 +741,48 @@ fn the_openai_backend_needs_a_model_name_and_never_shows_the_key() {
         "{:?}",
         read.errors
     );
+}
+
+/// A build the pool failed is not final: once the pool answers, the next
+/// process builds again the documents that met the failure, restores the
+/// others, and ends with the tables of a build that never failed.
+#[test]
+fn documents_the_pool_failed_are_built_again_by_the_next_process() {
+    let (dir, source) = corpus();
+    let server = SimServer::start(fast_sim());
+    let answering = openai_flags(&server.url);
+    let reference = dir.path().join("reference");
+    build(&source, &reference, &answering);
+
+    // Two essays built while the pool answers, two added while it is down.
+    let aside = dir.path().join("aside");
+    std::fs::create_dir(&aside).unwrap();
+    let later = ["gh.txt", "wisdom.txt"];
+    for name in later {
+        std::fs::rename(source.join(name), aside.join(name)).unwrap();
+    }
+    let tables = dir.path().join("tables");
+    build(&source, &tables, &answering);
+    for name in later {
+        std::fs::rename(aside.join(name), source.join(name)).unwrap();
+    }
+    let down = format!("http://127.0.0.1:{}/v1", free_port());
+    let mut unreachable = openai_flags(&down);
+    unreachable.extend(["--llm-max-attempts".to_string(), "1".to_string()]);
+    build(&source, &tables, &unreachable);
+    let failed = read_tables(&tables).errors.clone();
+    let failed_docs: std::collections::BTreeSet<String> =
+        failed.iter().filter_map(|e| e.doc_id.clone()).collect();
+    assert!(
+        !failed.is_empty() && failed.iter().all(|e| e.kind == "llm_unavailable"),
+        "{failed:?}"
+    );
+    assert_eq!(failed_docs.len(), later.len(), "{failed:?}");
+
+    let resumed = build(&source, &tables, &answering);
+    assert!(resumed.contains("restored"), "{resumed}");
+    assert!(resumed.contains("2 new or changed"), "{resumed}");
+    let (got, want) = (read_tables(&tables), read_tables(&reference));
+    assert!(got.errors.is_empty(), "{:?}", got.errors);
+    assert_eq!(comparable(&got), comparable(&want));
 }
