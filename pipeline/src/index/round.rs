@@ -9,7 +9,7 @@ use memweave_analytics::metrics::memory_gauges;
 use memweave_operators::build::BuiltRow;
 use memweave_operators::build::Document;
 use memweave_operators::ingest::RawDocument;
-use memweave_schemas::store::strings;
+use memweave_schemas::store::batch_rows;
 use memweave_schemas::{
     CheckpointRow, DocStateRow, DocumentRow, EmbeddingRow, ErrorRow, GistMemoryRow, MemoryRow,
     PageRow, SegmentRow, Table, TableRow, TableStore, TreeNodeRow,
@@ -374,24 +374,24 @@ impl Indexer {
                 .cloned()
                 .collect();
         }
+        let unfinished = |r: &Record| previous.unfinished.contains(&r.doc_id);
         for (origin, Routed { peer, input: held }) in carried {
-            let unfinished = |r: &Record| previous.unfinished.contains(&r.doc_id);
+            // The moves are what the tables and the restored dataflow hold.
+            if !held.records.iter().any(unfinished) {
+                self.origins.update(&origin, Some(held));
+                continue;
+            }
             let finished = Held {
-                records: held
-                    .records
-                    .iter()
+                records: (held.records.iter())
                     .filter(|r| !unfinished(r))
                     .cloned()
                     .collect(),
                 ..held.clone()
             };
-            if finished.records.len() < held.records.len() {
-                updates
-                    .entry(origin.clone())
-                    .or_insert(Routed::to(peer, Update::Carried(held)));
-            }
-            // The moves are what the tables and the restored dataflow hold.
             self.origins.update(&origin, Some(finished));
+            updates
+                .entry(origin)
+                .or_insert(Routed::to(peer, Update::Carried(held)));
         }
     }
 
@@ -415,36 +415,27 @@ impl Indexer {
         let (mut sent, mut bytes, mut failed) = (0, 0, None);
         let columns = ["doc_id", "build", "state"];
         let scan = store.scan_at(Table::DocStates, checkpoint, &columns, |batch| {
-            let (Some(ids), Some(builds), Some(states)) = (
-                strings(batch, "doc_id"),
-                strings(batch, "build"),
-                strings(batch, "state"),
-            ) else {
-                failed.get_or_insert(IndexError::ForeignTable {
-                    table: Table::DocStates,
-                    schema: format!("{:?}", batch.schema()),
-                });
+            if failed.is_some() {
                 return;
+            }
+            let rows: Vec<DocStateRow> = match batch_rows(Table::DocStates, batch) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    failed = Some(e.into());
+                    return;
+                }
             };
-            let rows: Vec<DocStateRow> = (0..batch.num_rows())
-                .map(|row| DocStateRow {
-                    doc_id: ids.value(row).to_string(),
-                    build: builds.value(row).to_string(),
-                    state: states.value(row).to_string(),
-                })
-                .collect();
             states_of_unfinished.extend(
                 (rows.iter())
                     .filter(|r| unfinished.is_some_and(|u| u.contains(&r.doc_id)))
                     .cloned(),
             );
-            for chunk in rows.chunks(STATES_PER_EPOCH) {
-                if failed.is_some() {
-                    return;
-                }
+            let mut rows = rows.into_iter().peekable();
+            while rows.peek().is_some() && failed.is_none() {
+                let chunk: Vec<DocStateRow> = rows.by_ref().take(STATES_PER_EPOCH).collect();
                 bytes += chunk.iter().map(|r| r.state.len() as u64).sum::<u64>();
                 let (worker, epoch) = (sent % feeds, (sent / feeds) as u64);
-                if let Err(e) = workers.restore(round, epoch, worker, chunk.to_vec()) {
+                if let Err(e) = workers.restore(round, epoch, worker, chunk) {
                     failed = Some(e);
                 }
                 sent += 1;
