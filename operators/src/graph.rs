@@ -144,9 +144,10 @@ pub struct DocRelation {
     pub target_key: String,
     pub description: String,
     pub seg_ids: Vec<String>,
-    /// The document's summary: the merge prompt's background. Shared by the
-    /// document's relations while they are built and sent to the worker that
-    /// spills them (the cross-document stages keep no texts in memory).
+    /// The head of the document's summary: the merge prompt's background.
+    /// Shared by the document's relations while they are built and sent to
+    /// the worker that spills them (the cross-document stages keep no texts
+    /// in memory).
     #[serde(with = "shared_text")]
     pub summary: Arc<str>,
     /// The head of the first segment it came from: its evidence in a merge.
@@ -301,7 +302,9 @@ pub async fn document_graph(
         })
         .collect();
 
-    let background: Arc<str> = Arc::from(background);
+    // What a merge shows of the summary: all its relations keep, and carry
+    // across documents.
+    let background: Arc<str> = Arc::from(head_words(background, EVIDENCE_WORDS));
     // A segment's head is the evidence of every relation found in it.
     let with_relations: BTreeSet<usize> = relations.values().flatten().map(|(i, _)| *i).collect();
     let heads: HashMap<usize, Arc<str>> = with_relations
@@ -497,6 +500,59 @@ pub async fn resolve_entities(
         .map(|g| g.iter().map(|&i| &mentions[i]).collect())
         .collect();
     Ok(entity_rows(&groups))
+}
+
+/// The entities a memory holds, as a new process reads back what a name's
+/// resolution gave (see [`assignments_from_entities`]).
+pub trait StoredEntities {
+    /// Whether the memory holds the entity.
+    fn holds(&self, entity_id: &str) -> bool;
+    /// Whether the entity was found in the segment.
+    fn found_in(&self, entity_id: &str, seg_id: &str) -> bool;
+}
+
+/// Which entity each of a name's mentions (in document order) became, read
+/// back from the entities [`entity_rows`] made of them instead of resolving
+/// the name again: its first group has the name's plain id, each later group
+/// the id of the name with its first document, and each group the segments
+/// of its mentions (a mention's are its document's alone). `None` where the stored
+/// entities do not account for every mention: the name must be resolved.
+pub fn assignments_from_entities(
+    mentions: &[DocEntity],
+    stored: &impl StoredEntities,
+) -> Option<Vec<EntityAssignment>> {
+    let key = &mentions.first()?.key;
+    let first_group = content_id("entity", &[key.as_bytes()]);
+    if !stored.holds(&first_group) {
+        return None;
+    }
+    let later_groups: Vec<String> = mentions
+        .iter()
+        .map(|m| content_id("entity", &[key.as_bytes(), m.doc_id.as_bytes()]))
+        .filter(|id| stored.holds(id))
+        .collect();
+    mentions
+        .iter()
+        .map(|m| {
+            let entity_id = match m.seg_ids.first() {
+                None if later_groups.is_empty() => first_group.clone(),
+                None => return None,
+                Some(seg_id) => {
+                    let mut holding = (later_groups.iter().chain([&first_group]))
+                        .filter(|id| stored.found_in(id, seg_id));
+                    match (holding.next(), holding.next()) {
+                        (Some(id), None) => id.clone(),
+                        _ => return None,
+                    }
+                }
+            };
+            Some(EntityAssignment {
+                doc_id: m.doc_id.clone(),
+                key: m.key.clone(),
+                entity_id,
+            })
+        })
+        .collect()
 }
 
 /// Which of `batches` disambiguation batches a document's passage goes to: a
@@ -709,6 +765,56 @@ mod tests {
             (two[0].seg_ids.as_slice(), two[1].seg_ids.as_slice()),
             (&["a-0".to_string()][..], &["b-0".to_string()][..])
         );
+    }
+
+    /// The entities a resolution made tell which entity each mention
+    /// became, whether the name stayed one entity or was split; entities
+    /// made of other mentions tell nothing.
+    #[test]
+    fn a_names_assignments_read_back_from_its_entities() {
+        struct Rows(Vec<EntityRow>);
+        impl StoredEntities for Rows {
+            fn holds(&self, entity_id: &str) -> bool {
+                self.0.iter().any(|r| r.entity_id == entity_id)
+            }
+            fn found_in(&self, entity_id: &str, seg_id: &str) -> bool {
+                (self.0.iter())
+                    .any(|r| r.entity_id == entity_id && r.seg_ids.iter().any(|s| s == seg_id))
+            }
+        }
+        let texts = [
+            ("a", "Apple sold phones in Cupertino. Apple grew."),
+            ("b", "Apple trees grew in Kent. Apple pie followed."),
+            ("c", "Apple opened a store in Cupertino. Apple sold."),
+        ];
+        let mentions: Vec<DocEntity> = texts
+            .iter()
+            .flat_map(|(doc, text)| graph(doc, &[text], &FirstSentence::default()).0)
+            .filter(|e| e.key == "apple")
+            .collect();
+        let embedder = HashingEmbedder::new(256);
+        let resolved = |model: FirstSentence| {
+            futures::executor::block_on(resolve_entities(&mentions, &model, &embedder, &ASK_ALWAYS))
+                .expect("answers")
+        };
+        let (a, b, c) = (&mentions[0], &mentions[1], &mentions[2]);
+        for (rows, assigned) in [
+            resolved(FirstSentence::default()),
+            resolved(FirstSentence::separating(&["Apple"])),
+            // A later group of two: its second mention is placed by segment.
+            entity_rows(&[vec![a], vec![b, c]]),
+        ] {
+            let read_back = assignments_from_entities(&mentions, &Rows(rows.clone()));
+            assert_eq!(
+                read_back.as_ref(),
+                Some(&assigned),
+                "{} entities",
+                rows.len()
+            );
+            // Without one of the entities, the mentions are not accounted for.
+            let fewer = Rows(rows[..rows.len() - 1].to_vec());
+            assert_eq!(assignments_from_entities(&mentions, &fewer), None);
+        }
     }
 
     /// Descriptions are kept side by side, duplicates dropped, while they fit

@@ -9,10 +9,17 @@
 //! back with the rest. A new process feeds every row at its first round's
 //! restore time (see [`crate::dataflow`]): the stages' arrangements become what
 //! the last process held, and only what changed since is built.
+//!
+//! What the stages made of those inputs is in the tables already; where a
+//! later stage needs it, the restore reads it back from them rather than
+//! doing the work again: which entity each name became is read from the
+//! checkpoint's entities ([`StoredEntity`]) instead of resolving every name.
 
 use memweave_operators::build::{BuildConfig, BuiltRow};
 use memweave_operators::embed::Embedder;
-use memweave_operators::graph::{DocEntity, DocRelation};
+use std::collections::HashMap;
+
+use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{DocStateRow, EmbeddingRow, TREE_MEMWALKER, TreeNodeRow, hash128};
 use serde::{Deserialize, Serialize};
@@ -94,4 +101,59 @@ pub fn fingerprint(
         "width": embedder.dim(),
     });
     format!("{:032x}", hash128(made_by.to_string().as_bytes()))
+}
+
+/// An entity of the checkpoint a new process restores from, as much of it as
+/// tells which entity each of a name's mentions became (see
+/// [`memweave_operators::graph::assignments_from_entities`]): its id, and the
+/// segments it was found in, both as hashes.
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct StoredEntity {
+    entity: u128,
+    /// Sorted.
+    segments: Vec<u64>,
+}
+
+impl StoredEntity {
+    /// The stored entity of a row's `entity_id` and `seg_ids`.
+    pub fn new(entity_id: &str, seg_ids: &[String]) -> StoredEntity {
+        let mut segments: Vec<u64> = seg_ids.iter().map(|s| segment_hash(s)).collect();
+        segments.sort_unstable();
+        StoredEntity {
+            entity: entity_hash(entity_id),
+            segments,
+        }
+    }
+}
+
+/// The checkpoint's entities, by id: what the restore reads each name's
+/// resolution back from.
+#[derive(Debug, Default)]
+pub struct EntitiesByHash(HashMap<u128, Vec<u64>>);
+
+impl EntitiesByHash {
+    pub fn insert(&mut self, entity: StoredEntity) {
+        self.0.insert(entity.entity, entity.segments);
+    }
+}
+
+impl StoredEntities for EntitiesByHash {
+    fn holds(&self, entity_id: &str) -> bool {
+        self.0.contains_key(&entity_hash(entity_id))
+    }
+
+    fn found_in(&self, entity_id: &str, seg_id: &str) -> bool {
+        (self.0.get(&entity_hash(entity_id)))
+            .is_some_and(|segments| segments.binary_search(&segment_hash(seg_id)).is_ok())
+    }
+}
+
+fn entity_hash(entity_id: &str) -> u128 {
+    hash128(entity_id.as_bytes())
+}
+
+fn segment_hash(seg_id: &str) -> u64 {
+    hash128(seg_id.as_bytes()) as u64
 }

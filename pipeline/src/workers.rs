@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use memweave_operators::build::BuildConfig;
-use memweave_schemas::DocStateRow;
 use timely::worker::Worker;
 
 use crate::IndexError;
@@ -150,20 +149,20 @@ impl Workers {
             .map_err(|_| IndexError::WorkerStopped)
     }
 
-    /// Sends epoch `epoch` of `round`'s restore to `worker`: documents'
-    /// states, which go before every change of the round.
+    /// Sends epoch `epoch` of `round`'s restore to `worker`: what the last
+    /// process held, which goes before every change of the round.
     pub fn restore(
         &mut self,
         round: u64,
         epoch: u64,
         worker: usize,
-        states: Vec<DocStateRow>,
+        restored: Vec<Fed>,
     ) -> Result<(), IndexError> {
         self.senders[worker]
             .send(ToWorker::Changes {
                 time: restore_time(round, epoch),
                 origins: 0,
-                changes: states.into_iter().map(|s| (Fed::Restored(s), 1)).collect(),
+                changes: restored.into_iter().map(|fed| (fed, 1)).collect(),
             })
             .map_err(|_| IndexError::WorkerStopped)
     }

@@ -254,6 +254,11 @@ pub fn stderr(output: &Output) -> String {
 
 /// Every row of `llm_calls` (the call cache and cost ledger) under `root`.
 pub fn read_calls(root: &Path) -> Vec<memweave_schemas::LlmCallRow> {
+    read_every_row(root)
+}
+
+/// Every row of a table under `root`, whatever the checkpoint.
+pub fn read_every_row<R: memweave_schemas::TableRow>(root: &Path) -> Vec<R> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -263,7 +268,7 @@ pub fn read_calls(root: &Path) -> Vec<memweave_schemas::LlmCallRow> {
             .expect("a store")
             .read_rows(None)
             .await
-            .expect("llm_calls reads")
+            .unwrap_or_else(|e| panic!("{} reads: {e}", R::TABLE.name()))
     })
 }
 

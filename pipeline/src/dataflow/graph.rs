@@ -5,21 +5,27 @@ use std::collections::BTreeMap;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use differential_dataflow::Hashable;
 use differential_dataflow::VecCollection;
+use differential_dataflow::{AsCollection, Hashable};
 use memweave_operators::embed::embed_all;
 use memweave_operators::graph::{
-    DocEntity, DocRelation, GraphConfig, entity_rows, merge_relations_across, relation_row,
-    resolve_entities,
+    DocEntity, DocRelation, EntityAssignment, GraphConfig, assignments_from_entities, entity_rows,
+    merge_relations_across, relation_row, resolve_entities,
 };
 use memweave_operators::model::{CallContext, StepError};
 use memweave_schemas::{EmbeddingRow, EntityRow, ErrorRow, MemoryRow, RelationRow, hash128};
+use timely::container::CapacityContainerBuilder;
+use timely::dataflow::channels::pact::Pipeline;
+use timely::dataflow::operators::Capability;
+use timely::dataflow::operators::generic::operator::Operator;
+use timely::dataflow::operators::vec::Broadcast;
 
 use super::Services;
 use super::spilled::{read_group, read_in_doc_order, spill_group, spill_where_used};
-use super::time::changes_only;
+use super::time::{changes_only, phase_end, restore_only};
 use crate::async_map::{InFlight, MapAsync};
 use crate::spill::{Spill, SpillKey, SpilledGroup};
+use crate::state::{EntitiesByHash, StoredEntity};
 
 /// What the cross-document graph stages produce.
 #[derive(
@@ -57,6 +63,11 @@ impl GraphRow {
 /// resolves their name or merges their pair; the arrangements hold ids, names
 /// and spill keys, and a group's texts are read back when its future runs.
 ///
+/// A new process's restore does not resolve the names again: which entity
+/// each became is read back from the checkpoint's entities (`stored_entities`,
+/// at the restore's first epoch), which the restored mentions were resolved
+/// into.
+///
 /// A relation takes its ends' entities on its way through the names: it is
 /// grouped with its source's name, whose resolution gives it the source's
 /// entity in its document, then with its target's name beside that name's
@@ -66,6 +77,7 @@ impl GraphRow {
 pub(super) fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
+    stored_entities: VecCollection<'scope, u64, StoredEntity, isize>,
     services: &Services,
     spill: &Arc<Spill>,
     config: GraphConfig,
@@ -106,9 +118,11 @@ pub(super) fn graph_stages<'scope>(
         out.push((spill_group(&name_spill, mentions), 1));
     })
     .map(|(_name, mentions)| mentions);
+    let (read_back, unread) =
+        read_back_resolutions(restore_only(by_name.clone()), stored_entities, spill);
     let (model_e, embedder_e, spill_e) =
         (Arc::clone(model), Arc::clone(embedder), Arc::clone(spill));
-    let resolved = by_name.map_async(
+    let resolved = changes_only(by_name).concat(unread).map_async(
         tasks,
         "ResolveEntities",
         InFlight {
@@ -163,33 +177,19 @@ pub(super) fn graph_stages<'scope>(
                     ))),
                 }
                 out.extend(rows.into_iter().map(GraphRow::Entity));
-                // Which entity the name became in each document: for the
-                // relations it starts, and those it ends (at its own name).
-                let entity_in: BTreeMap<Tag, Tag> = assignments
-                    .iter()
-                    .map(|a| (tag(&a.doc_id), entity_tag(&a.entity_id)))
-                    .collect();
-                out.extend(relations.into_iter().filter_map(|r| {
-                    let source_id = *entity_in.get(&r.doc)?;
-                    let mention = TargetMention::Relation {
-                        doc: r.doc,
-                        source_id,
-                        text: r.text,
-                    };
-                    Some(GraphRow::ToTarget(r.target, mention))
-                }));
                 let name = tag(&mentions[0].key);
-                out.extend(entity_in.into_iter().map(|(doc, entity_id)| {
-                    GraphRow::ToTarget(name, TargetMention::Entity { doc, entity_id })
-                }));
+                let targets = to_targets(name, &assignments, relations);
+                out.extend(targets.map(|(target, mention)| GraphRow::ToTarget(target, mention)));
                 out
             }
         },
     );
-    let to_targets = resolved.clone().flat_map(|row| match row {
-        GraphRow::ToTarget(name, mention) => Some((name, mention)),
-        _ => None,
-    });
+    let to_targets = (resolved.clone())
+        .flat_map(|row| match row {
+            GraphRow::ToTarget(name, mention) => Some((name, mention)),
+            _ => None,
+        })
+        .concat(read_back);
     // Every relation of a pair ends at the pair's target's name (an entity
     // has one name), so the name's group holds whole pairs: no model call,
     // the target's entity in the relation's document, read from the spill.
@@ -251,6 +251,134 @@ pub(super) fn graph_stages<'scope>(
         },
     );
     resolved.concat(relations).flat_map(GraphRow::into_row)
+}
+
+/// What a name's group sends to target names' groups, given which entity the
+/// name became in each document: the relations it starts, each with its
+/// source's entity, to their targets' names; and the entity it became in
+/// each document, to its own name, whose group pairs the relations ending
+/// there.
+fn to_targets(
+    name: Tag,
+    assignments: &[EntityAssignment],
+    relations: Vec<RelationRef>,
+) -> impl Iterator<Item = (Tag, TargetMention)> {
+    let entity_in: BTreeMap<Tag, Tag> = assignments
+        .iter()
+        .map(|a| (tag(&a.doc_id), entity_tag(&a.entity_id)))
+        .collect();
+    let started: Vec<(Tag, TargetMention)> = relations
+        .into_iter()
+        .filter_map(|r| {
+            let source_id = *entity_in.get(&r.doc)?;
+            let mention = TargetMention::Relation {
+                doc: r.doc,
+                source_id,
+                text: r.text,
+            };
+            Some((r.target, mention))
+        })
+        .collect();
+    let became = (entity_in.into_iter())
+        .map(move |(doc, entity_id)| (name, TargetMention::Entity { doc, entity_id }));
+    started.into_iter().chain(became)
+}
+
+/// A restore's name groups, each with which entity the name became read back
+/// from the checkpoint's entities (`stored`, which every worker is given
+/// whole): what the group sends to target names where those entities account
+/// for its mentions (see [`assignments_from_entities`]), and otherwise the
+/// group itself, to be resolved.
+#[allow(clippy::type_complexity)]
+fn read_back_resolutions<'scope>(
+    groups: VecCollection<'scope, u64, SpilledGroup, isize>,
+    stored: VecCollection<'scope, u64, StoredEntity, isize>,
+    spill: &Arc<Spill>,
+) -> (
+    VecCollection<'scope, u64, (Tag, TargetMention), isize>,
+    VecCollection<'scope, u64, SpilledGroup, isize>,
+) {
+    type ReadBack = Result<(Tag, TargetMention), SpilledGroup>;
+    let spill = Arc::clone(spill);
+    let read = groups
+        .inner
+        .binary_frontier::<_, CapacityContainerBuilder<Vec<(ReadBack, u64, isize)>>, _, _, _, _>(
+            stored.inner.broadcast(),
+            Pipeline,
+            Pipeline,
+            "ReadBackResolutions",
+            move |_, _| {
+                let mut entities = EntitiesByHash::default();
+                // The end of the restore the entities are for: past it, none
+                // is needed again.
+                let mut restore_end = None;
+                // Groups by time, until every entity at or before it is here.
+                let mut waiting: BTreeMap<u64, (Capability<u64>, Vec<(SpilledGroup, isize)>)> =
+                    BTreeMap::new();
+                move |(groups, groups_frontier), (stored, stored_frontier), output| {
+                    stored.for_each(|_, data| {
+                        for (entity, time, _) in data.drain(..) {
+                            entities.insert(entity);
+                            restore_end = Some(phase_end(&time));
+                        }
+                    });
+                    groups.for_each(|capability, data| {
+                        for (group, time, diff) in data.drain(..) {
+                            let (_, found) = waiting
+                                .entry(time)
+                                .or_insert_with(|| (capability.delayed(&time, 0), Vec::new()));
+                            found.push((group, diff));
+                        }
+                    });
+                    let ready: Vec<u64> = (waiting.keys().copied())
+                        .filter(|time| !stored_frontier.less_equal(time))
+                        .collect();
+                    for time in ready {
+                        let (capability, found) = waiting.remove(&time).expect("waiting");
+                        let mut session = output.session(&capability);
+                        for (group, diff) in found {
+                            match read_back(&spill, group, &entities) {
+                                Some(targets) => {
+                                    for target in targets {
+                                        session.give((Ok(target), time, diff));
+                                    }
+                                }
+                                None => session.give((Err(group), time, diff)),
+                            }
+                        }
+                    }
+                    if let Some(end) = restore_end
+                        && waiting.is_empty()
+                        && !groups_frontier.less_equal(&end)
+                    {
+                        entities = EntitiesByHash::default();
+                        restore_end = None;
+                    }
+                }
+            },
+        )
+        .as_collection();
+    (
+        read.clone().flat_map(Result::ok),
+        read.flat_map(Result::err),
+    )
+}
+
+/// What a name's group sends to target names, with which entity the name
+/// became in each document read back from `entities`; `None` where they do
+/// not account for its mentions.
+fn read_back(
+    spill: &Spill,
+    group: SpilledGroup,
+    entities: &EntitiesByHash,
+) -> Option<Vec<(Tag, TargetMention)>> {
+    let (mut mentions, relations) = split_name_mentions(read_group(spill, group));
+    if mentions.is_empty() {
+        return Some(Vec::new());
+    }
+    mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+    let assignments = assignments_from_entities(&mentions, entities)?;
+    Some(to_targets(tag(&mentions[0].key), &assignments, relations).collect())
 }
 
 /// Mentions one worker resolves or merges at once: a name's or a pair's

@@ -24,7 +24,7 @@ use timely::worker::Worker;
 use crate::async_map::{InFlight, MapAsync, Tasks};
 use crate::error::StagingError;
 use crate::spill::Spill;
-use crate::state::{self, DocState};
+use crate::state::{self, DocState, StoredEntity};
 use crate::write::{RoundWriter, StagedPart};
 
 mod corpus;
@@ -42,13 +42,15 @@ use time::phase_end;
 pub use time::{restore_time, round_start, round_time};
 
 /// What the input collection holds: documents, each with the time it was
-/// first seen, and (at a restore time only) the states a new process restores.
+/// first seen, and (at a restore time only) what a new process restores: the
+/// documents' states, and the entities their names became.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 pub enum Fed {
     Document(Document, i64),
     Restored(DocStateRow),
+    Entities(Vec<StoredEntity>),
 }
 
 pub type DocumentInput = InputSession<u64, Fed, isize>;
@@ -140,16 +142,20 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
             .clone()
             .flat_map(|fed| match fed {
                 Fed::Document(doc, seen) => Some((doc, seen)),
-                Fed::Restored(_) => None,
+                Fed::Restored(_) | Fed::Entities(_) => None,
             })
             .inner
             .exchange(|((doc, _), _, _)| doc.doc_id.hashed())
             .as_collection();
         // A restored state stands for the rows its document's build gave the
         // cross-document stages.
-        let restored = fed.flat_map(|fed| match fed {
+        let restored = fed.clone().flat_map(|fed| match fed {
             Fed::Restored(row) => restored_rows(&row),
-            Fed::Document(..) => Vec::new(),
+            Fed::Document(..) | Fed::Entities(_) => Vec::new(),
+        });
+        let stored_entities = fed.flat_map(|fed| match fed {
+            Fed::Entities(entities) => entities,
+            Fed::Document(..) | Fed::Restored(_) => Vec::new(),
         });
 
         let document_rows = documents
@@ -193,6 +199,7 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
         let graph = graph_stages(
             parts.entities.delay(at),
             parts.relations.delay(at),
+            stored_entities,
             services,
             &spill,
             config.graph,

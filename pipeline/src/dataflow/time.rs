@@ -52,3 +52,13 @@ pub(super) fn changes_only<'scope, D: Data>(
         .filter(|(_, time, _)| !is_restore(time))
         .as_collection()
 }
+
+/// `collection` at restore times only: what a new process restores.
+pub(super) fn restore_only<'scope, D: Data>(
+    collection: VecCollection<'scope, u64, D, isize>,
+) -> VecCollection<'scope, u64, D, isize> {
+    collection
+        .inner
+        .filter(|(_, time, _)| is_restore(time))
+        .as_collection()
+}

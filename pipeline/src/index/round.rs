@@ -26,7 +26,7 @@ use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
 use crate::progress::Progress;
-use crate::state::DocState;
+use crate::state::{DocState, StoredEntity};
 use crate::workers::InputChange;
 use crate::write::Batch;
 
@@ -395,9 +395,11 @@ impl Indexer {
         }
     }
 
-    /// Feeds every document's state at `checkpoint` at `round`'s restore
-    /// time, spread over this process's workers; returns the bytes read, and
-    /// the states of the documents the checkpoint left unfinished.
+    /// Feeds what the checkpoint's cross-document stages held at `round`'s
+    /// restore time: its entities (see [`crate::state`]) first, then every
+    /// document's state, spread over this process's workers. Returns the
+    /// bytes of states read, and the states of the documents the checkpoint
+    /// left unfinished.
     fn restore(
         &mut self,
         round: u64,
@@ -413,6 +415,24 @@ impl Indexer {
         } = &mut self.engine;
         let feeds = workers.feeds();
         let (mut sent, mut bytes, mut failed) = (0, 0, None);
+        // Worker 0's first epoch, ahead of the states: each epoch of a
+        // worker's input is one message.
+        let mut entities = Vec::new();
+        let columns = ["entity_id", "seg_ids"];
+        let scan = store.scan_at(Table::Entities, checkpoint, &columns, |batch| {
+            if failed.is_some() {
+                return;
+            }
+            match batch_rows::<EntitySegments>(Table::Entities, batch) {
+                Ok(rows) => entities.push(Fed::Entities(
+                    (rows.iter())
+                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids))
+                        .collect(),
+                )),
+                Err(e) => failed = Some(e.into()),
+            }
+        });
+        runtime.block_on(scan)?;
         let columns = ["doc_id", "build", "state"];
         let scan = store.scan_at(Table::DocStates, checkpoint, &columns, |batch| {
             if failed.is_some() {
@@ -432,8 +452,12 @@ impl Indexer {
             );
             let mut rows = rows.into_iter().peekable();
             while rows.peek().is_some() && failed.is_none() {
-                let chunk: Vec<DocStateRow> = rows.by_ref().take(STATES_PER_EPOCH).collect();
-                bytes += chunk.iter().map(|r| r.state.len() as u64).sum::<u64>();
+                let mut chunk: Vec<Fed> = std::mem::take(&mut entities);
+                chunk.extend(
+                    (rows.by_ref().take(STATES_PER_EPOCH))
+                        .inspect(|r| bytes += r.state.len() as u64)
+                        .map(Fed::Restored),
+                );
                 let (worker, epoch) = (sent % feeds, (sent / feeds) as u64);
                 if let Err(e) = workers.restore(round, epoch, worker, chunk) {
                     failed = Some(e);
@@ -442,6 +466,9 @@ impl Indexer {
             }
         });
         runtime.block_on(scan)?;
+        if failed.is_none() && !entities.is_empty() {
+            failed = workers.restore(round, 0, 0, entities).err();
+        }
         if let Some(error) = failed {
             return Err(error);
         }
@@ -654,4 +681,11 @@ async fn stored_rows(
         )
         .chain(states.iter().cloned().map(MemoryRow::DocState));
     Ok(stored.map(|row| (row, -1)).collect())
+}
+
+/// The columns of an entity's row the restore reads.
+#[derive(serde::Deserialize)]
+struct EntitySegments {
+    entity_id: String,
+    seg_ids: Vec<String>,
 }

@@ -6,22 +6,30 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use memweave_operators::build::BuildConfig;
+use memweave_operators::graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
 use memweave_pipeline::source::{Source, SourceOptions};
-use memweave_tests::{Tables, index, read_calls, read_tables, stdout};
+use memweave_schemas::CallStatRow;
+use memweave_tests::{Tables, index, read_calls, read_every_row, read_tables, stdout};
 use proptest::prelude::*;
 
 use super::shared::essay;
 
 /// Small sizes, so a few paragraphs make several segments, pages and tree
-/// levels, and the corpus-level trees on.
+/// levels; the corpus-level trees on; and the model asked about every two
+/// mentions of a name, so that some names become several entities.
 fn options(source: &Path, tables: &Path) -> IndexOptions {
     IndexOptions {
         workers: 2,
         build: BuildConfig {
             corpus_tree: true,
+            graph: GraphConfig {
+                same_above: 1.0,
+                apart_below: -1.0,
+                ..GraphConfig::DEFAULT
+            },
             ..BuildConfig::new(
                 SegmentConfig::around(60),
                 PageConfig {
@@ -202,6 +210,56 @@ proptest! {
     }
 }
 
+/// A new process reads back which entity each name became from the
+/// entities rather than resolving the names again: its first round asks the
+/// model (or its cache) about exactly the names a process that never
+/// stopped asks about, those the round's edit changed.
+#[test]
+fn a_new_process_resolves_only_the_names_that_changed() {
+    let (dir, source) =
+        super::shared::archive_of(&["gap.txt", "founders.txt", "want.txt", "hubs.txt"]);
+    let resolutions_of_last_round = |tables: &Path| -> u64 {
+        let epoch = read_tables(tables).checkpoint.epoch;
+        let stats: Vec<CallStatRow> = read_every_row(tables);
+        (stats.iter())
+            .filter(|s| s.epoch == epoch && s.task == "same_entity")
+            .map(|s| s.calls + s.cache_hits)
+            .sum()
+    };
+    let (live, restarted) = (dir.path().join("live"), dir.path().join("restarted"));
+    let files = Source::open(&source.to_string_lossy(), &SourceOptions::default()).unwrap();
+    let mut indexer = Indexer::open(&options(&source, &live)).unwrap();
+    indexer.index_files(&files).unwrap();
+    run_index(&options(&source, &restarted)).unwrap();
+    assert!(
+        resolutions_of_last_round(&live) > 0,
+        "the names were resolved"
+    );
+
+    // A paragraph that mentions names of the other essays.
+    let edited = format!(
+        "{}\n\nLater Paul Graham wrote to Jessica Livingston about Y Combinator, Viaweb and Yahoo.\n",
+        essay("gap.txt")
+    );
+    std::fs::write(source.join("gap.txt"), edited).unwrap();
+    indexer.index_files(&files).unwrap();
+    drop(indexer);
+    let run = run_index(&options(&source, &restarted)).unwrap();
+    assert!(run.restored_bytes > 0, "{run:?}");
+    assert!(
+        resolutions_of_last_round(&live) > 0,
+        "the edit changed names"
+    );
+    assert_eq!(
+        resolutions_of_last_round(&restarted),
+        resolutions_of_last_round(&live)
+    );
+    assert_eq!(
+        comparable(&read_tables(&restarted)),
+        comparable(&read_tables(&live))
+    );
+}
+
 /// Editing one paragraph of one essay makes model calls for that essay alone
 /// (its changed segments, their ancestors, its pages from the edit on, its
 /// entities), plus the graph's cross-document merges; the other essays' rows
@@ -303,7 +361,16 @@ fn a_new_process_builds_only_what_changed() {
     ];
     let (dir, archive) = super::shared::archive_of(&essays);
     let tables = dir.path().join("memory");
-    let flags = ["--segment-tokens", "200"];
+    // Every two mentions of a name are asked about (the vectors settle none),
+    // and some names become several entities.
+    let flags = [
+        "--segment-tokens",
+        "200",
+        "--same-entity-above",
+        "1",
+        "--different-entity-below",
+        "-1",
+    ];
     let first = index(&archive, &tables, &flags);
     let (first_calls, first_hits) = model_calls(&first);
     let built = read_tables(&tables);
@@ -336,7 +403,7 @@ fn a_new_process_builds_only_what_changed() {
     assert!(stdout(&run).contains("restored"), "{}", stdout(&run));
     // The four unedited essays are neither built (their steps are not even
     // looked up in the call cache: a rebuild looks up every step the build
-    // made) nor written again. The restore looks up the entity resolutions.
+    // made) nor written again.
     let (calls, hits) = model_calls(&run);
     assert!(
         calls + hits < first_calls + first_hits,
