@@ -18,6 +18,7 @@
 use memweave_operators::build::{BuildConfig, BuiltRow};
 use memweave_operators::embed::Embedder;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
@@ -33,6 +34,40 @@ pub struct DocState {
     pub memwalker_roots: Vec<TreeNodeRow>,
     /// The document's RAPTOR root and its vector (the corpus RAPTOR tree's).
     pub raptor_roots: Vec<(TreeNodeRow, EmbeddingRow)>,
+    /// Empty but in a row, where the records' shared texts are.
+    shared: SharedTexts,
+}
+
+/// The texts a document's entities and relations share (its key words, the
+/// head of its summary, its segments' heads), kept once in its row, each
+/// record holding their numbers: repeated in every record, they were three
+/// quarters of a state's bytes.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+struct SharedTexts {
+    texts: Vec<String>,
+    /// Per entity, its document's key words.
+    entities: Vec<u32>,
+    /// Per relation, its summary and its evidence.
+    relations: Vec<(u32, u32)>,
+}
+
+/// Numbers texts in the order first seen.
+#[derive(Default)]
+struct Numbering {
+    numbers: HashMap<Arc<str>, u32>,
+    texts: Vec<String>,
+}
+
+impl Numbering {
+    /// `text`'s number; leaves it empty.
+    fn take(&mut self, text: &mut Arc<str>) -> u32 {
+        let text = std::mem::replace(text, Arc::from(""));
+        let texts = &mut self.texts;
+        *self.numbers.entry(text).or_insert_with_key(|text| {
+            texts.push(text.to_string());
+            (texts.len() - 1) as u32
+        })
+    }
 }
 
 impl DocState {
@@ -54,6 +89,7 @@ impl DocState {
                 _ => {}
             }
         }
+        state.share_texts();
         DocStateRow {
             doc_id: doc_id.to_string(),
             build: build.to_string(),
@@ -63,7 +99,53 @@ impl DocState {
 
     /// The state a row holds.
     pub fn of_row(row: &DocStateRow) -> Result<DocState, serde_json::Error> {
-        serde_json::from_str(&row.state)
+        let mut state: DocState = serde_json::from_str(&row.state)?;
+        state.unshare_texts().map_err(serde::de::Error::custom)?;
+        Ok(state)
+    }
+
+    fn share_texts(&mut self) {
+        let mut numbering = Numbering::default();
+        let entities = (self.entities.iter_mut())
+            .map(|e| numbering.take(&mut e.document))
+            .collect();
+        let relations = (self.relations.iter_mut())
+            .map(|r| {
+                (
+                    numbering.take(&mut r.summary),
+                    numbering.take(&mut r.evidence),
+                )
+            })
+            .collect();
+        self.shared = SharedTexts {
+            texts: numbering.texts,
+            entities,
+            relations,
+        };
+    }
+
+    fn unshare_texts(&mut self) -> Result<(), String> {
+        let SharedTexts {
+            texts,
+            entities,
+            relations,
+        } = std::mem::take(&mut self.shared);
+        if entities.len() != self.entities.len() || relations.len() != self.relations.len() {
+            return Err("its shared texts do not match its records".into());
+        }
+        let texts: Vec<Arc<str>> = texts.into_iter().map(Arc::from).collect();
+        let text = |number: u32| {
+            (texts.get(number as usize).cloned())
+                .ok_or_else(|| format!("it has no shared text {number}"))
+        };
+        for (entity, number) in self.entities.iter_mut().zip(entities) {
+            entity.document = text(number)?;
+        }
+        for (relation, (summary, evidence)) in self.relations.iter_mut().zip(relations) {
+            relation.summary = text(summary)?;
+            relation.evidence = text(evidence)?;
+        }
+        Ok(())
     }
 
     /// The rows of the document's build that the state keeps.
@@ -86,15 +168,20 @@ pub fn is_memwalker_root(node: &TreeNodeRow) -> bool {
     node.parent_id.is_none() && node.tree == TREE_MEMWALKER
 }
 
-/// What makes a document's state: the build's sizes and memories, the kind
-/// of model and the embedder. A memory continued with another restores
-/// nothing and is rebuilt, as a from-scratch build would be.
+/// What a state holds and how its row keeps it: a memory whose states have
+/// another format (older, or newer) restores nothing and is rebuilt.
+const STATE_FORMAT: u32 = 2;
+
+/// What makes a document's state: its format, the build's sizes and
+/// memories, the kind of model and the embedder. A memory continued with
+/// another restores nothing and is rebuilt, as a from-scratch build would be.
 pub fn fingerprint(
     config: &BuildConfig,
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
 ) -> String {
     let made_by = serde_json::json!({
+        "state_format": STATE_FORMAT,
         "build": config,
         "backend": model.backend(),
         "embedder": embedder.model(),
@@ -156,4 +243,53 @@ fn entity_hash(entity_id: &str) -> u128 {
 
 fn segment_hash(seg_id: &str) -> u64 {
     hash128(seg_id.as_bytes()) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A document's entities share its key words, its relations its
+    /// summary's head and their segments' heads: its row keeps each once,
+    /// and reads back the records whole.
+    #[test]
+    fn a_state_keeps_each_shared_text_once_and_reads_back_whole() {
+        let about: Arc<str> = Arc::from("harbour press printing boston");
+        let summary: Arc<str> = Arc::from("Ada founded a press and sold it.");
+        let head: Arc<str> = Arc::from("In 1890 Ada founded the Harbour press");
+        let entity = |key: &str, name: &str| {
+            BuiltRow::Entity(DocEntity {
+                key: key.into(),
+                doc_id: "a.txt".into(),
+                names: vec![name.into()],
+                context: format!("{name} was there."),
+                document: Arc::clone(&about),
+                seg_ids: vec!["s1".into()],
+            })
+        };
+        let relation = |source: &str, target: &str| {
+            BuiltRow::Relation(DocRelation {
+                doc_id: "a.txt".into(),
+                source_key: source.into(),
+                target_key: target.into(),
+                description: format!("{source} and {target}"),
+                seg_ids: vec!["s1".into()],
+                summary: Arc::clone(&summary),
+                evidence: Arc::clone(&head),
+            })
+        };
+        let rows = vec![
+            entity("ada", "Ada"),
+            entity("harbour press", "Harbour Press"),
+            entity("boston", "Boston"),
+            relation("ada", "harbour press"),
+            relation("ada", "boston"),
+        ];
+        let row = DocState::row("a.txt", "build", &rows, false);
+        for text in [&about, &summary, &head] {
+            assert_eq!(row.state.matches(&**text).count(), 1, "{}", row.state);
+        }
+        let state = DocState::of_row(&row).expect("the row reads");
+        assert_eq!(state.into_built_rows(), rows);
+    }
 }
