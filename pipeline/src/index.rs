@@ -22,11 +22,13 @@ use crate::positions::Positions;
 use crate::source::{Source, SourceOptions};
 
 mod commit;
+mod context;
 mod engine;
 mod files;
 pub mod kafka;
 mod round;
 
+use context::SourceContext;
 use engine::Engine;
 pub use engine::{ComputeSummary, compute};
 use files::FileRounds;
@@ -279,8 +281,8 @@ impl std::fmt::Debug for Indexer {
 /// (a listing of files; a stream's updates carry their texts).
 trait Reader {
     /// Reads `origins` into their inputs, each document versioned against
-    /// what `indexer` has seen; an origin that cannot be read is absent.
-    fn read(&self, indexer: &Indexer, origins: Vec<&str>) -> HashMap<String, Fresh>;
+    /// what the process has seen; an origin that cannot be read is absent.
+    fn read(&self, cx: &SourceContext<'_>, origins: Vec<&str>) -> HashMap<String, Fresh>;
 }
 
 /// What a source hands the round it drives: the origins that changed since
@@ -307,7 +309,7 @@ struct RoundInput<'a> {
 trait RoundSource {
     /// The next round's input, waiting for one if the source follows its
     /// changes; `None` ends the run.
-    fn next_round(&mut self, indexer: &Indexer) -> Result<Option<RoundInput<'_>>, IndexError>;
+    fn next_round(&mut self, cx: &SourceContext<'_>) -> Result<Option<RoundInput<'_>>, IndexError>;
 
     /// The round committed: the source fills in its part of the summary and
     /// acknowledges what the round consumed.

@@ -11,7 +11,7 @@ use memweave_schemas::{ErrorRow, now_micros};
 
 use super::{
     Carried, Fresh, IndexSummary, Indexer, Previous, Reader, RoundInput, RoundSource, Routed,
-    Update, Updates,
+    SourceContext, Update, Updates,
 };
 use crate::IndexError;
 use crate::origins::{DUPLICATE_ID, Held};
@@ -55,10 +55,10 @@ impl<'s> FileRounds<'s> {
 }
 
 impl RoundSource for FileRounds<'_> {
-    fn next_round(&mut self, indexer: &Indexer) -> Result<Option<RoundInput<'_>>, IndexError> {
+    fn next_round(&mut self, cx: &SourceContext<'_>) -> Result<Option<RoundInput<'_>>, IndexError> {
         let (source, name) = (self.source, self.source.name());
         // A listing, with its files' versions.
-        let listed = |indexer: &Indexer| match indexer.block_on(source.discover()) {
+        let listed = |cx: &SourceContext<'_>| match cx.block_on(source.discover()) {
             Ok(discovery) => {
                 let versions = Source::versions(&discovery.files);
                 Ok((discovery, versions))
@@ -70,15 +70,15 @@ impl RoundSource for FileRounds<'_> {
         };
         let mut started = Instant::now();
         let (discovery, versions) = match self.watch {
-            _ if !self.done => listed(indexer)?,
+            _ if !self.done => listed(cx)?,
             None => return Ok(None),
             Some(every) => loop {
                 tracing::info!(seconds = every.as_secs(), "watching the source for changes");
-                if stopped_within(indexer, every) {
+                if stopped_within(cx, every) {
                     return Err(IndexError::Interrupted);
                 }
                 started = Instant::now();
-                let (discovery, versions) = listed(indexer)?;
+                let (discovery, versions) = listed(cx)?;
                 if versions != self.versions {
                     break (discovery, versions);
                 }
@@ -86,7 +86,7 @@ impl RoundSource for FileRounds<'_> {
         };
         self.files = discovery.files;
         self.versions = versions;
-        let (carried, updates) = indexer.file_updates(&name, &self.files);
+        let (carried, updates) = file_updates(cx, &name, &self.files);
         let reading = updates
             .values()
             .filter(|u| matches!(u.input, Update::Read))
@@ -95,7 +95,7 @@ impl RoundSource for FileRounds<'_> {
             source = %name,
             files = self.files.len(),
             changed = reading,
-            workers = indexer.feeds(),
+            workers = cx.feeds,
             "indexing"
         );
         Ok(Some(RoundInput {
@@ -130,42 +130,42 @@ impl Indexer {
         let summary = self.run(&mut FileRounds::once(source), |_| {})?;
         Ok(summary.expect("a listing makes one round"))
     }
+}
 
-    /// What changed in `files` since the dataflow's last round: for a
-    /// process's first round, every file of the checkpoint as it left them
-    /// (later rounds hold them in the dataflow already), and the files new,
-    /// changed or gone since. A file whose documents lost a shared id is read
-    /// again at a first round: the checkpoint keeps only the documents that
-    /// won theirs. Keys are sharded across workers by their place in the
-    /// listing.
-    fn file_updates(&self, source: &str, files: &[SourceFile]) -> (Carried, Updates) {
-        let carried = match &self.previous {
-            Some(previous) => carried_over(previous, source, files, self.feeds()),
-            None => Carried::new(),
-        };
-        let held = |key: &str| carried.get(key).map(|c| &c.input).or(self.origins.get(key));
-        let unchanged = |file: &SourceFile| {
-            held(&file.key).is_some_and(|held| {
-                held.version.is_some()
-                    && held.version == file.version
-                    && !held.errors.iter().any(|e| e.kind == DUPLICATE_ID)
-            })
-        };
-        let mut updates = Updates::new();
-        for (index, file) in files.iter().enumerate() {
-            if !unchanged(file) {
-                let peer = index % self.feeds();
-                updates.insert(file.key.clone(), Routed::to(peer, Update::Read));
-            }
+/// What changed in `files` since the dataflow's last round: for a
+/// process's first round, every file of the checkpoint as it left them
+/// (later rounds hold them in the dataflow already), and the files new,
+/// changed or gone since. A file whose documents lost a shared id is read
+/// again at a first round: the checkpoint keeps only the documents that
+/// won theirs. Keys are sharded across workers by their place in the
+/// listing.
+fn file_updates(cx: &SourceContext<'_>, source: &str, files: &[SourceFile]) -> (Carried, Updates) {
+    let carried = match cx.previous {
+        Some(previous) => carried_over(previous, source, files, cx.feeds),
+        None => Carried::new(),
+    };
+    let held = |key: &str| carried.get(key).map(|c| &c.input).or(cx.origins.get(key));
+    let unchanged = |file: &SourceFile| {
+        held(&file.key).is_some_and(|held| {
+            held.version.is_some()
+                && held.version == file.version
+                && !held.errors.iter().any(|e| e.kind == DUPLICATE_ID)
+        })
+    };
+    let mut updates = Updates::new();
+    for (index, file) in files.iter().enumerate() {
+        if !unchanged(file) {
+            let peer = index % cx.feeds;
+            updates.insert(file.key.clone(), Routed::to(peer, Update::Read));
         }
-        let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
-        for key in self.origins.keys().chain(carried.keys()) {
-            if !listed.contains(key.as_str()) {
-                updates.insert(key.clone(), Routed::to(0, Update::Gone));
-            }
-        }
-        (carried, updates)
     }
+    let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
+    for key in cx.origins.keys().chain(carried.keys()) {
+        if !listed.contains(key.as_str()) {
+            updates.insert(key.clone(), Routed::to(0, Update::Gone));
+        }
+    }
+    (carried, updates)
 }
 
 /// Where a round reads files: the source, and its listing by key.
@@ -177,12 +177,12 @@ struct Listing<'a> {
 impl Reader for Listing<'_> {
     /// Reads the listed files under `origins` (at most [`READS_IN_FLIGHT`]
     /// at once).
-    fn read(&self, indexer: &Indexer, origins: Vec<&str>) -> HashMap<String, Fresh> {
+    fn read(&self, cx: &SourceContext<'_>, origins: Vec<&str>) -> HashMap<String, Fresh> {
         let files = origins
             .into_iter()
             .filter_map(|key| self.files.get(key).copied());
         let source = self.source;
-        let read: Vec<(&SourceFile, Result<Vec<u8>, ReadError>)> = indexer.block_on(
+        let read: Vec<(&SourceFile, Result<Vec<u8>, ReadError>)> = cx.block_on(
             futures::stream::iter(files)
                 .map(|file| async move { (file, source.read(file).await) })
                 .buffered(READS_IN_FLIGHT)
@@ -197,7 +197,7 @@ impl Reader for Listing<'_> {
             };
             for parsed in ingest::parse(file, bytes) {
                 match parsed {
-                    Ok(raw) => input.records.push(indexer.versioned(raw, now)),
+                    Ok(raw) => input.records.push(cx.versioned(raw, now)),
                     Err(error) => input.errors.push(error_row(&error)),
                 }
             }
@@ -210,8 +210,8 @@ impl Reader for Listing<'_> {
 /// Waits `every` on the indexer's runtime: whether Ctrl-C or SIGTERM came
 /// first. (The runtimes leave their signal handlers installed, so the default
 /// action no longer stops the process.)
-fn stopped_within(indexer: &Indexer, every: Duration) -> bool {
-    indexer.block_on(async {
+fn stopped_within(cx: &SourceContext<'_>, every: Duration) -> bool {
+    cx.block_on(async {
         tokio::select! {
             () = memweave_process::stop_requested() => true,
             () = tokio::time::sleep(every) => false,

@@ -28,8 +28,8 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::{
-    Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Routed, Update,
-    Updates,
+    Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Routed,
+    SourceContext, Update, Updates,
 };
 use crate::positions::Positions;
 use crate::source::Source;
@@ -118,7 +118,7 @@ pub fn index_kafka(
 ) -> Result<(), IndexError> {
     let url = TopicUrl::parse(&options.source)?;
     let mut indexer = Indexer::open(options)?;
-    let mut rounds = KafkaRounds::assign(url, options, kafka, &indexer)?;
+    let mut rounds = KafkaRounds::assign(url, options, kafka, &indexer.source_context())?;
     indexer.run(&mut rounds, report)?;
     Ok(())
 }
@@ -153,7 +153,7 @@ impl<'o> KafkaRounds<'o> {
         url: TopicUrl,
         options: &'o IndexOptions,
         kafka: &KafkaOptions,
-        indexer: &Indexer,
+        cx: &SourceContext<'_>,
     ) -> Result<Self, IndexError> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &url.brokers)
@@ -181,7 +181,7 @@ impl<'o> KafkaRounds<'o> {
             .into());
         }
         // Positions come from the last checkpoint written from this topic.
-        let previous = match indexer.previous_positions() {
+        let previous = match cx.previous_positions() {
             Some(Positions::Kafka { source, offsets }) if source == url.name() => Some(offsets),
             _ => None,
         };
@@ -205,9 +205,9 @@ impl<'o> KafkaRounds<'o> {
                 next.entry(*p).or_insert(low);
             }
         }
-        let peers = indexer.feeds();
+        let peers = cx.feeds;
         let carried = match previous {
-            Some(_) => indexer.carried_stream(|position| {
+            Some(_) => cx.carried_stream(|position| {
                 let partition = position.rsplit('/').nth(1).and_then(|p| p.parse().ok());
                 peer_of(partition.unwrap_or(0), peers)
             }),
@@ -244,7 +244,7 @@ fn peer_of(partition: i32, peers: usize) -> usize {
 }
 
 impl RoundSource for KafkaRounds<'_> {
-    fn next_round(&mut self, indexer: &Indexer) -> Result<Option<RoundInput<'_>>, IndexError> {
+    fn next_round(&mut self, cx: &SourceContext<'_>) -> Result<Option<RoundInput<'_>>, IndexError> {
         if self.rounds > 0 && self.caught_up() {
             return Ok(None);
         }
@@ -252,7 +252,7 @@ impl RoundSource for KafkaRounds<'_> {
             let started = Instant::now();
             self.consumed = 0;
             while self.consumed < MESSAGES_PER_ROUND && !self.caught_up() {
-                if indexer.interrupted() {
+                if cx.interrupted() {
                     return Err(IndexError::Interrupted);
                 }
                 match self.consumer.poll(IDLE) {
@@ -261,8 +261,7 @@ impl RoundSource for KafkaRounds<'_> {
                     Some(Err(e)) => tracing::warn!("consuming {}: {e}", self.options.source),
                     Some(Ok(message)) => {
                         let (partition, offset) = (message.partition(), message.offset());
-                        let (origin, update) =
-                            read_message(&self.url, &message, indexer, self.options);
+                        let (origin, update) = read_message(&self.url, &message, cx, self.options);
                         let peer = peer_of(partition, self.peers);
                         self.updates.insert(origin, Routed::to(peer, update));
                         self.next.insert(partition, offset + 1);
@@ -317,7 +316,7 @@ fn commit_offsets(consumer: &BaseConsumer, topic: &str, next: &BTreeMap<i32, i64
 fn read_message(
     url: &TopicUrl,
     message: &BorrowedMessage<'_>,
-    indexer: &Indexer,
+    cx: &SourceContext<'_>,
     options: &IndexOptions,
 ) -> (String, Update) {
     let position = url.position(message.partition(), message.offset());
@@ -348,7 +347,7 @@ fn read_message(
             return failed("bad_message", detail, Some(doc_id));
         }
         (Op::Upsert, Some(text), None) => Ok(text),
-        (Op::Upsert, None, Some(uri)) => read_uri(&uri, &change.doc_id, indexer, options),
+        (Op::Upsert, None, Some(uri)) => read_uri(&uri, &change.doc_id, cx, options),
         (Op::Upsert, ..) => Err((
             "bad_message",
             "an upsert carries exactly one of text and uri".to_string(),
@@ -373,7 +372,7 @@ fn read_message(
                 text,
             };
             let input = Fresh {
-                records: vec![indexer.versioned(raw, now_micros())],
+                records: vec![cx.versioned(raw, now_micros())],
                 ..Fresh::default()
             };
             (doc_id, Update::Ready(input))
@@ -386,12 +385,12 @@ fn read_message(
 fn read_uri(
     uri: &str,
     key: &str,
-    indexer: &Indexer,
+    cx: &SourceContext<'_>,
     options: &IndexOptions,
 ) -> Result<String, (&'static str, String)> {
     let unreadable = |e: String| ("unreadable", format!("{uri}: {e}"));
     let source = Source::open(uri, &options.source_options).map_err(|e| unreadable(e.0))?;
-    let bytes = indexer.block_on(source.read_whole());
+    let bytes = cx.block_on(source.read_whole());
     let file = SourceFile {
         uri: uri.to_string(),
         key: key.to_string(),

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use memweave_analytics::metrics::memory_gauges;
 use memweave_operators::build::BuiltRow;
 use memweave_operators::build::Document;
-use memweave_operators::ingest::RawDocument;
 use memweave_schemas::store::batch_rows;
 use memweave_schemas::{
     CheckpointRow, DocStateRow, DocumentRow, EmbeddingRow, ErrorRow, GistMemoryRow, MemoryRow,
@@ -18,13 +17,12 @@ use memweave_schemas::{
 use super::commit::previous_tables;
 use super::{
     Carried, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion,
-    Reader, RoundInput, RoundSource, Routed, Stages, Update, Updates,
+    Reader, RoundInput, RoundSource, Routed, SourceContext, Stages, Update, Updates,
 };
 use crate::IndexError;
 use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
-use crate::positions::Positions;
 use crate::progress::Progress;
 use crate::state::{DocState, StoredEntity};
 use crate::workers::InputChange;
@@ -111,7 +109,7 @@ impl Indexer {
         loop {
             // A statement of its own: the input (and what it borrows of the
             // source) is gone before the source hears of the commit.
-            let Some(input) = source.next_round(self)? else {
+            let Some(input) = source.next_round(&self.source_context())? else {
                 break;
             };
             let mut summary = self.round(input)?;
@@ -128,68 +126,15 @@ impl Indexer {
         Ok(last)
     }
 
-    /// Whether Ctrl-C or SIGTERM came: the run must stop without committing more.
-    pub fn interrupted(&self) -> bool {
-        self.engine.cache.is_closing()
-    }
-
-    /// Workers that take input: this process's.
-    pub fn feeds(&self) -> usize {
-        self.engine.workers.feeds()
-    }
-
-    /// Runs `future` on the indexer's runtime.
-    pub(super) fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.engine.runtime.block_on(future)
-    }
-
-    /// The last checkpoint's source positions, until the first round.
-    pub(super) fn previous_positions(&self) -> Option<Positions> {
-        let previous = self.previous.as_ref()?;
-        Positions::parse(&previous.checkpoint.source_positions)
-    }
-
-    /// For a stream's first round: the last checkpoint's documents (by id) and
-    /// ingestion errors (by the position they cite), each held by the worker
-    /// `peer_of` its source position.
-    pub(super) fn carried_stream(&self, peer_of: impl Fn(&str) -> usize) -> Carried {
-        let Some(previous) = &self.previous else {
-            return Carried::new();
-        };
-        let documents = previous.documents.iter().map(|d| {
-            let held = Held {
-                records: vec![d.clone()],
-                ..Held::default()
-            };
-            (&d.doc_id, &d.source_uri, held)
-        });
-        let errors = previous.ingest_errors.iter().map(|e| {
-            let held = Held {
-                errors: vec![e.clone()],
-                ..Held::default()
-            };
-            (&e.source, &e.source, held)
-        });
-        documents
-            .chain(errors)
-            .map(|(origin, position, held)| (origin.clone(), Routed::to(peer_of(position), held)))
-            .collect()
-    }
-
-    /// A re-read document keeps its version and first-seen time when its content
-    /// is unchanged, and gets the next version when it changed.
-    pub(super) fn versioned(&self, raw: RawDocument, now: i64) -> (Document, i64) {
-        let mut doc = Document::new(raw, 1);
-        match self.versions.get(&doc.doc_id) {
-            Some(known) if known.content_hash == doc.content_hash => {
-                doc.version = known.version;
-                (doc, known.seen)
-            }
-            Some(known) => {
-                doc.version = known.version + 1;
-                (doc, now)
-            }
-            None => (doc, now),
+    /// What a source sees of this process while it makes a round.
+    pub(super) fn source_context(&self) -> SourceContext<'_> {
+        SourceContext {
+            runtime: &self.engine.runtime,
+            cache: &self.engine.cache,
+            feeds: self.engine.workers.feeds(),
+            previous: self.previous.as_ref(),
+            origins: &self.origins,
+            versions: &self.versions,
         }
     }
 
@@ -499,7 +444,7 @@ impl Indexer {
             .collect();
         let mut read = match (named.is_empty(), reader) {
             (true, _) => HashMap::new(),
-            (false, Some(reader)) => reader.read(self, named),
+            (false, Some(reader)) => reader.read(&self.source_context(), named),
             (false, None) => return Err(IndexError::NothingReadsOrigins),
         };
         // Texts read now, by document id and source.
@@ -582,7 +527,7 @@ impl Indexer {
                 source_uri: record.source_uri.clone(),
             });
         };
-        let fresh = reader.read(self, vec![origin]);
+        let fresh = reader.read(&self.source_context(), vec![origin]);
         fresh
             .into_values()
             .flat_map(|f| f.records)

@@ -1,0 +1,87 @@
+//! What a source sees of the indexing process while it makes a round.
+
+use std::collections::HashMap;
+
+use memweave_llm::cache::CallCache;
+use memweave_operators::build::Document;
+use memweave_operators::ingest::RawDocument;
+
+use super::{Carried, KnownVersion, Previous, Routed};
+use crate::origins::{Held, Origins};
+use crate::positions::Positions;
+
+/// What a source sees of the indexing process while it makes a round: what
+/// the last checkpoint and the rounds since left (origins, document
+/// versions), the runtime to wait on, the workers to route to, and whether
+/// to stop. Sources are handed this, not the indexer.
+pub(super) struct SourceContext<'a> {
+    pub(super) runtime: &'a tokio::runtime::Runtime,
+    pub(super) cache: &'a CallCache,
+    /// Workers that take input: this process's.
+    pub(super) feeds: usize,
+    pub(super) previous: Option<&'a Previous>,
+    pub(super) origins: &'a Origins,
+    pub(super) versions: &'a HashMap<String, KnownVersion>,
+}
+
+impl SourceContext<'_> {
+    /// Whether Ctrl-C or SIGTERM came: the run must stop without committing more.
+    pub(super) fn interrupted(&self) -> bool {
+        self.cache.is_closing()
+    }
+
+    /// Runs `future` on the indexer's runtime.
+    pub(super) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// The last checkpoint's source positions, until the first round.
+    pub(super) fn previous_positions(&self) -> Option<Positions> {
+        let previous = self.previous?;
+        Positions::parse(&previous.checkpoint.source_positions)
+    }
+
+    /// For a stream's first round: the last checkpoint's documents (by id) and
+    /// ingestion errors (by the position they cite), each held by the worker
+    /// `peer_of` its source position.
+    pub(super) fn carried_stream(&self, peer_of: impl Fn(&str) -> usize) -> Carried {
+        let Some(previous) = self.previous else {
+            return Carried::new();
+        };
+        let documents = previous.documents.iter().map(|d| {
+            let held = Held {
+                records: vec![d.clone()],
+                ..Held::default()
+            };
+            (&d.doc_id, &d.source_uri, held)
+        });
+        let errors = previous.ingest_errors.iter().map(|e| {
+            let held = Held {
+                errors: vec![e.clone()],
+                ..Held::default()
+            };
+            (&e.source, &e.source, held)
+        });
+        documents
+            .chain(errors)
+            .map(|(origin, position, held)| (origin.clone(), Routed::to(peer_of(position), held)))
+            .collect()
+    }
+
+    /// A re-read document keeps its version and first-seen time when its content
+    /// is unchanged, and gets the next version when it changed.
+    pub(super) fn versioned(&self, raw: RawDocument, now: i64) -> (Document, i64) {
+        let mut doc = Document::new(raw, 1);
+        match self.versions.get(&doc.doc_id) {
+            Some(known) if known.content_hash == doc.content_hash => {
+                doc.version = known.version;
+                (doc, known.seen)
+            }
+            Some(known) => {
+                doc.version = known.version + 1;
+                (doc, now)
+            }
+            None => (doc, now),
+        }
+    }
+}
