@@ -4,8 +4,10 @@
 
 use std::collections::HashMap;
 
-/// Log filter unless RUST_LOG says otherwise: Lance logs every scan at info.
-pub const DEFAULT_LOG_FILTER: &str = "info,lance=warn,lance_core=warn,lance_io=warn,lance_file=warn,lance_encoding=warn,lance_table=warn";
+/// Log filter unless RUST_LOG says otherwise: Lance logs every scan at info,
+/// and warns of every empty partition when a vector index takes a round's few
+/// new vectors (hundreds of lines a commit).
+pub const DEFAULT_LOG_FILTER: &str = "info,lance=warn,lance::index::vector::builder=error,lance_core=warn,lance_io=warn,lance_file=warn,lance_encoding=warn,lance_table=warn";
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
