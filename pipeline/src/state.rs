@@ -15,11 +15,11 @@
 //! doing the work again: which entity each name became is read from the
 //! checkpoint's entities ([`StoredEntity`]) instead of resolving every name.
 
-use memweave_operators::build::{BuildConfig, BuiltRow};
-use memweave_operators::embed::Embedder;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use memweave_operators::build::{BuildConfig, BuiltRow};
+use memweave_operators::embed::Embedder;
 use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{DocStateRow, EmbeddingRow, TREE_MEMWALKER, TreeNodeRow, hash128};
