@@ -14,6 +14,13 @@
 //! call cache) finds what its insertion wrote. The file is append-only for the
 //! life of the process: a changed document adds its new mentions and keeps the
 //! old ones, which a later round may still retract.
+//!
+//! Values are encoded with bincode (they never leave the process) and appended
+//! through a buffer of [`APPEND_BUFFER`] bytes; the index of where each is
+//! lives in the heap at one word a slot (see [`Places`]). A new process's
+//! restore spills every mention of the archive at once, and with JSON, one
+//! write per value and the index in a second file, the kernel's work on the
+//! files was most of a 100M-token restart's time.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -60,38 +67,66 @@ pub struct Spill {
 }
 
 /// Where each key's value is in the values file: an open-addressing hash
-/// table of [`SLOT_BYTES`] slots (key, offset, length) in a second anonymous
-/// file. It has an entry per mention of the archive: in a heap map it was the
-/// largest thing the workers held that grew with the archive (20 MB at 10M
-/// tokens); in a file a look-up reads a slot or a few, and the page cache,
-/// not the process, holds it.
+/// table (linear probing) of one word a slot, [`Slot`]. A table of 32-byte
+/// slots in a second file held nothing in the heap, but each insert was a
+/// small write at a random place of a large file, and the kernel's work on
+/// those (a 100M-token restart spills about 4M values a worker) was most of
+/// the restart; a word a slot in the heap is 16 to 32 bytes a value.
 #[derive(Debug)]
 struct Places {
-    slots: File,
-    /// Slots in `slots`, a power of two; at most half are used.
-    capacity: u64,
-    used: u64,
-    /// The length of the values file.
+    /// A power of two of them; at most half are used.
+    slots: Vec<Slot>,
+    used: usize,
+    /// The length of the values file, with the records appended but not yet
+    /// written.
     end: u64,
+    /// The records appended since the last write: the file's bytes from
+    /// `end - appended.len()`.
+    appended: Vec<u8>,
 }
 
-/// A slot: the key's two halves, the value's offset and length (0: empty; no
-/// encoding is empty), little-endian.
-const SLOT_BYTES: u64 = 32;
+/// A record in the values file: its key, its value's length, the value, and
+/// padding to a multiple of [`RECORD_ALIGN`] bytes.
+const HEADER_BYTES: usize = 20;
+const RECORD_ALIGN: u64 = 8;
 
-/// Slots of a new table (2 MiB of sparse file).
-const INITIAL_SLOTS: u64 = 1 << 16;
+/// A slot: the low [`KEY_BITS`] bits of its key (where it probes from, and a
+/// first check of a match) above its record's offset in [`RECORD_ALIGN`]s
+/// plus one (0: empty). 36 bits of offset address 512 GiB of values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot(u64);
 
-/// Slots read at once while the table doubles (128 KiB).
-const GROW_READ_SLOTS: u64 = 4096;
+const KEY_BITS: u32 = 28;
+const OFFSET_BITS: u32 = 64 - KEY_BITS;
 
-/// A slot's contents.
-#[derive(Clone, Copy)]
-struct Place {
-    key: SpillKey,
-    offset: u64,
-    len: u64,
+impl Slot {
+    const EMPTY: Slot = Slot(0);
+
+    fn new(key: SpillKey, offset: u64) -> Slot {
+        let units = offset / RECORD_ALIGN + 1;
+        assert!(units < 1 << OFFSET_BITS, "the spill file is over 512 GiB");
+        Slot((low_bits(key) << OFFSET_BITS) | units)
+    }
+
+    fn low_bits(self) -> u64 {
+        self.0 >> OFFSET_BITS
+    }
+
+    fn offset(self) -> u64 {
+        ((self.0 & ((1 << OFFSET_BITS) - 1)) - 1) * RECORD_ALIGN
+    }
 }
+
+fn low_bits(key: SpillKey) -> u64 {
+    (key as u64) & ((1 << KEY_BITS) - 1)
+}
+
+/// Slots of a new table (512 KiB).
+const INITIAL_SLOTS: usize = 1 << 16;
+
+/// Bytes of records appended in memory before they are written to the file
+/// in one write.
+const APPEND_BUFFER: usize = 1 << 20;
 
 impl Spill {
     /// An empty spill in files under the system's temporary directory
@@ -100,50 +135,37 @@ impl Spill {
         Spill::with_slots(INITIAL_SLOTS)
     }
 
-    fn with_slots(capacity: u64) -> std::io::Result<Spill> {
+    fn with_slots(capacity: usize) -> std::io::Result<Spill> {
         Ok(Spill {
             values: tempfile::tempfile()?,
-            places: Mutex::new(Places::new(capacity)?),
+            places: Mutex::new(Places {
+                slots: vec![Slot::EMPTY; capacity],
+                used: 0,
+                end: 0,
+                appended: Vec::new(),
+            }),
         })
     }
 
     /// Writes `value` (once: an equal value already written is not written
     /// again) and returns its key.
     pub fn put<T: Serialize>(&self, value: &T) -> SpillKey {
-        let bytes = serde_json::to_vec(value).expect("spilled values serialize");
+        let bytes = bincode::serialize(value).expect("spilled values serialize");
         let key = hash128(&bytes);
         let mut places = self.places();
-        let (slot, found) = places.find(key);
-        if found.is_none() {
-            let offset = places.end;
-            self.values
-                .write_all_at(&bytes, offset)
-                .unwrap_or_else(|error| panic!("writing the spill file (TMPDIR): {error}"));
-            places.end += bytes.len() as u64;
-            places.insert(
-                slot,
-                Place {
-                    key,
-                    offset,
-                    len: bytes.len() as u64,
-                },
-            );
+        if let (slot, None) = places.find(&self.values, key) {
+            places.append(&self.values, slot, key, &bytes);
         }
         key
     }
 
     /// The value written under `key`.
     pub fn get<T: DeserializeOwned>(&self, key: SpillKey) -> T {
-        let place = self
-            .places()
-            .find(key)
-            .1
+        let places = self.places();
+        let (offset, len) = (places.find(&self.values, key).1)
             .expect("every spill key read was written by this worker");
-        let mut bytes = vec![0; place.len as usize];
-        self.values
-            .read_exact_at(&mut bytes, place.offset)
-            .unwrap_or_else(|error| panic!("reading the spill file (TMPDIR): {error}"));
-        serde_json::from_slice(&bytes).expect("a spilled value reads back as written")
+        let bytes = places.read(&self.values, offset + HEADER_BYTES as u64, len);
+        bincode::deserialize(&bytes).expect("a spilled value reads back as written")
     }
 
     fn places(&self) -> std::sync::MutexGuard<'_, Places> {
@@ -154,96 +176,99 @@ impl Spill {
 }
 
 impl Places {
-    fn new(capacity: u64) -> std::io::Result<Places> {
-        let slots = tempfile::tempfile()?;
-        slots.set_len(capacity * SLOT_BYTES)?;
-        Ok(Places {
-            slots,
-            capacity,
-            used: 0,
-            end: 0,
-        })
+    fn mask(&self) -> u64 {
+        self.slots.len() as u64 - 1
     }
 
-    /// The slot `key` is in, or the empty one where it would go (linear
-    /// probing from its low bits), and what is there.
-    fn find(&self, key: SpillKey) -> (u64, Option<Place>) {
-        let mut slot = (key as u64) & (self.capacity - 1);
+    /// The slot `key` is in, or the empty one where it would go, and where
+    /// its record is and its value's length.
+    fn find(&self, values: &File, key: SpillKey) -> (usize, Option<(u64, usize)>) {
+        let mut at = low_bits(key) & self.mask();
         loop {
-            match self.read(slot) {
-                Some(place) if place.key == key => return (slot, Some(place)),
-                Some(_) => slot = (slot + 1) & (self.capacity - 1),
-                None => return (slot, None),
+            let slot = self.slots[at as usize];
+            if slot == Slot::EMPTY {
+                return (at as usize, None);
             }
+            if slot.low_bits() == low_bits(key) {
+                let header = self.read(values, slot.offset(), HEADER_BYTES);
+                let (stored, len) = header.split_at(16);
+                if u128::from_le_bytes(stored.try_into().expect("16 bytes")) == key {
+                    let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
+                    return (at as usize, Some((slot.offset(), len as usize)));
+                }
+            }
+            at = (at + 1) & self.mask();
         }
     }
 
-    /// Fills the empty `slot` (from [`Places::find`]); doubles the table
-    /// first when it would be more than half full.
-    fn insert(&mut self, slot: u64, place: Place) {
-        let slot = if (self.used + 1) * 2 > self.capacity {
+    /// Appends `key`'s record to the values and fills the empty `slot` (from
+    /// [`Places::find`]), doubling the table first when it would be more
+    /// than half full.
+    fn append(&mut self, values: &File, slot: usize, key: SpillKey, bytes: &[u8]) {
+        let offset = self.end;
+        let len = u32::try_from(bytes.len()).expect("a spilled value is under 4 GiB");
+        self.appended.extend_from_slice(&key.to_le_bytes());
+        self.appended.extend_from_slice(&len.to_le_bytes());
+        self.appended.extend_from_slice(bytes);
+        let padded = (HEADER_BYTES + bytes.len()).next_multiple_of(RECORD_ALIGN as usize);
+        self.appended
+            .resize(self.appended.len() + padded - HEADER_BYTES - bytes.len(), 0);
+        self.end += padded as u64;
+        if self.appended.len() >= APPEND_BUFFER {
+            let at = self.end - self.appended.len() as u64;
+            values
+                .write_all_at(&self.appended, at)
+                .unwrap_or_else(|error| panic!("writing the spill file (TMPDIR): {error}"));
+            self.appended.clear();
+        }
+        let slot = if (self.used + 1) * 2 > self.slots.len() {
             self.grow();
-            self.find(place.key).0
+            self.empty_slot(low_bits(key))
         } else {
             slot
         };
-        self.write(slot, place);
+        self.slots[slot] = Slot::new(key, offset);
         self.used += 1;
     }
 
-    /// Moves every entry to a table of twice the slots, reading the old one
-    /// [`GROW_READ_SLOTS`] at a time.
+    /// Moves every slot to a table of twice as many: a slot's low key bits
+    /// say where it probes from.
     fn grow(&mut self) {
-        let bigger = Places::new(self.capacity * 2)
-            .unwrap_or_else(|error| panic!("creating the spill index file (TMPDIR): {error}"));
-        let mut chunk = vec![0u8; (GROW_READ_SLOTS * SLOT_BYTES) as usize];
-        for first in (0..self.capacity).step_by(GROW_READ_SLOTS as usize) {
-            let slots = GROW_READ_SLOTS.min(self.capacity - first);
-            let bytes = &mut chunk[..(slots * SLOT_BYTES) as usize];
-            self.slots
-                .read_exact_at(bytes, first * SLOT_BYTES)
-                .unwrap_or_else(|error| panic!("reading the spill index (TMPDIR): {error}"));
-            for place in bytes.chunks_exact(SLOT_BYTES as usize).filter_map(decode) {
-                let empty = bigger.find(place.key).0;
-                bigger.write(empty, place);
-            }
+        let bigger = vec![Slot::EMPTY; self.slots.len() * 2];
+        let old = std::mem::replace(&mut self.slots, bigger);
+        assert!(
+            self.slots.len() <= 1 << KEY_BITS,
+            "the spill holds over 2^27 values"
+        );
+        for slot in old.into_iter().filter(|s| *s != Slot::EMPTY) {
+            let at = self.empty_slot(slot.low_bits());
+            self.slots[at] = slot;
         }
-        (self.slots, self.capacity) = (bigger.slots, bigger.capacity);
     }
 
-    fn read(&self, slot: u64) -> Option<Place> {
-        let mut bytes = [0u8; SLOT_BYTES as usize];
-        self.slots
-            .read_exact_at(&mut bytes, slot * SLOT_BYTES)
-            .unwrap_or_else(|error| panic!("reading the spill index (TMPDIR): {error}"));
-        decode(&bytes)
-    }
-
-    fn write(&self, slot: u64, place: Place) {
-        let words = [
-            place.key as u64,
-            (place.key >> 64) as u64,
-            place.offset,
-            place.len,
-        ];
-        let mut bytes = [0u8; SLOT_BYTES as usize];
-        for (word, at) in words.iter().zip(bytes.chunks_exact_mut(8)) {
-            at.copy_from_slice(&word.to_le_bytes());
+    /// The empty slot a key with these low bits, not in the table, goes to.
+    fn empty_slot(&self, low_bits: u64) -> usize {
+        let mut at = low_bits & self.mask();
+        while self.slots[at as usize] != Slot::EMPTY {
+            at = (at + 1) & self.mask();
         }
-        self.slots
-            .write_all_at(&bytes, slot * SLOT_BYTES)
-            .unwrap_or_else(|error| panic!("writing the spill index (TMPDIR): {error}"));
+        at as usize
     }
-}
 
-/// A slot's place; `None` for an empty slot.
-fn decode(slot: &[u8]) -> Option<Place> {
-    let word = |i: usize| u64::from_le_bytes(slot[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-    (word(3) != 0).then(|| Place {
-        key: u128::from(word(0)) | (u128::from(word(1)) << 64),
-        offset: word(2),
-        len: word(3),
-    })
+    /// `len` bytes of the values file from `offset`, wherever they are: in
+    /// the append buffer or written.
+    fn read(&self, values: &File, offset: u64, len: usize) -> Vec<u8> {
+        let written = self.end - self.appended.len() as u64;
+        if offset >= written {
+            let at = (offset - written) as usize;
+            return self.appended[at..at + len].to_vec();
+        }
+        let mut bytes = vec![0; len];
+        values
+            .read_exact_at(&mut bytes, offset)
+            .unwrap_or_else(|error| panic!("reading the spill file (TMPDIR): {error}"));
+        bytes
+    }
 }
 
 #[cfg(test)]
@@ -266,16 +291,37 @@ mod tests {
             spill.get::<(String, Vec<i32>)>(a),
             ("alpha".to_string(), vec![1, 2, 3])
         );
-        let written = spill.values.metadata().unwrap().len();
-        assert_eq!(written, spill.places().end);
+        let record = |value: &(&str, Vec<i32>)| {
+            let len = HEADER_BYTES + bincode::serialize(value).unwrap().len();
+            len.next_multiple_of(RECORD_ALIGN as usize)
+        };
         assert_eq!(
-            written as usize,
-            serde_json::to_vec(&("alpha", [1, 2, 3])).unwrap().len()
-                + serde_json::to_vec(&("beta", [4])).unwrap().len()
+            spill.places().end as usize,
+            record(&("alpha", vec![1, 2, 3])) + record(&("beta", vec![4]))
         );
     }
 
-    /// Full 128-bit keys survive the list's JSON, in order; the same list is
+    /// Values read back whether still in the append buffer or written, and
+    /// across the buffer's edge; the file holds exactly what was written.
+    #[test]
+    fn values_read_back_from_the_buffer_and_the_file() {
+        let spill = Spill::new().unwrap();
+        let values: Vec<String> = (0..300).map(|i| format!("{i:>9}").repeat(1000)).collect();
+        let keys: Vec<SpillKey> = values.iter().map(|v| spill.put(v)).collect();
+        let (end, buffered) = {
+            let places = spill.places();
+            (places.end, places.appended.len() as u64)
+        };
+        assert!(buffered > 0, "the last values wait in the buffer");
+        let on_file = spill.values.metadata().unwrap().len();
+        assert!(on_file >= APPEND_BUFFER as u64, "full buffers were written");
+        assert_eq!(on_file + buffered, end);
+        for (value, key) in values.iter().zip(keys) {
+            assert_eq!(&spill.get::<String>(key), value);
+        }
+    }
+
+    /// Full 128-bit keys survive the list's encoding, in order; the same list is
     /// the same group.
     #[test]
     fn a_group_reads_back_its_keys_in_order() {
@@ -297,16 +343,34 @@ mod tests {
         let keys: Vec<SpillKey> = (0..300).map(|i| spill.put(&format!("value {i}"))).collect();
         let (capacity, used) = {
             let places = spill.places();
-            (places.capacity, places.used)
+            (places.slots.len(), places.used)
         };
         assert_eq!(used, 300);
         assert_eq!(capacity, 1024);
-        let length = spill.values.metadata().unwrap().len();
+        let length = spill.places().end;
         for (i, &key) in keys.iter().enumerate() {
             assert_eq!(spill.get::<String>(key), format!("value {i}"));
             assert_eq!(spill.put(&format!("value {i}")), key);
         }
-        assert_eq!(spill.values.metadata().unwrap().len(), length);
+        assert_eq!(spill.places().end, length);
         assert_eq!(spill.places().used, 300);
+    }
+
+    /// Keys whose low bits (all a slot keeps of them) are equal are told
+    /// apart by the keys their records hold: among 100,000 values some pairs
+    /// share them, and each still reads back as itself.
+    #[test]
+    fn keys_that_share_a_slots_bits_read_back_apart() {
+        let spill = Spill::new().unwrap();
+        let values: Vec<String> = (0..100_000).map(|i| format!("mention {i}")).collect();
+        let keys: Vec<SpillKey> = values.iter().map(|v| spill.put(v)).collect();
+        let mut seen = std::collections::HashSet::new();
+        let shared = keys.iter().filter(|k| !seen.insert(low_bits(**k))).count();
+        assert!(shared > 0, "some keys share their low bits");
+        for (value, key) in values.iter().zip(keys) {
+            assert_eq!(&spill.get::<String>(key), value);
+            assert_eq!(spill.put(value), key);
+        }
+        assert_eq!(spill.places().used, 100_000);
     }
 }
