@@ -2,6 +2,9 @@
 //! The extractive backend and the lexical navigators are built from these.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::LazyLock;
+
+use quick_cache::sync::Cache;
 
 pub use memweave_schemas::text::terms;
 
@@ -17,13 +20,26 @@ pub fn term_rarity(term: &str) -> f64 {
     /// normalising constant.
     const LN_ZIPF_NORM: f64 = 2.49;
     const VOCABULARY: f64 = 100_256.0;
+    // Encoding a term is most of a hashing vector's cost, and an archive's
+    // texts share most of their terms: each process keeps the rarities of
+    // the terms it met last (a pure function of the term, so any process
+    // gets the same).
+    static KNOWN: LazyLock<Cache<String, f64>> = LazyLock::new(|| Cache::new(RARITIES_KEPT));
+    if let Some(rarity) = KNOWN.get(term) {
+        return rarity;
+    }
     let tokens = crate::tokens::cl100k().encode_ordinary(&format!(" {term}"));
     let rank = match tokens.as_slice() {
         [single] => f64::from(*single).max(1.0),
         pieces => VOCABULARY * pieces.len() as f64,
     };
-    rank.ln() + LN_ZIPF_NORM
+    let rarity = rank.ln() + LN_ZIPF_NORM;
+    KNOWN.insert(term.to_string(), rarity);
+    rarity
 }
+
+/// Terms whose rarities a process keeps: a few MiB.
+const RARITIES_KEPT: usize = 1 << 16;
 
 /// The rarest of `terms` ([`term_rarity`]): what a question is most
 /// specifically about; ties to the first in alphabetical order.
