@@ -129,7 +129,7 @@ const INITIAL_SLOTS: usize = 1 << 16;
 const APPEND_BUFFER: usize = 1 << 20;
 
 impl Spill {
-    /// An empty spill in files under the system's temporary directory
+    /// An empty spill in a file under the system's temporary directory
     /// (`TMPDIR`), gone when the process ends.
     pub fn new() -> std::io::Result<Spill> {
         Spill::with_slots(INITIAL_SLOTS)
