@@ -164,7 +164,16 @@ impl Spill {
         let places = self.places();
         let (offset, len) = (places.find(&self.values, key).1)
             .expect("every spill key read was written by this worker");
-        let bytes = places.read(&self.values, offset + HEADER_BYTES as u64, len);
+        let value = offset + HEADER_BYTES as u64;
+        // A written value is read without the lock: other stages' futures
+        // on this worker read their groups at the same time.
+        let bytes = match places.buffered(value, len) {
+            Some(bytes) => bytes,
+            None => {
+                drop(places);
+                read_file(&self.values, value, len)
+            }
+        };
         bincode::deserialize(&bytes).expect("a spilled value reads back as written")
     }
 
@@ -190,7 +199,8 @@ impl Places {
                 return (at as usize, None);
             }
             if slot.low_bits() == low_bits(key) {
-                let header = self.read(values, slot.offset(), HEADER_BYTES);
+                let header = (self.buffered(slot.offset(), HEADER_BYTES))
+                    .unwrap_or_else(|| read_file(values, slot.offset(), HEADER_BYTES));
                 let (stored, len) = header.split_at(16);
                 if u128::from_le_bytes(stored.try_into().expect("16 bytes")) == key {
                     let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
@@ -234,12 +244,12 @@ impl Places {
     /// Moves every slot to a table of twice as many: a slot's low key bits
     /// say where it probes from.
     fn grow(&mut self) {
-        let bigger = vec![Slot::EMPTY; self.slots.len() * 2];
-        let old = std::mem::replace(&mut self.slots, bigger);
         assert!(
-            self.slots.len() <= 1 << KEY_BITS,
+            self.slots.len() * 2 <= 1 << KEY_BITS,
             "the spill holds over 2^27 values"
         );
+        let bigger = vec![Slot::EMPTY; self.slots.len() * 2];
+        let old = std::mem::replace(&mut self.slots, bigger);
         for slot in old.into_iter().filter(|s| *s != Slot::EMPTY) {
             let at = self.empty_slot(slot.low_bits());
             self.slots[at] = slot;
@@ -255,20 +265,22 @@ impl Places {
         at as usize
     }
 
-    /// `len` bytes of the values file from `offset`, wherever they are: in
-    /// the append buffer or written.
-    fn read(&self, values: &File, offset: u64, len: usize) -> Vec<u8> {
+    /// `len` bytes of the values file from `offset`, if they are still in
+    /// the append buffer.
+    fn buffered(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
         let written = self.end - self.appended.len() as u64;
-        if offset >= written {
-            let at = (offset - written) as usize;
-            return self.appended[at..at + len].to_vec();
-        }
-        let mut bytes = vec![0; len];
-        values
-            .read_exact_at(&mut bytes, offset)
-            .unwrap_or_else(|error| panic!("reading the spill file (TMPDIR): {error}"));
-        bytes
+        let at = usize::try_from(offset.checked_sub(written)?).ok()?;
+        Some(self.appended[at..at + len].to_vec())
     }
+}
+
+/// `len` bytes of the values file from `offset`, written there.
+fn read_file(values: &File, offset: u64, len: usize) -> Vec<u8> {
+    let mut bytes = vec![0; len];
+    values
+        .read_exact_at(&mut bytes, offset)
+        .unwrap_or_else(|error| panic!("reading the spill file (TMPDIR): {error}"));
+    bytes
 }
 
 #[cfg(test)]
