@@ -16,30 +16,54 @@ pub use memweave_schemas::text::terms;
 /// the binary, so a term weighs the same in every process, document and
 /// stream order, and a reply that depends on it stays a function of its prompt.
 pub fn term_rarity(term: &str) -> f64 {
+    term_facts(term).rarity
+}
+
+/// What a hashing vector takes of a term, a pure function of it: its
+/// [`term_rarity`], and the component and sign its hash gives it.
+#[derive(Debug, Clone, Copy)]
+struct TermFacts {
+    rarity: f64,
+    hash: u64,
+    negative: bool,
+}
+
+fn term_facts(term: &str) -> TermFacts {
+    // Encoding a term with cl100k and hashing it are most of a hashing
+    // vector's cost, and an archive's texts share most of their terms: each
+    // process keeps the facts of the terms it met last (any process gets
+    // the same).
+    static KNOWN: LazyLock<Cache<String, TermFacts>> = LazyLock::new(|| Cache::new(TERMS_KEPT));
+    if let Some(facts) = KNOWN.get(term) {
+        return facts;
+    }
+    let hash = blake3::hash(term.as_bytes());
+    let bytes = hash.as_bytes();
+    let facts = TermFacts {
+        rarity: encoded_rarity(term),
+        hash: u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")),
+        negative: bytes[8] & 1 == 1,
+    };
+    KNOWN.insert(term.to_string(), facts);
+    facts
+}
+
+/// [`term_rarity`] worked out from the term's cl100k tokens.
+fn encoded_rarity(term: &str) -> f64 {
     /// ln of the harmonic number of cl100k's 100,256 ranks: the Zipf law's
     /// normalising constant.
     const LN_ZIPF_NORM: f64 = 2.49;
     const VOCABULARY: f64 = 100_256.0;
-    // Encoding a term is most of a hashing vector's cost, and an archive's
-    // texts share most of their terms: each process keeps the rarities of
-    // the terms it met last (a pure function of the term, so any process
-    // gets the same).
-    static KNOWN: LazyLock<Cache<String, f64>> = LazyLock::new(|| Cache::new(RARITIES_KEPT));
-    if let Some(rarity) = KNOWN.get(term) {
-        return rarity;
-    }
     let tokens = crate::tokens::cl100k().encode_ordinary(&format!(" {term}"));
     let rank = match tokens.as_slice() {
         [single] => f64::from(*single).max(1.0),
         pieces => VOCABULARY * pieces.len() as f64,
     };
-    let rarity = rank.ln() + LN_ZIPF_NORM;
-    KNOWN.insert(term.to_string(), rarity);
-    rarity
+    rank.ln() + LN_ZIPF_NORM
 }
 
-/// Terms whose rarities a process keeps: a few MiB.
-const RARITIES_KEPT: usize = 1 << 16;
+/// Terms whose facts a process keeps: a few MiB.
+const TERMS_KEPT: usize = 1 << 16;
 
 /// The rarest of `terms` ([`term_rarity`]): what a question is most
 /// specifically about; ties to the first in alphabetical order.
@@ -265,14 +289,12 @@ pub fn hashing_embedding(text: &str, dim: usize) -> Vec<f32> {
         *counts.entry(term).or_insert(0.0) += 1.0;
     }
     for (term, count) in counts {
-        let hash = blake3::hash(term.as_bytes());
-        let bytes = hash.as_bytes();
-        let position =
-            u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize % vector.len();
+        let facts = term_facts(&term);
+        let position = facts.hash as usize % vector.len();
         // Repeats count sublinearly, as BM25 saturates them: a text's tenth
         // "startup" says less than its one "pizza".
-        let weight = (1.0 + count.ln()) * term_rarity(&term) as f32;
-        vector[position] += if bytes[8] & 1 == 0 { weight } else { -weight };
+        let weight = (1.0 + count.ln()) * facts.rarity as f32;
+        vector[position] += if facts.negative { -weight } else { weight };
     }
     let norm = vector.iter().map(|v| v * v).sum::<f32>().sqrt();
     if norm > 0.0 {
