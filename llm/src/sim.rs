@@ -83,6 +83,10 @@ pub struct SimConfig {
     /// Share of requests that meet a fault, spread evenly over `faults`.
     pub fault_rate: f64,
     pub faults: Vec<Fault>,
+    /// The tasks (`llm_calls.task` names) whose requests meet faults; empty:
+    /// every request, of a known task or not.
+    #[serde(default)]
+    pub fault_tasks: Vec<String>,
     pub seed: u64,
     /// Share of replies dressed in formatting drift.
     pub drift: f64,
@@ -102,6 +106,7 @@ impl SimConfig {
             decode_tokens_per_s: 0.0,
             fault_rate: 0.0,
             faults: Fault::DEFAULT.to_vec(),
+            fault_tasks: Vec::new(),
             seed: 0,
             drift: 0.5,
             max_queue: 100_000,
@@ -320,7 +325,15 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
         counters.stats.peak_in_flight = counters.stats.peak_in_flight.max(counters.stats.in_flight);
     }
     let _in_flight = InFlight(&sim);
+    let step = sim.prompts.identify(&prompt);
     let (fault, drift_draw, drift_seed) = sim.draw(&config);
+    let fault = fault.filter(|_| {
+        config.fault_tasks.is_empty()
+            || step.as_ref().is_some_and(|s| {
+                let task = s.task().name();
+                config.fault_tasks.iter().any(|t| t == task)
+            })
+    });
     match fault {
         Some(Fault::RateLimit) => {
             sim.count_fault(Fault::RateLimit);
@@ -340,7 +353,6 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     }
     // The reply is worked out before taking a slot: only the modelled latency
     // occupies one, not the simulator's own bookkeeping.
-    let step = sim.prompts.identify(&prompt);
     let mut content = match &step {
         Some(step) => {
             let reply = extractive::reply(step);

@@ -509,6 +509,9 @@ pub trait StoredEntities {
     fn holds(&self, entity_id: &str) -> bool;
     /// Whether the entity was found in the segment.
     fn found_in(&self, entity_id: &str, seg_id: &str) -> bool;
+    /// Whether the resolution of the name whose first entity this is met an
+    /// error (its row stands in the memory beside the entities).
+    fn failed(&self, entity_id: &str) -> bool;
 }
 
 /// Which entity each of a name's mentions (in document order) became, read
@@ -553,6 +556,40 @@ pub fn assignments_from_entities(
             })
         })
         .collect()
+}
+
+/// What resolving a name's mentions (in document order) gave, read back
+/// from the stored entities it made: the rows of [`entity_rows`] over the
+/// groups [`assignments_from_entities`] finds, and what each mention became.
+/// `None` where those do not account for every mention, where the groups do
+/// not give the ids they were read back by, or where the resolution met an
+/// error: the name must be resolved again.
+pub fn resolution_from_entities(
+    mentions: &[DocEntity],
+    stored: &impl StoredEntities,
+) -> Option<(Vec<EntityRow>, Vec<EntityAssignment>)> {
+    let assigned = assignments_from_entities(mentions, stored)?;
+    if stored.failed(&assigned.first()?.entity_id) {
+        return None;
+    }
+    // A resolution's groups are in the order of their first mentions.
+    let mut groups: Vec<(&str, Vec<&DocEntity>)> = Vec::new();
+    for (mention, assignment) in mentions.iter().zip(&assigned) {
+        match groups
+            .iter_mut()
+            .find(|(id, _)| *id == assignment.entity_id)
+        {
+            Some((_, group)) => group.push(mention),
+            None => groups.push((&assignment.entity_id, vec![mention])),
+        }
+    }
+    let groups: Vec<Vec<&DocEntity>> = groups.into_iter().map(|(_, g)| g).collect();
+    let (rows, mut assignments) = entity_rows(&groups);
+    // The same ids, mention by mention: [`entity_rows`] lists them by group.
+    assignments.sort();
+    let mut assigned = assigned;
+    assigned.sort();
+    (assignments == assigned).then_some((rows, assignments))
 }
 
 /// Which of `batches` disambiguation batches a document's passage goes to: a
@@ -772,7 +809,7 @@ mod tests {
     /// made of other mentions tell nothing.
     #[test]
     fn a_names_assignments_read_back_from_its_entities() {
-        struct Rows(Vec<EntityRow>);
+        struct Rows(Vec<EntityRow>, String);
         impl StoredEntities for Rows {
             fn holds(&self, entity_id: &str) -> bool {
                 self.0.iter().any(|r| r.entity_id == entity_id)
@@ -780,6 +817,9 @@ mod tests {
             fn found_in(&self, entity_id: &str, seg_id: &str) -> bool {
                 (self.0.iter())
                     .any(|r| r.entity_id == entity_id && r.seg_ids.iter().any(|s| s == seg_id))
+            }
+            fn failed(&self, entity_id: &str) -> bool {
+                entity_id == self.1
             }
         }
         let texts = [
@@ -803,17 +843,29 @@ mod tests {
             resolved(FirstSentence::separating(&["Apple"])),
             // A later group of two: its second mention is placed by segment.
             entity_rows(&[vec![a], vec![b, c]]),
+            // Groups whose mentions interleave.
+            entity_rows(&[vec![a, c], vec![b]]),
         ] {
-            let read_back = assignments_from_entities(&mentions, &Rows(rows.clone()));
+            let stored = Rows(rows.clone(), String::new());
+            // What each mention became (the resolution lists them by group).
+            let mut sorted = assigned.clone();
+            sorted.sort();
+            let mut read_back = assignments_from_entities(&mentions, &stored);
+            read_back.iter_mut().for_each(|r| r.sort());
+            assert_eq!(read_back, Some(sorted.clone()), "{} entities", rows.len());
+            // The rows read back are the rows the resolution made.
             assert_eq!(
-                read_back.as_ref(),
-                Some(&assigned),
-                "{} entities",
-                rows.len()
+                resolution_from_entities(&mentions, &stored),
+                Some((rows.clone(), sorted))
             );
             // Without one of the entities, the mentions are not accounted for.
-            let fewer = Rows(rows[..rows.len() - 1].to_vec());
+            let fewer = Rows(rows[..rows.len() - 1].to_vec(), String::new());
             assert_eq!(assignments_from_entities(&mentions, &fewer), None);
+            assert_eq!(resolution_from_entities(&mentions, &fewer), None);
+            // A resolution that met an error leaves a row the rows do not
+            // tell of: it is not read back.
+            let failed = Rows(rows.clone(), rows[0].entity_id.clone());
+            assert_eq!(resolution_from_entities(&mentions, &failed), None);
         }
     }
 

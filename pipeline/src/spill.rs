@@ -38,7 +38,7 @@ pub type SpillKey = u128;
 /// how many. A group's list would otherwise sit in the reduce's output
 /// arrangement and again in the queue of the stage that reads it, for every
 /// group of the archive at a round's end.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SpilledGroup {
     keys: SpillKey,
     pub len: usize,

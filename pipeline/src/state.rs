@@ -15,15 +15,19 @@
 //! doing the work again: which entity each name became is read from the
 //! checkpoint's entities ([`StoredEntity`]) instead of resolving every name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_operators::build::{BuildConfig, BuiltRow};
 use memweave_operators::embed::Embedder;
 use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::{DocStateRow, EmbeddingRow, TREE_MEMWALKER, TreeNodeRow, hash128};
+use memweave_schemas::{
+    DocStateRow, EmbeddingRow, TREE_MEMWALKER, TreeNodeRow, content_id, hash128,
+};
 use serde::{Deserialize, Serialize};
+
+use crate::dataflow::GRAPH_STAGE;
 
 /// One document's share of the cross-document stages' inputs.
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -193,7 +197,8 @@ pub fn fingerprint(
 /// An entity of the checkpoint a new process restores from, as much of it as
 /// tells which entity each of a name's mentions became (see
 /// [`memweave_operators::graph::assignments_from_entities`]): its id, and the
-/// segments it was found in, both as hashes.
+/// segments it was found in, both as hashes; and whether its name's
+/// resolution met an error.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
@@ -201,16 +206,38 @@ pub struct StoredEntity {
     entity: u128,
     /// Sorted.
     segments: Vec<u64>,
+    failed: bool,
 }
 
 impl StoredEntity {
-    /// The stored entity of a row's `entity_id` and `seg_ids`.
-    pub fn new(entity_id: &str, seg_ids: &[String]) -> StoredEntity {
+    /// The stored entity of a row's `entity_id` and `seg_ids`, given the
+    /// names the checkpoint's `graph` errors are about.
+    pub fn new(entity_id: &str, seg_ids: &[String], failed_names: &FailedNames) -> StoredEntity {
         let mut segments: Vec<u64> = seg_ids.iter().map(|s| segment_hash(s)).collect();
         segments.sort_unstable();
+        let entity = entity_hash(entity_id);
         StoredEntity {
-            entity: entity_hash(entity_id),
+            entity,
             segments,
+            failed: failed_names.0.contains(&entity),
+        }
+    }
+}
+
+/// The names whose resolution met an error at a checkpoint, as the hashes of
+/// their first entities' ids (the id a name's entities start from is its
+/// own): the error's row is in the memory, and its entities alone do not
+/// tell what retracting them must take away.
+#[derive(Debug, Default)]
+pub struct FailedNames(HashSet<u128>);
+
+impl FailedNames {
+    /// Notes an error row's stage and subject (`source`): the graph's are a
+    /// name's key, or a pair's ends.
+    pub fn note(&mut self, stage: &str, subject: &str) {
+        if stage == GRAPH_STAGE {
+            let first_entity = content_id("entity", &[subject.as_bytes()]);
+            self.0.insert(entity_hash(&first_entity));
         }
     }
 }
@@ -218,22 +245,32 @@ impl StoredEntity {
 /// The checkpoint's entities, by id: what the restore reads each name's
 /// resolution back from.
 #[derive(Debug, Default)]
-pub struct EntitiesByHash(HashMap<u128, Vec<u64>>);
+pub struct EntitiesByHash {
+    segments: HashMap<u128, Vec<u64>>,
+    failed: HashSet<u128>,
+}
 
 impl EntitiesByHash {
     pub fn insert(&mut self, entity: StoredEntity) {
-        self.0.insert(entity.entity, entity.segments);
+        if entity.failed {
+            self.failed.insert(entity.entity);
+        }
+        self.segments.insert(entity.entity, entity.segments);
     }
 }
 
 impl StoredEntities for EntitiesByHash {
     fn holds(&self, entity_id: &str) -> bool {
-        self.0.contains_key(&entity_hash(entity_id))
+        self.segments.contains_key(&entity_hash(entity_id))
     }
 
     fn found_in(&self, entity_id: &str, seg_id: &str) -> bool {
-        (self.0.get(&entity_hash(entity_id)))
+        (self.segments.get(&entity_hash(entity_id)))
             .is_some_and(|segments| segments.binary_search(&segment_hash(seg_id)).is_ok())
+    }
+
+    fn failed(&self, entity_id: &str) -> bool {
+        self.failed.contains(&entity_hash(entity_id))
     }
 }
 

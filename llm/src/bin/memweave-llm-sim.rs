@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use memweave_llm::sim::{self, Fault, Sim, SimConfig};
+use memweave_operators::model::Task;
 
 /// A SIMULATOR of an OpenAI-compatible model server, for tests and benchmarks.
 /// It is not a language model: it answers memweave's prompts with extractive
@@ -49,6 +50,10 @@ struct Cli {
     /// Fault kinds the rate is spread over.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = Fault::DEFAULT.to_vec())]
     faults: Vec<Fault>,
+    /// Only requests of these tasks meet faults (names as in `llm_calls.task`,
+    /// e.g. same_entity,merge_relations); every request when not given.
+    #[arg(long, value_delimiter = ',')]
+    fault_tasks: Vec<String>,
     /// Seed of the fault and drift draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -74,6 +79,14 @@ async fn main() -> ExitCode {
         tracing::error!("--fault-rate and --drift are shares between 0 and 1");
         return ExitCode::from(2);
     }
+    let tasks: Vec<&str> = Task::ALL.iter().map(|t| t.name()).collect();
+    if let Some(unknown) = (cli.fault_tasks.iter()).find(|t| !tasks.contains(&t.as_str())) {
+        tracing::error!(
+            "--fault-tasks: {unknown:?} is no task; the tasks are {}",
+            tasks.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     let config = SimConfig {
         model: cli.model,
         slots: cli.slots.max(1),
@@ -82,6 +95,7 @@ async fn main() -> ExitCode {
         decode_tokens_per_s: cli.decode_tokens_per_s,
         fault_rate: cli.fault_rate,
         faults: cli.faults,
+        fault_tasks: cli.fault_tasks,
         seed: cli.seed,
         drift: cli.drift,
         max_queue: cli.max_queue,

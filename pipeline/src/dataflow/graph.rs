@@ -1,7 +1,7 @@
 //! The graph across documents: entity resolution by name and relation
 //! merging by pair.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use differential_dataflow::{AsCollection, Hashable};
 use memweave_operators::embed::embed_all;
 use memweave_operators::graph::{
     DocEntity, DocRelation, EntityAssignment, GraphConfig, assignments_from_entities, entity_rows,
-    merge_relations_across, relation_row, resolve_entities,
+    merge_relations_across, relation_row, resolution_from_entities, resolve_entities,
 };
 use memweave_operators::model::{CallContext, StepError};
 use memweave_schemas::{EmbeddingRow, EntityRow, ErrorRow, MemoryRow, RelationRow, hash128};
@@ -22,7 +22,7 @@ use timely::dataflow::operators::vec::Broadcast;
 
 use super::Services;
 use super::spilled::{read_group, read_in_doc_order, spill_group, spill_where_used};
-use super::time::{changes_only, phase_end, restore_only};
+use super::time::{self, changes_only, is_restore};
 use crate::async_map::{InFlight, MapAsync};
 use crate::spill::{Spill, SpillKey, SpilledGroup};
 use crate::state::{EntitiesByHash, StoredEntity};
@@ -66,7 +66,8 @@ impl GraphRow {
 /// A new process's restore does not resolve the names again: which entity
 /// each became is read back from the checkpoint's entities (`stored_entities`,
 /// at the restore's first epoch), which the restored mentions were resolved
-/// into.
+/// into. Nor does its first round resolve again a restored name whose
+/// mentions changed, to retract what it made: that too is read back.
 ///
 /// A relation takes its ends' entities on its way through the names: it is
 /// grouped with its source's name, whose resolution gives it the source's
@@ -118,18 +119,17 @@ pub(super) fn graph_stages<'scope>(
         out.push((spill_group(&name_spill, mentions), 1));
     })
     .map(|(_name, mentions)| mentions);
-    let (read_back, unread) =
-        read_back_resolutions(restore_only(by_name.clone()), stored_entities, spill);
+    let (read_back, to_resolve) = read_back_resolutions(by_name, stored_entities, spill);
     let (model_e, embedder_e, spill_e) =
         (Arc::clone(model), Arc::clone(embedder), Arc::clone(spill));
-    let resolved = changes_only(by_name).concat(unread).map_async(
+    let resolved = to_resolve.map_async(
         tasks,
         "ResolveEntities",
         InFlight {
-            weight: |group| group.len,
+            weight: |name: &NameGroup| name.group.len,
             budget: MENTIONS_IN_FLIGHT,
         },
-        move |group: SpilledGroup| {
+        move |NameGroup { group, read_back }| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             let spill = Arc::clone(&spill_e);
             async move {
@@ -143,8 +143,13 @@ pub(super) fn graph_stages<'scope>(
                     return out;
                 }
                 mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-                let resolved =
-                    resolve_entities(&mentions, model.as_ref(), embedder.as_ref(), &config).await;
+                let resolved = match read_back {
+                    Some(read_back) => Ok(read_back),
+                    None => {
+                        resolve_entities(&mentions, model.as_ref(), embedder.as_ref(), &config)
+                            .await
+                    }
+                };
                 let (rows, assignments) = match resolved {
                     Ok(resolved) => resolved,
                     Err(error) => {
@@ -284,11 +289,25 @@ fn to_targets(
     started.into_iter().chain(became)
 }
 
-/// A restore's name groups, each with which entity the name became read back
-/// from the checkpoint's entities (`stored`, which every worker is given
-/// whole): what the group sends to target names where those entities account
-/// for its mentions (see [`assignments_from_entities`]), and otherwise the
-/// group itself, to be resolved.
+/// A name's group on its way to be resolved, with what its resolution gave
+/// where that is read back instead (see [`read_back_resolutions`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct NameGroup {
+    group: SpilledGroup,
+    read_back: Option<(Vec<EntityRow>, Vec<EntityAssignment>)>,
+}
+
+/// What [`read_back_resolutions`] hands on: a restored name's mentions to
+/// target names, or a name's group to resolve.
+type ReadBack = Result<(Tag, TargetMention), NameGroup>;
+
+/// Name groups, with what a new process reads back from the checkpoint's
+/// entities (`stored`, which every worker is given whole) instead of
+/// resolving: at the restore, what a group sends to target names, where
+/// those entities account for its mentions (see [`assignments_from_entities`]);
+/// in the round's changes, the retraction of a group read back so, whose
+/// entity rows are those the checkpoint holds (see
+/// [`resolution_from_entities`]). Every other group is resolved.
 #[allow(clippy::type_complexity)]
 fn read_back_resolutions<'scope>(
     groups: VecCollection<'scope, u64, SpilledGroup, isize>,
@@ -296,9 +315,8 @@ fn read_back_resolutions<'scope>(
     spill: &Arc<Spill>,
 ) -> (
     VecCollection<'scope, u64, (Tag, TargetMention), isize>,
-    VecCollection<'scope, u64, SpilledGroup, isize>,
+    VecCollection<'scope, u64, NameGroup, isize>,
 ) {
-    type ReadBack = Result<(Tag, TargetMention), SpilledGroup>;
     let spill = Arc::clone(spill);
     let read = groups
         .inner
@@ -309,9 +327,12 @@ fn read_back_resolutions<'scope>(
             "ReadBackResolutions",
             move |_, _| {
                 let mut entities = EntitiesByHash::default();
-                // The end of the restore the entities are for: past it, none
-                // is needed again.
-                let mut restore_end = None;
+                // The groups read back at the restore: the entities tell
+                // what retracting one in the round's changes takes away.
+                let mut restored = HashSet::new();
+                // The round the entities are for: past it, none is needed
+                // again.
+                let mut round_end = None;
                 // Groups by time, until every entity at or before it is here.
                 let mut waiting: BTreeMap<u64, (Capability<u64>, Vec<(SpilledGroup, isize)>)> =
                     BTreeMap::new();
@@ -319,7 +340,7 @@ fn read_back_resolutions<'scope>(
                     stored.for_each(|_, data| {
                         for (entity, time, _) in data.drain(..) {
                             entities.insert(entity);
-                            restore_end = Some(phase_end(&time));
+                            round_end = Some(time::round_end(&time));
                         }
                     });
                     groups.for_each(|capability, data| {
@@ -337,22 +358,32 @@ fn read_back_resolutions<'scope>(
                         let (capability, found) = waiting.remove(&time).expect("waiting");
                         let mut session = output.session(&capability);
                         for (group, diff) in found {
-                            match read_back(&spill, group, &entities) {
-                                Some(targets) => {
-                                    for target in targets {
-                                        session.give((Ok(target), time, diff));
+                            let to_resolve = |read_back| NameGroup { group, read_back };
+                            if is_restore(&time) {
+                                match read_back_targets(&spill, group, &entities) {
+                                    Some(targets) => {
+                                        restored.insert(group);
+                                        for target in targets {
+                                            session.give((Ok(target), time, diff));
+                                        }
                                     }
+                                    None => session.give((Err(to_resolve(None)), time, diff)),
                                 }
-                                None => session.give((Err(group), time, diff)),
+                            } else {
+                                let read_back = (diff < 0 && restored.remove(&group))
+                                    .then(|| read_back_rows(&spill, group, &entities))
+                                    .flatten();
+                                session.give((Err(to_resolve(read_back)), time, diff));
                             }
                         }
                     }
-                    if let Some(end) = restore_end
+                    if let Some(end) = round_end
                         && waiting.is_empty()
                         && !groups_frontier.less_equal(&end)
                     {
                         entities = EntitiesByHash::default();
-                        restore_end = None;
+                        restored = HashSet::new();
+                        round_end = None;
                     }
                 }
             },
@@ -367,7 +398,7 @@ fn read_back_resolutions<'scope>(
 /// What a name's group sends to target names, with which entity the name
 /// became in each document read back from `entities`; `None` where they do
 /// not account for its mentions.
-fn read_back(
+fn read_back_targets(
     spill: &Spill,
     group: SpilledGroup,
     entities: &EntitiesByHash,
@@ -379,6 +410,18 @@ fn read_back(
     mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
     let assignments = assignments_from_entities(&mentions, entities)?;
     Some(to_targets(tag(&mentions[0].key), &assignments, relations).collect())
+}
+
+/// What resolving a name's group gave, read back from `entities`; `None`
+/// where it must be resolved again.
+fn read_back_rows(
+    spill: &Spill,
+    group: SpilledGroup,
+    entities: &EntitiesByHash,
+) -> Option<(Vec<EntityRow>, Vec<EntityAssignment>)> {
+    let (mut mentions, _) = split_name_mentions(read_group(spill, group));
+    mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+    resolution_from_entities(&mentions, entities)
 }
 
 /// Mentions one worker resolves or merges at once: a name's or a pair's
@@ -523,9 +566,13 @@ struct PairKey {
     target_id: Tag,
 }
 
+/// The stage of the graph's error rows; their subject is a name's key or a
+/// pair's ends.
+pub(crate) const GRAPH_STAGE: &str = "graph";
+
 fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
     ErrorRow::new(
-        "graph",
+        GRAPH_STAGE,
         subject,
         None,
         error.kind(),

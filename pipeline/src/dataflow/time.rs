@@ -42,6 +42,11 @@ pub(super) fn phase_end(time: &u64) -> u64 {
     time | (CHANGES - 1)
 }
 
+/// The last time of the round `time` belongs to: the end of its changes.
+pub(super) fn round_end(time: &u64) -> u64 {
+    time | ((CHANGES << 1) - 1)
+}
+
 /// `collection` without its updates at restore times: a stage that only
 /// makes rows (a merge, a corpus tree) has nothing to do there.
 pub(super) fn changes_only<'scope, D: Data>(
@@ -50,15 +55,5 @@ pub(super) fn changes_only<'scope, D: Data>(
     collection
         .inner
         .filter(|(_, time, _)| !is_restore(time))
-        .as_collection()
-}
-
-/// `collection` at restore times only: what a new process restores.
-pub(super) fn restore_only<'scope, D: Data>(
-    collection: VecCollection<'scope, u64, D, isize>,
-) -> VecCollection<'scope, u64, D, isize> {
-    collection
-        .inner
-        .filter(|(_, time, _)| is_restore(time))
         .as_collection()
 }

@@ -24,7 +24,7 @@ use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::progress::Progress;
-use crate::state::{DocState, StoredEntity};
+use crate::state::{DocState, FailedNames, StoredEntity};
 use crate::workers::InputChange;
 use crate::write::Batch;
 
@@ -362,6 +362,18 @@ impl Indexer {
         let (mut sent, mut bytes, mut failed) = (0, 0, None);
         // Worker 0's first epoch, ahead of the states: each epoch of a
         // worker's input is one message.
+        let mut failed_names = FailedNames::default();
+        let columns = ["stage", "source"];
+        let scan = store.scan_at(
+            Table::Errors,
+            checkpoint,
+            &columns,
+            |batch| match batch_rows::<ErrorSubject>(Table::Errors, batch) {
+                Ok(rows) => (rows.iter()).for_each(|r| failed_names.note(&r.stage, &r.source)),
+                Err(e) => failed = Some(e.into()),
+            },
+        );
+        runtime.block_on(scan)?;
         let mut entities = Vec::new();
         let columns = ["entity_id", "seg_ids"];
         let scan = store.scan_at(Table::Entities, checkpoint, &columns, |batch| {
@@ -371,7 +383,7 @@ impl Indexer {
             match batch_rows::<EntitySegments>(Table::Entities, batch) {
                 Ok(rows) => entities.push(Fed::Entities(
                     (rows.iter())
-                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids))
+                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids, &failed_names))
                         .collect(),
                 )),
                 Err(e) => failed = Some(e.into()),
@@ -626,6 +638,13 @@ async fn stored_rows(
         )
         .chain(states.iter().cloned().map(MemoryRow::DocState));
     Ok(stored.map(|row| (row, -1)).collect())
+}
+
+/// The columns of an error's row the restore reads.
+#[derive(serde::Deserialize)]
+struct ErrorSubject {
+    stage: String,
+    source: String,
 }
 
 /// The columns of an entity's row the restore reads.

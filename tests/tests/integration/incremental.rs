@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
+use memweave_llm::sim::{Fault, SimConfig};
 use memweave_operators::build::BuildConfig;
 use memweave_operators::graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
@@ -12,7 +13,9 @@ use memweave_operators::segment::SegmentConfig;
 use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
 use memweave_pipeline::source::{Source, SourceOptions};
 use memweave_schemas::CallStatRow;
-use memweave_tests::{Tables, index, read_calls, read_every_row, read_tables, stdout};
+use memweave_tests::{
+    SimServer, Tables, index, openai_flags, read_calls, read_every_row, read_tables, stdout,
+};
 use proptest::prelude::*;
 
 use super::shared::essay;
@@ -212,8 +215,9 @@ proptest! {
 
 /// A new process reads back which entity each name became from the
 /// entities rather than resolving the names again: its first round asks the
-/// model (or its cache) about exactly the names a process that never
-/// stopped asks about, those the round's edit changed.
+/// model (or its cache) only about the names the round's edit changed, and
+/// about their new mentions only, where a process that never stopped
+/// resolves each such name's old mentions again to retract what they made.
 #[test]
 fn a_new_process_resolves_only_the_names_that_changed() {
     let (dir, source) =
@@ -250,9 +254,13 @@ fn a_new_process_resolves_only_the_names_that_changed() {
         resolutions_of_last_round(&live) > 0,
         "the edit changed names"
     );
-    assert_eq!(
+    let (restarted_asked, live_asked) = (
         resolutions_of_last_round(&restarted),
-        resolutions_of_last_round(&live)
+        resolutions_of_last_round(&live),
+    );
+    assert!(
+        0 < restarted_asked && restarted_asked < live_asked,
+        "a new process asked {restarted_asked} times, a live one {live_asked}"
     );
     assert_eq!(
         comparable(&read_tables(&restarted)),
@@ -415,6 +423,47 @@ fn a_new_process_builds_only_what_changed() {
     index(&archive, &scratch, &flags);
     assert_eq!(
         comparable(&read_tables(&tables)),
+        comparable(&read_tables(&scratch))
+    );
+}
+
+/// A name whose resolution met an error at the checkpoint is resolved again
+/// when a new process retracts it, not read back from its entities: the
+/// entities do not tell of the error's row, which must go when the name no
+/// longer needs the model. Here every same_entity reply is unparsable, and
+/// all but one essay are then deleted: no name is left to ask about, so the
+/// tables, like a build of that essay alone, hold no graph error.
+#[test]
+fn a_restart_retracts_the_errors_of_names_whose_resolution_failed() {
+    let server = SimServer::start(SimConfig {
+        fault_rate: 1.0,
+        faults: vec![Fault::Unparsable],
+        fault_tasks: vec!["same_entity".to_string()],
+        seed: 5,
+        ..SimConfig::new(32, 2.0)
+    });
+    let mut flags = openai_flags(&server.url);
+    flags.extend(["--same-entity-above", "1", "--different-entity-below", "-1"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let essays = ["gap.txt", "founders.txt", "want.txt"];
+    let (dir, source) = super::shared::archive_of(&essays);
+    let (restarted, scratch) = (dir.path().join("restarted"), dir.path().join("scratch"));
+    let graph_errors = |tables: &Path| {
+        (read_tables(tables).errors.iter())
+            .filter(|e| e.stage == "graph")
+            .count()
+    };
+    index(&source, &restarted, &flags);
+    assert!(graph_errors(&restarted) > 0, "no resolution failed");
+
+    for name in &essays[1..] {
+        std::fs::remove_file(source.join(name)).unwrap();
+    }
+    index(&source, &restarted, &flags);
+    index(&source, &scratch, &flags);
+    assert_eq!(graph_errors(&scratch), 0);
+    assert_eq!(
+        comparable(&read_tables(&restarted)),
         comparable(&read_tables(&scratch))
     );
 }
