@@ -351,6 +351,8 @@ impl Indexer {
         checkpoint: &CheckpointRow,
     ) -> Result<(u64, Vec<DocStateRow>), IndexError> {
         let unfinished = (self.previous.as_ref()).map(|p| &p.unfinished);
+        let no_failures = FailedNames::default();
+        let failed_names = (self.previous.as_ref()).map_or(&no_failures, |p| &p.failed_names);
         let mut states_of_unfinished = Vec::new();
         let Engine {
             runtime,
@@ -362,18 +364,6 @@ impl Indexer {
         let (mut sent, mut bytes, mut failed) = (0, 0, None);
         // Worker 0's first epoch, ahead of the states: each epoch of a
         // worker's input is one message.
-        let mut failed_names = FailedNames::default();
-        let columns = ["stage", "source"];
-        let scan = store.scan_at(
-            Table::Errors,
-            checkpoint,
-            &columns,
-            |batch| match batch_rows::<ErrorSubject>(Table::Errors, batch) {
-                Ok(rows) => (rows.iter()).for_each(|r| failed_names.note(&r.stage, &r.source)),
-                Err(e) => failed = Some(e.into()),
-            },
-        );
-        runtime.block_on(scan)?;
         let mut entities = Vec::new();
         let columns = ["entity_id", "seg_ids"];
         let scan = store.scan_at(Table::Entities, checkpoint, &columns, |batch| {
@@ -383,7 +373,7 @@ impl Indexer {
             match batch_rows::<EntitySegments>(Table::Entities, batch) {
                 Ok(rows) => entities.push(Fed::Entities(
                     (rows.iter())
-                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids, &failed_names))
+                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids, failed_names))
                         .collect(),
                 )),
                 Err(e) => failed = Some(e.into()),
@@ -638,13 +628,6 @@ async fn stored_rows(
         )
         .chain(states.iter().cloned().map(MemoryRow::DocState));
     Ok(stored.map(|row| (row, -1)).collect())
-}
-
-/// The columns of an error's row the restore reads.
-#[derive(serde::Deserialize)]
-struct ErrorSubject {
-    stage: String,
-    source: String,
 }
 
 /// The columns of an entity's row the restore reads.
