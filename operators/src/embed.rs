@@ -21,6 +21,13 @@ pub trait Embedder: Send + Sync + fmt::Debug {
     fn dim(&self) -> usize;
     /// One unit-length vector per text, in order.
     async fn embed(&self, cx: &CallContext, texts: &[&str]) -> StepResult<Vec<Vec<f32>>>;
+    /// Whether a text's vector is the same to the bit whatever texts are
+    /// embedded beside it. A model run over padded batches need not be
+    /// (its kernels tile by the batch's shape); where it is, work that
+    /// compares vectors may embed only the texts it needs again.
+    fn vectors_stand_alone(&self) -> bool {
+        false
+    }
 }
 
 /// Vectors of `texts`, asked for in batches of [`EMBED_BATCH`], all batches at once.
@@ -97,5 +104,9 @@ impl Embedder for HashingEmbedder {
             .iter()
             .map(|t| hashing_embedding(t, self.dim))
             .collect())
+    }
+
+    fn vectors_stand_alone(&self) -> bool {
+        true
     }
 }

@@ -425,27 +425,134 @@ fn head_tokens(text: &str, tokens: usize) -> String {
     }
 }
 
+/// What a name's resolution gave: its entities' rows (in the order of their
+/// first mentions), which entity each mention became, and how many of each
+/// round's other mentions were asked about (one count per entity, in the
+/// same order). The counts are what the rows do not tell of how the
+/// resolution went; with them a changed name is resolved again from this
+/// one (see [`LastResolution`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Resolution {
+    pub rows: Vec<EntityRow>,
+    pub assignments: Vec<EntityAssignment>,
+    pub asked: Vec<u32>,
+}
+
+/// A name's last resolution, which [`resolve_entities`] resolves the name's
+/// new mentions from: its mentions (in doc_id order), the entity each became
+/// (its index among the entities, which are in the order of their first
+/// mentions) and [`Resolution::asked`].
+#[derive(Debug, Clone, Copy)]
+pub struct LastResolution<'a> {
+    pub mentions: &'a [DocEntity],
+    pub entity_of: &'a [u32],
+    pub asked: &'a [u32],
+}
+
+/// Where a mention stands against a round's first mention: the same entity
+/// or another by their vectors, or a question for the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Likeness {
+    Same,
+    Apart,
+    Asked,
+}
+
+/// Mentions' vectors, embedded when first needed.
+struct Vectors<'m> {
+    mentions: &'m [DocEntity],
+    vectors: Vec<Option<Vec<f32>>>,
+}
+
+impl<'m> Vectors<'m> {
+    fn new(mentions: &'m [DocEntity]) -> Self {
+        Vectors {
+            mentions,
+            vectors: vec![None; mentions.len()],
+        }
+    }
+
+    /// Embeds those of `wanted` not embedded yet.
+    async fn embed(
+        &mut self,
+        embedder: &dyn Embedder,
+        wanted: impl IntoIterator<Item = usize>,
+    ) -> StepResult<()> {
+        let mut missing: Vec<usize> = wanted
+            .into_iter()
+            .filter(|&i| self.vectors[i].is_none())
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let texts: Vec<String> = (missing.iter())
+            .map(|&i| self.mentions[i].compared_text())
+            .collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = embed_all(embedder, &CallContext::corpus("embed"), &texts).await?;
+        for (i, vector) in missing.into_iter().zip(vectors) {
+            self.vectors[i] = Some(vector);
+        }
+        Ok(())
+    }
+
+    /// How mention `i` stands against `leader`'s vector (both embedded).
+    fn likeness(&self, leader: &[f32], i: usize, config: &GraphConfig) -> Likeness {
+        let vector = self.vectors[i]
+            .as_deref()
+            .expect("embedded before compared");
+        let similarity = cosine(leader, vector);
+        if similarity >= f64::from(config.same_above) {
+            Likeness::Same
+        } else if similarity >= f64::from(config.apart_below) {
+            Likeness::Asked
+        } else {
+            Likeness::Apart
+        }
+    }
+
+    fn vector(&self, i: usize) -> &[f32] {
+        self.vectors[i]
+            .as_deref()
+            .expect("embedded before compared")
+    }
+}
+
+/// How many same-entity calls a round's asked passages take: about
+/// [`SAME_ENTITY_BATCH`] a call, the number of calls a power of two so that
+/// it changes only when the questions double.
+fn batches_for(asked: usize) -> usize {
+    asked.div_ceil(SAME_ENTITY_BATCH).next_power_of_two()
+}
+
 /// The entities that the documents' entities of one normalised name (`mentions`,
 /// in doc_id order) become: each document's entity joins the first entity whose
 /// first document it is the same as, or starts a new one. Whether it is the
 /// same is read from the cosine of their passages' vectors where that is
-/// outside `config`'s band, and asked of the model inside it. Also what each
-/// document's entity became.
+/// outside `config`'s band, and asked of the model inside it.
+///
+/// With the name's `last` resolution (and an embedder whose vectors do not
+/// depend on the texts embedded beside them), a round whose first mention is
+/// unchanged is worked out from how it went last time: only the mentions
+/// that changed, and those that share a same-entity call with one, are
+/// compared again; the others went as they went. The result is what
+/// resolving every mention gives (see the round's comments for why).
 pub async fn resolve_entities(
     mentions: &[DocEntity],
+    last: Option<LastResolution<'_>>,
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
     config: &GraphConfig,
-) -> StepResult<(Vec<EntityRow>, Vec<EntityAssignment>)> {
+) -> StepResult<Resolution> {
     let cx = CallContext::corpus(STAGE);
-    let vectors = if mentions.len() > 1 {
-        let texts: Vec<String> = mentions.iter().map(DocEntity::compared_text).collect();
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        embed_all(embedder, &CallContext::corpus("embed"), &texts).await?
-    } else {
-        Vec::new()
-    };
+    let mut vectors = Vectors::new(mentions);
+    let mut last = last
+        .filter(|_| embedder.vectors_stand_alone())
+        .and_then(|last| Replay::new(last, mentions));
     let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut asked_counts = Vec::new();
     let mut unplaced: Vec<usize> = (0..mentions.len()).collect();
     // Each round, every unplaced mention is compared with the next group's first
     // mention; those the vectors cannot settle are asked about, about
@@ -455,51 +562,294 @@ pub async fn resolve_entities(
     // document arriving in a later epoch changes one batch's prompt: the others
     // are answered from the call cache.
     while let Some((&first, rest)) = unplaced.split_first() {
-        let similarity: Vec<f64> = rest
-            .iter()
-            .map(|&i| cosine(&vectors[first], &vectors[i]))
-            .collect();
-        let mut same: Vec<bool> = similarity
-            .iter()
-            .map(|&c| c >= f64::from(config.same_above))
-            .collect();
-        let asked: Vec<usize> = (0..rest.len())
-            .filter(|&r| !same[r] && similarity[r] >= f64::from(config.apart_below))
-            .collect();
-        let batches = asked.len().div_ceil(SAME_ENTITY_BATCH).next_power_of_two();
-        let mut members: Vec<Vec<usize>> = vec![Vec::new(); batches];
-        for &r in &asked {
-            members[batch_of(&mentions[rest[r]].doc_id, batches)].push(r);
-        }
-        let first_passage = mentions[first].passage();
-        let answers = all_in_order(members.iter().filter(|b| !b.is_empty()).map(|batch| {
-            let passages: Vec<String> =
-                batch.iter().map(|&r| mentions[rest[r]].passage()).collect();
-            let (cx, name, first) = (&cx, &mentions[first].names[0], &first_passage);
-            async move {
-                let passages: Vec<&str> = passages.iter().map(String::as_str).collect();
-                model.same_entity(cx, name, first, &passages).await
+        let round = Round {
+            mentions,
+            first,
+            rest,
+            model,
+            embedder,
+            config,
+            cx: &cx,
+        };
+        let replayed = match last.as_mut().and_then(|l| l.round_led_by(first)) {
+            Some(old_round) => {
+                let replay = last.as_mut().expect("a round to replay");
+                round.replay(&mut vectors, replay, old_round).await?
             }
-        }))
-        .await?;
-        for (batch, answer) in members.iter().filter(|b| !b.is_empty()).zip(answers) {
-            for (&r, yes) in batch.iter().zip(answer) {
-                same[r] = yes;
-            }
-        }
+            None => None,
+        };
+        let (joined, asked) = match replayed {
+            Some(replayed) => replayed,
+            None => round.compare_all(&mut vectors).await?,
+        };
         let mut group = vec![first];
         let mut apart = Vec::new();
-        for (&m, same) in rest.iter().zip(same) {
-            if same { group.push(m) } else { apart.push(m) }
+        for (&m, joined) in rest.iter().zip(joined) {
+            if joined { group.push(m) } else { apart.push(m) }
         }
         groups.push(group);
+        asked_counts.push(u32::try_from(asked).expect("under 2^32 mentions"));
         unplaced = apart;
     }
     let groups: Vec<Vec<&DocEntity>> = groups
         .iter()
         .map(|g| g.iter().map(|&i| &mentions[i]).collect())
         .collect();
-    Ok(entity_rows(&groups))
+    let (rows, assignments) = entity_rows(&groups);
+    Ok(Resolution {
+        rows,
+        assignments,
+        asked: asked_counts,
+    })
+}
+
+/// One round of [`resolve_entities`]: `first` against every mention of `rest`.
+struct Round<'a> {
+    mentions: &'a [DocEntity],
+    first: usize,
+    rest: &'a [usize],
+    model: &'a dyn MemoryModel,
+    embedder: &'a dyn Embedder,
+    config: &'a GraphConfig,
+    cx: &'a CallContext,
+}
+
+impl Round<'_> {
+    /// Which of `rest` join `first`, comparing every one; and how many were
+    /// asked about.
+    async fn compare_all(&self, vectors: &mut Vectors<'_>) -> StepResult<(Vec<bool>, usize)> {
+        if self.rest.is_empty() {
+            return Ok((Vec::new(), 0));
+        }
+        let all = std::iter::once(self.first).chain(self.rest.iter().copied());
+        vectors.embed(self.embedder, all).await?;
+        let likeness: Vec<Likeness> = (self.rest.iter())
+            .map(|&m| vectors.likeness(vectors.vector(self.first), m, self.config))
+            .collect();
+        let asked = likeness.iter().filter(|l| **l == Likeness::Asked).count();
+        let batches = batches_for(asked);
+        let answers = self.ask(&likeness, batches, |_| true).await?;
+        let joined = (likeness.iter().zip(answers))
+            .map(|(l, answer)| *l == Likeness::Same || answer == Some(true))
+            .collect();
+        Ok((joined, asked))
+    }
+
+    /// The model's answers for the asked mentions of `rest` (by `likeness`)
+    /// in the batches `in_batch` keeps, `batches` batches in all; `None`
+    /// for every other mention.
+    async fn ask(
+        &self,
+        likeness: &[Likeness],
+        batches: usize,
+        in_batch: impl Fn(usize) -> bool,
+    ) -> StepResult<Vec<Option<bool>>> {
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); batches];
+        for (r, l) in likeness.iter().enumerate() {
+            if *l == Likeness::Asked {
+                let batch = batch_of(&self.mentions[self.rest[r]].doc_id, batches);
+                if in_batch(batch) {
+                    members[batch].push(r);
+                }
+            }
+        }
+        let first = &self.mentions[self.first];
+        let first_passage = first.passage();
+        let answers = all_in_order(members.iter().filter(|b| !b.is_empty()).map(|batch| {
+            let passages: Vec<String> = (batch.iter())
+                .map(|&r| self.mentions[self.rest[r]].passage())
+                .collect();
+            let (cx, name, first) = (self.cx, &first.names[0], &first_passage);
+            async move {
+                let passages: Vec<&str> = passages.iter().map(String::as_str).collect();
+                self.model.same_entity(cx, name, first, &passages).await
+            }
+        }))
+        .await?;
+        let mut found = vec![None; self.rest.len()];
+        for (batch, answer) in members.iter().filter(|b| !b.is_empty()).zip(answers) {
+            for (&r, yes) in batch.iter().zip(answer) {
+                found[r] = Some(yes);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Which of `rest` join `first` and how many were asked about, worked
+    /// out from `old_round` of the last resolution, whose first mention was
+    /// this same one; `None` where the number of calls changed, and every
+    /// mention must be compared.
+    ///
+    /// A mention unchanged since, that was in the old round too, stands as it
+    /// stood against the same first mention; its answer, if it was asked,
+    /// came from a call whose prompt is its batch's passages. So only the
+    /// batches of the mentions that changed (new here, gone from there, or
+    /// edited) can answer otherwise: their members are compared and asked
+    /// again, and every other mention joins where it joined last time.
+    async fn replay(
+        &self,
+        vectors: &mut Vectors<'_>,
+        last: &mut Replay<'_>,
+        old_round: usize,
+    ) -> StepResult<Option<(Vec<bool>, usize)>> {
+        last.advance_to(old_round);
+        let old_first = last.leaders[old_round];
+        // Each mention of `rest` as it was in the old round, where it was.
+        let was: Vec<Option<usize>> = (self.rest.iter())
+            .map(|&m| last.same_as[m].filter(|&o| last.unplaced[o] && o != old_first))
+            .collect();
+        let mut kept = vec![false; last.mentions.len()];
+        for o in was.iter().flatten() {
+            kept[*o] = true;
+        }
+        let gone: Vec<usize> = (0..last.mentions.len())
+            .filter(|&o| last.unplaced[o] && o != old_first && !kept[o])
+            .collect();
+        let new: Vec<usize> = (0..self.rest.len()).filter(|&r| was[r].is_none()).collect();
+        vectors
+            .embed(
+                self.embedder,
+                std::iter::once(self.first).chain(new.iter().map(|&r| self.rest[r])),
+            )
+            .await?;
+        last.vectors
+            .embed(self.embedder, gone.iter().copied())
+            .await?;
+        let leader = vectors.vector(self.first).to_vec();
+        let new_likeness: Vec<(usize, Likeness)> = (new.iter())
+            .map(|&r| (r, vectors.likeness(&leader, self.rest[r], self.config)))
+            .collect();
+        let gone_asked: Vec<usize> = (gone.iter().copied())
+            .filter(|&o| last.vectors.likeness(&leader, o, self.config) == Likeness::Asked)
+            .collect();
+        let old_asked = last.asked[old_round] as usize;
+        let new_asked = new_likeness
+            .iter()
+            .filter(|(_, l)| *l == Likeness::Asked)
+            .count();
+        let Some(asked) = (old_asked + new_asked).checked_sub(gone_asked.len()) else {
+            return Ok(None);
+        };
+        let batches = batches_for(old_asked);
+        if batches_for(asked) != batches {
+            return Ok(None);
+        }
+        let changed: BTreeSet<usize> = (new_likeness.iter())
+            .filter(|(_, l)| *l == Likeness::Asked)
+            .map(|(r, _)| &self.mentions[self.rest[*r]].doc_id)
+            .chain(gone_asked.iter().map(|&o| &last.mentions[o].doc_id))
+            .map(|doc_id| batch_of(doc_id, batches))
+            .collect();
+        // The changed batches' members, compared again (the mentions new
+        // here already are).
+        let in_changed: Vec<bool> = if changed.is_empty() {
+            vec![false; self.rest.len()]
+        } else {
+            (self.rest.iter())
+                .map(|&m| changed.contains(&batch_of(&self.mentions[m].doc_id, batches)))
+                .collect()
+        };
+        let recompared = (0..self.rest.len()).filter(|&r| in_changed[r] && was[r].is_some());
+        vectors
+            .embed(self.embedder, recompared.map(|r| self.rest[r]))
+            .await?;
+        let mut likeness = vec![Likeness::Apart; self.rest.len()];
+        for (r, l) in likeness.iter_mut().enumerate() {
+            if in_changed[r] || was[r].is_none() {
+                *l = vectors.likeness(&leader, self.rest[r], self.config);
+            }
+        }
+        let answers = self
+            .ask(&likeness, batches, |b| changed.contains(&b))
+            .await?;
+        let joined = (0..self.rest.len())
+            .map(|r| match was[r] {
+                Some(o) if !in_changed[r] => last.entity_of[o] as usize == old_round,
+                _ => likeness[r] == Likeness::Same || answers[r] == Some(true),
+            })
+            .collect();
+        Ok(Some((joined, asked)))
+    }
+}
+
+/// A name's last resolution as [`Round::replay`] walks it: which of its
+/// rounds the new one has reached, and which of its mentions were still
+/// unplaced there.
+struct Replay<'a> {
+    mentions: &'a [DocEntity],
+    entity_of: &'a [u32],
+    asked: &'a [u32],
+    vectors: Vectors<'a>,
+    /// Each round's first mention.
+    leaders: Vec<usize>,
+    /// The old mention each new one is, unchanged, where there is one.
+    same_as: Vec<Option<usize>>,
+    /// The old round whose first mention each old mention was.
+    round_of_leader: HashMap<usize, usize>,
+    /// The old mentions not placed before round `next`.
+    unplaced: Vec<bool>,
+    next: usize,
+}
+
+impl<'a> Replay<'a> {
+    /// `None` where `last` does not hold together (an entity without a
+    /// count, or out of the order of first mentions): then every round is
+    /// compared whole.
+    fn new(last: LastResolution<'a>, mentions: &[DocEntity]) -> Option<Replay<'a>> {
+        if last.entity_of.len() != last.mentions.len() {
+            return None;
+        }
+        let mut leaders = Vec::new();
+        for (o, &entity) in last.entity_of.iter().enumerate() {
+            match (entity as usize).cmp(&leaders.len()) {
+                std::cmp::Ordering::Equal => leaders.push(o),
+                std::cmp::Ordering::Greater => return None,
+                std::cmp::Ordering::Less => {}
+            }
+        }
+        if leaders.len() != last.asked.len() {
+            return None;
+        }
+        let by_doc: HashMap<&str, usize> = (last.mentions.iter().enumerate())
+            .map(|(o, m)| (m.doc_id.as_str(), o))
+            .collect();
+        let same_as = mentions
+            .iter()
+            .map(|m| {
+                let o = *by_doc.get(m.doc_id.as_str())?;
+                (last.mentions[o] == *m).then_some(o)
+            })
+            .collect();
+        Some(Replay {
+            mentions: last.mentions,
+            entity_of: last.entity_of,
+            asked: last.asked,
+            vectors: Vectors::new(last.mentions),
+            round_of_leader: leaders.iter().enumerate().map(|(j, &o)| (o, j)).collect(),
+            leaders,
+            same_as,
+            unplaced: vec![true; last.mentions.len()],
+            next: 0,
+        })
+    }
+
+    /// The old round a new round led by mention `first` replays: the one
+    /// the same mention led, if the walk has not passed it.
+    fn round_led_by(&self, first: usize) -> Option<usize> {
+        let old = self.same_as[first]?;
+        let round = *self.round_of_leader.get(&old)?;
+        (round >= self.next).then_some(round)
+    }
+
+    /// Places the old rounds before `round`: their mentions were not in it.
+    fn advance_to(&mut self, round: usize) {
+        for (o, &entity) in self.entity_of.iter().enumerate() {
+            if (self.next..round).contains(&(entity as usize)) {
+                self.unplaced[o] = false;
+            }
+        }
+        self.next = round;
+    }
 }
 
 /// The entities a memory holds, as a new process reads back what a name's
@@ -509,9 +859,10 @@ pub trait StoredEntities {
     fn holds(&self, entity_id: &str) -> bool;
     /// Whether the entity was found in the segment.
     fn found_in(&self, entity_id: &str, seg_id: &str) -> bool;
-    /// Whether the resolution of the name whose first entity this is met an
-    /// error (its row stands in the memory beside the entities).
-    fn failed(&self, entity_id: &str) -> bool;
+    /// [`Resolution::asked`] of the name whose first entity this is; `None`
+    /// where its resolution met an error (whose row stands in the memory
+    /// beside the entities, which do not tell of it).
+    fn asked(&self, entity_id: &str) -> Option<Vec<u32>>;
 }
 
 /// Which entity each of a name's mentions (in document order) became, read
@@ -560,28 +911,28 @@ pub fn assignments_from_entities(
 
 /// What resolving a name's mentions (in document order) gave, read back
 /// from the stored entities it made: the rows of [`entity_rows`] over the
-/// groups [`assignments_from_entities`] finds, and what each mention became.
-/// `None` where those do not account for every mention, where the groups do
-/// not give the ids they were read back by, or where the resolution met an
-/// error: the name must be resolved again.
+/// groups [`assignments_from_entities`] finds, what each mention became and
+/// the stored counts; and the index of each mention's entity among the rows
+/// (see [`LastResolution`]). `None` where those do not account for every
+/// mention, where the groups do not give the ids they were read back by, or
+/// where the resolution met an error: the name must be resolved again.
 pub fn resolution_from_entities(
     mentions: &[DocEntity],
     stored: &impl StoredEntities,
-) -> Option<(Vec<EntityRow>, Vec<EntityAssignment>)> {
+) -> Option<(Resolution, Vec<u32>)> {
     let assigned = assignments_from_entities(mentions, stored)?;
-    if stored.failed(&assigned.first()?.entity_id) {
-        return None;
-    }
+    let asked = stored.asked(&assigned.first()?.entity_id)?;
     // A resolution's groups are in the order of their first mentions.
     let mut groups: Vec<(&str, Vec<&DocEntity>)> = Vec::new();
+    let mut entity_of = Vec::with_capacity(mentions.len());
     for (mention, assignment) in mentions.iter().zip(&assigned) {
-        match groups
-            .iter_mut()
-            .find(|(id, _)| *id == assignment.entity_id)
-        {
-            Some((_, group)) => group.push(mention),
-            None => groups.push((&assignment.entity_id, vec![mention])),
-        }
+        let found = (groups.iter()).position(|(id, _)| *id == assignment.entity_id);
+        let index = found.unwrap_or_else(|| {
+            groups.push((&assignment.entity_id, Vec::new()));
+            groups.len() - 1
+        });
+        groups[index].1.push(mention);
+        entity_of.push(u32::try_from(index).expect("under 2^32 entities"));
     }
     let groups: Vec<Vec<&DocEntity>> = groups.into_iter().map(|(_, g)| g).collect();
     let (rows, mut assignments) = entity_rows(&groups);
@@ -589,7 +940,13 @@ pub fn resolution_from_entities(
     assignments.sort();
     let mut assigned = assigned;
     assigned.sort();
-    (assignments == assigned).then_some((rows, assignments))
+    let resolution = Resolution {
+        rows,
+        assignments,
+        asked,
+    };
+    (resolution.assignments == assigned && resolution.asked.len() == resolution.rows.len())
+        .then_some((resolution, entity_of))
 }
 
 /// Which of `batches` disambiguation batches a document's passage goes to: a
@@ -787,8 +1144,16 @@ mod tests {
                 .collect();
             assert_eq!(apple.len(), 2);
             let embedder = HashingEmbedder::new(256);
-            futures::executor::block_on(resolve_entities(&apple, model, &embedder, &ASK_ALWAYS))
-                .expect("answers")
+            let resolved = futures::executor::block_on(resolve_entities(
+                &apple,
+                None,
+                model,
+                &embedder,
+                &ASK_ALWAYS,
+            ))
+            .expect("answers");
+            assert_eq!(resolved.asked.len(), resolved.rows.len());
+            (resolved.rows, resolved.assignments)
         };
         let (one, assigned) = mentions(&merging);
         assert_eq!(one.len(), 1);
@@ -809,7 +1174,7 @@ mod tests {
     /// made of other mentions tell nothing.
     #[test]
     fn a_names_assignments_read_back_from_its_entities() {
-        struct Rows(Vec<EntityRow>, String);
+        struct Rows(Vec<EntityRow>, Option<Vec<u32>>);
         impl StoredEntities for Rows {
             fn holds(&self, entity_id: &str) -> bool {
                 self.0.iter().any(|r| r.entity_id == entity_id)
@@ -818,8 +1183,8 @@ mod tests {
                 (self.0.iter())
                     .any(|r| r.entity_id == entity_id && r.seg_ids.iter().any(|s| s == seg_id))
             }
-            fn failed(&self, entity_id: &str) -> bool {
-                entity_id == self.1
+            fn asked(&self, entity_id: &str) -> Option<Vec<u32>> {
+                self.1.clone().filter(|_| entity_id == self.0[0].entity_id)
             }
         }
         let texts = [
@@ -834,39 +1199,250 @@ mod tests {
             .collect();
         let embedder = HashingEmbedder::new(256);
         let resolved = |model: FirstSentence| {
-            futures::executor::block_on(resolve_entities(&mentions, &model, &embedder, &ASK_ALWAYS))
-                .expect("answers")
+            futures::executor::block_on(resolve_entities(
+                &mentions,
+                None,
+                &model,
+                &embedder,
+                &ASK_ALWAYS,
+            ))
+            .expect("answers")
+        };
+        let made = |groups: &[Vec<&DocEntity>]| {
+            let (rows, assignments) = entity_rows(groups);
+            let asked = vec![0; rows.len()];
+            Resolution {
+                rows,
+                assignments,
+                asked,
+            }
         };
         let (a, b, c) = (&mentions[0], &mentions[1], &mentions[2]);
-        for (rows, assigned) in [
+        for resolution in [
             resolved(FirstSentence::default()),
             resolved(FirstSentence::separating(&["Apple"])),
             // A later group of two: its second mention is placed by segment.
-            entity_rows(&[vec![a], vec![b, c]]),
+            made(&[vec![a], vec![b, c]]),
             // Groups whose mentions interleave.
-            entity_rows(&[vec![a, c], vec![b]]),
+            made(&[vec![a, c], vec![b]]),
         ] {
-            let stored = Rows(rows.clone(), String::new());
+            let rows = &resolution.rows;
+            let stored = Rows(rows.clone(), Some(resolution.asked.clone()));
             // What each mention became (the resolution lists them by group).
-            let mut sorted = assigned.clone();
+            let mut sorted = resolution.assignments.clone();
             sorted.sort();
             let mut read_back = assignments_from_entities(&mentions, &stored);
             read_back.iter_mut().for_each(|r| r.sort());
             assert_eq!(read_back, Some(sorted.clone()), "{} entities", rows.len());
-            // The rows read back are the rows the resolution made.
+            // The resolution read back is the one made, and each mention's
+            // entity is the row that holds its assignment.
+            let entity_of: Vec<u32> = (sorted.iter())
+                .map(|a| {
+                    rows.iter()
+                        .position(|r| r.entity_id == a.entity_id)
+                        .unwrap() as u32
+                })
+                .collect();
+            let expected = Resolution {
+                assignments: sorted,
+                ..resolution.clone()
+            };
             assert_eq!(
                 resolution_from_entities(&mentions, &stored),
-                Some((rows.clone(), sorted))
+                Some((expected, entity_of))
             );
             // Without one of the entities, the mentions are not accounted for.
-            let fewer = Rows(rows[..rows.len() - 1].to_vec(), String::new());
+            let fewer = Rows(rows[..rows.len() - 1].to_vec(), stored.1.clone());
             assert_eq!(assignments_from_entities(&mentions, &fewer), None);
             assert_eq!(resolution_from_entities(&mentions, &fewer), None);
-            // A resolution that met an error leaves a row the rows do not
-            // tell of: it is not read back.
-            let failed = Rows(rows.clone(), rows[0].entity_id.clone());
+            // A resolution that met an error leaves no counts (and a row the
+            // entities do not tell of): it is not read back.
+            let failed = Rows(rows.clone(), None);
             assert_eq!(resolution_from_entities(&mentions, &failed), None);
         }
+    }
+
+    /// A model whose every same-entity answer depends on its whole prompt
+    /// (one in eight a no): a batch whose passages change may answer
+    /// otherwise for each of them.
+    #[derive(Debug, Default)]
+    struct Fickle {
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl MemoryModel for Fickle {
+        fn backend(&self) -> &str {
+            "fickle"
+        }
+        fn is_remote(&self) -> bool {
+            false
+        }
+        async fn reply(
+            &self,
+            _: &CallContext,
+            step: crate::model::Step,
+        ) -> StepResult<crate::model::Reply> {
+            let crate::model::Step::SameEntity {
+                name,
+                first,
+                others,
+            } = step
+            else {
+                unreachable!("only same-entity questions are asked")
+            };
+            self.asked
+                .fetch_add(others.len(), std::sync::atomic::Ordering::SeqCst);
+            let prompt = format!("{name}|{first}|{}", others.join("|"));
+            let answers = (0..others.len())
+                .map(|k| {
+                    !blake3::hash(format!("{prompt}|{k}").as_bytes()).as_bytes()[0]
+                        .is_multiple_of(8)
+                })
+                .collect();
+            Ok(crate::model::Reply::SameEntity(answers))
+        }
+    }
+
+    /// The hashing embedder, counting the texts it embeds.
+    #[derive(Debug)]
+    struct Counting(HashingEmbedder, std::sync::atomic::AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl Embedder for Counting {
+        fn model(&self) -> &str {
+            self.0.model()
+        }
+        fn dim(&self) -> usize {
+            self.0.dim()
+        }
+        async fn embed(&self, cx: &CallContext, texts: &[&str]) -> StepResult<Vec<Vec<f32>>> {
+            (self.1).fetch_add(texts.len(), std::sync::atomic::Ordering::SeqCst);
+            self.0.embed(cx, texts).await
+        }
+        fn vectors_stand_alone(&self) -> bool {
+            true
+        }
+    }
+
+    /// A name resolved again from its last resolution gives what resolving
+    /// every mention gives, over random archives and random edits (mentions
+    /// changed, gone, new; the first mention among them), with a model whose
+    /// answers change with any passage of their batch; and it embeds and
+    /// asks less than resolving every mention.
+    #[test]
+    fn a_name_resolved_from_its_last_resolution_equals_resolving_it_whole() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |below: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % below
+        };
+        let words = [
+            "harbour", "press", "ledger", "vote", "grain", "mill", "river", "bank", "school",
+            "court", "ship", "wool", "coal", "rail", "song", "field",
+        ];
+        let mention = |doc: u64, next: &mut dyn FnMut(u64) -> u64| {
+            let context: Vec<&str> = (0..3).map(|_| words[next(16) as usize]).collect();
+            let document: Vec<&str> = (0..2).map(|_| words[next(16) as usize]).collect();
+            DocEntity {
+                key: "ada".to_string(),
+                doc_id: format!("doc-{doc:03}"),
+                names: vec!["Ada".to_string()],
+                context: format!("Ada and the {}.", context.join(" ")),
+                document: Arc::from(document.join(" ")),
+                seg_ids: vec![format!("doc-{doc:03}-0")],
+            }
+        };
+        let config = GraphConfig {
+            same_above: 0.45,
+            apart_below: 0.1,
+            ..GraphConfig::DEFAULT
+        };
+        let resolve = |mentions: &[DocEntity], last: Option<LastResolution<'_>>| {
+            let (model, embedder) = (
+                Fickle::default(),
+                Counting(HashingEmbedder::new(32), Default::default()),
+            );
+            let resolved = futures::executor::block_on(resolve_entities(
+                mentions, last, &model, &embedder, &config,
+            ))
+            .expect("answers");
+            let work = model.asked.into_inner() + embedder.1.into_inner();
+            (resolved, work)
+        };
+        // Which entity each mention became, by its index among the rows.
+        let entity_of = |resolved: &Resolution, mentions: &[DocEntity]| -> Vec<u32> {
+            let row: HashMap<&str, u32> = (resolved.rows.iter().enumerate())
+                .map(|(i, r)| (r.entity_id.as_str(), i as u32))
+                .collect();
+            let by_doc: HashMap<&str, u32> = (resolved.assignments.iter())
+                .map(|a| (a.doc_id.as_str(), row[a.entity_id.as_str()]))
+                .collect();
+            mentions.iter().map(|m| by_doc[m.doc_id.as_str()]).collect()
+        };
+        let (mut whole_work, mut replayed_work, mut rounds) = (0, 0, 0);
+        for trial in 0..100 {
+            let docs = 20 + next(400);
+            let mut old: Vec<DocEntity> = (0..docs).map(|d| mention(d, &mut next)).collect();
+            old.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+            let (last, _) = resolve(&old, None);
+            let entity_of = entity_of(&last, &old);
+            let mut new = old.clone();
+            for _ in 0..1 + next(3) {
+                match next(4) {
+                    0 if new.len() > 2 => {
+                        new.remove(next(new.len() as u64) as usize);
+                    }
+                    1 => new.push(mention(docs + next(1000), &mut next)),
+                    2 => new[0] = mention(0, &mut next),
+                    _ => {
+                        let at = next(new.len() as u64) as usize;
+                        let doc = new[at].doc_id[4..].parse().unwrap();
+                        new[at] = mention(doc, &mut next);
+                    }
+                }
+            }
+            new.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+            new.dedup_by(|a, b| a.doc_id == b.doc_id);
+            let last = LastResolution {
+                mentions: &old,
+                entity_of: &entity_of,
+                asked: &last.asked,
+            };
+            let (whole, work) = resolve(&new, None);
+            let (replayed, replay_work) = resolve(&new, Some(last));
+            assert_eq!(replayed, whole, "trial {trial}");
+            whole_work += work;
+            replayed_work += replay_work;
+            rounds += whole.rows.len();
+        }
+        assert!(rounds > 400, "names split into several entities: {rounds}");
+        assert!(
+            replayed_work < whole_work,
+            "resolving again costs less: {replayed_work} of {whole_work}"
+        );
+        // A name of 4,000 mentions, one of them edited (not its first): a
+        // few of its batches are compared and asked again.
+        let mut old: Vec<DocEntity> = (0..4_000).map(|d| mention(d, &mut next)).collect();
+        old.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
+        let (last, _) = resolve(&old, None);
+        let old_entity_of = entity_of(&last, &old);
+        let mut new = old.clone();
+        new[2_500] = mention(new[2_500].doc_id[4..].parse().unwrap(), &mut next);
+        let last = LastResolution {
+            mentions: &old,
+            entity_of: &old_entity_of,
+            asked: &last.asked,
+        };
+        let (whole, work) = resolve(&new, None);
+        let (replayed, replay_work) = resolve(&new, Some(last));
+        assert_eq!(replayed, whole);
+        assert!(
+            replay_work * 10 < work,
+            "one edit of a large name: {replay_work} of {work}"
+        );
     }
 
     /// Descriptions are kept side by side, duplicates dropped, while they fit
@@ -934,11 +1510,11 @@ mod tests {
         let embedder = HashingEmbedder::new(256);
         let resolve = |config: GraphConfig| {
             let model = FirstSentence::separating(&["Apple"]);
-            let (rows, _) = futures::executor::block_on(resolve_entities(
-                &mentions, &model, &embedder, &config,
+            let resolved = futures::executor::block_on(resolve_entities(
+                &mentions, None, &model, &embedder, &config,
             ))
             .expect("answers");
-            (rows.len(), model.compared())
+            (resolved.rows.len(), model.compared())
         };
         let near = GraphConfig {
             same_above: -1.0,

@@ -20,7 +20,6 @@ use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
 use crate::source::{Source, SourceOptions};
-use crate::state::FailedNames;
 
 mod commit;
 mod context;
@@ -245,9 +244,6 @@ struct Previous {
     /// Documents whose build met a model failure a new run may not meet:
     /// a restoring round builds them again.
     unfinished: BTreeSet<String>,
-    /// The names whose resolution met an error: their retraction is not
-    /// read back from the entities.
-    failed_names: FailedNames,
 }
 
 /// An indexing process: the model, the running dataflow workers, and what the

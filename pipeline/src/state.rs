@@ -13,9 +13,11 @@
 //! What the stages made of those inputs is in the tables already; where a
 //! later stage needs it, the restore reads it back from them rather than
 //! doing the work again: which entity each name became is read from the
-//! checkpoint's entities ([`StoredEntity`]) instead of resolving every name.
+//! checkpoint's entities ([`StoredEntity`]) instead of resolving every name,
+//! and a changed name is resolved again from how it was resolved last (its
+//! `name_states` row), comparing only what changed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use memweave_operators::build::{BuildConfig, BuiltRow};
@@ -23,11 +25,9 @@ use memweave_operators::embed::Embedder;
 use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{
-    DocStateRow, EmbeddingRow, TREE_MEMWALKER, TreeNodeRow, content_id, hash128,
+    DocStateRow, EmbeddingRow, NameStateRow, TREE_MEMWALKER, TreeNodeRow, content_id, hash128,
 };
 use serde::{Deserialize, Serialize};
-
-use crate::dataflow::GRAPH_STAGE;
 
 /// One document's share of the cross-document stages' inputs.
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -172,9 +172,10 @@ pub fn is_memwalker_root(node: &TreeNodeRow) -> bool {
     node.parent_id.is_none() && node.tree == TREE_MEMWALKER
 }
 
-/// What a state holds and how its row keeps it: a memory whose states have
-/// another format (older, or newer) restores nothing and is rebuilt.
-const STATE_FORMAT: u32 = 2;
+/// What a state holds and how its row keeps it, and what else a restore
+/// reads (3: `name_states`): a memory of another format (older, or newer)
+/// restores nothing and is rebuilt.
+const STATE_FORMAT: u32 = 3;
 
 /// What makes a document's state: its format, the build's sizes and
 /// memories, the kind of model and the embedder. A memory continued with
@@ -197,8 +198,8 @@ pub fn fingerprint(
 /// An entity of the checkpoint a new process restores from, as much of it as
 /// tells which entity each of a name's mentions became (see
 /// [`memweave_operators::graph::assignments_from_entities`]): its id, and the
-/// segments it was found in, both as hashes; and whether its name's
-/// resolution met an error.
+/// segments it was found in, both as hashes; and, for a name's first entity,
+/// the name's `name_states` counts, if it has them.
 #[derive(
     Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
@@ -206,39 +207,34 @@ pub struct StoredEntity {
     entity: u128,
     /// Sorted.
     segments: Vec<u64>,
-    failed: bool,
+    asked: Option<Vec<u32>>,
 }
 
 impl StoredEntity {
     /// The stored entity of a row's `entity_id` and `seg_ids`, given the
-    /// names the checkpoint's `graph` errors are about.
-    pub fn new(entity_id: &str, seg_ids: &[String], failed_names: &FailedNames) -> StoredEntity {
+    /// checkpoint's name states.
+    pub fn new(entity_id: &str, seg_ids: &[String], names: &NameStates) -> StoredEntity {
         let mut segments: Vec<u64> = seg_ids.iter().map(|s| segment_hash(s)).collect();
         segments.sort_unstable();
         let entity = entity_hash(entity_id);
         StoredEntity {
             entity,
             segments,
-            failed: failed_names.0.contains(&entity),
+            asked: names.0.get(&entity).cloned(),
         }
     }
 }
 
-/// The names whose resolution met an error at a checkpoint, as the hashes of
-/// their first entities' ids (the id a name's entities start from is its
-/// own): the error's row is in the memory, and its entities alone do not
-/// tell what retracting them must take away.
+/// The checkpoint's `name_states`, by the hash of each name's first entity's
+/// id (the id a name's entities start from is its own). A name without one
+/// met an error when it was resolved.
 #[derive(Debug, Default)]
-pub struct FailedNames(HashSet<u128>);
+pub struct NameStates(HashMap<u128, Vec<u32>>);
 
-impl FailedNames {
-    /// Notes an error row's stage and subject (`source`): the graph's are a
-    /// name's key, or a pair's ends.
-    pub fn note(&mut self, stage: &str, subject: &str) {
-        if stage == GRAPH_STAGE {
-            let first_entity = content_id("entity", &[subject.as_bytes()]);
-            self.0.insert(entity_hash(&first_entity));
-        }
+impl NameStates {
+    pub fn insert(&mut self, row: NameStateRow) {
+        let first_entity = content_id("entity", &[row.name.as_bytes()]);
+        self.0.insert(entity_hash(&first_entity), row.asked);
     }
 }
 
@@ -247,13 +243,13 @@ impl FailedNames {
 #[derive(Debug, Default)]
 pub struct EntitiesByHash {
     segments: HashMap<u128, Vec<u64>>,
-    failed: HashSet<u128>,
+    asked: HashMap<u128, Vec<u32>>,
 }
 
 impl EntitiesByHash {
     pub fn insert(&mut self, entity: StoredEntity) {
-        if entity.failed {
-            self.failed.insert(entity.entity);
+        if let Some(asked) = entity.asked {
+            self.asked.insert(entity.entity, asked);
         }
         self.segments.insert(entity.entity, entity.segments);
     }
@@ -269,8 +265,8 @@ impl StoredEntities for EntitiesByHash {
             .is_some_and(|segments| segments.binary_search(&segment_hash(seg_id)).is_ok())
     }
 
-    fn failed(&self, entity_id: &str) -> bool {
-        self.failed.contains(&entity_hash(entity_id))
+    fn asked(&self, entity_id: &str) -> Option<Vec<u32>> {
+        self.asked.get(&entity_hash(entity_id)).cloned()
     }
 }
 

@@ -123,6 +123,18 @@ pub struct EntityRow {
     pub seg_ids: Vec<String>,
 }
 
+/// How a normalised name's entities were resolved, past what their rows
+/// tell: for each of its entities (in the order of their first mentions),
+/// how many of the name's other mentions still unplaced were put to the
+/// model against that entity's first mention. A changed name is resolved
+/// again from it, comparing only what changed. A name whose resolution
+/// met an error has none.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NameStateRow {
+    pub name: String,
+    pub asked: Vec<u32>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct RelationRow {
     pub relation_id: String,

@@ -158,6 +158,7 @@ tables! {
         Pages("pages", page_id: PageRow) as Page in pages,
         GistMemories("gist_memories", doc_id: GistMemoryRow) as GistMemory in gist_memories,
         Entities("entities", entity_id: EntityRow) as Entity in entities,
+        NameStates("name_states", name: NameStateRow) as NameState in name_states,
         Relations("relations", relation_id: RelationRow) as Relation in relations,
         Embeddings("embeddings", owner_id: EmbeddingRow) as Embedding in embeddings,
         Errors("errors", error_id: ErrorRow) as Error in errors,
@@ -210,6 +211,7 @@ impl Table {
             Table::Pages => &[("page_id", BTree), ("doc_id", BTree)],
             Table::GistMemories => &[("doc_id", BTree), (TERMS, FullText)],
             Table::Entities => &[("entity_id", BTree), (NAME_KEYS, Labels)],
+            Table::NameStates => &[("name", BTree)],
             Table::Relations => &[
                 ("relation_id", BTree),
                 ("source_id", BTree),
@@ -352,6 +354,14 @@ impl Table {
                 Field::new("tokens_out", DataType::UInt64, false),
             ],
             Table::DocStates => vec![utf8("doc_id"), utf8("build"), utf8("state")],
+            Table::NameStates => vec![
+                utf8("name"),
+                Field::new(
+                    "asked",
+                    DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, false))),
+                    false,
+                ),
+            ],
             Table::Errors => vec![
                 utf8("error_id"),
                 utf8("stage"),

@@ -1,7 +1,7 @@
 //! The graph across documents: entity resolution by name and relation
 //! merging by pair.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -9,11 +9,14 @@ use differential_dataflow::VecCollection;
 use differential_dataflow::{AsCollection, Hashable};
 use memweave_operators::embed::embed_all;
 use memweave_operators::graph::{
-    DocEntity, DocRelation, EntityAssignment, GraphConfig, assignments_from_entities, entity_rows,
-    merge_relations_across, relation_row, resolution_from_entities, resolve_entities,
+    DocEntity, DocRelation, EntityAssignment, GraphConfig, LastResolution, Resolution,
+    assignments_from_entities, entity_rows, merge_relations_across, relation_row,
+    resolution_from_entities, resolve_entities,
 };
 use memweave_operators::model::{CallContext, StepError};
-use memweave_schemas::{EmbeddingRow, EntityRow, ErrorRow, MemoryRow, RelationRow, hash128};
+use memweave_schemas::{
+    EmbeddingRow, EntityRow, ErrorRow, MemoryRow, NameStateRow, RelationRow, hash128,
+};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Capability;
@@ -33,6 +36,7 @@ use crate::state::{EntitiesByHash, StoredEntity};
 )]
 enum GraphRow {
     Entity(EntityRow),
+    NameState(NameStateRow),
     /// On its way to a target name's group (see [`graph_stages`]), not a row.
     ToTarget(Tag, TargetMention),
     Relation(RelationRow),
@@ -45,6 +49,7 @@ impl GraphRow {
     fn into_row(self) -> Option<MemoryRow> {
         match self {
             GraphRow::Entity(e) => Some(MemoryRow::Entity(e)),
+            GraphRow::NameState(n) => Some(MemoryRow::NameState(n)),
             GraphRow::Relation(r) => Some(MemoryRow::Relation(r)),
             GraphRow::Embedding(e) => Some(MemoryRow::Embedding(e)),
             GraphRow::Error(e) => Some(MemoryRow::Error(e)),
@@ -117,8 +122,7 @@ pub(super) fn graph_stages<'scope>(
     )
     .reduce_named("MentionsByName", move |_name, mentions, out| {
         out.push((spill_group(&name_spill, mentions), 1));
-    })
-    .map(|(_name, mentions)| mentions);
+    });
     let (read_back, to_resolve) = read_back_resolutions(by_name, stored_entities, spill);
     let (model_e, embedder_e, spill_e) =
         (Arc::clone(model), Arc::clone(embedder), Arc::clone(spill));
@@ -129,7 +133,11 @@ pub(super) fn graph_stages<'scope>(
             weight: |name: &NameGroup| name.group.len,
             budget: MENTIONS_IN_FLIGHT,
         },
-        move |NameGroup { group, read_back }| {
+        move |NameGroup {
+                  group,
+                  read_back,
+                  last,
+              }| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             let spill = Arc::clone(&spill_e);
             async move {
@@ -146,12 +154,28 @@ pub(super) fn graph_stages<'scope>(
                 let resolved = match read_back {
                     Some(read_back) => Ok(read_back),
                     None => {
-                        resolve_entities(&mentions, model.as_ref(), embedder.as_ref(), &config)
-                            .await
+                        let last_mentions = last.as_ref().map(|l| sorted_mentions(&spill, l.group));
+                        let last = (last.as_ref().zip(last_mentions.as_deref())).map(
+                            |(last, mentions)| LastResolution {
+                                mentions,
+                                entity_of: &last.entity_of,
+                                asked: &last.asked,
+                            },
+                        );
+                        let (model, embedder) = (model.as_ref(), embedder.as_ref());
+                        resolve_entities(&mentions, last, model, embedder, &config).await
                     }
                 };
                 let (rows, assignments) = match resolved {
-                    Ok(resolved) => resolved,
+                    Ok(Resolution {
+                        rows,
+                        assignments,
+                        asked,
+                    }) => {
+                        let name = mentions[0].key.clone();
+                        out.push(GraphRow::NameState(NameStateRow { name, asked }));
+                        (rows, assignments)
+                    }
                     Err(error) => {
                         out.push(GraphRow::Error(graph_error(
                             &mentions[0].key,
@@ -290,11 +314,22 @@ fn to_targets(
 }
 
 /// A name's group on its way to be resolved, with what its resolution gave
-/// where that is read back instead (see [`read_back_resolutions`]).
+/// where that is read back instead, or the name's last resolution where it
+/// is resolved from that (see [`read_back_resolutions`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 struct NameGroup {
     group: SpilledGroup,
-    read_back: Option<(Vec<EntityRow>, Vec<EntityAssignment>)>,
+    read_back: Option<Resolution>,
+    last: Option<LastGroup>,
+}
+
+/// A name's last resolution as a group carries it: the last group (its
+/// mentions are in the spill), and what [`LastResolution`] takes besides.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct LastGroup {
+    group: SpilledGroup,
+    entity_of: Vec<u32>,
+    asked: Vec<u32>,
 }
 
 /// What [`read_back_resolutions`] hands on: a restored name's mentions to
@@ -307,10 +342,12 @@ type ReadBack = Result<(Tag, TargetMention), NameGroup>;
 /// those entities account for its mentions (see [`assignments_from_entities`]);
 /// in the round's changes, the retraction of a group read back so, whose
 /// entity rows are those the checkpoint holds (see
-/// [`resolution_from_entities`]). Every other group is resolved.
+/// [`resolution_from_entities`]), and that resolution as the last one of
+/// the name's new group, which is resolved from it. Every other group is
+/// resolved whole.
 #[allow(clippy::type_complexity)]
 fn read_back_resolutions<'scope>(
-    groups: VecCollection<'scope, u64, SpilledGroup, isize>,
+    groups: VecCollection<'scope, u64, (Tag, SpilledGroup), isize>,
     stored: VecCollection<'scope, u64, StoredEntity, isize>,
     spill: &Arc<Spill>,
 ) -> (
@@ -334,8 +371,10 @@ fn read_back_resolutions<'scope>(
                 // again.
                 let mut round_end = None;
                 // Groups by time, until every entity at or before it is here.
-                let mut waiting: BTreeMap<u64, (Capability<u64>, Vec<(SpilledGroup, isize)>)> =
-                    BTreeMap::new();
+                let mut waiting: BTreeMap<
+                    u64,
+                    (Capability<u64>, Vec<((Tag, SpilledGroup), isize)>),
+                > = BTreeMap::new();
                 move |(groups, groups_frontier), (stored, stored_frontier), output| {
                     stored.for_each(|_, data| {
                         for (entity, time, _) in data.drain(..) {
@@ -355,11 +394,10 @@ fn read_back_resolutions<'scope>(
                         .filter(|time| !stored_frontier.less_equal(time))
                         .collect();
                     for time in ready {
-                        let (capability, found) = waiting.remove(&time).expect("waiting");
+                        let (capability, mut found) = waiting.remove(&time).expect("waiting");
                         let mut session = output.session(&capability);
-                        for (group, diff) in found {
-                            let to_resolve = |read_back| NameGroup { group, read_back };
-                            if is_restore(&time) {
+                        if is_restore(&time) {
+                            for ((_, group), diff) in found {
                                 match read_back_targets(&spill, group, &entities) {
                                     Some(targets) => {
                                         restored.insert(group);
@@ -367,14 +405,46 @@ fn read_back_resolutions<'scope>(
                                             session.give((Ok(target), time, diff));
                                         }
                                     }
-                                    None => session.give((Err(to_resolve(None)), time, diff)),
+                                    None => {
+                                        let group = NameGroup {
+                                            group,
+                                            read_back: None,
+                                            last: None,
+                                        };
+                                        session.give((Err(group), time, diff));
+                                    }
                                 }
-                            } else {
-                                let read_back = (diff < 0 && restored.remove(&group))
-                                    .then(|| read_back_rows(&spill, group, &entities))
-                                    .flatten();
-                                session.give((Err(to_resolve(read_back)), time, diff));
                             }
+                            continue;
+                        }
+                        // Retractions first: a name's new group is resolved
+                        // from the old one's resolution.
+                        found.sort_by_key(|(_, diff)| *diff);
+                        let mut last_of = HashMap::new();
+                        for ((name, group), diff) in found {
+                            let read_back = (diff < 0 && restored.remove(&group))
+                                .then(|| read_back_rows(&spill, group, &entities))
+                                .flatten()
+                                .map(|(resolution, entity_of)| {
+                                    let last = LastGroup {
+                                        group,
+                                        entity_of,
+                                        asked: resolution.asked.clone(),
+                                    };
+                                    last_of.insert(name, last);
+                                    resolution
+                                });
+                            let last = if diff > 0 {
+                                last_of.remove(&name)
+                            } else {
+                                None
+                            };
+                            let group = NameGroup {
+                                group,
+                                read_back,
+                                last,
+                            };
+                            session.give((Err(group), time, diff));
                         }
                     }
                     if let Some(end) = round_end
@@ -418,10 +488,15 @@ fn read_back_rows(
     spill: &Spill,
     group: SpilledGroup,
     entities: &EntitiesByHash,
-) -> Option<(Vec<EntityRow>, Vec<EntityAssignment>)> {
+) -> Option<(Resolution, Vec<u32>)> {
+    resolution_from_entities(&sorted_mentions(spill, group), entities)
+}
+
+/// The entity mentions of a name's group, in doc_id order.
+fn sorted_mentions(spill: &Spill, group: SpilledGroup) -> Vec<DocEntity> {
     let (mut mentions, _) = split_name_mentions(read_group(spill, group));
     mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-    resolution_from_entities(&mentions, entities)
+    mentions
 }
 
 /// Mentions one worker resolves or merges at once: a name's or a pair's
@@ -568,7 +643,7 @@ struct PairKey {
 
 /// The stage of the graph's error rows; their subject is a name's key or a
 /// pair's ends.
-pub(crate) const GRAPH_STAGE: &str = "graph";
+const GRAPH_STAGE: &str = "graph";
 
 fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
     ErrorRow::new(

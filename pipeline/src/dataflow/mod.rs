@@ -35,7 +35,6 @@ mod stage;
 mod time;
 
 use corpus::corpus_trees;
-pub(crate) use graph::GRAPH_STAGE;
 use graph::graph_stages;
 use split::split_built;
 use stage::write_rows;

@@ -15,7 +15,6 @@ use memweave_schemas::{
 use super::{EmbedderName, IndexSummary, Indexer, KnownVersion, Previous, Stages, TreeShape};
 use crate::origins::Record;
 use crate::positions::Positions;
-use crate::state::FailedNames;
 use crate::write::{RoundChanges, StagedPart};
 use crate::{IndexError, UsageError};
 
@@ -236,10 +235,6 @@ pub(super) async fn previous_tables(
         .filter_map(|e| e.doc_id.clone())
         .collect();
     let across = errors.iter().filter(transient).any(|e| e.doc_id.is_none());
-    let mut failed_names = FailedNames::default();
-    for error in &errors {
-        failed_names.note(&error.stage, &error.source);
-    }
     let ingest_errors = errors.into_iter().filter(|e| e.stage == "ingest").collect();
     let restorable = !across && states_built_by(store, &checkpoint, made_by).await?;
     if across {
@@ -261,7 +256,6 @@ pub(super) async fn previous_tables(
         ingest_errors,
         restorable,
         unfinished,
-        failed_names,
     }))
 }
 

@@ -11,7 +11,7 @@ use memweave_operators::build::Document;
 use memweave_schemas::store::batch_rows;
 use memweave_schemas::{
     CheckpointRow, DocStateRow, DocumentRow, EmbeddingRow, ErrorRow, GistMemoryRow, MemoryRow,
-    PageRow, SegmentRow, Table, TableRow, TableStore, TreeNodeRow,
+    NameStateRow, PageRow, SegmentRow, Table, TableRow, TableStore, TreeNodeRow,
 };
 
 use super::commit::previous_tables;
@@ -24,7 +24,7 @@ use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::progress::Progress;
-use crate::state::{DocState, FailedNames, StoredEntity};
+use crate::state::{DocState, NameStates, StoredEntity};
 use crate::workers::InputChange;
 use crate::write::Batch;
 
@@ -341,18 +341,16 @@ impl Indexer {
     }
 
     /// Feeds what the checkpoint's cross-document stages held at `round`'s
-    /// restore time: its entities (see [`crate::state`]) first, then every
-    /// document's state, spread over this process's workers. Returns the
-    /// bytes of states read, and the states of the documents the checkpoint
-    /// left unfinished.
+    /// restore time: its entities with its names' states (see
+    /// [`crate::state`]) first, then every document's state, spread over
+    /// this process's workers. Returns the bytes of states read, and the
+    /// states of the documents the checkpoint left unfinished.
     fn restore(
         &mut self,
         round: u64,
         checkpoint: &CheckpointRow,
     ) -> Result<(u64, Vec<DocStateRow>), IndexError> {
         let unfinished = (self.previous.as_ref()).map(|p| &p.unfinished);
-        let no_failures = FailedNames::default();
-        let failed_names = (self.previous.as_ref()).map_or(&no_failures, |p| &p.failed_names);
         let mut states_of_unfinished = Vec::new();
         let Engine {
             runtime,
@@ -364,6 +362,14 @@ impl Indexer {
         let (mut sent, mut bytes, mut failed) = (0, 0, None);
         // Worker 0's first epoch, ahead of the states: each epoch of a
         // worker's input is one message.
+        let mut names = NameStates::default();
+        let scan = store.scan_at(Table::NameStates, checkpoint, &["name", "asked"], |batch| {
+            match batch_rows::<NameStateRow>(Table::NameStates, batch) {
+                Ok(rows) => rows.into_iter().for_each(|r| names.insert(r)),
+                Err(e) => failed = Some(e.into()),
+            }
+        });
+        runtime.block_on(scan)?;
         let mut entities = Vec::new();
         let columns = ["entity_id", "seg_ids"];
         let scan = store.scan_at(Table::Entities, checkpoint, &columns, |batch| {
@@ -373,7 +379,7 @@ impl Indexer {
             match batch_rows::<EntitySegments>(Table::Entities, batch) {
                 Ok(rows) => entities.push(Fed::Entities(
                     (rows.iter())
-                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids, failed_names))
+                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids, &names))
                         .collect(),
                 )),
                 Err(e) => failed = Some(e.into()),

@@ -709,6 +709,14 @@ mod tests {
         .await;
         round_trip(
             &store,
+            vec![NameStateRow {
+                name: "ada".into(),
+                asked: vec![3, 0],
+            }],
+        )
+        .await;
+        round_trip(
+            &store,
             vec![DocStateRow {
                 doc_id: "d".into(),
                 build: "b1".into(),

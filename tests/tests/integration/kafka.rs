@@ -52,6 +52,7 @@ fn memories(t: &Tables) -> impl PartialEq + std::fmt::Debug {
         t.pages.clone(),
         t.entities.clone(),
         t.relations.clone(),
+        t.name_states.clone(),
         t.doc_states.clone(),
     )
 }
