@@ -333,8 +333,9 @@ struct LastGroup {
 }
 
 /// What [`read_back_resolutions`] hands on: a restored name's mentions to
-/// target names, or a name's group to resolve.
-type ReadBack = Result<(Tag, TargetMention), NameGroup>;
+/// target names, or a name's group to resolve, boxed (a restore hands on a
+/// target per mention of the archive, each the size of the larger variant).
+type ReadBack = Result<(Tag, TargetMention), Box<NameGroup>>;
 
 /// Name groups, with what a new process reads back from the checkpoint's
 /// entities (`stored`, which every worker is given whole) instead of
@@ -411,7 +412,7 @@ fn read_back_resolutions<'scope>(
                                             read_back: None,
                                             last: None,
                                         };
-                                        session.give((Err(group), time, diff));
+                                        session.give((Err(Box::new(group)), time, diff));
                                     }
                                 }
                             }
@@ -444,7 +445,7 @@ fn read_back_resolutions<'scope>(
                                 read_back,
                                 last,
                             };
-                            session.give((Err(group), time, diff));
+                            session.give((Err(Box::new(group)), time, diff));
                         }
                     }
                     if let Some(end) = round_end
@@ -461,7 +462,7 @@ fn read_back_resolutions<'scope>(
         .as_collection();
     (
         read.clone().flat_map(Result::ok),
-        read.flat_map(Result::err),
+        read.flat_map(|read| read.err().map(|group| *group)),
     )
 }
 
