@@ -1382,13 +1382,26 @@ mod tests {
                 .collect();
             mentions.iter().map(|m| by_doc[m.doc_id.as_str()]).collect()
         };
+        // `new` resolved whole and from `last`, the resolution of `old`:
+        // the same, and what each cost.
+        let again = |old: &[DocEntity], last: &Resolution, new: &[DocEntity]| {
+            let old_entity_of = entity_of(last, old);
+            let last = LastResolution {
+                mentions: old,
+                entity_of: &old_entity_of,
+                asked: &last.asked,
+            };
+            let (whole, work) = resolve(new, None);
+            let (replayed, replay_work) = resolve(new, Some(last));
+            assert_eq!(replayed, whole);
+            (whole, work, replay_work)
+        };
         let (mut whole_work, mut replayed_work, mut rounds) = (0, 0, 0);
-        for trial in 0..100 {
+        for _ in 0..100 {
             let docs = 20 + next(400);
             let mut old: Vec<DocEntity> = (0..docs).map(|d| mention(d, &mut next)).collect();
             old.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
             let (last, _) = resolve(&old, None);
-            let entity_of = entity_of(&last, &old);
             let mut new = old.clone();
             for _ in 0..1 + next(3) {
                 match next(4) {
@@ -1406,14 +1419,7 @@ mod tests {
             }
             new.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
             new.dedup_by(|a, b| a.doc_id == b.doc_id);
-            let last = LastResolution {
-                mentions: &old,
-                entity_of: &entity_of,
-                asked: &last.asked,
-            };
-            let (whole, work) = resolve(&new, None);
-            let (replayed, replay_work) = resolve(&new, Some(last));
-            assert_eq!(replayed, whole, "trial {trial}");
+            let (whole, work, replay_work) = again(&old, &last, &new);
             whole_work += work;
             replayed_work += replay_work;
             rounds += whole.rows.len();
@@ -1428,17 +1434,9 @@ mod tests {
         let mut old: Vec<DocEntity> = (0..4_000).map(|d| mention(d, &mut next)).collect();
         old.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
         let (last, _) = resolve(&old, None);
-        let old_entity_of = entity_of(&last, &old);
         let mut new = old.clone();
         new[2_500] = mention(new[2_500].doc_id[4..].parse().unwrap(), &mut next);
-        let last = LastResolution {
-            mentions: &old,
-            entity_of: &old_entity_of,
-            asked: &last.asked,
-        };
-        let (whole, work) = resolve(&new, None);
-        let (replayed, replay_work) = resolve(&new, Some(last));
-        assert_eq!(replayed, whole);
+        let (_, work, replay_work) = again(&old, &last, &new);
         assert!(
             replay_work * 10 < work,
             "one edit of a large name: {replay_work} of {work}"
