@@ -500,10 +500,7 @@ impl<'m> Vectors<'m> {
 
     /// How mention `i` stands against `leader`'s vector (both embedded).
     fn likeness(&self, leader: &[f32], i: usize, config: &GraphConfig) -> Likeness {
-        let vector = self.vectors[i]
-            .as_deref()
-            .expect("embedded before compared");
-        let similarity = cosine(leader, vector);
+        let similarity = cosine(leader, self.vector(i));
         if similarity >= f64::from(config.same_above) {
             Likeness::Same
         } else if similarity >= f64::from(config.apart_below) {

@@ -642,13 +642,9 @@ struct PairKey {
     target_id: Tag,
 }
 
-/// The stage of the graph's error rows; their subject is a name's key or a
-/// pair's ends.
-const GRAPH_STAGE: &str = "graph";
-
 fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
     ErrorRow::new(
-        GRAPH_STAGE,
+        "graph",
         subject,
         None,
         error.kind(),

@@ -360,8 +360,6 @@ impl Indexer {
         } = &mut self.engine;
         let feeds = workers.feeds();
         let (mut sent, mut bytes, mut failed) = (0, 0, None);
-        // Worker 0's first epoch, ahead of the states: each epoch of a
-        // worker's input is one message.
         let mut names = NameStates::default();
         let scan = store.scan_at(Table::NameStates, checkpoint, &["name", "asked"], |batch| {
             match batch_rows::<NameStateRow>(Table::NameStates, batch) {
@@ -370,6 +368,8 @@ impl Indexer {
             }
         });
         runtime.block_on(scan)?;
+        // Worker 0's first epoch, ahead of the states: each epoch of a
+        // worker's input is one message.
         let mut entities = Vec::new();
         let columns = ["entity_id", "seg_ids"];
         let scan = store.scan_at(Table::Entities, checkpoint, &columns, |batch| {
