@@ -26,7 +26,7 @@ use crate::origins::{Held, Origins, Record};
 use crate::progress::Progress;
 use crate::state::{DocState, NameStates, StoredEntity};
 use crate::workers::InputChange;
-use crate::write::Batch;
+use crate::write::{Batch, StagedPart};
 
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
@@ -178,30 +178,6 @@ impl Indexer {
             .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
         self.engine.stages.reset();
         self.engine.runtime.block_on(self.engine.writer.prepare())?;
-        // The dataflow of a new process is restored once there is something
-        // to change: restoring costs less than any rebuild, but more than
-        // nothing.
-        let restore_from = match updates.is_empty() {
-            true => None,
-            false => self.restore_from.take(),
-        };
-        let (restored_bytes, mut unfinished) = match restore_from {
-            Some(checkpoint) => self.restore(round, &checkpoint)?,
-            None => (0, Vec::new()),
-        };
-        // The unfinished documents' rows as the tables hold them, retracted
-        // by key: building them again now would not fail as they did.
-        let mut retracted = Vec::new();
-        if let (false, Some(previous)) = (unfinished.is_empty(), &self.previous) {
-            let Engine {
-                runtime,
-                store,
-                writer,
-                ..
-            } = &self.engine;
-            let rows = runtime.block_on(stored_rows(store, &previous.checkpoint, &unfinished))?;
-            retracted.push(runtime.block_on(writer.stage(rows))?);
-        }
         // Epoch by epoch, every worker: one left behind would hold back
         // everyone's progress, and with it their flow control. Each epoch's
         // files are read as it is fed, so texts are held only while in flight.
@@ -223,21 +199,44 @@ impl Indexer {
             .max()
             .unwrap_or(0);
         let mut queues: Vec<_> = queues.into_iter().map(Vec::into_iter).collect();
+        // The dataflow of a new process is restored once something changes:
+        // restoring costs less than any rebuild, but more than nothing, and
+        // a file touched but not changed (a copy, a checkout) changes
+        // nothing. Until then the epochs fed are empty and wait here, as the
+        // restore's epochs come before the round's. Documents the checkpoint
+        // left unfinished are taken out at once, even by a round that
+        // changes nothing else.
+        let unfinished = (self.previous.as_ref()).is_some_and(|p| !p.unfinished.is_empty());
+        let mut waiting = Some(Vec::new());
+        let mut restored = Restored::default();
         for epoch in 0..epochs {
             for (peer, queue) in queues.iter_mut().enumerate() {
                 let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
                 let origins = batch.len();
-                let mut changes = self.feed(batch, &mut ingest_errors, reader)?;
-                // Their states leave the cross-document stages before anything
-                // of the round reaches them.
-                if epoch == 0 && peer == 0 {
-                    changes.extend(unfinished.drain(..).map(|s| (Fed::Restored(s), -1)));
-                }
-                self.engine
-                    .workers
-                    .send(round, epoch as u64, peer, origins, changes)?;
+                let changes = self.feed(batch, &mut ingest_errors, reader)?;
+                let fed = FedEpoch {
+                    epoch: epoch as u64,
+                    peer,
+                    origins,
+                    changes,
+                };
+                let Some(mut sent) = waiting.take_if(|_| unfinished || !fed.changes.is_empty())
+                else {
+                    match &mut waiting {
+                        Some(waiting) => waiting.push(fed),
+                        None => self.send(round, fed)?,
+                    }
+                    continue;
+                };
+                sent.push(fed);
+                restored = self.restore_for(round, &mut sent)?;
+                sent.into_iter().try_for_each(|fed| self.send(round, fed))?;
             }
         }
+        for fed in waiting.into_iter().flatten() {
+            self.send(round, fed)?;
+        }
+        let Restored { bytes, retracted } = restored;
         let mut parts = self.engine.workers.finish_round(round)?;
         parts.extend(retracted);
         let build = started.elapsed() - read;
@@ -292,7 +291,7 @@ impl Indexer {
         summary.changed = changed;
         summary.deleted = deleted;
         summary.rows_written = changes.rows_written;
-        summary.restored_bytes = restored_bytes;
+        summary.restored_bytes = bytes;
         summary.stages = Stages {
             read,
             build,
@@ -338,6 +337,46 @@ impl Indexer {
                 .entry(origin)
                 .or_insert(Routed::to(peer, Update::Carried(held)));
         }
+    }
+
+    /// Restores the dataflow for `round`, whose first epochs are `sent`, if
+    /// this process has not: the checkpoint's unfinished documents leave the
+    /// cross-document stages (their states) and the tables (their rows, as
+    /// the tables hold them, retracted by key: building them again now would
+    /// not fail as they did) before anything of the round reaches them.
+    fn restore_for(&mut self, round: u64, sent: &mut [FedEpoch]) -> Result<Restored, IndexError> {
+        let Some(checkpoint) = self.restore_from.take() else {
+            return Ok(Restored::default());
+        };
+        let (bytes, unfinished) = self.restore(round, &checkpoint)?;
+        let mut retracted = Vec::new();
+        if let (false, Some(previous)) = (unfinished.is_empty(), &self.previous) {
+            let Engine {
+                runtime,
+                store,
+                writer,
+                ..
+            } = &self.engine;
+            let rows = runtime.block_on(stored_rows(store, &previous.checkpoint, &unfinished))?;
+            retracted.push(runtime.block_on(writer.stage(rows))?);
+        }
+        if let Some(first) = sent.first_mut() {
+            let states = unfinished.into_iter().map(|s| (Fed::Restored(s), -1));
+            first.changes.extend(states);
+        }
+        Ok(Restored { bytes, retracted })
+    }
+
+    fn send(&mut self, round: u64, fed: FedEpoch) -> Result<(), IndexError> {
+        let FedEpoch {
+            epoch,
+            peer,
+            origins,
+            changes,
+        } = fed;
+        self.engine
+            .workers
+            .send(round, epoch, peer, origins, changes)
     }
 
     /// Feeds what the checkpoint's cross-document stages held at `round`'s
@@ -546,6 +585,23 @@ impl Indexer {
                 source_uri: record.source_uri.clone(),
             })
     }
+}
+
+/// One worker's share of one epoch of a round, as fed.
+struct FedEpoch {
+    epoch: u64,
+    peer: usize,
+    origins: usize,
+    changes: Vec<InputChange>,
+}
+
+/// What restoring a new process's dataflow read, and staged.
+#[derive(Default)]
+struct Restored {
+    /// Bytes of documents' states.
+    bytes: u64,
+    /// The unfinished documents' rows, retracted.
+    retracted: Vec<StagedPart>,
 }
 
 /// A document version as the dataflow's input takes it.

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
+use std::time::Duration;
 
 use memweave_llm::sim::{Fault, SimConfig};
 use memweave_operators::build::BuildConfig;
@@ -266,6 +267,32 @@ fn a_new_process_resolves_only_the_names_that_changed() {
         comparable(&read_tables(&restarted)),
         comparable(&read_tables(&live))
     );
+}
+
+/// A file touched but not changed (copied again, checked out again) changes
+/// nothing: a new process reads it, finds its text as indexed, and neither
+/// restores the dataflow nor writes a row.
+#[test]
+fn a_new_process_over_touched_files_restores_nothing() {
+    let (dir, source) = super::shared::archive_of(&["gap.txt", "founders.txt"]);
+    let tables = dir.path().join("memory");
+    run_index(&options(&source, &tables)).unwrap();
+    let before = comparable(&read_tables(&tables));
+    let touched = std::fs::File::options()
+        .append(true)
+        .open(source.join("gap.txt"))
+        .unwrap();
+    let later = touched.metadata().unwrap().modified().unwrap() + Duration::from_secs(60);
+    touched.set_modified(later).unwrap();
+    let run = run_index(&options(&source, &tables)).unwrap();
+    assert_eq!((run.restored_bytes, run.rows_written), (0, 0), "{run:?}");
+    assert_eq!(comparable(&read_tables(&tables)), before);
+
+    // The next change restores as ever, and is built.
+    let edited = essay("gap.txt").replacen("money", "a great deal of money", 1);
+    std::fs::write(source.join("gap.txt"), edited).unwrap();
+    let run = run_index(&options(&source, &tables)).unwrap();
+    assert!(run.restored_bytes > 0 && run.rows_written > 0, "{run:?}");
 }
 
 /// Editing one paragraph of one essay makes model calls for that essay alone
