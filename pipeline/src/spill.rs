@@ -17,7 +17,7 @@
 //!
 //! Values are encoded with bincode (they never leave the process) and appended
 //! through a buffer of [`APPEND_BUFFER`] bytes; the index of where each is
-//! lives in the heap at one word a slot (see [`Places`]). A new process's
+//! lives in the heap at 12 bytes a slot (see [`Places`]). A new process's
 //! restore spills every mention of the archive at once, and with JSON, one
 //! write per value and the index in a second file, the kernel's work on the
 //! files was most of a 100M-token restart's time.
@@ -67,15 +67,19 @@ pub struct Spill {
 }
 
 /// Where each key's value is in the values file: an open-addressing hash
-/// table (linear probing) of one word a slot, [`Slot`]. A table of 32-byte
-/// slots in a second file held nothing in the heap, but each insert was a
-/// small write at a random place of a large file, and the kernel's work on
-/// those (a 100M-token restart spills about 4M values a worker) was most of
-/// the restart; a word a slot in the heap is 16 to 32 bytes a value.
+/// table (linear probing) of a word a slot, [`Slot`], and its value's length.
+/// A table of 32-byte slots in a second file held nothing in the heap, but
+/// each insert was a small write at a random place of a large file, and the
+/// kernel's work on those (a 100M-token restart spills about 4M values a
+/// worker) was most of the restart; 12 bytes a slot in the heap is 24 to 48
+/// bytes a value.
 #[derive(Debug)]
 struct Places {
     /// A power of two of them; at most half are used.
     slots: Vec<Slot>,
+    /// Per slot, the length of its value, so that a value is read with its
+    /// header in one read.
+    lens: Vec<u32>,
     used: usize,
     /// The length of the values file, with the records appended but not yet
     /// written.
@@ -87,7 +91,8 @@ struct Places {
 
 /// A record in the values file: its key, its value's length, the value, and
 /// padding to a multiple of [`RECORD_ALIGN`] bytes.
-const HEADER_BYTES: usize = 20;
+const HEADER_BYTES: usize = KEY_BYTES + 4;
+const KEY_BYTES: usize = 16;
 const RECORD_ALIGN: u64 = 8;
 
 /// A slot: the low [`KEY_BITS`] bits of its key (where it probes from, and a
@@ -140,6 +145,7 @@ impl Spill {
             values: tempfile::tempfile()?,
             places: Mutex::new(Places {
                 slots: vec![Slot::EMPTY; capacity],
+                lens: vec![0; capacity],
                 used: 0,
                 end: 0,
                 appended: Vec::new(),
@@ -153,28 +159,38 @@ impl Spill {
         let bytes = bincode::serialize(value).expect("spilled values serialize");
         let key = hash128(&bytes);
         let mut places = self.places();
-        if let (slot, None) = places.find(&self.values, key) {
+        if let Some(slot) = places.vacancy(&self.values, key) {
             places.append(&self.values, slot, key, &bytes);
         }
         key
     }
 
-    /// The value written under `key`.
+    /// The value written under `key`: its record read whole, in one read
+    /// of the file (a restart reads millions; reading the key first, then
+    /// the value, was half the kernel's work on them).
     pub fn get<T: DeserializeOwned>(&self, key: SpillKey) -> T {
         let places = self.places();
-        let (offset, len) = (places.find(&self.values, key).1)
-            .expect("every spill key read was written by this worker");
-        let value = offset + HEADER_BYTES as u64;
-        // A written value is read without the lock: other stages' futures
-        // on this worker read their groups at the same time.
-        let bytes = match places.buffered(value, len) {
-            Some(bytes) => bytes,
-            None => {
-                drop(places);
-                read_file(&self.values, value, len)
+        let mut written = Vec::new();
+        for (offset, len) in places.matching(key) {
+            match places.buffered(offset, len) {
+                Some(record) => {
+                    if let Some(value) = value_of(&record, key) {
+                        return decode(value);
+                    }
+                }
+                None => written.push((offset, len)),
             }
-        };
-        bincode::deserialize(&bytes).expect("a spilled value reads back as written")
+        }
+        // A written record is read without the lock: other stages' futures
+        // on this worker read their groups at the same time.
+        drop(places);
+        for (offset, len) in written {
+            let record = read_file(&self.values, offset, len);
+            if let Some(value) = value_of(&record, key) {
+                return decode(value);
+            }
+        }
+        panic!("every spill key read was written by this worker")
     }
 
     fn places(&self) -> std::sync::MutexGuard<'_, Places> {
@@ -189,26 +205,37 @@ impl Places {
         self.slots.len() as u64 - 1
     }
 
-    /// The slot `key` is in, or the empty one where it would go, and where
-    /// its record is and its value's length.
-    fn find(&self, values: &File, key: SpillKey) -> (usize, Option<(u64, usize)>) {
+    /// The empty slot `key` would go to, or `None` where it is written.
+    fn vacancy(&self, values: &File, key: SpillKey) -> Option<usize> {
         let mut at = low_bits(key) & self.mask();
         loop {
             let slot = self.slots[at as usize];
             if slot == Slot::EMPTY {
-                return (at as usize, None);
+                return Some(at as usize);
             }
             if slot.low_bits() == low_bits(key) {
-                let header = (self.buffered(slot.offset(), HEADER_BYTES))
-                    .unwrap_or_else(|| read_file(values, slot.offset(), HEADER_BYTES));
-                let (stored, len) = header.split_at(16);
-                if u128::from_le_bytes(stored.try_into().expect("16 bytes")) == key {
-                    let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
-                    return (at as usize, Some((slot.offset(), len as usize)));
+                let header = (self.buffered(slot.offset(), KEY_BYTES))
+                    .unwrap_or_else(|| read_file(values, slot.offset(), KEY_BYTES));
+                if key_of(&header) == key {
+                    return None;
                 }
             }
             at = (at + 1) & self.mask();
         }
+    }
+
+    /// Where each record whose slot has `key`'s low bits is, and its length
+    /// (header and value), in probe order: nearly always one, `key`'s own.
+    fn matching(&self, key: SpillKey) -> impl Iterator<Item = (u64, usize)> + '_ {
+        let start = low_bits(key) & self.mask();
+        let probed = std::iter::successors(Some(start), |at| Some((at + 1) & self.mask()));
+        // A length is read only for a slot that matches: each read of the
+        // table is likely a cache miss.
+        probed
+            .map(|at| (at as usize, self.slots[at as usize]))
+            .take_while(|(_, slot)| *slot != Slot::EMPTY)
+            .filter(move |(_, slot)| slot.low_bits() == low_bits(key))
+            .map(|(at, slot)| (slot.offset(), HEADER_BYTES + self.lens[at] as usize))
     }
 
     /// Appends `key`'s record to the values and fills the empty `slot` (from
@@ -237,7 +264,7 @@ impl Places {
         } else {
             slot
         };
-        self.slots[slot] = Slot::new(key, offset);
+        (self.slots[slot], self.lens[slot]) = (Slot::new(key, offset), len);
         self.used += 1;
     }
 
@@ -248,11 +275,14 @@ impl Places {
             self.slots.len() * 2 <= 1 << KEY_BITS,
             "the spill holds over 2^27 values"
         );
-        let bigger = vec![Slot::EMPTY; self.slots.len() * 2];
-        let old = std::mem::replace(&mut self.slots, bigger);
-        for slot in old.into_iter().filter(|s| *s != Slot::EMPTY) {
-            let at = self.empty_slot(slot.low_bits());
-            self.slots[at] = slot;
+        let size = self.slots.len() * 2;
+        let slots = std::mem::replace(&mut self.slots, vec![Slot::EMPTY; size]);
+        let lens = std::mem::replace(&mut self.lens, vec![0; size]);
+        for (slot, len) in slots.into_iter().zip(lens) {
+            if slot != Slot::EMPTY {
+                let at = self.empty_slot(slot.low_bits());
+                (self.slots[at], self.lens[at]) = (slot, len);
+            }
         }
     }
 
@@ -272,6 +302,20 @@ impl Places {
         let at = usize::try_from(offset.checked_sub(written)?).ok()?;
         Some(self.appended[at..at + len].to_vec())
     }
+}
+
+/// The key a record (or its header) starts with.
+fn key_of(record: &[u8]) -> SpillKey {
+    u128::from_le_bytes(record[..KEY_BYTES].try_into().expect("16 bytes"))
+}
+
+/// The value a record holds, if it is `key`'s.
+fn value_of(record: &[u8], key: SpillKey) -> Option<&[u8]> {
+    (key_of(record) == key).then(|| &record[HEADER_BYTES..])
+}
+
+fn decode<T: DeserializeOwned>(value: &[u8]) -> T {
+    bincode::deserialize(value).expect("a spilled value reads back as written")
 }
 
 /// `len` bytes of the values file from `offset`, written there.
