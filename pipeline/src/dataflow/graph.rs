@@ -78,8 +78,10 @@ impl GraphRow {
 /// grouped with its source's name, whose resolution gives it the source's
 /// entity in its document, then with its target's name beside that name's
 /// entities, which gives it the target's and so its pair; every relation of
-/// a pair ends at that name, so the name's group hands on whole pairs. Each of
-/// the two arrangements holds a relation as a name and a spill key.
+/// a pair ends at that name, so the name's group hands on whole pairs. The
+/// source's arrangement holds a relation as a name and a spill key, the
+/// target's as a name and ids (its document, its source's entity, its text's
+/// spill key).
 pub(super) fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
@@ -221,24 +223,22 @@ pub(super) fn graph_stages<'scope>(
         .concat(read_back);
     // Every relation of a pair ends at the pair's target's name (an entity
     // has one name), so the name's group holds whole pairs: no model call,
-    // the target's entity in the relation's document, read from the spill.
-    let pairs = spill_where_used(
-        to_targets,
-        spill,
-        "SpillTargets",
-        |(name, _)| name_route(*name),
-        |(name, _), text| (*name, text),
-    )
-    .reduce_named("PairsByTarget", move |_name, found, out| {
-        let found: Vec<(Tag, TargetMention)> = found
-            .iter()
-            .map(|(key, _)| target_spill.get(**key))
-            .collect();
-        for (pair, relations) in target_pairs(found) {
-            out.push(((pair, SpilledGroup::put(&target_spill, &relations)), 1));
-        }
-    })
-    .map(|(_name, pair)| pair);
+    // the target's entity in the relation's document. A target mention is
+    // ids alone, held in the arrangement: spilled, a restore wrote and read
+    // back millions of them at about its size again in index and header.
+    // The reduce's exchange is by name, as [`name_route`], so each pair is
+    // merged where its relations' texts are spilled.
+    let pairs = to_targets
+        .reduce_named("PairsByTarget", move |_name, found, out| {
+            let found = found
+                .iter()
+                .map(|(mention, _)| (*mention).clone())
+                .collect();
+            for (pair, relations) in target_pairs(found) {
+                out.push(((pair, SpilledGroup::put(&target_spill, &relations)), 1));
+            }
+        })
+        .map(|(_name, pair)| pair);
     let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
     let relations = changes_only(pairs).map_async(
         tasks,
@@ -591,16 +591,16 @@ pub(super) enum TargetMention {
 /// relation's document. A relation whose document has no entity of that name
 /// has no pair (the extraction keeps only relations between the document's
 /// entities).
-fn target_pairs(found: Vec<(Tag, TargetMention)>) -> BTreeMap<PairKey, Vec<SpillKey>> {
+fn target_pairs(found: Vec<TargetMention>) -> BTreeMap<PairKey, Vec<SpillKey>> {
     let entity_in: BTreeMap<Tag, Tag> = found
         .iter()
-        .filter_map(|(_, m)| match m {
+        .filter_map(|m| match m {
             TargetMention::Entity { doc, entity_id } => Some((*doc, *entity_id)),
             TargetMention::Relation { .. } => None,
         })
         .collect();
     let mut pairs: BTreeMap<PairKey, Vec<SpillKey>> = BTreeMap::new();
-    for (_, mention) in found {
+    for mention in found {
         if let TargetMention::Relation {
             doc,
             source_id,
@@ -679,21 +679,14 @@ mod tests {
     /// document; a document without that entity gives it no pair.
     #[test]
     fn a_target_group_pairs_each_relation_with_its_documents_entity() {
-        let target = tag("charles babbage");
-        let relation = |doc: &str, source_id: Tag, text: SpillKey| {
-            let mention = TargetMention::Relation {
-                doc: tag(doc),
-                source_id,
-                text,
-            };
-            (target, mention)
+        let relation = |doc: &str, source_id: Tag, text: SpillKey| TargetMention::Relation {
+            doc: tag(doc),
+            source_id,
+            text,
         };
-        let entity = |doc: &str, entity_id: Tag| {
-            let mention = TargetMention::Entity {
-                doc: tag(doc),
-                entity_id,
-            };
-            (target, mention)
+        let entity = |doc: &str, entity_id: Tag| TargetMention::Entity {
+            doc: tag(doc),
+            entity_id,
         };
         let pairs = target_pairs(vec![
             relation("a.txt", 1, 150),
