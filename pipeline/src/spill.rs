@@ -239,7 +239,7 @@ impl Places {
     }
 
     /// Appends `key`'s record to the values and fills the empty `slot` (from
-    /// [`Places::find`]), doubling the table first when it would be more
+    /// [`Places::vacancy`]), doubling the table first when it would be more
     /// than half full.
     fn append(&mut self, values: &File, slot: usize, key: SpillKey, bytes: &[u8]) {
         let offset = self.end;
