@@ -874,34 +874,57 @@ pub fn assignments_from_entities(
 ) -> Option<Vec<EntityAssignment>> {
     let key = &mentions.first()?.key;
     let first_group = content_id("entity", &[key.as_bytes()]);
-    if !stored.holds(&first_group) {
+    let candidates: Vec<(String, Option<&str>)> = mentions
+        .iter()
+        .map(|m| {
+            let own = content_id("entity", &[key.as_bytes(), m.doc_id.as_bytes()]);
+            (own, m.seg_ids.first().map(String::as_str))
+        })
+        .collect();
+    let groups = stored_groups(
+        first_group,
+        &candidates,
+        |id| stored.holds(id),
+        |id, seg_id| stored.found_in(id, seg_id),
+    )?;
+    let assignments = (mentions.iter().zip(groups)).map(|(m, entity_id)| EntityAssignment {
+        doc_id: m.doc_id.clone(),
+        key: m.key.clone(),
+        entity_id,
+    });
+    Some(assignments.collect())
+}
+
+/// The rule of [`assignments_from_entities`], over ids and segments in any
+/// form (a new process reads names back from hashes): given the name's
+/// first group and, per mention, the group its document would have led and
+/// its first segment, the stored group each mention joined. `None` where
+/// the stored groups do not account for every mention.
+pub fn stored_groups<I: Clone, S>(
+    first_group: I,
+    mentions: &[(I, Option<S>)],
+    holds: impl Fn(&I) -> bool,
+    found_in: impl Fn(&I, &S) -> bool,
+) -> Option<Vec<I>> {
+    if !holds(&first_group) {
         return None;
     }
-    let later_groups: Vec<String> = mentions
-        .iter()
-        .map(|m| content_id("entity", &[key.as_bytes(), m.doc_id.as_bytes()]))
-        .filter(|id| stored.holds(id))
+    let later_groups: Vec<&I> = (mentions.iter().map(|(own, _)| own))
+        .filter(|id| holds(id))
         .collect();
     mentions
         .iter()
-        .map(|m| {
-            let entity_id = match m.seg_ids.first() {
-                None if later_groups.is_empty() => first_group.clone(),
-                None => return None,
-                Some(seg_id) => {
-                    let mut holding = (later_groups.iter().chain([&first_group]))
-                        .filter(|id| stored.found_in(id, seg_id));
-                    match (holding.next(), holding.next()) {
-                        (Some(id), None) => id.clone(),
-                        _ => return None,
-                    }
+        .map(|(_, first_segment)| match first_segment {
+            None if later_groups.is_empty() => Some(first_group.clone()),
+            None => None,
+            Some(segment) => {
+                let mut holding = (later_groups.iter().copied().chain([&first_group]))
+                    .filter(|id| found_in(id, segment));
+                match (holding.next(), holding.next()) {
+                    (Some(id), None) => Some(id.clone()),
+                    _ => None,
                 }
-            };
-            Some(EntityAssignment {
-                doc_id: m.doc_id.clone(),
-                key: m.key.clone(),
-                entity_id,
-            })
+            }
         })
         .collect()
 }

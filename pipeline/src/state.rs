@@ -255,14 +255,28 @@ impl EntitiesByHash {
     }
 }
 
+impl EntitiesByHash {
+    /// Whether it holds the entity whose id hashes to `entity` (see
+    /// [`entity_hash`]).
+    pub fn holds_hashed(&self, entity: u128) -> bool {
+        self.segments.contains_key(&entity)
+    }
+
+    /// Whether the entity whose id hashes to `entity` was found in the
+    /// segment whose id hashes to `segment` (see [`segment_hash`]).
+    pub fn found_in_hashed(&self, entity: u128, segment: u64) -> bool {
+        (self.segments.get(&entity))
+            .is_some_and(|segments| segments.binary_search(&segment).is_ok())
+    }
+}
+
 impl StoredEntities for EntitiesByHash {
     fn holds(&self, entity_id: &str) -> bool {
-        self.segments.contains_key(&entity_hash(entity_id))
+        self.holds_hashed(entity_hash(entity_id))
     }
 
     fn found_in(&self, entity_id: &str, seg_id: &str) -> bool {
-        (self.segments.get(&entity_hash(entity_id)))
-            .is_some_and(|segments| segments.binary_search(&segment_hash(seg_id)).is_ok())
+        self.found_in_hashed(entity_hash(entity_id), segment_hash(seg_id))
     }
 
     fn asked(&self, entity_id: &str) -> Option<Vec<u32>> {
@@ -270,11 +284,11 @@ impl StoredEntities for EntitiesByHash {
     }
 }
 
-fn entity_hash(entity_id: &str) -> u128 {
+pub fn entity_hash(entity_id: &str) -> u128 {
     hash128(entity_id.as_bytes())
 }
 
-fn segment_hash(seg_id: &str) -> u64 {
+pub fn segment_hash(seg_id: &str) -> u64 {
     hash128(seg_id.as_bytes()) as u64
 }
 

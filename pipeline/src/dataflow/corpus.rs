@@ -110,7 +110,7 @@ fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
     name: &'static str,
 ) -> VecCollection<'scope, u64, SpilledGroup, isize> {
     let group_spill = Arc::clone(spill);
-    spill_where_used(roots, spill, name, |_| ().hashed(), |_, text| ((), text))
+    spill_where_used(roots, spill, name, |_| ().hashed(), |_, text, _| ((), text))
         .reduce_named(name, move |(), roots, out| {
             out.push((spill_group(&group_spill, roots), 1));
         })

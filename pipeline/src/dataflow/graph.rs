@@ -7,28 +7,30 @@ use std::sync::Arc;
 
 use differential_dataflow::VecCollection;
 use differential_dataflow::{AsCollection, Hashable};
-use memweave_operators::embed::embed_all;
+use memweave_operators::embed::{Embedder, embed_all};
 use memweave_operators::graph::{
-    DocEntity, DocRelation, EntityAssignment, GraphConfig, LastResolution, Resolution,
-    assignments_from_entities, entity_rows, merge_relations_across, relation_row,
-    resolution_from_entities, resolve_entities,
+    DocEntity, DocRelation, EntityAssignment, GraphConfig, LastResolution, Resolution, entity_rows,
+    merge_relations_across, relation_row, resolution_from_entities, resolve_entities,
+    stored_groups,
 };
-use memweave_operators::model::{CallContext, StepError};
+use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_schemas::{
-    EmbeddingRow, EntityRow, ErrorRow, MemoryRow, NameStateRow, RelationRow, hash128,
+    EmbeddingRow, EntityRow, ErrorRow, MemoryRow, NameStateRow, RelationRow, content_id, hash128,
 };
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;
-use timely::dataflow::operators::Capability;
 use timely::dataflow::operators::generic::operator::Operator;
 use timely::dataflow::operators::vec::Broadcast;
+use timely::dataflow::operators::{Capability, Concat};
 
 use super::Services;
-use super::spilled::{read_group, read_in_doc_order, spill_group, spill_where_used};
+use super::spilled::{
+    read_group, read_group_and_earlier, read_in_doc_order, spill_group, spill_where_used,
+};
 use super::time::{self, changes_only, is_restore};
 use crate::async_map::{InFlight, MapAsync};
 use crate::spill::{Spill, SpillKey, SpilledGroup};
-use crate::state::{EntitiesByHash, StoredEntity};
+use crate::state::{EntitiesByHash, StoredEntity, entity_hash, segment_hash};
 
 /// What the cross-document graph stages produce.
 #[derive(
@@ -105,7 +107,7 @@ pub(super) fn graph_stages<'scope>(
         spill,
         "SpillRelations",
         relation_route,
-        |r, text| {
+        |r, text, _| {
             let (source, target) = (tag(&r.source_key), tag(&r.target_key));
             NameMention::Relation(RelationRef {
                 doc: tag(&r.doc_id),
@@ -115,17 +117,26 @@ pub(super) fn graph_stages<'scope>(
             })
         },
     );
-    let by_name = spill_where_used(
+    // At a restore, each mention also leaves a hint of what reading its
+    // name back needs, so that the restore does not read every mention back.
+    let spilled = spill_where_used(
         doc_entities.map(NameMention::Entity).concat(relation_refs),
         spill,
         "SpillNames",
         |m| name_route(m.name()),
-        |m, text| (m.name(), text),
-    )
-    .reduce_named("MentionsByName", move |_name, mentions, out| {
-        out.push((spill_group(&name_spill, mentions), 1));
-    });
-    let (read_back, to_resolve) = read_back_resolutions(by_name, stored_entities, spill);
+        |m, text, time| {
+            let hint = is_restore(time).then(|| RestoreHint::of(m, text));
+            ((m.name(), text), hint)
+        },
+    );
+    let hints = (spilled.clone()).flat_map(|((name, _), hint)| hint.map(|hint| (name, hint)));
+    let by_name = (spilled.map(|(slim, _)| slim)).reduce_named(
+        "MentionsByName",
+        move |_name, mentions, out| {
+            out.push((spill_group(&name_spill, mentions), 1));
+        },
+    );
+    let (read_back, to_resolve) = read_back_resolutions(by_name, stored_entities, hints, spill);
     let (model_e, embedder_e, spill_e) =
         (Arc::clone(model), Arc::clone(embedder), Arc::clone(spill));
     let resolved = to_resolve.map_async(
@@ -135,58 +146,22 @@ pub(super) fn graph_stages<'scope>(
             weight: |name: &NameGroup| name.group.len,
             budget: MENTIONS_IN_FLIGHT,
         },
-        move |NameGroup {
-                  group,
-                  read_back,
-                  last,
-              }| {
+        move |name: NameGroup| {
             let (model, embedder) = (Arc::clone(&model_e), Arc::clone(&embedder_e));
             let spill = Arc::clone(&spill_e);
             async move {
-                let (mut mentions, relations): (Vec<DocEntity>, Vec<RelationRef>) =
-                    split_name_mentions(read_group(&spill, group));
-                let mut out = Vec::new();
-                // A relation's source is one of its document's entities, so a
-                // group with relations has mentions; the check keeps a bad
-                // extraction from panicking the worker.
-                if mentions.is_empty() {
-                    return out;
-                }
-                mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-                let resolved = match read_back {
-                    Some(read_back) => Ok(read_back),
-                    None => {
-                        let last_mentions = last.as_ref().map(|l| sorted_mentions(&spill, l.group));
-                        let last = (last.as_ref().zip(last_mentions.as_deref())).map(
-                            |(last, mentions)| LastResolution {
-                                mentions,
-                                entity_of: &last.entity_of,
-                                asked: &last.asked,
-                            },
-                        );
-                        let (model, embedder) = (model.as_ref(), embedder.as_ref());
-                        resolve_entities(&mentions, last, model, embedder, &config).await
-                    }
+                let resolved =
+                    resolve_group(name, &spill, model.as_ref(), embedder.as_ref(), config).await;
+                let Some(resolved) = resolved else {
+                    return Vec::new();
                 };
-                let (rows, assignments) = match resolved {
-                    Ok(Resolution {
-                        rows,
-                        assignments,
-                        asked,
-                    }) => {
-                        let name = mentions[0].key.clone();
-                        out.push(GraphRow::NameState(NameStateRow { name, asked }));
-                        (rows, assignments)
-                    }
-                    Err(error) => {
-                        out.push(GraphRow::Error(graph_error(
-                            &mentions[0].key,
-                            &error,
-                            "its documents' entities were merged by name alone",
-                        )));
-                        entity_rows(&[mentions.iter().collect()])
-                    }
-                };
+                let ResolvedName {
+                    name,
+                    outcome,
+                    rows,
+                    targets,
+                } = resolved;
+                let mut out = vec![outcome];
                 let texts: Vec<String> = rows
                     .iter()
                     .map(|r| format!("{}: {}", r.name, r.description))
@@ -202,15 +177,16 @@ pub(super) fn graph_stages<'scope>(
                         ))
                     })),
                     Err(error) => out.push(GraphRow::Error(graph_error(
-                        &mentions[0].key,
+                        &name,
                         &error,
                         "its entities have no vectors",
                     ))),
                 }
                 out.extend(rows.into_iter().map(GraphRow::Entity));
-                let name = tag(&mentions[0].key);
-                let targets = to_targets(name, &assignments, relations);
-                out.extend(targets.map(|(target, mention)| GraphRow::ToTarget(target, mention)));
+                out.extend(
+                    (targets.into_iter())
+                        .map(|(target, mention)| GraphRow::ToTarget(target, mention)),
+                );
                 out
             }
         },
@@ -282,6 +258,98 @@ pub(super) fn graph_stages<'scope>(
     resolved.concat(relations).flat_map(GraphRow::into_row)
 }
 
+/// What resolving a name's group gives, its entities not yet embedded.
+struct ResolvedName {
+    /// The name's key.
+    name: String,
+    /// The name's state, or the error its resolution met.
+    outcome: GraphRow,
+    rows: Vec<EntityRow>,
+    /// What the group sends to target names (see [`to_targets`]).
+    targets: Vec<(Tag, TargetMention)>,
+}
+
+/// Resolves a name's group: as read back, where it was (see
+/// [`read_back_resolutions`]); otherwise its mentions, read from the spill
+/// with its last group's, resolved. A step the model fails falls back to one
+/// entity for the name. `None` for a group without entity mentions.
+async fn resolve_group(
+    group: NameGroup,
+    spill: &Spill,
+    model: &dyn MemoryModel,
+    embedder: &dyn Embedder,
+    config: GraphConfig,
+) -> Option<ResolvedName> {
+    let NameGroup {
+        group,
+        read_back,
+        last,
+    } = group;
+    if let Some(ReadBackGroup {
+        name,
+        resolution,
+        relations,
+    }) = read_back
+    {
+        let Resolution {
+            rows,
+            asked,
+            assignments,
+        } = resolution;
+        let targets = to_targets(tag(&name), &assignments, relations).collect();
+        let outcome = GraphRow::NameState(NameStateRow {
+            name: name.clone(),
+            asked,
+        });
+        return Some(ResolvedName {
+            name,
+            outcome,
+            rows,
+            targets,
+        });
+    }
+    let (found, last_found) = read_group_and_earlier(spill, group, last.as_ref().map(|l| l.group));
+    let (mentions, relations) = split_name_mentions(found);
+    // A relation's source is one of its document's entities, so a group with
+    // relations has mentions; the check keeps a bad extraction from
+    // panicking the worker.
+    let name = mentions.first()?.key.clone();
+    let mentions = in_doc_order(mentions);
+    let last_mentions = last_found.map(|found| in_doc_order(split_name_mentions(found).0));
+    let last =
+        (last.as_ref().zip(last_mentions.as_deref())).map(|(last, mentions)| LastResolution {
+            mentions,
+            entity_of: &last.entity_of,
+            asked: &last.asked,
+        });
+    let (outcome, (rows, assignments)) =
+        match resolve_entities(&mentions, last, model, embedder, &config).await {
+            Ok(Resolution {
+                rows,
+                assignments,
+                asked,
+            }) => {
+                let state = NameStateRow {
+                    name: name.clone(),
+                    asked,
+                };
+                (GraphRow::NameState(state), (rows, assignments))
+            }
+            Err(error) => {
+                let fallback = "its documents' entities were merged by name alone";
+                let error = GraphRow::Error(graph_error(&name, &error, fallback));
+                (error, entity_rows(&[mentions.iter().collect()]))
+            }
+        };
+    let targets = to_targets(tag(&name), &assignments, relations).collect();
+    Some(ResolvedName {
+        name,
+        outcome,
+        rows,
+        targets,
+    })
+}
+
 /// What a name's group sends to target names' groups, given which entity the
 /// name became in each document: the relations it starts, each with its
 /// source's entity, to their targets' names; and the entity it became in
@@ -292,10 +360,19 @@ fn to_targets(
     assignments: &[EntityAssignment],
     relations: Vec<RelationRef>,
 ) -> impl Iterator<Item = (Tag, TargetMention)> {
-    let entity_in: BTreeMap<Tag, Tag> = assignments
+    let entity_in = assignments
         .iter()
         .map(|a| (tag(&a.doc_id), entity_tag(&a.entity_id)))
         .collect();
+    targets_of(name, entity_in, relations)
+}
+
+/// [`to_targets`], given the entity the name became in each document.
+fn targets_of(
+    name: Tag,
+    entity_in: BTreeMap<Tag, Tag>,
+    relations: Vec<RelationRef>,
+) -> impl Iterator<Item = (Tag, TargetMention)> {
     let started: Vec<(Tag, TargetMention)> = relations
         .into_iter()
         .filter_map(|r| {
@@ -313,14 +390,105 @@ fn to_targets(
     started.into_iter().chain(became)
 }
 
+/// What reading a restored mention's name back takes from it (see
+/// [`targets_from_hints`]): for an entity mention, its document, the
+/// entity its name's first group and its document's own group would be
+/// (as numbers) and its first segment's hash; a relation as its name's
+/// group holds it. Each with its spill key, which tells mentions apart as
+/// the name's group does.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+enum RestoreHint {
+    Entity {
+        text: SpillKey,
+        doc: Tag,
+        first_group: Tag,
+        own_group: Tag,
+        first_segment: Option<u64>,
+    },
+    Relation(RelationRef),
+}
+
+impl RestoreHint {
+    fn of(mention: &NameMention, text: SpillKey) -> RestoreHint {
+        match mention {
+            NameMention::Entity(e) => {
+                let key = e.key.as_bytes();
+                RestoreHint::Entity {
+                    text,
+                    doc: tag(&e.doc_id),
+                    first_group: entity_tag(&content_id("entity", &[key])),
+                    own_group: entity_tag(&content_id("entity", &[key, e.doc_id.as_bytes()])),
+                    first_segment: e.seg_ids.first().map(|s| segment_hash(s)),
+                }
+            }
+            NameMention::Relation(r) => RestoreHint::Relation(r.clone()),
+        }
+    }
+}
+
+/// What a restored name's group sends to target names, which entity the name
+/// became in each document read back from the checkpoint's entities, given
+/// its mentions' hints: the mentions are not read back from the spill.
+/// `None` where the entities do not account for the mentions.
+fn targets_from_hints(
+    name: Tag,
+    mut hints: Vec<RestoreHint>,
+    entities: &EntitiesByHash,
+) -> Option<Vec<(Tag, TargetMention)>> {
+    // One of each, as the group holds each distinct mention once.
+    hints.sort_unstable();
+    hints.dedup();
+    let (mut docs, mut candidates, mut relations) = (Vec::new(), Vec::new(), Vec::new());
+    let mut first = None;
+    for hint in hints {
+        match hint {
+            RestoreHint::Entity {
+                doc,
+                first_group,
+                own_group,
+                first_segment,
+                ..
+            } => {
+                first = Some(first_group);
+                docs.push(doc);
+                candidates.push((own_group, first_segment));
+            }
+            RestoreHint::Relation(r) => relations.push(r),
+        }
+    }
+    let Some(first_group) = first else {
+        return Some(Vec::new());
+    };
+    let hashed = |id: &Tag| entity_hash(&entity_id(*id));
+    let groups = stored_groups(
+        first_group,
+        &candidates,
+        |id| entities.holds_hashed(hashed(id)),
+        |id, segment| entities.found_in_hashed(hashed(id), *segment),
+    )?;
+    Some(targets_of(name, docs.into_iter().zip(groups).collect(), relations).collect())
+}
+
 /// A name's group on its way to be resolved, with what its resolution gave
 /// where that is read back instead, or the name's last resolution where it
 /// is resolved from that (see [`read_back_resolutions`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 struct NameGroup {
     group: SpilledGroup,
-    read_back: Option<Resolution>,
+    read_back: Option<ReadBackGroup>,
     last: Option<LastGroup>,
+}
+
+/// What a restored name's group gave, read back from the checkpoint's
+/// entities where the group is retracted: its resolution, with the relations
+/// it starts (what it sent to target names follows from the two). The
+/// group's mentions are read once, where it is read back, not again where
+/// its rows are retracted.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+struct ReadBackGroup {
+    name: String,
+    resolution: Resolution,
+    relations: Vec<RelationRef>,
 }
 
 /// A name's last resolution as a group carries it: the last group (its
@@ -337,6 +505,14 @@ struct LastGroup {
 /// target per mention of the archive, each the size of the larger variant).
 type ReadBack = Result<(Tag, TargetMention), Box<NameGroup>>;
 
+/// What a name's group is read back beside: the checkpoint's entities, and
+/// the hints of the name's restored mentions.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+enum Beside {
+    Entity(StoredEntity),
+    Hint(Tag, RestoreHint),
+}
+
 /// Name groups, with what a new process reads back from the checkpoint's
 /// entities (`stored`, which every worker is given whole) instead of
 /// resolving: at the restore, what a group sends to target names, where
@@ -350,21 +526,28 @@ type ReadBack = Result<(Tag, TargetMention), Box<NameGroup>>;
 fn read_back_resolutions<'scope>(
     groups: VecCollection<'scope, u64, (Tag, SpilledGroup), isize>,
     stored: VecCollection<'scope, u64, StoredEntity, isize>,
+    hints: VecCollection<'scope, u64, (Tag, RestoreHint), isize>,
     spill: &Arc<Spill>,
 ) -> (
     VecCollection<'scope, u64, (Tag, TargetMention), isize>,
     VecCollection<'scope, u64, NameGroup, isize>,
 ) {
     let spill = Arc::clone(spill);
+    // Every worker is given every entity; a name's hints come where its
+    // group does.
+    let beside = (stored.map(Beside::Entity).inner.broadcast())
+        .concat(hints.map(|(name, hint)| Beside::Hint(name, hint)).inner);
     let read = groups
         .inner
         .binary_frontier::<_, CapacityContainerBuilder<Vec<(ReadBack, u64, isize)>>, _, _, _, _>(
-            stored.inner.broadcast(),
+            beside,
             Pipeline,
             Pipeline,
             "ReadBackResolutions",
             move |_, _| {
                 let mut entities = EntitiesByHash::default();
+                // The restored mentions' hints, by name.
+                let mut hints: HashMap<Tag, Vec<RestoreHint>> = HashMap::new();
                 // The groups read back at the restore: the entities tell
                 // what retracting one in the round's changes takes away.
                 let mut restored = HashSet::new();
@@ -376,11 +559,18 @@ fn read_back_resolutions<'scope>(
                     u64,
                     (Capability<u64>, Vec<((Tag, SpilledGroup), isize)>),
                 > = BTreeMap::new();
-                move |(groups, groups_frontier), (stored, stored_frontier), output| {
-                    stored.for_each(|_, data| {
-                        for (entity, time, _) in data.drain(..) {
-                            entities.insert(entity);
-                            round_end = Some(time::round_end(&time));
+                move |(groups, groups_frontier), (beside, stored_frontier), output| {
+                    beside.for_each(|_, data| {
+                        for (found, time, _) in data.drain(..) {
+                            match found {
+                                Beside::Entity(entity) => {
+                                    entities.insert(entity);
+                                    round_end = Some(time::round_end(&time));
+                                }
+                                Beside::Hint(name, hint) => {
+                                    hints.entry(name).or_default().push(hint);
+                                }
+                            }
                         }
                     });
                     groups.for_each(|capability, data| {
@@ -398,8 +588,9 @@ fn read_back_resolutions<'scope>(
                         let (capability, mut found) = waiting.remove(&time).expect("waiting");
                         let mut session = output.session(&capability);
                         if is_restore(&time) {
-                            for ((_, group), diff) in found {
-                                match read_back_targets(&spill, group, &entities) {
+                            for ((name, group), diff) in found {
+                                let hints = hints.remove(&name).unwrap_or_default();
+                                match targets_from_hints(name, hints, &entities) {
                                     Some(targets) => {
                                         restored.insert(group);
                                         for target in targets {
@@ -416,6 +607,7 @@ fn read_back_resolutions<'scope>(
                                     }
                                 }
                             }
+                            hints = HashMap::new();
                             continue;
                         }
                         // Retractions first: a name's new group is resolved
@@ -424,16 +616,16 @@ fn read_back_resolutions<'scope>(
                         let mut last_of = HashMap::new();
                         for ((name, group), diff) in found {
                             let read_back = (diff < 0 && restored.remove(&group))
-                                .then(|| read_back_rows(&spill, group, &entities))
+                                .then(|| read_back_group(&spill, group, &entities))
                                 .flatten()
-                                .map(|(resolution, entity_of)| {
+                                .map(|(read_back, entity_of)| {
                                     let last = LastGroup {
                                         group,
                                         entity_of,
-                                        asked: resolution.asked.clone(),
+                                        asked: read_back.resolution.asked.clone(),
                                     };
                                     last_of.insert(name, last);
-                                    resolution
+                                    read_back
                                 });
                             let last = if diff > 0 {
                                 last_of.remove(&name)
@@ -466,36 +658,28 @@ fn read_back_resolutions<'scope>(
     )
 }
 
-/// What a name's group sends to target names, with which entity the name
-/// became in each document read back from `entities`; `None` where they do
-/// not account for its mentions.
-fn read_back_targets(
+/// What resolving a name's group gave, read back from `entities`, with the
+/// index of each mention's entity among its rows (see [`LastResolution`]);
+/// `None` where it must be resolved again.
+fn read_back_group(
     spill: &Spill,
     group: SpilledGroup,
     entities: &EntitiesByHash,
-) -> Option<Vec<(Tag, TargetMention)>> {
-    let (mut mentions, relations) = split_name_mentions(read_group(spill, group));
-    if mentions.is_empty() {
-        return Some(Vec::new());
-    }
-    mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
-    let assignments = assignments_from_entities(&mentions, entities)?;
-    Some(to_targets(tag(&mentions[0].key), &assignments, relations).collect())
+) -> Option<(ReadBackGroup, Vec<u32>)> {
+    let (mentions, relations) = split_name_mentions(read_group(spill, group));
+    let mentions = in_doc_order(mentions);
+    let (resolution, entity_of) = resolution_from_entities(&mentions, entities)?;
+    let name = mentions.first()?.key.clone();
+    let read_back = ReadBackGroup {
+        name,
+        resolution,
+        relations,
+    };
+    Some((read_back, entity_of))
 }
 
-/// What resolving a name's group gave, read back from `entities`; `None`
-/// where it must be resolved again.
-fn read_back_rows(
-    spill: &Spill,
-    group: SpilledGroup,
-    entities: &EntitiesByHash,
-) -> Option<(Resolution, Vec<u32>)> {
-    resolution_from_entities(&sorted_mentions(spill, group), entities)
-}
-
-/// The entity mentions of a name's group, in doc_id order.
-fn sorted_mentions(spill: &Spill, group: SpilledGroup) -> Vec<DocEntity> {
-    let (mut mentions, _) = split_name_mentions(read_group(spill, group));
+/// Entity mentions in doc_id order: the order resolution expects.
+fn in_doc_order(mut mentions: Vec<DocEntity>) -> Vec<DocEntity> {
     mentions.sort_by(|a, b| a.doc_id.cmp(&b.doc_id));
     mentions
 }
@@ -672,6 +856,69 @@ mod tests {
         let (source, target) = (tag("ada lovelace"), tag("charles babbage"));
         assert_eq!(relation_route(&relation), target.hashed());
         assert_ne!(relation_route(&relation), name_route(source));
+    }
+
+    /// A restore reads a name back from its mentions' hints as from the
+    /// mentions themselves: the same targets where the stored entities
+    /// account for the mentions (two groups: the name's and one led by a
+    /// later document), and none where they do not.
+    #[test]
+    fn hints_read_a_name_back_as_its_mentions_do() {
+        use memweave_operators::graph::assignments_from_entities;
+
+        use crate::state::NameStates;
+
+        let mention = |doc: &str, seg: &str| DocEntity {
+            key: "ada lovelace".to_string(),
+            doc_id: doc.to_string(),
+            names: vec!["Ada Lovelace".to_string()],
+            context: format!("Ada in {doc}."),
+            document: "notes".into(),
+            seg_ids: vec![seg.to_string(), format!("{seg}-2")],
+        };
+        let mentions = vec![
+            mention("a.txt", "a1"),
+            mention("b.txt", "b1"),
+            mention("c.txt", "c1"),
+        ];
+        let relation = RelationRef {
+            doc: tag("b.txt"),
+            source: tag("ada lovelace"),
+            target: tag("charles babbage"),
+            text: 7,
+        };
+        let (rows, _) = entity_rows(&[vec![&mentions[0], &mentions[2]], vec![&mentions[1]]]);
+        let mut entities = EntitiesByHash::default();
+        for row in &rows {
+            entities.insert(StoredEntity::new(
+                &row.entity_id,
+                &row.seg_ids,
+                &NameStates::default(),
+            ));
+        }
+        let name = tag("ada lovelace");
+        let mut hints: Vec<RestoreHint> = (mentions.iter().enumerate())
+            .map(|(i, m)| RestoreHint::of(&NameMention::Entity(m.clone()), i as SpillKey))
+            .collect();
+        hints.push(RestoreHint::of(&NameMention::Relation(relation.clone()), 9));
+        let assignments = assignments_from_entities(&mentions, &entities).expect("read back");
+        let mut expected: Vec<_> = to_targets(name, &assignments, vec![relation]).collect();
+        let mut got = targets_from_hints(name, hints.clone(), &entities).expect("read back");
+        expected.sort();
+        got.sort();
+        assert_eq!(got, expected);
+        let entity_ids: HashSet<Tag> = (got.iter())
+            .filter_map(|(_, m)| match m {
+                TargetMention::Entity { entity_id, .. } => Some(*entity_id),
+                TargetMention::Relation { .. } => None,
+            })
+            .collect();
+        assert_eq!(entity_ids.len(), 2, "two entities: {got:?}");
+        assert_eq!(got.len(), 4, "three documents' entities and one relation");
+
+        let none = EntitiesByHash::default();
+        assert_eq!(assignments_from_entities(&mentions, &none), None);
+        assert_eq!(targets_from_hints(name, hints, &none), None);
     }
 
     /// A relation's pair is the entity its source became (given by the

@@ -1,5 +1,6 @@
 //! Stages that keep texts in the worker's spill and their arrangements slim.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use differential_dataflow::VecCollection;
@@ -28,6 +29,28 @@ pub(super) fn read_group<T: serde::de::DeserializeOwned>(
         .collect()
 }
 
+/// The spilled values of `group`, and those of `earlier`, a group that
+/// shares most of them (a name's last group shares all but its changed
+/// mentions with its new one): each value is read from the spill once.
+pub(super) fn read_group_and_earlier<T: serde::de::DeserializeOwned + Clone>(
+    spill: &Spill,
+    group: SpilledGroup,
+    earlier: Option<SpilledGroup>,
+) -> (Vec<T>, Option<Vec<T>>) {
+    let keys = group.keys(spill);
+    let values: Vec<T> = keys.iter().map(|key| spill.get(*key)).collect();
+    let earlier = earlier.map(|earlier| {
+        let read: HashMap<SpillKey, &T> = keys.iter().copied().zip(&values).collect();
+        (earlier.keys(spill).into_iter())
+            .map(|key| {
+                read.get(&key)
+                    .map_or_else(|| spill.get(key), |&value| value.clone())
+            })
+            .collect()
+    });
+    (values, earlier)
+}
+
 /// The spilled values of `group`, in the order of their documents' ids (ties
 /// in key order): the order resolution and merging expect.
 pub(super) fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>(
@@ -41,13 +64,13 @@ pub(super) fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>
 }
 
 /// Sends each update to the worker `route` names, spills it there, and passes
-/// on `slim(update, its spill key)` in its place.
+/// on `slim(update, its spill key, its time)` in its place.
 pub(super) fn spill_where_used<'scope, D, O>(
     collection: VecCollection<'scope, u64, D, isize>,
     spill: &Arc<Spill>,
     name: &str,
     route: impl Fn(&D) -> u64 + 'static,
-    slim: impl Fn(&D, SpillKey) -> O + 'static,
+    slim: impl Fn(&D, SpillKey, &u64) -> O + 'static,
 ) -> VecCollection<'scope, u64, O, isize>
 where
     D: ExchangeData,
@@ -65,7 +88,7 @@ where
                         let mut session = output.session(&capability);
                         for (update, time, diff) in updates.drain(..) {
                             let text = spill.put(&update);
-                            session.give((slim(&update, text), time, diff));
+                            session.give((slim(&update, text, &time), time, diff));
                         }
                     });
                 }
