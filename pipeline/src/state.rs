@@ -253,9 +253,7 @@ impl EntitiesByHash {
         }
         self.segments.insert(entity.entity, entity.segments);
     }
-}
 
-impl EntitiesByHash {
     /// Whether it holds the entity whose id hashes to `entity` (see
     /// [`entity_hash`]).
     pub fn holds_hashed(&self, entity: u128) -> bool {

@@ -438,6 +438,9 @@ fn targets_from_hints(
     // One of each, as the group holds each distinct mention once.
     hints.sort_unstable();
     hints.dedup();
+    // Each entity id beside its hash, hashed once: the rule looks the first
+    // group up for every mention, and every later group for every mention.
+    let with_hash = |id: Tag| (id, entity_hash(&entity_id(id)));
     let (mut docs, mut candidates, mut relations) = (Vec::new(), Vec::new(), Vec::new());
     let mut first = None;
     for hint in hints {
@@ -451,7 +454,7 @@ fn targets_from_hints(
             } => {
                 first = Some(first_group);
                 docs.push(doc);
-                candidates.push((own_group, first_segment));
+                candidates.push((with_hash(own_group), first_segment));
             }
             RestoreHint::Relation(r) => relations.push(r),
         }
@@ -459,14 +462,14 @@ fn targets_from_hints(
     let Some(first_group) = first else {
         return Some(Vec::new());
     };
-    let hashed = |id: &Tag| entity_hash(&entity_id(*id));
     let groups = stored_groups(
-        first_group,
+        with_hash(first_group),
         &candidates,
-        |id| entities.holds_hashed(hashed(id)),
-        |id, segment| entities.found_in_hashed(hashed(id), *segment),
+        |(_, hash)| entities.holds_hashed(*hash),
+        |(_, hash), segment| entities.found_in_hashed(*hash, *segment),
     )?;
-    Some(targets_of(name, docs.into_iter().zip(groups).collect(), relations).collect())
+    let entity_in = docs.into_iter().zip(groups.into_iter().map(|(id, _)| id));
+    Some(targets_of(name, entity_in.collect(), relations).collect())
 }
 
 /// A name's group on its way to be resolved, with what its resolution gave
