@@ -1,5 +1,6 @@
 //! `memweave index`: its flags, the run they ask for, and its summary.
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use memweave_llm::ModelArgs;
@@ -12,7 +13,7 @@ use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_operators::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS};
 use memweave_pipeline::cluster::ClusterArgs;
-use memweave_pipeline::index::kafka::{KafkaOptions, index_kafka};
+use memweave_pipeline::index::kafka::{DEFAULT_ROUND_MESSAGES, KafkaOptions, index_kafka};
 use memweave_pipeline::index::{
     ComputeSummary, DEFAULT_WRITE_BATCH_ROWS, IndexOptions, IndexSummary, compute, error_kinds,
     run_index, watch,
@@ -49,6 +50,12 @@ pub struct IndexArgs {
     /// seen at the start.
     #[arg(long)]
     follow: bool,
+    /// Most messages of a kafka:// SOURCE one round absorbs before it commits
+    /// [default: 1000]. Each round's cross-document work spans the whole
+    /// memory, so a backlog loads faster in larger rounds; smaller ones bound
+    /// a round's memory and what a crash makes the next process read again.
+    #[arg(long, value_name = "MESSAGES")]
+    round_messages: Option<NonZeroUsize>,
     /// Root of the memory tables: a path or an object-store URL (s3://…).
     #[arg(long, env = "MEMWEAVE_TABLES")]
     out: String,
@@ -162,11 +169,17 @@ impl IndexArgs {
     /// cluster process's share; prints each committed round's summary.
     pub fn run(self, interactive: bool) -> anyhow::Result<()> {
         let (watch_every, group, follow) = (self.watch, self.group.clone(), self.follow);
+        let round_messages = self.round_messages;
         let options = self.options(interactive)?;
         let kafka = options.source.starts_with("kafka://");
         let run: Result<(), IndexError> = match watch_every {
             _ if follow && !kafka => Err(UsageError(
                 "--follow is for kafka:// sources; use --watch SECONDS for files and objects"
+                    .into(),
+            )
+            .into()),
+            _ if round_messages.is_some() && !kafka => Err(UsageError(
+                "--round-messages is for kafka:// sources: files and objects are read in one round"
                     .into(),
             )
             .into()),
@@ -177,7 +190,14 @@ impl IndexArgs {
             _ if options.cluster.process != 0 => {
                 compute(&options).map(|summary| print_compute_summary(&summary))
             }
-            None if kafka => index_kafka(&options, &KafkaOptions { group, follow }, print_summary),
+            None if kafka => {
+                let kafka = KafkaOptions {
+                    group,
+                    follow,
+                    round_messages: round_messages.unwrap_or(DEFAULT_ROUND_MESSAGES),
+                };
+                index_kafka(&options, &kafka, print_summary)
+            }
             None => run_index(&options).map(|summary| print_summary(&summary)),
             Some(seconds) => watch(&options, Duration::from_secs(seconds.max(1)), print_summary),
         };

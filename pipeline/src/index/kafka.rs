@@ -16,6 +16,7 @@
 //! monitoring): a restart resumes from the checkpoint, never from the group.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
 use memweave_operators::build::doc_id_of;
@@ -35,9 +36,10 @@ use crate::positions::Positions;
 use crate::source::Source;
 use crate::{IndexError, UsageError};
 
-/// Most messages one round absorbs: a bound on a round's memory and on the work
-/// a crash makes a restart repeat (model calls excepted: they are cached).
-const MESSAGES_PER_ROUND: usize = 1000;
+/// Most messages one round absorbs unless told otherwise: a bound on a round's
+/// memory and on the work a crash makes a restart repeat (model calls
+/// excepted: they are cached).
+pub const DEFAULT_ROUND_MESSAGES: NonZeroUsize = NonZeroUsize::new(1000).unwrap();
 /// How long a round waits for another message before committing what it has.
 const IDLE: Duration = Duration::from_millis(500);
 /// Longest a metadata or offset request to the brokers may take.
@@ -50,6 +52,8 @@ pub struct KafkaOptions {
     pub group: String,
     /// Keep consuming; otherwise stop at the end offsets seen at the start.
     pub follow: bool,
+    /// Most messages a round absorbs before it commits.
+    pub round_messages: NonZeroUsize,
 }
 
 /// `kafka://BROKERS/TOPIC`, BROKERS being `host:port[,host:port…]`.
@@ -123,12 +127,14 @@ pub fn index_kafka(
     Ok(())
 }
 
-/// A topic, round by round: each round absorbs up to [`MESSAGES_PER_ROUND`]
-/// messages, each partition's fed by the worker it maps to.
+/// A topic, round by round: each round absorbs up to
+/// [`KafkaOptions::round_messages`] messages, each partition's fed by the
+/// worker it maps to.
 struct KafkaRounds<'o> {
     url: TopicUrl,
     options: &'o IndexOptions,
     follow: bool,
+    round_messages: NonZeroUsize,
     consumer: BaseConsumer,
     /// Per partition, the next offset to consume.
     next: BTreeMap<i32, i64>,
@@ -217,6 +223,7 @@ impl<'o> KafkaRounds<'o> {
             url,
             options,
             follow: kafka.follow,
+            round_messages: kafka.round_messages,
             consumer,
             next,
             ends,
@@ -251,7 +258,7 @@ impl RoundSource for KafkaRounds<'_> {
         loop {
             let started = Instant::now();
             self.consumed = 0;
-            while self.consumed < MESSAGES_PER_ROUND && !self.caught_up() {
+            while self.consumed < self.round_messages.get() && !self.caught_up() {
                 if cx.interrupted() {
                     return Err(IndexError::Interrupted);
                 }

@@ -242,8 +242,9 @@ fn follow_absorbs_messages_as_they_arrive_and_stops_on_sigterm() {
     assert_eq!(child.wait().unwrap().code(), Some(130));
 }
 
-/// Two processes consume a topic as one does: the same tables after a first
-/// run and after a second that absorbs an edit and a delete.
+/// Two processes consume a topic as one does, in rounds of at most two
+/// messages against the one's thousand: the same tables after a first run and
+/// after a second that absorbs an edit and a delete.
 #[test]
 fn a_cluster_consumes_a_topic_as_one_process_does() {
     let broker = KafkaBroker::start();
@@ -251,15 +252,19 @@ fn a_cluster_consumes_a_topic_as_one_process_does() {
     let dir = tempfile::tempdir().unwrap();
     let (one, two) = (dir.path().join("one"), dir.path().join("two"));
     let url = format!("kafka://{}/docs", broker.brokers);
-    let run_both = || {
+    // `rounds`: how many rounds of two messages the cluster's run takes.
+    let run_both = |rounds: usize| {
         index_topic(&broker, &one);
         let args: Vec<String> = [url.as_str(), "--group", "cluster", "--out"]
             .iter()
             .map(|a| a.to_string())
             .chain([two.display().to_string(), "-w".into(), "1".into()])
+            .chain(["--round-messages".into(), "2".into()])
             .collect();
         let outputs = index_cluster(dir.path(), 2, &args);
         assert!(calls_made(&outputs[1]) > 0, "{}", stdout(&outputs[1]));
+        let printed = stdout(&outputs[0]);
+        assert_eq!(printed.matches("(2 messages)").count(), rounds, "{printed}");
         let (a, b) = (read_tables(&one), read_tables(&two));
         assert_eq!(comparable(&a), comparable(&b));
         b
@@ -273,7 +278,7 @@ fn a_cluster_consumes_a_topic_as_one_process_does() {
             ("junk".into(), "this is not JSON".into()),
         ],
     );
-    let first = run_both();
+    let first = run_both(2);
     assert_eq!(first.documents.len(), 3);
     assert_eq!(first.errors.len(), 1);
     let edited = essay("gap.txt").replacen("money", "a great deal of money", 1);
@@ -281,7 +286,7 @@ fn a_cluster_consumes_a_topic_as_one_process_does() {
         &broker,
         &[upsert("gap.txt", &edited), delete("founders.txt")],
     );
-    let second = run_both();
+    let second = run_both(1);
     let mut docs: Vec<(&str, u64)> = second
         .documents
         .iter()
