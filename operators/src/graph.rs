@@ -318,9 +318,15 @@ pub async fn document_graph(
                 .iter()
                 .map(|(i, d)| (Arc::clone(&heads[i]), d.clone()))
                 .collect();
-            let description =
-                merge_descriptions(model, cx, background, evidence, config.description_budget)
-                    .await?;
+            let description = merge_descriptions(
+                model,
+                cx,
+                || Arc::clone(background),
+                evidence,
+                Arc::clone,
+                config.description_budget,
+            )
+            .await?;
             let mut seg_ids: Vec<String> = Vec::new();
             for (i, _) in &found {
                 if !seg_ids.contains(&segments[*i].seg_id) {
@@ -360,11 +366,12 @@ fn first_mention(sentences: &[&str], names: &[String]) -> Option<String> {
 /// grows (the relation still names every segment it was found in). A
 /// description added later past both budgets costs no call, and one that
 /// leaves the two selections as they were is answered from the call cache.
-async fn merge_descriptions(
+async fn merge_descriptions<E>(
     model: &dyn MemoryModel,
     cx: &CallContext,
-    summary: &str,
-    items: Vec<(Arc<str>, String)>,
+    summary: impl FnOnce() -> Arc<str>,
+    items: Vec<(E, String)>,
+    evidence: impl Fn(&E) -> Arc<str>,
     budget: usize,
 ) -> StepResult<String> {
     let mut seen = BTreeSet::new();
@@ -372,22 +379,22 @@ async fn merge_descriptions(
         .into_iter()
         .filter(|(_, d)| !d.trim().is_empty() && seen.insert(collapse_whitespace(d)))
         .peekable();
-    let Some((evidence, kept)) = take_fitting(&mut items, budget) else {
+    let Some((first, kept)) = take_fitting(&mut items, budget) else {
         return Ok(String::new());
     };
-    let Some((next_evidence, overflow)) = take_fitting(&mut items, budget) else {
+    let Some((next, overflow)) = take_fitting(&mut items, budget) else {
         return Ok(kept);
     };
     model
         .merge_relations(
             cx,
-            &head_words(summary, EVIDENCE_WORDS),
+            &head_words(&summary(), EVIDENCE_WORDS),
             RelationEvidence {
-                segment: &evidence,
+                segment: &evidence(&first),
                 relation: &head_tokens(&kept, budget),
             },
             RelationEvidence {
-                segment: &next_evidence,
+                segment: &evidence(&next),
                 relation: &head_tokens(&overflow, budget),
             },
         )
@@ -396,10 +403,10 @@ async fn merge_descriptions(
 
 /// The next description and those after it that fit `budget` tokens with it,
 /// side by side, with the first one's evidence; `None` when none is left.
-fn take_fitting(
-    items: &mut std::iter::Peekable<impl Iterator<Item = (Arc<str>, String)>>,
+fn take_fitting<E>(
+    items: &mut std::iter::Peekable<impl Iterator<Item = (E, String)>>,
     budget: usize,
-) -> Option<(Arc<str>, String)> {
+) -> Option<(E, String)> {
     let (evidence, mut joined) = items.next()?;
     let mut tokens = count_tokens(&joined);
     while let Some((_, next)) = items.peek() {
@@ -1022,35 +1029,73 @@ pub fn entity_rows(groups: &[Vec<&DocEntity>]) -> (Vec<EntityRow>, Vec<EntityAss
     (rows, assignments)
 }
 
+/// A document's relation as a merge across documents reads it. The texts it
+/// shares with its document's other relations are asked for only when the
+/// model is: a restart hands the merges millions of relations, and few of
+/// their pairs call the model.
+pub trait FoundRelation {
+    fn description(&self) -> &str;
+    fn seg_ids(&self) -> &[String];
+    /// The head of its document's summary: the merge prompt's background.
+    fn summary(&self) -> Arc<str>;
+    /// The head of the first segment it came from: its evidence in a merge.
+    fn evidence(&self) -> Arc<str>;
+}
+
+impl FoundRelation for DocRelation {
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn seg_ids(&self) -> &[String] {
+        &self.seg_ids
+    }
+
+    fn summary(&self) -> Arc<str> {
+        Arc::clone(&self.summary)
+    }
+
+    fn evidence(&self) -> Arc<str> {
+        Arc::clone(&self.evidence)
+    }
+}
+
 /// One relation from the documents' relations between the same two entities (in
 /// doc_id order), their descriptions kept together within the budget.
-pub async fn merge_relations_across(
+pub async fn merge_relations_across<R: FoundRelation>(
     source_id: &str,
     target_id: &str,
-    found: &[DocRelation],
+    found: &[R],
     model: &dyn MemoryModel,
     config: &GraphConfig,
 ) -> StepResult<RelationRow> {
     let cx = CallContext::corpus(STAGE);
-    let summary = found.first().map_or("", |r| &*r.summary);
-    let evidence = found
+    let summary = || found.first().map_or_else(|| Arc::from(""), R::summary);
+    let items = found
         .iter()
-        .map(|r| (Arc::clone(&r.evidence), r.description.clone()))
+        .map(|r| (r, r.description().to_string()))
         .collect();
-    let description =
-        merge_descriptions(model, &cx, summary, evidence, config.description_budget).await?;
+    let description = merge_descriptions(
+        model,
+        &cx,
+        summary,
+        items,
+        |r: &&R| r.evidence(),
+        config.description_budget,
+    )
+    .await?;
     Ok(relation_row(source_id, target_id, found, description))
 }
 
 /// The relation between two entities with `description`, from the segments of
 /// every document's relation between them.
-pub fn relation_row(
+pub fn relation_row<R: FoundRelation>(
     source_id: &str,
     target_id: &str,
-    found: &[DocRelation],
+    found: &[R],
     description: String,
 ) -> RelationRow {
-    let seg_ids: BTreeSet<String> = found.iter().flat_map(|r| r.seg_ids.clone()).collect();
+    let seg_ids: BTreeSet<String> = found.iter().flat_map(|r| r.seg_ids()).cloned().collect();
     RelationRow {
         relation_id: content_id("relation", &[source_id.as_bytes(), target_id.as_bytes()]),
         source_id: source_id.to_string(),
@@ -1486,8 +1531,9 @@ mod tests {
             let merged = futures::executor::block_on(merge_descriptions(
                 &model,
                 &cx,
-                "summary",
+                || Arc::from("summary"),
                 found.clone(),
+                Arc::clone,
                 budget,
             ))
             .expect("the stub answers");

@@ -110,11 +110,18 @@ fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
     name: &'static str,
 ) -> VecCollection<'scope, u64, SpilledGroup, isize> {
     let group_spill = Arc::clone(spill);
-    spill_where_used(roots, spill, name, |_| ().hashed(), |_, text, _| ((), text))
-        .reduce_named(name, move |(), roots, out| {
-            out.push((spill_group(&group_spill, roots), 1));
-        })
-        .map(|((), roots)| roots)
+    spill_where_used(
+        roots,
+        spill,
+        name,
+        |_| ().hashed(),
+        Spill::put,
+        |_, text, _| ((), text),
+    )
+    .reduce_named(name, move |(), roots, out| {
+        out.push((spill_group(&group_spill, roots), 1));
+    })
+    .map(|((), roots)| roots)
 }
 
 /// The document a document tree's root belongs to (every one has one).

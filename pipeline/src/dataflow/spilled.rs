@@ -63,13 +63,15 @@ pub(super) fn read_in_doc_order<T: serde::de::DeserializeOwned, K: Ord + ?Sized>
     values
 }
 
-/// Sends each update to the worker `route` names, spills it there, and passes
-/// on `slim(update, its spill key, its time)` in its place.
+/// Sends each update to the worker `route` names, spills it there as `put`
+/// writes it, and passes on `slim(update, its spill key, its time)` in its
+/// place.
 pub(super) fn spill_where_used<'scope, D, O>(
     collection: VecCollection<'scope, u64, D, isize>,
     spill: &Arc<Spill>,
     name: &str,
     route: impl Fn(&D) -> u64 + 'static,
+    mut put: impl FnMut(&Spill, &D) -> SpillKey + 'static,
     slim: impl Fn(&D, SpillKey, &u64) -> O + 'static,
 ) -> VecCollection<'scope, u64, O, isize>
 where
@@ -87,7 +89,7 @@ where
                     input.for_each(|capability, updates| {
                         let mut session = output.session(&capability);
                         for (update, time, diff) in updates.drain(..) {
-                            let text = spill.put(&update);
+                            let text = put(&spill, &update);
                             session.give((slim(&update, text, &time), time, diff));
                         }
                     });
