@@ -928,6 +928,8 @@ fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
 
 #[cfg(test)]
 mod tests {
+    use memweave_operators::model::{Reply, Step, StepResult};
+
     use super::*;
 
     /// A relation's text is spilled where its pair is merged: on the worker of
@@ -960,15 +962,11 @@ mod tests {
         fn is_remote(&self) -> bool {
             false
         }
-        async fn reply(
-            &self,
-            _: &CallContext,
-            step: memweave_operators::model::Step,
-        ) -> memweave_operators::model::StepResult<memweave_operators::model::Reply> {
+        async fn reply(&self, _: &CallContext, step: Step) -> StepResult<Reply> {
             match step {
-                memweave_operators::model::Step::MergeRelations {
+                Step::MergeRelations {
                     summary, segments, ..
-                } => Ok(memweave_operators::model::Reply::Text(format!(
+                } => Ok(Reply::Text(format!(
                     "{summary} | {} | {}",
                     segments[0], segments[1]
                 ))),
