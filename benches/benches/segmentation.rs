@@ -6,9 +6,9 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use memweave_llm::TaskModel;
+use memweave_operators::build::RawDocument;
 use memweave_operators::build::{BuildConfig, Document, build_document, segment_rows};
 use memweave_operators::embed::HashingEmbedder;
-use memweave_operators::ingest::RawDocument;
 
 fn essays() -> Vec<Document> {
     let dir = memweave_benches::shared_data("pg-essays");
@@ -23,6 +23,7 @@ fn essays() -> Vec<Document> {
                     title: key.clone(),
                     key,
                     text,
+                    sections: Vec::new(),
                 },
                 1,
             )

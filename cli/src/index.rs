@@ -3,6 +3,7 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use memweave_ingest::{Columns, DEFAULT_MAX_INFLATED_BYTES, ReadOptions};
 use memweave_llm::ModelArgs;
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
@@ -38,6 +39,21 @@ pub struct IndexArgs {
     /// (aws_region, aws_virtual_hosted_style_request, …); repeatable.
     #[arg(long = "source-option", value_parser = parse_key_value)]
     source_options: Vec<(String, String)>,
+    /// A dataset's (Parquet, Arrow, JSON Lines) column holding each row's id:
+    /// a string or an integer, what the row's document is known by across runs.
+    #[arg(long, value_name = "COLUMN", default_value = "id")]
+    id_column: String,
+    /// A dataset's column holding each row's text (strings).
+    #[arg(long, value_name = "COLUMN", default_value = "text")]
+    text_column: String,
+    /// A dataset's column holding each row's title, if it has one (else the
+    /// id is the title).
+    #[arg(long, value_name = "COLUMN", default_value = "title")]
+    title_column: String,
+    /// Most a DOCX or EPUB file (zip containers) may inflate to; a larger one
+    /// is a too_large error, not read.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_INFLATED_BYTES >> 20)]
+    max_inflated_mib: u64,
     /// After the run, look at SOURCE every SECONDS and index again when a file
     /// or object was added, changed or removed; stop with Ctrl-C.
     #[arg(long, value_name = "SECONDS")]
@@ -213,6 +229,14 @@ impl IndexArgs {
             source_options: SourceOptions {
                 s3_endpoint: self.s3_endpoint,
                 options: self.source_options,
+                read: ReadOptions {
+                    columns: Columns {
+                        id: self.id_column,
+                        text: self.text_column,
+                        title: self.title_column,
+                    },
+                    max_inflated_bytes: self.max_inflated_mib << 20,
+                },
             },
             tables: self.out,
             storage_options: self.storage.into_map(),

@@ -60,9 +60,16 @@ enum Command {
     /// gs://BUCKET/PREFIX, az://CONTAINER/PREFIX, file:///PATH. Credentials and
     /// region come from the usual environment variables (AWS_ACCESS_KEY_ID,
     /// AWS_SECRET_ACCESS_KEY, AWS_REGION, GOOGLE_SERVICE_ACCOUNT, AZURE_STORAGE_…).
-    /// Formats: .txt, .md, .html/.htm (tags stripped) and .jsonl (one
-    /// {"id", "text"} per line). Files that cannot be read become rows of the
-    /// `errors` table and the run goes on. Re-running over the same SOURCE and
+    /// Formats, by file name: plain text and text markups (.txt, .md, .rst,
+    /// .adoc, .org), web pages (.html, .htm, .xhtml: scripts, styles and
+    /// navigation dropped), PDF (.pdf: the text layer, page by page), Word
+    /// (.docx), books (.epub), mail (.mbox: one document per message, keyed by
+    /// its Message-ID; .eml) and datasets, each row a document keyed by its id
+    /// (.parquet, Arrow IPC .arrow/.feather/.arrows, JSON Lines .jsonl/.ndjson,
+    /// also .gz or .zst; see --id-column). Citations name the PDF page, the
+    /// heading path, the message or the row. Files that cannot be read
+    /// (encrypted or scanned PDFs, corrupt files, rows without text) become
+    /// rows of the `errors` table and the run goes on. Re-running over the same SOURCE and
     /// tables reads only the files added or changed since the last run and
     /// applies what changed to the tables: unchanged documents keep their ids
     /// and versions and cost no model call; documents gone from SOURCE leave the
@@ -251,6 +258,7 @@ fn main() -> ExitCode {
             let options = SourceOptions {
                 s3_endpoint,
                 options: to_options,
+                ..SourceOptions::default()
             };
             let (store, prefix) = object_store_at("--to", &to, &options, true)?;
             let summary = export::export(&catalog, store, prefix, &to).await?;
@@ -460,8 +468,11 @@ fn print_answer(answer: &Answer) {
         println!("\nSupporting passages:");
     }
     for (n, passage) in answer.supporting.iter().enumerate() {
+        let section = (passage.section.as_ref())
+            .map(|s| format!(", {}", s.cited()))
+            .unwrap_or_default();
         println!(
-            "  [{}] \"{}\" ({}), characters {}–{}",
+            "  [{}] \"{}\" ({}){section}, characters {}–{}",
             n + 1,
             passage.title,
             passage.source_uri,

@@ -3,21 +3,33 @@
 
 use std::collections::HashMap;
 
-use memweave_schemas::ids::content_hash;
+use memweave_schemas::ids::document_hash;
 use memweave_schemas::{
-    EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, SegmentRow, TreeNodeRow, content_id,
+    EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, Section, SegmentRow, TreeNodeRow, content_id,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, embed_all};
 use crate::graph::{DocEntity, DocRelation, GraphConfig, document_graph};
-use crate::ingest::RawDocument;
 use crate::model::{CallContext, MemoryModel, StepError, StepResult, all_in_order};
 use crate::paginate::{PageConfig, paginate_then};
 use crate::raptor::{RaptorConfig, raptor_tree};
 use crate::segment::{SegmentConfig, segment};
 use crate::text::{CharOffsets, Span, word_count};
 use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, LeafSummaries, memwalker_tree};
+
+/// A document as read from a source, before ids are derived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawDocument {
+    /// What identifies the document across versions: its path relative to the
+    /// source root, or the id of a dataset's row or a mail message.
+    pub key: String,
+    pub source_uri: String,
+    pub title: String,
+    pub text: String,
+    /// Where the text's parts came from (pages, headings, the row or message).
+    pub sections: Vec<Section>,
+}
 
 /// One version of one document: the record the dataflow's input collection holds.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -28,6 +40,7 @@ pub struct Document {
     pub source_uri: String,
     pub title: String,
     pub text: String,
+    pub sections: Vec<Section>,
 }
 
 impl Document {
@@ -35,10 +48,11 @@ impl Document {
         Document {
             doc_id: doc_id_of(&raw.key),
             version,
-            content_hash: content_hash(&raw.text),
+            content_hash: document_hash(&raw.text, &raw.sections),
             source_uri: raw.source_uri,
             title: raw.title,
             text: raw.text,
+            sections: raw.sections,
         }
     }
 }
@@ -508,6 +522,7 @@ mod tests {
                 source_uri: "/x/a.txt".into(),
                 title: "a".into(),
                 text: text.into(),
+                sections: Vec::new(),
             },
             1,
         )

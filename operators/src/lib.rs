@@ -1,4 +1,4 @@
-//! Pure building blocks of memweave, free of any dataflow engine: ingestion,
+//! Pure building blocks of memweave, free of any dataflow engine: documents,
 //! segmentation, pagination, tree grouping, the memory-model trait and its
 //! backends, and lexical scoring. The pipeline wires them into a dataflow; the
 //! query service uses them to navigate.
@@ -7,7 +7,6 @@ pub mod build;
 pub mod embed;
 pub mod extract;
 pub mod graph;
-pub mod ingest;
 pub mod lexical;
 pub mod mixture;
 pub mod model;

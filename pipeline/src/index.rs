@@ -331,7 +331,8 @@ pub fn watch(
     report: impl FnMut(&IndexSummary),
 ) -> Result<(), IndexError> {
     let source = Source::open(&options.source, &options.source_options)?;
-    let mut rounds = FileRounds::watching(&source, every);
+    let read = options.source_options.read.clone();
+    let mut rounds = FileRounds::watching(&source, read, every);
     Indexer::open(options)?.run(&mut rounds, report)?;
     Ok(())
 }

@@ -11,11 +11,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use memweave_ingest::kind::DUPLICATE_ID;
 use memweave_operators::build::Document;
-use memweave_schemas::{DocumentRow, ErrorRow};
-
-/// The `errors` kind of a claim that lost its document id.
-pub const DUPLICATE_ID: &str = "duplicate_id";
+use memweave_schemas::{DocumentRow, ErrorRow, Section};
 
 /// One version of one document, as held: everything but its text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,8 +51,8 @@ impl Record {
         }
     }
 
-    /// The dataflow's input record, given the document's text.
-    pub fn with_text(&self, text: String) -> (Document, i64) {
+    /// The dataflow's input record, given the document's text and sections.
+    pub fn with_text(&self, (text, sections): Body) -> (Document, i64) {
         let doc = Document {
             doc_id: self.doc_id.clone(),
             version: self.version,
@@ -62,10 +60,15 @@ impl Record {
             source_uri: self.source_uri.clone(),
             title: self.title.clone(),
             text,
+            sections,
         };
         (doc, self.seen)
     }
 }
+
+/// What a record leaves out of its document: its text and sections, read
+/// when it is fed and read back from the `documents` table to retract it.
+pub type Body = (String, Vec<Section>);
 
 /// One origin's share of the input: the document versions it holds and the
 /// ingestion errors it caused.

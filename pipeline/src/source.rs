@@ -2,11 +2,11 @@
 //! prefix of any object store (s3://, gs://, az://, file://).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::TryStreamExt;
-use memweave_operators::ingest::{self, Discovery, Format, IngestError, SourceFile};
+use memweave_ingest::{self as ingest, Discovery, ReadOptions, SourceFile};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
@@ -23,6 +23,8 @@ pub struct SourceOptions {
     pub s3_endpoint: Option<String>,
     /// Further object-store settings (KEY=VALUE, as object_store names them).
     pub options: Vec<(String, String)>,
+    /// How files' documents are read out of them (dataset columns, limits).
+    pub read: ReadOptions,
 }
 
 /// The object store behind `spec` (a URL, or with `local_paths` a local
@@ -124,24 +126,12 @@ impl Source {
                     if key.split('/').any(|part| part.starts_with('.')) {
                         continue;
                     }
-                    match Format::of(Path::new(&key)) {
-                        Some(format) => discovery.files.push(SourceFile {
-                            uri,
-                            key,
-                            format,
-                            // Servers that give no ETag (s3s-fs) still give
-                            // the size and the modification time.
-                            version: Some(object.e_tag.unwrap_or_else(|| {
-                                format!("{}@{}", object.size, object.last_modified.to_rfc3339())
-                            })),
-                        }),
-                        None => discovery.rejected.push(IngestError {
-                            source: uri,
-                            kind: "unsupported_type",
-                            message: "not a .txt, .md, .html, .htm or .jsonl object; skipped"
-                                .into(),
-                        }),
-                    }
+                    // Servers that give no ETag (s3s-fs) still give the
+                    // size and the modification time.
+                    let version = object.e_tag.unwrap_or_else(|| {
+                        format!("{}@{}", object.size, object.last_modified.to_rfc3339())
+                    });
+                    discovery.add(uri, key, Some(version));
                 }
                 discovery.files.sort_by(|a, b| a.key.cmp(&b.key));
                 Ok(discovery)

@@ -414,7 +414,14 @@ pub fn openapi() -> Value {
             "Passage": { "type": "object", "properties": {
                 "doc_id": { "type": "string" }, "title": { "type": "string" }, "source_uri": { "type": "string" },
                 "from_id": { "type": "string" }, "start_char": { "type": "integer" }, "end_char": { "type": "integer" },
-                "text": { "type": "string" }
+                "text": { "type": "string" },
+                "section": { "description": "The part of the document the passage starts in: a PDF page, the heading path above it, the mail message or dataset row; null for plain text.",
+                    "oneOf": [{ "type": "null" }, { "$ref": "#/components/schemas/Section" }] }
+            } },
+            "Section": { "type": "object", "properties": {
+                "start_char": { "type": "integer" },
+                "kind": { "type": "string", "enum": ["page", "heading", "message", "row"] },
+                "label": { "type": "string" }
             } },
             "Step": { "type": "object", "properties": {
                 "step": { "type": "integer" }, "action": { "type": "string" }, "target": { "type": "string" },

@@ -24,7 +24,7 @@ use crate::service::{ApiError, ServiceState};
 const INSTRUCTIONS: &str = "Long-term memory over a document archive, built as four memories: \
 MemWalker summary trees, ReadAgent pages with gists, a QRMeM entity/relation graph and RAPTOR/ILM-TR \
 cluster trees. `ask` answers a question with one navigation strategy and cites its passages \
-(document, character range) with the trace of how it found them; `search` ranks passages without \
+(document, character range, and the page, heading path, message or row it is in) with the trace of how it found them; `search` ranks passages without \
 a model; `list_documents`, `document_tree`, `node`, `page` and `entity` read the memory itself.";
 
 /// The `Host`s `/mcp` answers: every one, or these (the rest get 403, so a
@@ -81,7 +81,7 @@ impl MemoryTools {
 
     #[tool(
         annotations(read_only_hint = true, open_world_hint = false),
-        description = "Answer a question from the memory with one navigation strategy. Returns the answer, the passages it rests on (document, title, source, character range, text) and the trace of every step and model call."
+        description = "Answer a question from the memory with one navigation strategy. Returns the answer, the passages it rests on (document, title, source, character range, section: the PDF page, heading path, mail message or dataset row it is in, text) and the trace of every step and model call."
     )]
     async fn ask(&self, Parameters(request): Parameters<AskRequest>) -> CallToolResult {
         result(self.state.ask(&request).await)

@@ -38,7 +38,7 @@ use memweave_schemas::store::{
 };
 use memweave_schemas::text::normalise;
 use memweave_schemas::{
-    CheckpointRow, EntityRow, LexiconRow, PageRow, RelationRow, SegmentRow, StoreError,
+    CheckpointRow, EntityRow, LexiconRow, PageRow, RelationRow, Section, SegmentRow, StoreError,
     TREE_MEMWALKER, TREE_RAPTOR, Table, TableStore, TreeNodeRow,
 };
 use serde::de::DeserializeOwned;
@@ -74,9 +74,18 @@ pub struct Document {
     pub title: String,
     pub version: u64,
     pub n_tokens: u64,
+    /// Where its text's parts came from: what citations name.
+    pub sections: Vec<Section>,
 }
 
-const DOCUMENT_COLUMNS: &[&str] = &["doc_id", "source_uri", "title", "version", "n_tokens"];
+const DOCUMENT_COLUMNS: &[&str] = &[
+    "doc_id",
+    "source_uri",
+    "title",
+    "version",
+    "n_tokens",
+    "sections",
+];
 /// The documents a reader sees: rows not marked deleted.
 const NOT_DELETED: &str = "deleted = false";
 

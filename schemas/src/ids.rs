@@ -42,6 +42,25 @@ pub fn content_hash(text: &str) -> String {
     blake3::hash(text.as_bytes()).to_hex().to_string()
 }
 
+/// A document version's hash, stored as `documents.content_hash`: its
+/// text's, or with sections (where its parts came from) the text's and
+/// theirs, so that a document whose pages or headings moved is a new version.
+pub fn document_hash(text: &str, sections: &[crate::Section]) -> String {
+    if sections.is_empty() {
+        return content_hash(text);
+    }
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(text.as_bytes());
+    for section in sections {
+        hasher.update(&[0]);
+        hasher.update(&section.start_char.to_le_bytes());
+        hasher.update(section.kind.as_bytes());
+        hasher.update(&[0]);
+        hasher.update(section.label.as_bytes());
+    }
+    hasher.finalize().to_hex().to_string()
+}
+
 /// A number in `[0, 1)` drawn from the bytes of `content`: the same content always
 /// draws the same number. Content-defined boundaries compare it with a probability.
 pub fn content_draw(content: &[u8]) -> f64 {

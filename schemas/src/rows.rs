@@ -28,6 +28,41 @@ pub struct DocumentRow {
     /// The text the memories were built from: a later run rebuilds an unchanged
     /// document from it without reading its source (or a Kafka message long gone).
     pub text: String,
+    /// Where each part of the text came from in its source, in text order:
+    /// what a citation names beside its character range.
+    pub sections: Vec<Section>,
+}
+
+/// A part of a document's text as its source names it: from `start_char` up
+/// to the next section's start (or the end of the text).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Section {
+    /// Character (Unicode scalar value) offset into the document's text.
+    pub start_char: u64,
+    /// What names it: `page` (a PDF's page number), `heading` (the path of
+    /// headings above it, outermost first, joined by " › "), `message` (a
+    /// mail's Message-ID) or `row` (a dataset row's id).
+    pub kind: String,
+    pub label: String,
+}
+
+impl Section {
+    /// The section `char` falls in: the last that starts at or before it.
+    pub fn at(sections: &[Section], char: u64) -> Option<&Section> {
+        let after = sections.partition_point(|s| s.start_char <= char);
+        after.checked_sub(1).map(|i| &sections[i])
+    }
+
+    /// How a citation names it: "page 12", "section Guide › Setup",
+    /// "message <id@host>", "row 42".
+    pub fn cited(&self) -> String {
+        let kind = if self.kind == "heading" {
+            "section"
+        } else {
+            &self.kind
+        };
+        format!("{kind} {}", self.label)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

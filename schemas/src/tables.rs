@@ -272,6 +272,7 @@ impl Table {
                 timestamp("ingested_at"),
                 Field::new("deleted", DataType::Boolean, false),
                 utf8("text"),
+                sections("sections"),
             ],
             Table::Segments => vec![
                 utf8("seg_id"),
@@ -464,6 +465,23 @@ pub(crate) fn utf8_list(name: &str) -> Field {
     Field::new(
         name,
         DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, false))),
+        false,
+    )
+}
+
+/// A list of [`crate::Section`]s.
+fn sections(name: &str) -> Field {
+    let section = DataType::Struct(
+        vec![
+            Field::new("start_char", DataType::UInt64, false),
+            utf8("kind"),
+            utf8("label"),
+        ]
+        .into(),
+    );
+    Field::new(
+        name,
+        DataType::List(Arc::new(Field::new_list_field(section, false))),
         false,
     )
 }

@@ -11,6 +11,7 @@ mod integration {
     pub mod crash;
     pub mod deploy;
     pub mod external_readers;
+    pub mod formats;
     pub mod incremental;
     pub mod indexing;
     pub mod kafka;

@@ -206,6 +206,8 @@ def retrievers(client: Client) -> None:
                     "from_id": p["from_id"],
                     "start_char": p["start_char"],
                     "end_char": p["end_char"],
+                    "section_kind": (p["section"] or {}).get("kind"),
+                    "section": (p["section"] or {}).get("label"),
                     "strategy": strategy,
                     "epoch": expected["epoch"],
                 },

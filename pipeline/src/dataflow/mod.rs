@@ -253,6 +253,7 @@ fn document_row(doc: &Document, seen: i64) -> DocumentRow {
         ingested_at: seen,
         deleted: false,
         text: doc.text.clone(),
+        sections: doc.sections.clone(),
     }
 }
 
@@ -261,9 +262,9 @@ mod tests {
     use std::collections::HashSet;
 
     use memweave_llm::TaskModel;
+    use memweave_operators::build::RawDocument;
     use memweave_operators::build::segment_rows;
     use memweave_operators::embed::HashingEmbedder;
-    use memweave_operators::ingest::RawDocument;
     use memweave_operators::paginate::PageConfig;
     use memweave_operators::segment::SegmentConfig;
     use memweave_schemas::{PageRow, SegmentRow, TableStore, TreeNodeRow};
@@ -290,6 +291,7 @@ mod tests {
                 source_uri: source.into(),
                 title: key.into(),
                 text: text.into(),
+                sections: Vec::new(),
             },
             version,
         )

@@ -3,8 +3,7 @@
 use std::collections::HashMap;
 
 use memweave_llm::cache::CallCache;
-use memweave_operators::build::Document;
-use memweave_operators::ingest::RawDocument;
+use memweave_operators::build::{Document, RawDocument};
 
 use super::{Carried, KnownVersion, Previous, Routed};
 use crate::origins::{Held, Origins};

@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use memweave_operators::ingest::{self, IngestError, SourceFile};
+use memweave_ingest::kind::DUPLICATE_ID;
+use memweave_ingest::{self as ingest, IngestError, ReadOptions, SourceFile};
 use memweave_schemas::{ErrorRow, now_micros};
 
 use super::{
@@ -14,7 +15,7 @@ use super::{
     SourceContext, Update, Updates,
 };
 use crate::IndexError;
-use crate::origins::{DUPLICATE_ID, Held};
+use crate::origins::Held;
 use crate::positions::Positions;
 use crate::source::{ReadError, Source};
 
@@ -25,6 +26,8 @@ const READS_IN_FLIGHT: usize = 16;
 /// whenever a listing differs from the last round's.
 pub(super) struct FileRounds<'s> {
     source: &'s Source,
+    /// How files' documents are read out of them.
+    read: ReadOptions,
     /// The listing the round in progress reads.
     files: Vec<SourceFile>,
     /// Its files' versions, by key.
@@ -36,9 +39,10 @@ pub(super) struct FileRounds<'s> {
 }
 
 impl<'s> FileRounds<'s> {
-    pub(super) fn once(source: &'s Source) -> Self {
+    pub(super) fn once(source: &'s Source, read: ReadOptions) -> Self {
         FileRounds {
             source,
+            read,
             files: Vec::new(),
             versions: BTreeMap::new(),
             done: false,
@@ -46,10 +50,10 @@ impl<'s> FileRounds<'s> {
         }
     }
 
-    pub(super) fn watching(source: &'s Source, every: Duration) -> Self {
+    pub(super) fn watching(source: &'s Source, read: ReadOptions, every: Duration) -> Self {
         FileRounds {
             watch: Some(every),
-            ..FileRounds::once(source)
+            ..FileRounds::once(source, read)
         }
     }
 }
@@ -109,6 +113,7 @@ impl RoundSource for FileRounds<'_> {
             source_errors: Some(discovery.rejected.iter().map(error_row).collect()),
             reader: Some(Box::new(Listing {
                 source: self.source,
+                read: &self.read,
                 files: self.files.iter().map(|f| (f.key.clone(), f)).collect(),
             })),
             started,
@@ -127,7 +132,8 @@ impl Indexer {
     /// one last indexed are not read again; changed and new files are read and
     /// their documents replace the old; removed files' documents are retracted.
     pub fn index_files(&mut self, source: &Source) -> Result<IndexSummary, IndexError> {
-        let summary = self.run(&mut FileRounds::once(source), |_| {})?;
+        let read = self.options.source_options.read.clone();
+        let summary = self.run(&mut FileRounds::once(source, read), |_| {})?;
         Ok(summary.expect("a listing makes one round"))
     }
 }
@@ -171,6 +177,7 @@ fn file_updates(cx: &SourceContext<'_>, source: &str, files: &[SourceFile]) -> (
 /// Where a round reads files: the source, and its listing by key.
 struct Listing<'a> {
     source: &'a Source,
+    read: &'a ReadOptions,
     files: HashMap<String, &'a SourceFile>,
 }
 
@@ -195,7 +202,7 @@ impl Reader for Listing<'_> {
                 version: file.version.clone(),
                 ..Fresh::default()
             };
-            for parsed in ingest::parse(file, bytes) {
+            for parsed in ingest::parse(file, bytes, self.read) {
                 match parsed {
                     Ok(raw) => input.records.push(cx.versioned(raw, now)),
                     Err(error) => input.errors.push(error_row(&error)),
@@ -271,7 +278,7 @@ fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: 
 }
 
 /// The listed file a document or error came from (with the worker that
-/// feeds it): its URI, or `URI:LINE` for a record of a JSON Lines file.
+/// feeds it): its URI, or `URI:N` for an error of a file's Nth record.
 fn file_of<'a>(
     uri: &str,
     files: &HashMap<&str, (usize, &'a SourceFile)>,
@@ -279,8 +286,8 @@ fn file_of<'a>(
     files.get(uri).or_else(|| files.get(file_uri(uri))).copied()
 }
 
-/// The URI of the file a document came from: `URI:LINE` names a record of a
-/// JSON Lines file.
+/// The URI of the file a document or error came from: `URI:N` names an
+/// error of its Nth record or message, `URI#page=N` of its Nth page.
 fn file_uri(uri: &str) -> &str {
     match uri.rsplit_once(':') {
         Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => file,

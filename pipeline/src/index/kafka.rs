@@ -19,8 +19,9 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 use std::time::{Duration, Instant};
 
+use memweave_ingest::{self as ingest, Format, SourceFile};
+use memweave_operators::build::RawDocument;
 use memweave_operators::build::doc_id_of;
-use memweave_operators::ingest::{self, Format, RawDocument, SourceFile};
 use memweave_schemas::{ErrorRow, now_micros};
 use rdkafka::Message;
 use rdkafka::config::ClientConfig;
@@ -32,6 +33,7 @@ use super::{
     Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Routed,
     SourceContext, Update, Updates,
 };
+use crate::origins::Body;
 use crate::positions::Positions;
 use crate::source::Source;
 use crate::{IndexError, UsageError};
@@ -353,19 +355,19 @@ fn read_message(
             let detail = "a delete carries no text or uri".to_string();
             return failed("bad_message", detail, Some(doc_id));
         }
-        (Op::Upsert, Some(text), None) => Ok(text),
+        (Op::Upsert, Some(text), None) => Ok((text, Vec::new())),
         (Op::Upsert, None, Some(uri)) => read_uri(&uri, &change.doc_id, cx, options),
         (Op::Upsert, ..) => Err((
             "bad_message",
             "an upsert carries exactly one of text and uri".to_string(),
         )),
     };
-    let text = match text {
-        Ok(text) if text.trim().is_empty() => Err(("empty", "no text".to_string())),
+    let body = match text {
+        Ok((text, _)) if text.trim().is_empty() => Err(("empty", "no text".to_string())),
         other => other,
     };
-    match text {
-        Ok(text) => {
+    match body {
+        Ok((text, sections)) => {
             let title = change
                 .metadata
                 .get("title")
@@ -377,6 +379,7 @@ fn read_message(
                 source_uri: position,
                 title,
                 text,
+                sections,
             };
             let input = Fresh {
                 records: vec![cx.versioned(raw, now_micros())],
@@ -388,13 +391,14 @@ fn read_message(
     }
 }
 
-/// The text of the object an upsert points at, read like a file of its type.
+/// The text (and sections) of the object an upsert points at, read like a
+/// file of its type: its first document.
 fn read_uri(
     uri: &str,
     key: &str,
     cx: &SourceContext<'_>,
     options: &IndexOptions,
-) -> Result<String, (&'static str, String)> {
+) -> Result<Body, (&'static str, String)> {
     let unreadable = |e: String| ("unreadable", format!("{uri}: {e}"));
     let source = Source::open(uri, &options.source_options).map_err(|e| unreadable(e.0))?;
     let bytes = cx.block_on(source.read_whole());
@@ -404,8 +408,9 @@ fn read_uri(
         format: Format::of(std::path::Path::new(uri)).unwrap_or(Format::Text),
         version: None,
     };
-    match ingest::parse(&file, bytes).into_iter().next() {
-        Some(Ok(raw)) => Ok(raw.text),
+    let read = &options.source_options.read;
+    match ingest::parse(&file, bytes, read).into_iter().next() {
+        Some(Ok(raw)) => Ok((raw.text, raw.sections)),
         Some(Err(e)) => Err((e.kind, format!("{uri}: {}", e.message))),
         None => Err(("empty", format!("{uri}: no text"))),
     }

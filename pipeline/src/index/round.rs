@@ -22,7 +22,7 @@ use super::{
 use crate::IndexError;
 use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
-use crate::origins::{Held, Origins, Record};
+use crate::origins::{Body, Held, Origins, Record};
 use crate::progress::Progress;
 use crate::state::{DocState, NameStates, StoredEntity};
 use crate::workers::InputChange;
@@ -494,8 +494,8 @@ impl Indexer {
             (false, Some(reader)) => reader.read(&self.source_context(), named),
             (false, None) => return Err(IndexError::NothingReadsOrigins),
         };
-        // Texts read now, by document id and source.
-        let mut texts: HashMap<(String, String), String> = HashMap::new();
+        // Texts (and sections) read now, by document id and source.
+        let mut texts: HashMap<(String, String), Body> = HashMap::new();
         let (mut retract, mut insert) = (Vec::new(), Vec::new());
         for (key, update) in batch {
             let held = match update {
@@ -539,7 +539,7 @@ impl Indexer {
             stored
                 .get(&record.doc_id)
                 .filter(|row| Record::of_row(row) == *record)
-                .map(|row| row.text.clone())
+                .map(|row| (row.text.clone(), row.sections.clone()))
         };
         let mut changes = Vec::with_capacity(retract.len() + insert.len());
         for record in retract {
@@ -563,11 +563,7 @@ impl Indexer {
 
     /// The text of a claim that has become its id's document (the claim that
     /// held the id is gone): read from its file again.
-    fn read_again(
-        &self,
-        record: &Record,
-        reader: Option<&dyn Reader>,
-    ) -> Result<String, IndexError> {
+    fn read_again(&self, record: &Record, reader: Option<&dyn Reader>) -> Result<Body, IndexError> {
         let (Some(origin), Some(reader)) = (self.origins.origin_of(record), reader) else {
             return Err(IndexError::NoText {
                 doc_id: record.doc_id.clone(),
@@ -580,7 +576,7 @@ impl Indexer {
             .flat_map(|f| f.records)
             .find(|(doc, _)| doc.doc_id == record.doc_id && doc.source_uri == record.source_uri)
             .filter(|(doc, _)| doc.content_hash == record.content_hash)
-            .map(|(doc, _)| doc.text)
+            .map(|(doc, _)| (doc.text, doc.sections))
             .ok_or_else(|| IndexError::ChangedWhileIndexed {
                 source_uri: record.source_uri.clone(),
             })
@@ -611,13 +607,13 @@ fn fed((doc, seen): (Document, i64)) -> Fed {
 
 /// An origin's input as held: its documents without their texts, which go to
 /// `texts` by document id and source.
-fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), String>) -> Held {
+fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), Body>) -> Held {
     let records = fresh
         .records
         .into_iter()
         .map(|(doc, seen)| {
             let record = Record::of(&doc, seen);
-            texts.insert((doc.doc_id, doc.source_uri), doc.text);
+            texts.insert((doc.doc_id, doc.source_uri), (doc.text, doc.sections));
             record
         })
         .collect();

@@ -131,6 +131,7 @@ fn rows_with_hub() -> MemoryTables {
         ingested_at: 0,
         deleted: false,
         text: String::new(),
+        sections: Vec::new(),
     });
     rows.embeddings
         .push(embedding("e-guild", "entity", "Harbour Guild"));
@@ -180,6 +181,7 @@ fn rows() -> MemoryTables {
             ingested_at: 0,
             deleted: false,
             text,
+            sections: Vec::new(),
         });
     }
     let mut offsets = std::collections::HashMap::new();

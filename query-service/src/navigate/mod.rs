@@ -18,7 +18,7 @@ use std::sync::Arc;
 use memweave_operators::embed::{Embedder, HashingEmbedder};
 use memweave_operators::lexical::{CorpusStats, terms};
 use memweave_operators::model::{CallContext, CallLedger, MemoryModel, ModelCall, StepError};
-use memweave_schemas::{SegmentRow, StoreError};
+use memweave_schemas::{Section, SegmentRow, StoreError};
 use serde::{Deserialize, Serialize};
 
 use self::memwalker::Candidate;
@@ -66,6 +66,10 @@ pub struct Passage {
     pub start_char: u64,
     pub end_char: u64,
     pub text: String,
+    /// The part of its document the passage starts in, as the source names
+    /// it: a PDF's page, the heading path above it, the mail message or the
+    /// dataset row (none for a plain-text document).
+    pub section: Option<Section>,
 }
 
 impl Passage {
@@ -83,6 +87,9 @@ impl Passage {
             title: document.map_or_else(String::new, |d| d.title.clone()),
             source_uri: document.map_or_else(String::new, |d| d.source_uri.clone()),
             from_id: from_id.to_string(),
+            section: document
+                .and_then(|d| Section::at(&d.sections, chars.start))
+                .cloned(),
             start_char: chars.start,
             end_char: chars.end,
             text: text.to_string(),

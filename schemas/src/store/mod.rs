@@ -592,6 +592,11 @@ mod tests {
                 ingested_at: 1_700_000_000_000_000,
                 deleted: false,
                 text: "Tïtle\n\nBody.".into(),
+                sections: vec![Section {
+                    start_char: 7,
+                    kind: "page".into(),
+                    label: "2".into(),
+                }],
             }],
         )
         .await;

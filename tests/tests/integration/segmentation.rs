@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 
 use memweave_llm::TaskModel;
+use memweave_operators::build::RawDocument;
 use memweave_operators::build::{Document, segment_rows};
-use memweave_operators::ingest::RawDocument;
 use memweave_operators::model::CallContext;
 use memweave_operators::paginate::{PageConfig, paginate};
 use memweave_operators::segment::{SegmentConfig, segment};
@@ -19,6 +19,7 @@ fn document(text: &str) -> Document {
             source_uri: "essay.txt".into(),
             title: "essay".into(),
             text: text.into(),
+            sections: Vec::new(),
         },
         1,
     )

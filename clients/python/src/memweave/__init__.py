@@ -13,6 +13,7 @@ from .client import (
     MemweaveError,
     Passage,
     SearchResult,
+    Section,
     Step,
 )
 
@@ -25,5 +26,6 @@ __all__ = [
     "MemweaveError",
     "Passage",
     "SearchResult",
+    "Section",
     "Step",
 ]

@@ -39,6 +39,17 @@ class MemweaveError(Exception):
 
 
 @dataclass(frozen=True)
+class Section:
+    """The part of a document a passage starts in, as its source names it."""
+
+    start_char: int
+    kind: str
+    """"page" (a PDF's page), "heading" (the path of headings above it),
+    "message" (a mail's Message-ID) or "row" (a dataset row's id)."""
+    label: str
+
+
+@dataclass(frozen=True)
 class Passage:
     """Text an answer rests on: where it is in which document."""
 
@@ -49,6 +60,7 @@ class Passage:
     start_char: int
     end_char: int
     text: str
+    section: Optional[Section] = None
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> "Passage":
@@ -60,6 +72,7 @@ class Passage:
             start_char=value["start_char"],
             end_char=value["end_char"],
             text=value["text"],
+            section=Section(**value["section"]) if value.get("section") else None,
         )
 
 
@@ -289,6 +302,8 @@ def passage_metadata(passage: Passage, answer: Answer) -> dict[str, Any]:
         "from_id": passage.from_id,
         "start_char": passage.start_char,
         "end_char": passage.end_char,
+        "section_kind": passage.section.kind if passage.section else None,
+        "section": passage.section.label if passage.section else None,
         "strategy": answer.strategy,
         "epoch": answer.epoch,
     }

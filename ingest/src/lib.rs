@@ -1,0 +1,509 @@
+//! Turning source files into documents: discovery, then each format's reader.
+//!
+//! A file yields its documents and the reasons some could not be read, each an
+//! [`IngestError`] naming the file (and page, message or row) and a kind from
+//! [`kind`]; nothing is dropped silently, and no input makes a reader panic
+//! (a parser's panic is caught and reported as `corrupt`).
+
+use std::path::Path;
+
+use memweave_operators::build::RawDocument;
+
+mod dataset;
+mod html;
+mod mail;
+mod markup;
+mod office;
+mod outline;
+mod pdf;
+mod zipped;
+
+pub use dataset::Columns;
+
+/// The `errors` table's kinds for what a reader meets.
+pub mod kind {
+    /// Bytes that could not be read at all.
+    pub const UNREADABLE: &str = "unreadable";
+    /// A text file with NUL bytes.
+    pub const BINARY: &str = "binary";
+    pub const NOT_UTF8: &str = "not_utf8";
+    /// A file or record with no text.
+    pub const EMPTY: &str = "empty";
+    /// A file of a type no reader takes.
+    pub const UNSUPPORTED_TYPE: &str = "unsupported_type";
+    /// A PDF that needs a password.
+    pub const ENCRYPTED: &str = "encrypted";
+    /// A PDF whose pages have no text (scanned images).
+    pub const NO_TEXT_LAYER: &str = "no_text_layer";
+    /// A file its format's parser cannot read: truncated, damaged, or not
+    /// what its name says.
+    pub const CORRUPT: &str = "corrupt";
+    /// A zip container (DOCX, EPUB) that inflates past the limit.
+    pub const TOO_LARGE: &str = "too_large";
+    /// A record of a dataset or JSON Lines file that is not a document:
+    /// not an object, no id or text, a text that is not a string.
+    pub const BAD_RECORD: &str = "bad_record";
+    /// A second document of one file with an id the file already gave.
+    pub const DUPLICATE_ID: &str = "duplicate_id";
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestError {
+    /// The file's URI, with `:N` for the Nth record or message of a
+    /// multi-document file, or `#page=N` for a PDF's page.
+    pub source: String,
+    /// One of [`kind`].
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl IngestError {
+    pub fn new(source: impl Into<String>, kind: &'static str, message: impl Into<String>) -> Self {
+        IngestError {
+            source: source.into(),
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// How a file's documents are read out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// The columns (or JSON fields) of a dataset's rows.
+    pub columns: Columns,
+    /// Most bytes a zip container (DOCX, EPUB) may inflate to.
+    pub max_inflated_bytes: u64,
+}
+
+/// 256 MiB: ten times the largest real DOCX or EPUB text one meets, and far
+/// below what a zip bomb would take.
+pub const DEFAULT_MAX_INFLATED_BYTES: u64 = 256 << 20;
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            columns: Columns::default(),
+            max_inflated_bytes: DEFAULT_MAX_INFLATED_BYTES,
+        }
+    }
+}
+
+/// A compression a JSON Lines file may come in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Markdown,
+    ReStructuredText,
+    AsciiDoc,
+    Org,
+    Html,
+    Pdf,
+    Docx,
+    Epub,
+    /// A mailbox of many messages.
+    Mbox,
+    /// One message.
+    Eml,
+    JsonLines(Compression),
+    Parquet,
+    /// Arrow's IPC file format (Feather v2).
+    ArrowFile,
+    /// Arrow's IPC stream format.
+    ArrowStream,
+}
+
+impl Format {
+    /// The file names each format is known by, as `--help` and the
+    /// `unsupported_type` errors list them.
+    pub const NAMES: &str = ".txt .md .rst .adoc .org .html .htm .xhtml .pdf .docx .epub .mbox \
+        .eml .jsonl .ndjson (also .gz or .zst) .parquet .arrow .feather .arrows";
+
+    /// The format a file's name says it is in, if any.
+    pub fn of(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let (stem, compression) = if let Some(stem) = name.strip_suffix(".gz") {
+            (stem, Compression::Gzip)
+        } else if let Some(stem) = name.strip_suffix(".zst") {
+            (stem, Compression::Zstd)
+        } else {
+            (name.as_str(), Compression::None)
+        };
+        let ext = stem.rsplit_once('.')?.1;
+        if compression != Compression::None {
+            return matches!(ext, "jsonl" | "ndjson").then_some(Format::JsonLines(compression));
+        }
+        Some(match ext {
+            "txt" | "text" => Format::Text,
+            "md" | "markdown" => Format::Markdown,
+            "rst" => Format::ReStructuredText,
+            "adoc" | "asciidoc" => Format::AsciiDoc,
+            "org" => Format::Org,
+            "html" | "htm" | "xhtml" => Format::Html,
+            "pdf" => Format::Pdf,
+            "docx" => Format::Docx,
+            "epub" => Format::Epub,
+            "mbox" => Format::Mbox,
+            "eml" => Format::Eml,
+            "jsonl" | "ndjson" => Format::JsonLines(Compression::None),
+            "parquet" => Format::Parquet,
+            "arrow" | "feather" => Format::ArrowFile,
+            "arrows" => Format::ArrowStream,
+            _ => return None,
+        })
+    }
+
+    /// Whether the format's bytes are text (checked for NUL bytes and UTF-8
+    /// before its reader sees them).
+    fn is_text(self) -> bool {
+        matches!(
+            self,
+            Format::Text
+                | Format::Markdown
+                | Format::ReStructuredText
+                | Format::AsciiDoc
+                | Format::Org
+                | Format::Html
+                | Format::JsonLines(Compression::None)
+        )
+    }
+}
+
+/// A file or object to ingest and the key its documents are known by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFile {
+    /// Where it is read from, and what documents cite: a path or an object URL.
+    pub uri: String,
+    /// Relative to the source, '/'-separated: documents' ids derive from it.
+    pub key: String,
+    pub format: Format,
+    /// Its version: an object's ETag, else size and modification time.
+    pub version: Option<String>,
+}
+
+/// What a source holds: the files to read, and the files that will not be read.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    pub files: Vec<SourceFile>,
+    pub rejected: Vec<IngestError>,
+}
+
+impl Discovery {
+    /// Takes `uri` (known by `key`) if its name has a format, else rejects it.
+    pub fn add(&mut self, uri: String, key: String, version: Option<String>) {
+        match Format::of(Path::new(&key)) {
+            Some(format) => self.files.push(SourceFile {
+                uri,
+                key,
+                format,
+                version,
+            }),
+            None => self.rejected.push(IngestError::new(
+                uri,
+                kind::UNSUPPORTED_TYPE,
+                format!("not one of {}; skipped", Format::NAMES),
+            )),
+        }
+    }
+}
+
+/// Lists the files under `source` (a file or a directory, recursively, hidden
+/// entries skipped), sorted by key so every run and every worker sees one order.
+pub fn discover(source: &Path) -> std::io::Result<Discovery> {
+    let meta = std::fs::metadata(source)?;
+    let mut discovery = Discovery::default();
+    if meta.is_file() {
+        let key = source.file_name().map_or_else(
+            || source.to_string_lossy().into_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        // A file named explicitly is read as text unless its name says otherwise.
+        let format = Format::of(source).unwrap_or(Format::Text);
+        discovery.files.push(SourceFile {
+            uri: source.display().to_string(),
+            key,
+            format,
+            version: Some(file_version(&meta)),
+        });
+        return Ok(discovery);
+    }
+    let walker = walkdir::WalkDir::new(source)
+        .follow_links(true)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.'));
+    for entry in walker {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(err) => {
+                let path = err
+                    .path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                // A link whose target is gone shows up here; report it as unreadable.
+                discovery.rejected.push(IngestError::new(
+                    path,
+                    kind::UNREADABLE,
+                    format!("cannot read: {}", io_reason(&err)),
+                ));
+                continue;
+            }
+        };
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        let path = entry.path().to_path_buf();
+        let key = path
+            .strip_prefix(source)
+            .unwrap_or(&path)
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        let version = entry.metadata().ok().map(|m| file_version(&m));
+        discovery.add(path.display().to_string(), key, version);
+    }
+    discovery.files.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(discovery)
+}
+
+/// A file's version as a watcher compares it: size and modification time.
+fn file_version(meta: &std::fs::Metadata) -> String {
+    let modified = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    format!("{}@{}", meta.len(), modified.as_nanos())
+}
+
+fn io_reason(err: &walkdir::Error) -> String {
+    err.io_error()
+        .map_or_else(|| err.to_string(), ToString::to_string)
+}
+
+/// One file's documents and errors, in the order the file holds them.
+pub type Parsed = Vec<Result<RawDocument, IngestError>>;
+
+/// A document (or why a record is not one) and where its file holds it.
+type Located = (String, Result<RawDocument, IngestError>);
+
+/// One file's documents from its bytes (or the error reading them), or the
+/// reasons there are none.
+pub fn parse(
+    file: &SourceFile,
+    bytes: Result<Vec<u8>, impl std::fmt::Display>,
+    options: &ReadOptions,
+) -> Parsed {
+    let bytes = match bytes {
+        Ok(bytes) => bytes,
+        Err(err) => {
+            let error =
+                IngestError::new(&file.uri, kind::UNREADABLE, format!("cannot read: {err}"));
+            return vec![Err(error)];
+        }
+    };
+    // A parser's panic on hostile bytes is a file it cannot read, not a
+    // failed run.
+    let read = std::panic::catch_unwind(|| read_bytes(file, bytes, options));
+    read.unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(ToString::to_string)
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        vec![Err(IngestError::new(
+            &file.uri,
+            kind::CORRUPT,
+            format!("its parser failed: {reason}"),
+        ))]
+    })
+}
+
+fn read_bytes(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parsed {
+    let source = file.uri.as_str();
+    let fail = |kind, message: String| vec![Err(IngestError::new(source, kind, message))];
+    if !file.format.is_text() {
+        return match file.format {
+            Format::Pdf => pdf::read(file, &bytes),
+            Format::Docx => office::read_docx(file, &bytes, options.max_inflated_bytes),
+            Format::Epub => office::read_epub(file, &bytes, options.max_inflated_bytes),
+            Format::Mbox => mail::read_mbox(file, &bytes),
+            Format::Eml => mail::read_eml(file, &bytes),
+            Format::JsonLines(compression) => {
+                dataset::read_json_lines(source, compression, &bytes, &options.columns)
+            }
+            Format::Parquet => dataset::read_parquet(source, bytes, &options.columns),
+            Format::ArrowFile | Format::ArrowStream => {
+                dataset::read_arrow(source, file.format, &bytes, &options.columns)
+            }
+            _ => unreachable!("text formats are read below"),
+        };
+    }
+    if bytes.contains(&0) {
+        return fail(
+            kind::BINARY,
+            "binary content (NUL bytes); not a text document".into(),
+        );
+    }
+    let text = match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(err) => {
+            let at = err.utf8_error().valid_up_to();
+            return fail(
+                kind::NOT_UTF8,
+                format!("not valid UTF-8 (first bad byte at offset {at})"),
+            );
+        }
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    if text.trim().is_empty() {
+        return fail(kind::EMPTY, "no text".into());
+    }
+    match file.format {
+        Format::Html => {
+            let page = html::extract(text);
+            if page.text.trim().is_empty() {
+                return fail(kind::EMPTY, "no text outside markup".into());
+            }
+            let title = page
+                .title
+                .unwrap_or_else(|| markup::first_line_title(&page.text));
+            vec![Ok(document(file, title, page.text, page.sections))]
+        }
+        Format::JsonLines(_) => {
+            dataset::read_json_lines(source, Compression::None, text.as_bytes(), &options.columns)
+        }
+        markup => {
+            let outline = markup::outline(text, markup);
+            let title = markup::title(text, markup, &outline);
+            vec![Ok(document(file, title, text.to_string(), outline))]
+        }
+    }
+}
+
+/// The one document a file is.
+fn document(
+    file: &SourceFile,
+    title: String,
+    text: String,
+    sections: Vec<memweave_schemas::Section>,
+) -> RawDocument {
+    RawDocument {
+        key: file.key.clone(),
+        source_uri: file.uri.clone(),
+        title,
+        text,
+        sections,
+    }
+}
+
+/// The first `n` characters of `text`: what a title keeps.
+fn clip(text: &str, n: usize) -> String {
+    text.chars().take(n).collect()
+}
+
+/// Keeps the first document of each id in `located` (each item with where
+/// the file holds it) and turns the others into `duplicate_id` errors naming
+/// where the id was first given: the rows of one file are told apart by
+/// their ids alone, so two would be one.
+fn first_of_each_id(located: Vec<Located>) -> Parsed {
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    located
+        .into_iter()
+        .map(|(place, item)| {
+            let doc = item?;
+            if let Some(first) = seen.get(&doc.key) {
+                return Err(IngestError::new(
+                    place,
+                    kind::DUPLICATE_ID,
+                    format!(
+                        "id {} already given by {first}; this copy was not indexed",
+                        doc.key
+                    ),
+                ));
+            }
+            seen.insert(doc.key.clone(), place);
+            Ok(doc)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str) -> SourceFile {
+        SourceFile {
+            uri: format!("/in/{name}"),
+            key: name.into(),
+            format: Format::of(Path::new(name)).expect("a known format"),
+            version: None,
+        }
+    }
+
+    #[test]
+    fn names_tell_formats_and_compressions() {
+        let of = |name: &str| Format::of(Path::new(name));
+        assert_eq!(of("a/b.PDF"), Some(Format::Pdf));
+        assert_eq!(
+            of("rows.jsonl.zst"),
+            Some(Format::JsonLines(Compression::Zstd))
+        );
+        assert_eq!(
+            of("rows.ndjson.gz"),
+            Some(Format::JsonLines(Compression::Gzip))
+        );
+        assert_eq!(of("notes.txt.gz"), None);
+        assert_eq!(of("book.epub"), Some(Format::Epub));
+        assert_eq!(of("photo.png"), None);
+        assert_eq!(of("README"), None);
+    }
+
+    #[test]
+    fn a_text_file_with_nul_bytes_or_bad_utf8_is_named_with_its_reason() {
+        let options = ReadOptions::default();
+        let parsed = parse(&file("a.txt"), Ok::<_, String>(b"x\0y".to_vec()), &options);
+        assert_eq!(parsed[0].as_ref().unwrap_err().kind, kind::BINARY);
+        let parsed = parse(&file("a.md"), Ok::<_, String>(vec![b'a', 0xff]), &options);
+        let error = parsed[0].as_ref().unwrap_err();
+        assert_eq!(
+            (error.kind, error.source.as_str()),
+            (kind::NOT_UTF8, "/in/a.md")
+        );
+        let parsed = parse(&file("a.md"), Err("gone"), &options);
+        assert_eq!(parsed[0].as_ref().unwrap_err().kind, kind::UNREADABLE);
+    }
+
+    #[test]
+    fn a_second_document_with_an_id_is_an_error_naming_the_first() {
+        let doc = |key: &str| {
+            Ok(RawDocument {
+                key: key.into(),
+                source_uri: "f".into(),
+                title: key.into(),
+                text: "t".into(),
+                sections: Vec::new(),
+            })
+        };
+        let kept = first_of_each_id(vec![
+            ("f:1".into(), doc("a")),
+            ("f:2".into(), doc("b")),
+            ("f:3".into(), doc("a")),
+        ]);
+        let error = kept[2].as_ref().unwrap_err();
+        assert_eq!(
+            (error.kind, error.source.as_str()),
+            (kind::DUPLICATE_ID, "f:3")
+        );
+        assert!(error.message.contains("f:1"), "{}", error.message);
+        assert!(kept[1].is_ok());
+    }
+}
