@@ -39,13 +39,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use memweave_benches::archive::{
     Markov, PYTHON_DOCS, change_one_in_a_thousand, dir_bytes, generate, generate_again,
     memweave_binary, parse_size, python_docs_installed,
 };
+use memweave_benches::measure::{Peak, wait_measuring};
 
 /// Builds of an archive under 10 MB of text, of which the median is reported.
 const SMALL_REPEATS: usize = 3;
@@ -275,18 +276,6 @@ impl Run {
     }
 }
 
-/// A process's peak memory, in bytes.
-#[derive(Debug, Default, Clone, Copy)]
-struct Peak {
-    /// Resident set (VmHWM): its own memory and the pages of the `memweave`
-    /// executable it has mapped: 60 to 110 MiB, depending on how much of
-    /// the code a run has reached by its peak (at 10M tokens more of it than
-    /// at 1M).
-    rss: u64,
-    /// Anonymous resident memory (RssAnon, polled): the process's own.
-    anon: u64,
-}
-
 fn print_row(name: &str, text: u64, run: &Run) {
     let tokens = run.summary.get("tokens").copied().unwrap_or(0.0);
     let wall = run.wall.as_secs_f64();
@@ -374,32 +363,6 @@ fn finish(started: Instant, output: &str, peaks: Vec<Peak>, tables: &Path) -> Ru
         peaks,
         summary,
         tables_bytes: dir_bytes(tables),
-    }
-}
-
-/// Waits for `child`, polling its peak RSS; returns its stdout and the peak.
-fn wait_measuring(mut child: Child) -> (String, Peak) {
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
-    let status = format!("/proc/{}/status", child.id());
-    let mut peak = Peak::default();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&status) {
-            let bytes = |field: &str| {
-                text.lines()
-                    .find_map(|l| l.strip_prefix(field))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                    .map_or(0, |kb| kb * 1024)
-            };
-            peak.rss = peak.rss.max(bytes("VmHWM:"));
-            peak.anon = peak.anon.max(bytes("RssAnon:"));
-        }
-        if let Some(exit) = child.try_wait().unwrap() {
-            let output = reader.join().unwrap();
-            assert!(exit.success(), "memweave index failed ({exit}):\n{output}");
-            return (output, peak);
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

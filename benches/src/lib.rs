@@ -7,6 +7,7 @@ use std::time::Duration;
 use memweave_llm::{LlmConfig, PoolConfig};
 
 pub mod archive;
+pub mod measure;
 pub mod questions;
 
 /// A corpus under `../shared/data` beside the checkout (never copied into the

@@ -2,7 +2,7 @@
 //! committed with the model's calls and a checkpoint; the summary read back
 //! from the tables.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use memweave_analytics::metrics::memory_gauges;
@@ -31,6 +31,10 @@ use crate::write::{Batch, StagedPart};
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
 const ORIGINS_PER_EPOCH: usize = 8;
+/// Documents each worker gets per input epoch: a file of many (a dataset, a
+/// mailbox) is spread over epochs and workers as a folder of files would be,
+/// so that one file does not put all its documents in flight at once.
+const DOCUMENTS_PER_EPOCH: usize = ORIGINS_PER_EPOCH;
 /// Documents' states per restore epoch: a message to a worker holds their
 /// texts (a few kilobytes each) until the worker spills them.
 const STATES_PER_EPOCH: usize = 64;
@@ -193,12 +197,11 @@ impl Indexer {
         {
             queues[peer].push((key, update));
         }
-        let epochs = queues
-            .iter()
-            .map(|q| q.len().div_ceil(ORIGINS_PER_EPOCH))
-            .max()
-            .unwrap_or(0);
         let mut queues: Vec<_> = queues.into_iter().map(Vec::into_iter).collect();
+        // Changes fed from the origins but not yet sent: the documents of a
+        // file of many beyond an epoch's share. Any worker takes them: the
+        // dataflow spreads documents over workers by id.
+        let mut pending: VecDeque<InputChange> = VecDeque::new();
         // The dataflow of a new process is restored once something changes:
         // restoring costs less than any rebuild, but more than nothing, and
         // a file touched but not changed (a copy, a checkout) changes
@@ -209,16 +212,20 @@ impl Indexer {
         let unfinished = (self.previous.as_ref()).is_some_and(|p| !p.unfinished.is_empty());
         let mut waiting = Some(Vec::new());
         let mut restored = Restored::default();
-        for epoch in 0..epochs {
+        let mut epoch = 0;
+        while !pending.is_empty() || queues.iter().any(|q| q.len() > 0) {
             for (peer, queue) in queues.iter_mut().enumerate() {
-                let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
-                let origins = batch.len();
-                let changes = self.feed(batch, &mut ingest_errors, reader)?;
+                let mut origins = 0;
+                if pending.is_empty() {
+                    let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
+                    origins = batch.len();
+                    pending.extend(by_document(self.feed(batch, &mut ingest_errors, reader)?));
+                }
                 let fed = FedEpoch {
-                    epoch: epoch as u64,
+                    epoch,
                     peer,
                     origins,
-                    changes,
+                    changes: take_documents(&mut pending, DOCUMENTS_PER_EPOCH),
                 };
                 let Some(mut sent) = waiting.take_if(|_| unfinished || !fed.changes.is_empty())
                 else {
@@ -232,6 +239,7 @@ impl Indexer {
                 restored = self.restore_for(round, &mut sent)?;
                 sent.into_iter().try_for_each(|fed| self.send(round, fed))?;
             }
+            epoch += 1;
         }
         for fed in waiting.into_iter().flatten() {
             self.send(round, fed)?;
@@ -583,6 +591,41 @@ impl Indexer {
     }
 }
 
+/// `changes` in document id order, so that a document's retraction and
+/// insertion stay side by side.
+fn by_document(mut changes: Vec<InputChange>) -> Vec<InputChange> {
+    changes.sort_by(|(a, da), (b, db)| fed_doc_id(a).cmp(fed_doc_id(b)).then(da.cmp(db)));
+    changes
+}
+
+fn fed_doc_id(fed: &Fed) -> &str {
+    match fed {
+        Fed::Document(doc, _) => &doc.doc_id,
+        Fed::Restored(row) => &row.doc_id,
+        Fed::Entities(_) => "",
+    }
+}
+
+/// The first changes of `pending` that concern at most `documents`
+/// documents, a document's changes never split.
+fn take_documents(pending: &mut VecDeque<InputChange>, documents: usize) -> Vec<InputChange> {
+    let mut taken: Vec<InputChange> = Vec::new();
+    let mut count = 0;
+    while let Some((next, _)) = pending.front() {
+        let same = taken
+            .last()
+            .is_some_and(|(last, _)| fed_doc_id(last) == fed_doc_id(next));
+        if !same {
+            if count == documents {
+                break;
+            }
+            count += 1;
+        }
+        taken.extend(pending.pop_front());
+    }
+    taken
+}
+
 /// One worker's share of one epoch of a round, as fed.
 struct FedEpoch {
     epoch: u64,
@@ -693,4 +736,50 @@ async fn stored_rows(
 struct EntitySegments {
     entity_id: String,
     seg_ids: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use memweave_operators::build::{Document, RawDocument};
+
+    use super::*;
+
+    fn change(key: &str, text: &str, diff: isize) -> InputChange {
+        let raw = RawDocument {
+            key: key.into(),
+            source_uri: "rows.parquet".into(),
+            title: key.into(),
+            text: text.into(),
+            sections: Vec::new(),
+        };
+        (Fed::Document(Document::new(raw, 1), 0), diff)
+    }
+
+    #[test]
+    fn a_file_of_many_documents_is_sent_a_few_documents_at_a_time() {
+        let mut fed: Vec<InputChange> =
+            (0..5).map(|i| change(&format!("new{i}"), "n", 1)).collect();
+        // An edit: the old version's retraction and the new one's insertion.
+        fed.push(change("edited", "new text", 1));
+        fed.push(change("edited", "old text", -1));
+        let mut pending: VecDeque<InputChange> = by_document(fed).into();
+        let epochs: Vec<Vec<InputChange>> =
+            std::iter::from_fn(|| (!pending.is_empty()).then(|| take_documents(&mut pending, 2)))
+                .collect();
+        let documents = |epoch: &Vec<InputChange>| {
+            let mut ids: Vec<&str> = epoch.iter().map(|(f, _)| fed_doc_id(f)).collect();
+            ids.dedup();
+            ids.len()
+        };
+        assert_eq!(epochs.iter().map(documents).collect::<Vec<_>>(), [2, 2, 2]);
+        let edit = epochs
+            .iter()
+            .find(|e| e.iter().any(|(_, diff)| *diff < 0))
+            .unwrap();
+        let diffs: Vec<isize> = (edit.iter())
+            .filter(|(f, _)| matches!(f, Fed::Document(d, _) if d.title == "edited"))
+            .map(|(_, diff)| *diff)
+            .collect();
+        assert_eq!(diffs, [-1, 1], "the retraction first, in the same epoch");
+    }
 }

@@ -152,6 +152,13 @@ class Document:
     title: str
     version: int
     n_tokens: int
+    #: Where its text's parts came from (pages, headings, message, row).
+    sections: tuple[Section, ...] = ()
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> "Document":
+        fields = {k: v for k, v in value.items() if k != "sections"}
+        return cls(**fields, sections=tuple(Section(**s) for s in value.get("sections", [])))
 
 
 @dataclass(frozen=True)
@@ -261,7 +268,7 @@ class Client:
         return DocumentPage(
             epoch=page["epoch"],
             total=page["total"],
-            documents=[Document(**d) for d in page["documents"]],
+            documents=[Document.from_json(d) for d in page["documents"]],
             next=page["next"],
         )
 
