@@ -781,3 +781,73 @@ proptest! {
         }
     }
 }
+
+const WRITE_ROWS: &str = r#"
+import json, sys
+import pyarrow as pa, pyarrow.parquet as pq
+rows = json.loads(sys.argv[2])
+pq.write_table(pa.Table.from_pylist(rows), sys.argv[1])
+"#;
+
+/// A dataset rewritten with a row added at its head, one edited and one
+/// removed: the next run changes those rows' documents only; the others keep
+/// their versions (a row that moved in its file is not a change).
+#[test]
+fn a_rewritten_dataset_changes_only_the_rows_that_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, tables) = (dir.path().join("in"), dir.path().join("memory"));
+    std::fs::create_dir(&source).unwrap();
+    let dataset = source.join("rows.parquet");
+    let row = |id: &str, text: &str| serde_json::json!({"id": id, "text": text});
+    let first = serde_json::json!([
+        row(
+            "a",
+            "The harbour master of Port Ellis keeps the tide tables."
+        ),
+        row("b", "Ships from the north bring timber and wool in spring."),
+        row(
+            "c",
+            "The lighthouse keeper writes the weather down at dawn."
+        ),
+    ]);
+    python_script(WRITE_ROWS, &[dataset.to_str().unwrap(), &first.to_string()]);
+    index(&source, &tables, &["--memories", "memwalker"]);
+    let before = read_tables(&tables);
+    assert_eq!(before.documents.len(), 3);
+    let second = serde_json::json!([
+        row("z", "A new row about the ferry that crosses at noon."),
+        row(
+            "a",
+            "The harbour master of Port Ellis keeps the tide tables."
+        ),
+        row(
+            "b",
+            "Ships from the north bring timber, wool and salt in spring."
+        ),
+    ]);
+    python_script(
+        WRITE_ROWS,
+        &[dataset.to_str().unwrap(), &second.to_string()],
+    );
+    let output = index(&source, &tables, &["--memories", "memwalker"]);
+    let summary = stdout(&output);
+    assert!(
+        summary.contains("(2 new or changed, 1 unchanged, 1 deleted)"),
+        "{summary}"
+    );
+    let after = read_tables(&tables);
+    let version = |t: &memweave_tests::Tables, title: &str| {
+        t.documents
+            .iter()
+            .find(|d| d.title == title)
+            .map(|d| (d.version, d.ingested_at))
+    };
+    assert_eq!(
+        version(&after, "a"),
+        version(&before, "a"),
+        "a moved, unchanged"
+    );
+    assert_eq!(version(&after, "b").unwrap().0, 2, "b was edited");
+    assert_eq!(version(&after, "z").unwrap().0, 1);
+    assert_eq!(version(&after, "c"), None, "c was removed");
+}
