@@ -20,14 +20,13 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
 use arrow_array::{RecordBatch, StringArray};
 use memweave_benches::archive::{Markov, generate, memweave_binary, parse_size};
 use memweave_benches::files_in;
-use memweave_benches::measure::wait_measuring;
+use memweave_benches::measure::index_measured;
 use memweave_ingest::{Format, ReadOptions, SourceFile, parse};
 
 fn main() {
@@ -163,16 +162,6 @@ fn read_stage(name: &str, files: &[PathBuf], pages: bool) -> f64 {
 /// Indexes `source` from scratch: wall seconds and peak RSS.
 fn build(binary: &Path, source: &Path, tables: &Path) -> (f64, u64) {
     let _ = std::fs::remove_dir_all(tables);
-    let started = Instant::now();
-    let child = Command::new(binary)
-        .arg("index")
-        .arg(source)
-        .arg("--out")
-        .arg(tables)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (_, peak) = wait_measuring(child);
-    (started.elapsed().as_secs_f64(), peak.rss)
+    let (wall, _, peak) = index_measured(binary, source, tables, &[]);
+    (wall.as_secs_f64(), peak.rss)
 }

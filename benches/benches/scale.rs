@@ -46,7 +46,7 @@ use memweave_benches::archive::{
     Markov, PYTHON_DOCS, change_one_in_a_thousand, dir_bytes, generate, generate_again,
     memweave_binary, parse_size, python_docs_installed,
 };
-use memweave_benches::measure::{Peak, wait_measuring};
+use memweave_benches::measure::{Peak, index_measured, wait_measuring};
 
 /// Builds of an archive under 10 MB of text, of which the median is reported.
 const SMALL_REPEATS: usize = 3;
@@ -302,19 +302,8 @@ fn mib(bytes: u64) -> String {
 
 /// `memweave index SOURCE --out TABLES` with `extra` flags, measured.
 fn index(binary: &Path, source: &Path, tables: &Path, extra: &[&str]) -> Run {
-    let started = Instant::now();
-    let child = Command::new(binary)
-        .arg("index")
-        .arg(source)
-        .arg("--out")
-        .arg(tables)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (output, peak) = wait_measuring(child);
-    finish(started, &output, vec![peak], tables)
+    let (wall, output, peak) = index_measured(binary, source, tables, extra);
+    finish(wall, &output, vec![peak], tables)
 }
 
 /// The same build by two processes of one worker each, over loopback.
@@ -349,17 +338,22 @@ fn cluster(binary: &Path, source: &Path, tables: &Path, work: &Path) -> Run {
     let other = std::thread::spawn(move || wait_measuring(one).1);
     let (output, peak_zero) = wait_measuring(zero);
     let peak_one = other.join().unwrap();
-    finish(started, &output, vec![peak_zero, peak_one], tables)
+    finish(
+        started.elapsed(),
+        &output,
+        vec![peak_zero, peak_one],
+        tables,
+    )
 }
 
-fn finish(started: Instant, output: &str, peaks: Vec<Peak>, tables: &Path) -> Run {
+fn finish(wall: Duration, output: &str, peaks: Vec<Peak>, tables: &Path) -> Run {
     let summary = parse_summary(output);
     assert!(
         summary.contains_key("tokens"),
         "memweave index printed no summary:\n{output}"
     );
     Run {
-        wall: started.elapsed(),
+        wall,
         peaks,
         summary,
         tables_bytes: dir_bytes(tables),

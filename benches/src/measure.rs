@@ -1,7 +1,8 @@
 //! Measuring a `memweave` process: its peak memory while it runs.
 
-use std::process::Child;
-use std::time::Duration;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A process's peak memory, in bytes.
 #[derive(Debug, Default, Clone, Copy)]
@@ -13,6 +14,29 @@ pub struct Peak {
     pub rss: u64,
     /// Anonymous resident memory (RssAnon, polled): the process's own.
     pub anon: u64,
+}
+
+/// `BINARY index SOURCE --out TABLES` with `extra` flags: its wall time,
+/// its stdout and its peak memory.
+pub fn index_measured(
+    binary: &Path,
+    source: &Path,
+    tables: &Path,
+    extra: &[&str],
+) -> (Duration, String, Peak) {
+    let started = Instant::now();
+    let child = Command::new(binary)
+        .arg("index")
+        .arg(source)
+        .arg("--out")
+        .arg(tables)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the memweave binary starts");
+    let (output, peak) = wait_measuring(child);
+    (started.elapsed(), output, peak)
 }
 
 /// Waits for `child`, polling its peak RSS; returns its stdout and the peak.

@@ -573,35 +573,30 @@ fn answers_cite_the_page_heading_message_or_row_they_come_from() {
         }
     }
     // A PDF passage's page is the page pdftotext finds its words on.
-    let answer = memweave_ok([
-        "ask",
-        "How are glob patterns matched?",
-        "--tables",
-        tables.to_str().unwrap(),
-        "--strategy",
-        "bm25",
-        "--document",
-        &doc_of("spec.pdf"),
-    ]);
-    let printed = stdout(&answer);
+    let spec = doc_of("spec.pdf");
+    let ask_spec = |extra: &[&str]| {
+        let mut args = vec![
+            "ask",
+            "How are glob patterns matched?",
+            "--tables",
+            tables.to_str().unwrap(),
+            "--strategy",
+            "bm25",
+            "--document",
+            &spec,
+        ];
+        args.extend_from_slice(extra);
+        stdout(&memweave_ok(args))
+    };
+    let printed = ask_spec(&[]);
     let page: usize = printed
         .split(", page ")
         .nth(1)
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no page cited:\n{printed}"));
-    let answer = memweave_ok([
-        "ask",
-        "How are glob patterns matched?",
-        "--tables",
-        tables.to_str().unwrap(),
-        "--strategy",
-        "bm25",
-        "--document",
-        &doc_of("spec.pdf"),
-        "--json",
-    ]);
-    let answer: serde_json::Value = serde_json::from_str(&stdout(&answer)).unwrap();
+    let answer = ask_spec(&["--json"]);
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
     let first = &answer["supporting"][0];
     assert_eq!(first["section"]["label"], page.to_string());
     let on_page = run(
