@@ -1,15 +1,18 @@
 //! Datasets: Parquet, Arrow IPC and JSON Lines (plain, gzip or zstd), each
-//! row a document keyed by its id column, read batch by batch. A row's
-//! document cites the file and its id; errors cite the row's number.
+//! row a document keyed by its id column. Rows are read as they are taken,
+//! a record batch (or a line) at a time, from the file or from bytes in
+//! memory: a dataset of any size costs a batch. A row's document cites the
+//! file and its id; errors cite the row's number.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 
 use arrow_array::{Array, RecordBatch, StringArray};
-use arrow_schema::DataType;
+use arrow_schema::{ArrowError, DataType};
 use memweave_operators::build::RawDocument;
 use memweave_schemas::Section;
 
-use crate::{Compression, Format, IngestError, Located, Parsed, clip, first_of_each_id, kind};
+use crate::{Compression, Format, IngestError, Located, clip, kind};
 
 /// Rows a Parquet or Arrow batch holds: texts of a few kilobytes each.
 const BATCH_ROWS: usize = 1024;
@@ -36,6 +39,62 @@ impl Default for Columns {
     }
 }
 
+/// A dataset's rows (documents, or why a row is not one), each with where
+/// the file holds it.
+pub(crate) type Rows = Box<dyn Iterator<Item = Located> + Send>;
+
+/// Where a dataset's bytes come from.
+pub(crate) enum Input {
+    Bytes(Vec<u8>),
+    File(std::fs::File),
+}
+
+/// A dataset's rows, each with where the file holds it, read as they are
+/// taken. A file with no rows gives one `empty` error.
+pub(crate) fn rows(uri: &str, format: Format, input: Input, columns: &Columns) -> Rows {
+    let opened = match format {
+        Format::JsonLines(compression) => json_lines(uri, compression, input, columns),
+        Format::Parquet => parquet(uri, input, columns),
+        Format::ArrowFile | Format::ArrowStream => arrow(uri, format, input, columns),
+        _ => unreachable!("{format:?} is not a dataset"),
+    };
+    let rows = match opened {
+        Ok(rows) => rows,
+        Err(error) => Box::new(std::iter::once((uri.to_string(), Err(error)))),
+    };
+    Box::new(NotEmpty {
+        uri: uri.to_string(),
+        rows,
+        any: false,
+    })
+}
+
+/// Rows, or an `empty` error for a file that has none.
+struct NotEmpty {
+    uri: String,
+    rows: Rows,
+    any: bool,
+}
+
+impl Iterator for NotEmpty {
+    type Item = Located;
+
+    fn next(&mut self) -> Option<Located> {
+        match self.rows.next() {
+            Some(row) => {
+                self.any = true;
+                Some(row)
+            }
+            None if !self.any => {
+                self.any = true;
+                let error = IngestError::new(&self.uri, kind::EMPTY, "no rows");
+                Some((self.uri.clone(), Err(error)))
+            }
+            None => None,
+        }
+    }
+}
+
 /// A row's document.
 fn row(uri: &str, id: String, title: Option<&str>, text: String) -> RawDocument {
     RawDocument {
@@ -55,54 +114,78 @@ fn at(uri: &str, row: usize) -> String {
     format!("{uri}:{row}")
 }
 
-pub(crate) fn read_json_lines(
+fn json_lines(
     uri: &str,
     compression: Compression,
-    bytes: &[u8],
+    input: Input,
     columns: &Columns,
-) -> Parsed {
-    let reader: Box<dyn Read + '_> = match compression {
-        Compression::None => Box::new(bytes),
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(bytes)),
-        Compression::Zstd => match zstd::stream::read::Decoder::new(bytes) {
-            Ok(decoder) => Box::new(decoder),
-            Err(e) => return vec![Err(IngestError::new(uri, kind::CORRUPT, e.to_string()))],
-        },
+) -> Result<Rows, IngestError> {
+    let raw: Box<dyn Read + Send> = match input {
+        Input::Bytes(bytes) => Box::new(std::io::Cursor::new(bytes)),
+        Input::File(file) => Box::new(BufReader::new(file)),
     };
-    let mut reader = BufReader::new(reader);
-    let mut located = Vec::new();
-    let mut line = Vec::new();
-    let mut number = 0;
-    loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) => break,
-            Ok(_) => number += 1,
-            Err(e) => {
-                let place = at(uri, number + 1);
-                let message = format!("cannot decompress past line {number}: {e}");
-                located.push((
-                    place.clone(),
-                    Err(IngestError::new(place, kind::CORRUPT, message)),
-                ));
+    let decoded: Box<dyn Read + Send> = match compression {
+        Compression::None => raw,
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
+        Compression::Zstd => Box::new(
+            zstd::stream::read::Decoder::new(raw)
+                .map_err(|e| IngestError::new(uri, kind::CORRUPT, e.to_string()))?,
+        ),
+    };
+    Ok(Box::new(JsonRows {
+        uri: uri.to_string(),
+        columns: columns.clone(),
+        reader: BufReader::new(decoded),
+        line: Vec::new(),
+        number: 0,
+        done: false,
+    }))
+}
+
+/// A JSON Lines file's records, a line at a time.
+struct JsonRows {
+    uri: String,
+    columns: Columns,
+    reader: BufReader<Box<dyn Read + Send>>,
+    line: Vec<u8>,
+    number: usize,
+    done: bool,
+}
+
+impl Iterator for JsonRows {
+    type Item = Located;
+
+    fn next(&mut self) -> Option<Located> {
+        while !self.done {
+            self.line.clear();
+            match self.reader.read_until(b'\n', &mut self.line) {
+                Ok(0) => self.done = true,
+                Ok(_) => self.number += 1,
+                Err(e) => {
+                    self.done = true;
+                    let place = at(&self.uri, self.number + 1);
+                    let message = format!("cannot decompress past line {}: {e}", self.number);
+                    let error = IngestError::new(&place, kind::CORRUPT, message);
+                    return Some((place, Err(error)));
+                }
+            }
+            if self.done {
                 break;
             }
+            let place = at(&self.uri, self.number);
+            let Ok(text) = std::str::from_utf8(&self.line) else {
+                let error = IngestError::new(&place, kind::BAD_RECORD, "not UTF-8");
+                return Some((place, Err(error)));
+            };
+            let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+            if text.trim().is_empty() {
+                continue;
+            }
+            let record = json_record(&self.uri, self.number, text, &self.columns);
+            return Some((place, record));
         }
-        let place = at(uri, number);
-        let Ok(text) = std::str::from_utf8(&line) else {
-            let error = IngestError::new(&place, kind::BAD_RECORD, "not UTF-8");
-            located.push((place, Err(error)));
-            continue;
-        };
-        if text.trim().is_empty() {
-            continue;
-        }
-        located.push((place, json_record(uri, number, text, columns)));
+        None
     }
-    if located.is_empty() {
-        return vec![Err(IngestError::new(uri, kind::EMPTY, "no records"))];
-    }
-    first_of_each_id(located)
 }
 
 fn json_record(
@@ -164,88 +247,133 @@ fn json_type(value: &serde_json::Value) -> &'static str {
     }
 }
 
-pub(crate) fn read_parquet(uri: &str, bytes: Vec<u8>, columns: &Columns) -> Parsed {
+fn parquet(uri: &str, input: Input, columns: &Columns) -> Result<Rows, IngestError> {
     use parquet::arrow::ProjectionMask;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let builder = match ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes)) {
-        Ok(builder) => builder,
-        Err(e) => {
-            return vec![Err(IngestError::new(
+    use parquet::file::reader::ChunkReader;
+    fn open<T: ChunkReader + 'static>(
+        uri: &str,
+        reader: T,
+        columns: &Columns,
+    ) -> Result<Batches, IngestError> {
+        let corrupt = |e: parquet::errors::ParquetError| {
+            IngestError::new(
                 uri,
                 kind::CORRUPT,
                 format!("not a readable Parquet file: {e}"),
-            ))];
+            )
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(corrupt)?;
+        if let Some(error) = missing_columns(uri, builder.schema(), columns) {
+            return Err(error);
         }
+        let names: Vec<&str> = [&columns.id, &columns.text, &columns.title]
+            .into_iter()
+            .map(String::as_str)
+            .filter(|name| builder.schema().field_with_name(name).is_ok())
+            .collect();
+        let mask = ProjectionMask::columns(builder.parquet_schema(), names);
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .map_err(corrupt)?;
+        Ok(Box::new(reader))
+    }
+    let batches = match input {
+        Input::Bytes(bytes) => open(uri, bytes::Bytes::from(bytes), columns)?,
+        Input::File(file) => open(uri, file, columns)?,
     };
-    if let Some(error) = missing_columns(uri, builder.schema(), columns) {
-        return vec![Err(error)];
-    }
-    let names: Vec<&str> = [&columns.id, &columns.text, &columns.title]
-        .into_iter()
-        .map(String::as_str)
-        .filter(|name| builder.schema().field_with_name(name).is_ok())
-        .collect();
-    let mask = ProjectionMask::columns(builder.parquet_schema(), names);
-    match builder
-        .with_projection(mask)
-        .with_batch_size(BATCH_ROWS)
-        .build()
-    {
-        Ok(batches) => read_batches(uri, batches, columns),
-        Err(e) => vec![Err(IngestError::new(uri, kind::CORRUPT, e.to_string()))],
-    }
+    Ok(batch_rows_of(uri, batches, columns))
 }
 
-pub(crate) fn read_arrow(uri: &str, format: Format, bytes: &[u8], columns: &Columns) -> Parsed {
+fn arrow(uri: &str, format: Format, input: Input, columns: &Columns) -> Result<Rows, IngestError> {
     use arrow_ipc::reader::{FileReader, StreamReader};
-    let cursor = std::io::Cursor::new(bytes);
-    let batches: Result<Box<dyn Iterator<Item = _>>, _> = if format == Format::ArrowStream {
-        StreamReader::try_new(cursor, None).map(|r| Box::new(r) as Box<dyn Iterator<Item = _>>)
-    } else {
-        FileReader::try_new(cursor, None).map(|r| Box::new(r) as Box<dyn Iterator<Item = _>>)
-    };
-    match batches {
-        Ok(batches) => read_batches(uri, batches, columns),
-        Err(e) => vec![Err(IngestError::new(
+    fn open<R: Read + std::io::Seek + Send + 'static>(
+        stream: bool,
+        reader: R,
+    ) -> Result<Batches, ArrowError> {
+        Ok(if stream {
+            Box::new(StreamReader::try_new(reader, None)?)
+        } else {
+            Box::new(FileReader::try_new(reader, None)?)
+        })
+    }
+    let stream = format == Format::ArrowStream;
+    let batches = match input {
+        Input::Bytes(bytes) => open(stream, std::io::Cursor::new(bytes)),
+        Input::File(file) => open(stream, BufReader::new(file)),
+    }
+    .map_err(|e| {
+        IngestError::new(
             uri,
             kind::CORRUPT,
             format!("not a readable Arrow IPC file: {e}"),
-        ))],
-    }
+        )
+    })?;
+    Ok(batch_rows_of(uri, batches, columns))
 }
 
-/// The documents of a dataset's record batches, rows numbered from 1.
-fn read_batches(
-    uri: &str,
-    batches: impl Iterator<Item = Result<RecordBatch, arrow_schema::ArrowError>>,
-    columns: &Columns,
-) -> Parsed {
-    let mut located = Vec::new();
-    let mut first_row = 1;
-    for batch in batches {
-        let batch = match batch {
-            Ok(batch) => batch,
-            Err(e) => {
-                let place = at(uri, first_row);
-                let message = format!("cannot read the rows from {first_row} on: {e}");
-                located.push((
-                    place.clone(),
-                    Err(IngestError::new(place, kind::CORRUPT, message)),
-                ));
-                break;
+type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+
+/// The rows of a dataset's record batches, numbered from 1.
+fn batch_rows_of(uri: &str, batches: Batches, columns: &Columns) -> Rows {
+    Box::new(BatchRows {
+        uri: uri.to_string(),
+        columns: columns.clone(),
+        batches: Some(batches),
+        rows: VecDeque::new(),
+        first_row: 1,
+    })
+}
+
+/// A dataset's rows, read a record batch at a time.
+struct BatchRows {
+    uri: String,
+    columns: Columns,
+    /// `None` once read to the end or to an error.
+    batches: Option<Batches>,
+    /// The rows of the batch being taken.
+    rows: VecDeque<Located>,
+    first_row: usize,
+}
+
+impl Iterator for BatchRows {
+    type Item = Located;
+
+    fn next(&mut self) -> Option<Located> {
+        loop {
+            if let Some(row) = self.rows.pop_front() {
+                return Some(row);
             }
-        };
-        match batch_rows(uri, &batch, first_row, columns) {
-            Ok(rows) => located.extend(rows),
-            // A column missing or of the wrong type is so for every row.
-            Err(error) => return vec![Err(error)],
+            let uri = self.uri.as_str();
+            let batch = match self.batches.as_mut()?.next() {
+                None => {
+                    self.batches = None;
+                    return None;
+                }
+                Some(Ok(batch)) => batch,
+                Some(Err(e)) => {
+                    self.batches = None;
+                    let place = at(uri, self.first_row);
+                    let message = format!("cannot read the rows from {} on: {e}", self.first_row);
+                    return Some((
+                        place.clone(),
+                        Err(IngestError::new(place, kind::CORRUPT, message)),
+                    ));
+                }
+            };
+            match batch_rows(uri, &batch, self.first_row, &self.columns) {
+                Ok(rows) => self.rows.extend(rows),
+                // A column missing or of the wrong type is so for every row.
+                Err(error) => {
+                    self.batches = None;
+                    return Some((uri.to_string(), Err(error)));
+                }
+            }
+            self.first_row += batch.num_rows();
         }
-        first_row += batch.num_rows();
     }
-    if located.is_empty() {
-        return vec![Err(IngestError::new(uri, kind::EMPTY, "no rows"))];
-    }
-    first_of_each_id(located)
 }
 
 /// The error of a dataset without its id or text column, naming the

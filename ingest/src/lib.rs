@@ -160,6 +160,15 @@ impl Format {
         })
     }
 
+    /// Whether the format's files hold rows, each a document: they are read
+    /// as their rows are taken ([`read_rows`]), not whole.
+    pub fn is_dataset(self) -> bool {
+        matches!(
+            self,
+            Format::JsonLines(_) | Format::Parquet | Format::ArrowFile | Format::ArrowStream
+        )
+    }
+
     /// Whether the format's bytes are text (checked for NUL bytes and UTF-8
     /// before its reader sees them).
     fn is_text(self) -> bool {
@@ -171,7 +180,6 @@ impl Format {
                 | Format::AsciiDoc
                 | Format::Org
                 | Format::Html
-                | Format::JsonLines(Compression::None)
         )
     }
 }
@@ -313,18 +321,7 @@ pub fn parse(
     // A parser's panic on hostile bytes is a file it cannot read, not a
     // failed run.
     let read = std::panic::catch_unwind(|| read_bytes(file, bytes, options));
-    read.unwrap_or_else(|panic| {
-        let reason = panic
-            .downcast_ref::<&str>()
-            .map(ToString::to_string)
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        vec![Err(IngestError::new(
-            &file.uri,
-            kind::CORRUPT,
-            format!("its parser failed: {reason}"),
-        ))]
-    })
+    read.unwrap_or_else(|panic| vec![Err(panicked(&file.uri, &panic))])
 }
 
 fn read_bytes(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parsed {
@@ -337,12 +334,10 @@ fn read_bytes(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parse
             Format::Epub => office::read_epub(file, &bytes, options.max_inflated_bytes),
             Format::Mbox => mail::read_mbox(file, &bytes),
             Format::Eml => mail::read_eml(file, &bytes),
-            Format::JsonLines(compression) => {
-                dataset::read_json_lines(source, compression, &bytes, &options.columns)
-            }
-            Format::Parquet => dataset::read_parquet(source, bytes, &options.columns),
-            Format::ArrowFile | Format::ArrowStream => {
-                dataset::read_arrow(source, file.format, &bytes, &options.columns)
+            Format::JsonLines(_) | Format::Parquet | Format::ArrowFile | Format::ArrowStream => {
+                let input = dataset::Input::Bytes(bytes);
+                let rows = dataset::rows(source, file.format, input, &options.columns);
+                FirstOfEachId::new(rows).collect()
             }
             _ => unreachable!("text formats are read below"),
         };
@@ -378,9 +373,6 @@ fn read_bytes(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parse
                 .unwrap_or_else(|| markup::first_line_title(&page.text));
             vec![Ok(document(file, title, page.text, page.sections))]
         }
-        Format::JsonLines(_) => {
-            dataset::read_json_lines(source, Compression::None, text.as_bytes(), &options.columns)
-        }
         markup => {
             let outline = markup::outline(text, markup);
             let title = markup::title(text, markup, &outline);
@@ -410,30 +402,109 @@ fn clip(text: &str, n: usize) -> String {
     text.chars().take(n).collect()
 }
 
-/// Keeps the first document of each id in `located` (each item with where
-/// the file holds it) and turns the others into `duplicate_id` errors naming
-/// where the id was first given: the rows of one file are told apart by
-/// their ids alone, so two would be one.
-fn first_of_each_id(located: Vec<Located>) -> Parsed {
-    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    located
-        .into_iter()
-        .map(|(place, item)| {
-            let doc = item?;
-            if let Some(first) = seen.get(&doc.key) {
-                return Err(IngestError::new(
-                    place,
-                    kind::DUPLICATE_ID,
-                    format!(
-                        "id {} already given by {first}; this copy was not indexed",
-                        doc.key
-                    ),
-                ));
+/// The documents of `located` (each with where the file holds it), the
+/// first of each id kept and the others turned into `duplicate_id` errors
+/// naming where the id was first given: the rows of one file are told apart
+/// by their ids alone, so two would be one. It remembers ids and places,
+/// not texts.
+struct FirstOfEachId<I> {
+    located: I,
+    seen: std::collections::HashMap<String, String>,
+}
+
+impl<I: Iterator<Item = Located>> FirstOfEachId<I> {
+    fn new(located: I) -> Self {
+        FirstOfEachId {
+            located,
+            seen: std::collections::HashMap::new(),
+        }
+    }
+}
+
+impl<I: Iterator<Item = Located>> Iterator for FirstOfEachId<I> {
+    type Item = Result<RawDocument, IngestError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (place, item) = self.located.next()?;
+        let doc = match item {
+            Ok(doc) => doc,
+            Err(error) => return Some(Err(error)),
+        };
+        if let Some(first) = self.seen.get(&doc.key) {
+            return Some(Err(IngestError::new(
+                place,
+                kind::DUPLICATE_ID,
+                format!(
+                    "id {} already given by {first}; this copy was not indexed",
+                    doc.key
+                ),
+            )));
+        }
+        self.seen.insert(doc.key.clone(), place);
+        Some(Ok(doc))
+    }
+}
+
+/// The documents of the dataset file `file` whose bytes are at `path`, read
+/// a record batch (or a line) at a time as they are taken: a file of any
+/// size costs a batch, and the ids seen. The same documents and errors as
+/// [`parse`] gives for its bytes.
+pub fn read_rows(
+    file: &SourceFile,
+    path: &Path,
+    options: &ReadOptions,
+) -> impl Iterator<Item = Result<RawDocument, IngestError>> + Send + use<> {
+    let uri = file.uri.clone();
+    let rows: dataset::Rows = match std::fs::File::open(path) {
+        Ok(opened) => {
+            let input = dataset::Input::File(opened);
+            let columns = &options.columns;
+            match std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, columns)) {
+                Ok(rows) => rows,
+                Err(panic) => Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic))))),
             }
-            seen.insert(doc.key.clone(), place);
-            Ok(doc)
-        })
-        .collect()
+        }
+        Err(e) => {
+            let error = IngestError::new(&uri, kind::UNREADABLE, format!("cannot read: {e}"));
+            Box::new(std::iter::once((uri.clone(), Err(error))))
+        }
+    };
+    FirstOfEachId::new(CatchPanics {
+        uri,
+        rows: Some(rows),
+    })
+}
+
+/// Rows until their reader panics (hostile bytes), then the `corrupt`
+/// error of that panic.
+struct CatchPanics {
+    uri: String,
+    rows: Option<dataset::Rows>,
+}
+
+impl Iterator for CatchPanics {
+    type Item = Located;
+
+    fn next(&mut self) -> Option<Located> {
+        let rows = self.rows.as_mut()?;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rows.next())) {
+            Ok(row) => row,
+            Err(panic) => {
+                self.rows = None;
+                Some((self.uri.clone(), Err(panicked(&self.uri, &panic))))
+            }
+        }
+    }
+}
+
+/// The `corrupt` error of a parser that panicked reading `uri`.
+fn panicked(uri: &str, panic: &Box<dyn std::any::Any + Send>) -> IngestError {
+    let reason = panic
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    IngestError::new(uri, kind::CORRUPT, format!("its parser failed: {reason}"))
 }
 
 #[cfg(test)]
@@ -483,6 +554,68 @@ mod tests {
     }
 
     #[test]
+    fn a_dataset_read_from_its_file_gives_what_its_bytes_give() {
+        use std::io::Write;
+        use std::sync::Arc;
+        let lines = concat!(
+            "{\"id\": \"a\", \"text\": \"The first row.\"}\n",
+            "not json\n",
+            "{\"id\": \"a\", \"text\": \"The first row again.\"}\n",
+            "{\"id\": 7, \"text\": \"Row seven.\", \"title\": \"Seven\"}\n",
+        );
+        let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gzip.write_all(lines.as_bytes()).unwrap();
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, true),
+            arrow_schema::Field::new("text", arrow_schema::DataType::Utf8, true),
+        ]));
+        let ids: Vec<Option<String>> = (0..2500).map(|i| Some(format!("r{}", i % 2400))).collect();
+        let texts: Vec<Option<String>> = (0..2500)
+            .map(|i| (i != 5).then(|| format!("Row {i}.")))
+            .collect();
+        let batch = arrow_array::RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(arrow_array::StringArray::from(ids)),
+                Arc::new(arrow_array::StringArray::from(texts)),
+            ],
+        )
+        .unwrap();
+        let mut parquet = Vec::new();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(&mut parquet, schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let options = ReadOptions::default();
+        for (name, bytes, documents) in [
+            ("rows.jsonl", lines.as_bytes().to_vec(), 2),
+            ("rows.jsonl.gz", gzip.finish().unwrap(), 2),
+            // Three batches; row 5 has no text, and the last 100 rows repeat
+            // ids (r5's second row is its first document).
+            ("rows.parquet", parquet, 2400),
+        ] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, &bytes).unwrap();
+            let parsed = parse(&file(name), Ok::<_, String>(bytes), &options);
+            let streamed: Parsed = read_rows(&file(name), &path, &options).collect();
+            assert_eq!(streamed, parsed, "{name}");
+            assert_eq!(streamed.iter().filter(|d| d.is_ok()).count(), documents);
+            let kinds: std::collections::BTreeSet<&str> = streamed
+                .iter()
+                .filter_map(|d| Some(d.as_ref().err()?.kind))
+                .collect();
+            assert_eq!(
+                kinds,
+                [kind::BAD_RECORD, kind::DUPLICATE_ID].into(),
+                "{name}"
+            );
+        }
+        let gone = read_rows(&file("gone.parquet"), &dir.path().join("gone"), &options);
+        let errors: Vec<&str> = gone.map(|d| d.unwrap_err().kind).collect();
+        assert_eq!(errors, [kind::UNREADABLE]);
+    }
+
+    #[test]
     fn a_second_document_with_an_id_is_an_error_naming_the_first() {
         let doc = |key: &str| {
             Ok(RawDocument {
@@ -493,11 +626,15 @@ mod tests {
                 sections: Vec::new(),
             })
         };
-        let kept = first_of_each_id(vec![
-            ("f:1".into(), doc("a")),
-            ("f:2".into(), doc("b")),
-            ("f:3".into(), doc("a")),
-        ]);
+        let kept: Parsed = FirstOfEachId::new(
+            [
+                ("f:1".into(), doc("a")),
+                ("f:2".into(), doc("b")),
+                ("f:3".into(), doc("a")),
+            ]
+            .into_iter(),
+        )
+        .collect();
         let error = kept[2].as_ref().unwrap_err();
         assert_eq!(
             (error.kind, error.source.as_str()),

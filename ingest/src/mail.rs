@@ -6,7 +6,7 @@
 use mailparse::{DispositionType, MailHeaderMap, ParsedMail};
 use memweave_schemas::Section;
 
-use crate::{IngestError, Parsed, SourceFile, clip, first_of_each_id, html, kind};
+use crate::{FirstOfEachId, IngestError, Parsed, SourceFile, clip, html, kind};
 
 pub(crate) fn read_mbox(file: &SourceFile, bytes: &[u8]) -> Parsed {
     let messages = split_mbox(bytes);
@@ -17,16 +17,12 @@ pub(crate) fn read_mbox(file: &SourceFile, bytes: &[u8]) -> Parsed {
             "no messages (an mbox file starts each with a \"From \" line)",
         ))];
     }
-    let located = messages
-        .iter()
-        .enumerate()
-        .map(|(index, raw)| {
-            let place = format!("{}:{}", file.uri, index + 1);
-            let message = message(file, &place, index + 1, raw);
-            (place, message)
-        })
-        .collect();
-    first_of_each_id(located)
+    let located = messages.iter().enumerate().map(|(index, raw)| {
+        let place = format!("{}:{}", file.uri, index + 1);
+        let message = message(file, &place, index + 1, raw);
+        (place, message)
+    });
+    FirstOfEachId::new(located).collect()
 }
 
 pub(crate) fn read_eml(file: &SourceFile, bytes: &[u8]) -> Parsed {

@@ -26,12 +26,14 @@ mod context;
 mod engine;
 mod files;
 pub mod kafka;
+mod pending;
 mod round;
 
 use context::SourceContext;
 use engine::Engine;
 pub use engine::{ComputeSummary, compute};
 use files::FileRounds;
+use pending::Documents;
 
 /// Longest an interrupted build waits for the model calls in flight.
 const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
@@ -192,6 +194,10 @@ pub struct Fresh {
     /// The file's version (ETag, size@mtime) when it was read.
     pub version: Option<String>,
     pub records: Vec<(Document, i64)>,
+    /// Or its documents without their texts, which stay in the file (a
+    /// dataset's rows): they are read again as they are sent, with
+    /// [`Reader::documents`].
+    pub unread: Vec<Record>,
     pub errors: Vec<ErrorRow>,
 }
 
@@ -283,6 +289,11 @@ trait Reader {
     /// Reads `origins` into their inputs, each document versioned against
     /// what the process has seen; an origin that cannot be read is absent.
     fn read(&self, cx: &SourceContext<'_>, origins: Vec<&str>) -> HashMap<String, Fresh>;
+
+    /// `origin`'s documents read again, in the order it holds them, for the
+    /// texts [`Reader::read`] left in it; `None` for an origin it does not
+    /// know.
+    fn documents(&self, origin: &str) -> Option<Documents<'_>>;
 }
 
 /// What a source hands the round it drives: the origins that changed since

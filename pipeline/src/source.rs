@@ -153,6 +153,29 @@ impl Source {
         }
     }
 
+    /// A file on this machine holding `file`'s bytes, for readers that take
+    /// it a part at a time (datasets): the file itself, or an object copied
+    /// to a temporary file as it downloads (its bytes never all in memory).
+    pub async fn local(&self, file: &SourceFile) -> Result<LocalFile, ReadError> {
+        match self {
+            Source::Local(_) => Ok(LocalFile::Source(PathBuf::from(&file.uri))),
+            Source::Objects { store, prefix, .. } => {
+                let location = file
+                    .key
+                    .split('/')
+                    .fold(prefix.clone(), |path, part| path.join(part));
+                let copy = tempfile::NamedTempFile::new()?;
+                let mut out = tokio::fs::File::from_std(copy.reopen()?);
+                let mut chunks = store.get(&location).await?.into_stream();
+                while let Some(chunk) = chunks.try_next().await? {
+                    tokio::io::AsyncWriteExt::write_all(&mut out, &chunk).await?;
+                }
+                tokio::io::AsyncWriteExt::flush(&mut out).await?;
+                Ok(LocalFile::Copy(copy.into_temp_path()))
+            }
+        }
+    }
+
     /// The bytes of the one file or object the source names (a Kafka message's
     /// `uri`).
     pub async fn read_whole(&self) -> Result<Vec<u8>, ReadError> {
@@ -169,6 +192,23 @@ impl Source {
             .iter()
             .filter_map(|f| Some((f.key.clone(), f.version.clone()?)))
             .collect()
+    }
+}
+
+/// A source file's bytes on this machine: the file, or a temporary copy of
+/// an object (removed when dropped).
+#[derive(Debug)]
+pub enum LocalFile {
+    Source(PathBuf),
+    Copy(tempfile::TempPath),
+}
+
+impl LocalFile {
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            LocalFile::Source(path) => path,
+            LocalFile::Copy(path) => path,
+        }
     }
 }
 

@@ -3,21 +3,24 @@
 //! process's first round carries unchanged files over from the checkpoint.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use memweave_ingest::kind::DUPLICATE_ID;
 use memweave_ingest::{self as ingest, IngestError, ReadOptions, SourceFile};
+use memweave_operators::build::RawDocument;
 use memweave_schemas::{ErrorRow, now_micros};
+use rayon::prelude::*;
 
 use super::{
-    Carried, Fresh, IndexSummary, Indexer, Previous, Reader, RoundInput, RoundSource, Routed,
-    SourceContext, Update, Updates,
+    Carried, Documents, Fresh, IndexSummary, Indexer, Previous, Reader, RoundInput, RoundSource,
+    Routed, SourceContext, Update, Updates,
 };
 use crate::IndexError;
-use crate::origins::Held;
+use crate::origins::{Held, Record};
 use crate::positions::Positions;
-use crate::source::{ReadError, Source};
+use crate::source::{LocalFile, ReadError, Source};
 
 /// Files read at once.
 const READS_IN_FLIGHT: usize = 16;
@@ -115,6 +118,8 @@ impl RoundSource for FileRounds<'_> {
                 source: self.source,
                 read: &self.read,
                 files: self.files.iter().map(|f| (f.key.clone(), f)).collect(),
+                runtime: cx.runtime.handle().clone(),
+                copies: Mutex::new(HashMap::new()),
             })),
             started,
         }))
@@ -179,38 +184,101 @@ struct Listing<'a> {
     source: &'a Source,
     read: &'a ReadOptions,
     files: HashMap<String, &'a SourceFile>,
+    runtime: tokio::runtime::Handle,
+    /// Objects of datasets copied to this machine, by key: read again as
+    /// their documents are sent.
+    copies: Mutex<HashMap<String, LocalFile>>,
+}
+
+/// A file as fetched: its bytes, or (a dataset) a file on this machine to
+/// read a batch at a time.
+enum Fetched {
+    Bytes(Result<Vec<u8>, ReadError>),
+    Local(Result<LocalFile, ReadError>),
+}
+
+impl Listing<'_> {
+    async fn fetch(&self, file: &SourceFile) -> Fetched {
+        if file.format.is_dataset() {
+            Fetched::Local(self.source.local(file).await)
+        } else {
+            Fetched::Bytes(self.source.read(file).await)
+        }
+    }
+
+    fn copies(&self) -> std::sync::MutexGuard<'_, HashMap<String, LocalFile>> {
+        self.copies.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Reader for Listing<'_> {
     /// Reads the listed files under `origins` (at most [`READS_IN_FLIGHT`]
-    /// at once).
+    /// at once), parsing them in parallel. A dataset's rows are read here
+    /// without keeping their texts: [`Reader::documents`] reads them again
+    /// as they are sent.
     fn read(&self, cx: &SourceContext<'_>, origins: Vec<&str>) -> HashMap<String, Fresh> {
         let files = origins
             .into_iter()
             .filter_map(|key| self.files.get(key).copied());
-        let source = self.source;
-        let read: Vec<(&SourceFile, Result<Vec<u8>, ReadError>)> = cx.block_on(
+        let fetched: Vec<(&SourceFile, Fetched)> = cx.block_on(
             futures::stream::iter(files)
-                .map(|file| async move { (file, source.read(file).await) })
+                .map(|file| async move { (file, self.fetch(file).await) })
                 .buffered(READS_IN_FLIGHT)
                 .collect(),
         );
+        let read = self.read;
+        let parsed: Vec<(&SourceFile, Result<ingest::Parsed, LocalFile>)> = fetched
+            .into_par_iter()
+            .map(|(file, fetched)| match fetched {
+                Fetched::Bytes(bytes) => (file, Ok(ingest::parse(file, bytes, read))),
+                Fetched::Local(Ok(local)) => (file, Err(local)),
+                Fetched::Local(Err(e)) => (file, Ok(ingest::parse(file, Err(e), read))),
+            })
+            .collect();
         let now = now_micros();
         let mut inputs = HashMap::new();
-        for (file, bytes) in read {
+        for (file, parsed) in parsed {
             let mut input = Fresh {
                 version: file.version.clone(),
                 ..Fresh::default()
             };
-            for parsed in ingest::parse(file, bytes, self.read) {
-                match parsed {
-                    Ok(raw) => input.records.push(cx.versioned(raw, now)),
-                    Err(error) => input.errors.push(error_row(&error)),
+            let mut take = |parsed: Result<RawDocument, IngestError>, texts: bool| match parsed {
+                Ok(raw) if texts => input.records.push(cx.versioned(raw, now)),
+                Ok(raw) => {
+                    let (doc, seen) = cx.versioned(raw, now);
+                    input.unread.push(Record::of(&doc, seen));
+                }
+                Err(error) => input.errors.push(error_row(&error)),
+            };
+            match parsed {
+                Ok(parsed) => parsed.into_iter().for_each(|p| take(p, true)),
+                Err(local) => {
+                    ingest::read_rows(file, local.path(), self.read).for_each(|p| take(p, false));
+                    if let LocalFile::Copy(_) = local {
+                        self.copies().insert(file.key.clone(), local);
+                    }
                 }
             }
             inputs.insert(file.key.clone(), input);
         }
         inputs
+    }
+
+    fn documents(&self, origin: &str) -> Option<Documents<'_>> {
+        let file = *self.files.get(origin)?;
+        if !file.format.is_dataset() {
+            let bytes = self.runtime.block_on(self.source.read(file));
+            let parsed = ingest::parse(file, bytes, self.read).into_iter();
+            return Some(Box::new(parsed.filter_map(Result::ok)));
+        }
+        // The copy the first reading made, else a new one.
+        let local = match self.copies().remove(origin) {
+            Some(copy) => copy,
+            None => self.runtime.block_on(self.source.local(file)).ok()?,
+        };
+        // Opened at once: the file stays readable once its copy is removed.
+        let rows = ingest::read_rows(file, local.path(), self.read);
+        Some(Box::new(rows.filter_map(Result::ok)))
     }
 }
 

@@ -2,7 +2,7 @@
 //! committed with the model's calls and a checkpoint; the summary read back
 //! from the tables.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_analytics::metrics::memory_gauges;
@@ -26,6 +26,8 @@ use crate::origins::{Body, Held, Origins, Record};
 use crate::progress::Progress;
 use crate::state::{DocState, NameStates, StoredEntity};
 use crate::workers::InputChange;
+
+use super::pending::{Pending, ReadLater};
 use crate::write::{Batch, StagedPart};
 
 /// Files (or messages) each worker gets per input epoch: small enough that
@@ -198,10 +200,7 @@ impl Indexer {
             queues[peer].push((key, update));
         }
         let mut queues: Vec<_> = queues.into_iter().map(Vec::into_iter).collect();
-        // Changes fed from the origins but not yet sent: the documents of a
-        // file of many beyond an epoch's share. Any worker takes them: the
-        // dataflow spreads documents over workers by id.
-        let mut pending: VecDeque<InputChange> = VecDeque::new();
+        let mut pending = Pending::default();
         // The dataflow of a new process is restored once something changes:
         // restoring costs less than any rebuild, but more than nothing, and
         // a file touched but not changed (a copy, a checkout) changes
@@ -219,13 +218,14 @@ impl Indexer {
                 if pending.is_empty() {
                     let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
                     origins = batch.len();
-                    pending.extend(by_document(self.feed(batch, &mut ingest_errors, reader)?));
+                    let (ready, later) = self.feed(batch, &mut ingest_errors, reader)?;
+                    pending.extend(ready, later);
                 }
                 let fed = FedEpoch {
                     epoch,
                     peer,
                     origins,
-                    changes: take_documents(&mut pending, DOCUMENTS_PER_EPOCH),
+                    changes: pending.take(DOCUMENTS_PER_EPOCH)?,
                 };
                 let Some(mut sent) = waiting.take_if(|_| unfinished || !fed.changes.is_empty())
                 else {
@@ -482,16 +482,18 @@ impl Indexer {
     }
 
     /// One epoch's share of a round: reads its files, updates the origins, and
-    /// returns the dataflow's input changes. Texts not read now come from the
-    /// `documents` table as last committed (documents carried over, and every
-    /// version retracted) or, for a claim that has just become its id's
-    /// document, from its file read again.
-    fn feed(
+    /// returns the dataflow's input changes whose texts are in hand, and the
+    /// origins whose documents' texts are read as they are sent. Texts not
+    /// read now come from the `documents` table as last committed (documents
+    /// carried over, and every version retracted) or from their origin,
+    /// read again as they are sent: a dataset's rows (read without their
+    /// texts), and a claim that has just become its id's document.
+    fn feed<'r>(
         &mut self,
         batch: Vec<(String, Update)>,
         errors: &mut HashMap<ErrorRow, isize>,
-        reader: Option<&dyn Reader>,
-    ) -> Result<Vec<InputChange>, IndexError> {
+        reader: Option<&'r dyn Reader>,
+    ) -> Result<(Vec<InputChange>, Vec<ReadLater<'r>>), IndexError> {
         let named: Vec<&str> = batch
             .iter()
             .filter(|(_, update)| matches!(update, Update::Read))
@@ -502,30 +504,37 @@ impl Indexer {
             (false, Some(reader)) => reader.read(&self.source_context(), named),
             (false, None) => return Err(IndexError::NothingReadsOrigins),
         };
-        // Texts (and sections) read now, by document id and source.
+        // Texts (and sections) read now, by document id and source; the
+        // origins read without them.
         let mut texts: HashMap<(String, String), Body> = HashMap::new();
+        let mut texts_later: HashSet<String> = HashSet::new();
         let (mut retract, mut insert) = (Vec::new(), Vec::new());
         for (key, update) in batch {
-            let held = match update {
+            let fresh = match update {
                 Update::Gone => None,
                 Update::Carried(held) => Some(held),
                 Update::Ready(fresh) => Some(hold(fresh, &mut texts)),
-                Update::Read => read.remove(&key).map(|fresh| hold(fresh, &mut texts)),
+                Update::Read => read.remove(&key).map(|fresh| {
+                    if !fresh.unread.is_empty() {
+                        texts_later.insert(key.clone());
+                    }
+                    hold(fresh, &mut texts)
+                }),
             };
-            let moves = self.origins.update(&key, held);
+            let moves = self.origins.update(&key, fresh);
             for (row, diff) in moves.errors {
                 *errors.entry(row).or_insert(0) += diff;
             }
             retract.extend(moves.retract);
             insert.extend(moves.insert);
         }
+        let in_hand = |r: &Record| texts.contains_key(&(r.doc_id.clone(), r.source_uri.clone()));
+        let from_origin = |r: &Record| {
+            (self.origins.origin_of(r)).is_some_and(|origin| texts_later.contains(origin))
+        };
         let wanted: Vec<String> = retract
             .iter()
-            .chain(
-                insert
-                    .iter()
-                    .filter(|r| !texts.contains_key(&(r.doc_id.clone(), r.source_uri.clone()))),
-            )
+            .chain(insert.iter().filter(|r| !in_hand(r) && !from_origin(r)))
             .map(|r| r.doc_id.clone())
             .collect();
         let stored: HashMap<String, DocumentRow> = match (wanted.is_empty(), self.documents_version)
@@ -549,81 +558,43 @@ impl Indexer {
                 .filter(|row| Record::of_row(row) == *record)
                 .map(|row| (row.text.clone(), row.sections.clone()))
         };
-        let mut changes = Vec::with_capacity(retract.len() + insert.len());
+        let mut ready = Vec::with_capacity(retract.len() + insert.len());
+        let mut later: BTreeMap<String, ReadLater<'r>> = BTreeMap::new();
+        for record in insert {
+            let key = (record.doc_id.clone(), record.source_uri.clone());
+            let text = texts
+                .remove(&key)
+                .or_else(|| (!from_origin(&record)).then(|| stored_text(&record))?);
+            if let Some(text) = text {
+                ready.push((fed(record.with_text(text)), 1));
+                continue;
+            }
+            let no_text = || IndexError::NoText {
+                doc_id: record.doc_id.clone(),
+                source_uri: record.source_uri.clone(),
+            };
+            let origin = self.origins.origin_of(&record).ok_or_else(no_text)?;
+            if !later.contains_key(origin) {
+                let documents = (reader.and_then(|r| r.documents(origin))).ok_or_else(no_text)?;
+                let source_uri = record.source_uri.clone();
+                later.insert(origin.to_string(), ReadLater::new(source_uri, documents));
+            }
+            later.get_mut(origin).expect("added").want(record);
+        }
         for record in retract {
             let text = stored_text(&record).ok_or_else(|| IndexError::NotStored {
                 version: record.version,
                 doc_id: record.doc_id.clone(),
                 source_uri: record.source_uri.clone(),
             })?;
-            changes.push((fed(record.with_text(text)), -1));
-        }
-        for record in insert {
-            let key = (record.doc_id.clone(), record.source_uri.clone());
-            let text = match texts.remove(&key).or_else(|| stored_text(&record)) {
-                Some(text) => text,
-                None => self.read_again(&record, reader)?,
-            };
-            changes.push((fed(record.with_text(text)), 1));
-        }
-        Ok(changes)
-    }
-
-    /// The text of a claim that has become its id's document (the claim that
-    /// held the id is gone): read from its file again.
-    fn read_again(&self, record: &Record, reader: Option<&dyn Reader>) -> Result<Body, IndexError> {
-        let (Some(origin), Some(reader)) = (self.origins.origin_of(record), reader) else {
-            return Err(IndexError::NoText {
-                doc_id: record.doc_id.clone(),
-                source_uri: record.source_uri.clone(),
-            });
-        };
-        let fresh = reader.read(&self.source_context(), vec![origin]);
-        fresh
-            .into_values()
-            .flat_map(|f| f.records)
-            .find(|(doc, _)| doc.doc_id == record.doc_id && doc.source_uri == record.source_uri)
-            .filter(|(doc, _)| doc.content_hash == record.content_hash)
-            .map(|(doc, _)| (doc.text, doc.sections))
-            .ok_or_else(|| IndexError::ChangedWhileIndexed {
-                source_uri: record.source_uri.clone(),
-            })
-    }
-}
-
-/// `changes` in document id order, so that a document's retraction and
-/// insertion stay side by side.
-fn by_document(mut changes: Vec<InputChange>) -> Vec<InputChange> {
-    changes.sort_by(|(a, da), (b, db)| fed_doc_id(a).cmp(fed_doc_id(b)).then(da.cmp(db)));
-    changes
-}
-
-fn fed_doc_id(fed: &Fed) -> &str {
-    match fed {
-        Fed::Document(doc, _) => &doc.doc_id,
-        Fed::Restored(row) => &row.doc_id,
-        Fed::Entities(_) => "",
-    }
-}
-
-/// The first changes of `pending` that concern at most `documents`
-/// documents, a document's changes never split.
-fn take_documents(pending: &mut VecDeque<InputChange>, documents: usize) -> Vec<InputChange> {
-    let mut taken: Vec<InputChange> = Vec::new();
-    let mut count = 0;
-    while let Some((next, _)) = pending.front() {
-        let same = taken
-            .last()
-            .is_some_and(|(last, _)| fed_doc_id(last) == fed_doc_id(next));
-        if !same {
-            if count == documents {
-                break;
+            let retraction = (fed(record.with_text(text)), -1);
+            match later.values_mut().find(|l| l.inserts(&record.doc_id)) {
+                Some(origin) => origin.replaces(record.doc_id, retraction),
+                None => ready.push(retraction),
             }
-            count += 1;
         }
-        taken.extend(pending.pop_front());
+        Ok((ready, later.into_values().collect()))
     }
-    taken
 }
 
 /// One worker's share of one epoch of a round, as fed.
@@ -651,7 +622,7 @@ fn fed((doc, seen): (Document, i64)) -> Fed {
 /// An origin's input as held: its documents without their texts, which go to
 /// `texts` by document id and source.
 fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), Body>) -> Held {
-    let records = fresh
+    let mut records: Vec<Record> = fresh
         .records
         .into_iter()
         .map(|(doc, seen)| {
@@ -660,6 +631,7 @@ fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), Body>) -> Held {
             record
         })
         .collect();
+    records.extend(fresh.unread);
     Held {
         version: fresh.version,
         records,
@@ -736,50 +708,4 @@ async fn stored_rows(
 struct EntitySegments {
     entity_id: String,
     seg_ids: Vec<String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use memweave_operators::build::{Document, RawDocument};
-
-    use super::*;
-
-    fn change(key: &str, text: &str, diff: isize) -> InputChange {
-        let raw = RawDocument {
-            key: key.into(),
-            source_uri: "rows.parquet".into(),
-            title: key.into(),
-            text: text.into(),
-            sections: Vec::new(),
-        };
-        (Fed::Document(Document::new(raw, 1), 0), diff)
-    }
-
-    #[test]
-    fn a_file_of_many_documents_is_sent_a_few_documents_at_a_time() {
-        let mut fed: Vec<InputChange> =
-            (0..5).map(|i| change(&format!("new{i}"), "n", 1)).collect();
-        // An edit: the old version's retraction and the new one's insertion.
-        fed.push(change("edited", "new text", 1));
-        fed.push(change("edited", "old text", -1));
-        let mut pending: VecDeque<InputChange> = by_document(fed).into();
-        let epochs: Vec<Vec<InputChange>> =
-            std::iter::from_fn(|| (!pending.is_empty()).then(|| take_documents(&mut pending, 2)))
-                .collect();
-        let documents = |epoch: &Vec<InputChange>| {
-            let mut ids: Vec<&str> = epoch.iter().map(|(f, _)| fed_doc_id(f)).collect();
-            ids.dedup();
-            ids.len()
-        };
-        assert_eq!(epochs.iter().map(documents).collect::<Vec<_>>(), [2, 2, 2]);
-        let edit = epochs
-            .iter()
-            .find(|e| e.iter().any(|(_, diff)| *diff < 0))
-            .unwrap();
-        let diffs: Vec<isize> = (edit.iter())
-            .filter(|(f, _)| matches!(f, Fed::Document(d, _) if d.title == "edited"))
-            .map(|(_, diff)| *diff)
-            .collect();
-        assert_eq!(diffs, [-1, 1], "the retraction first, in the same epoch");
-    }
 }

@@ -11,7 +11,9 @@ use std::process::Command;
 use memweave_ingest::{Format, ReadOptions, SourceFile, kind, parse};
 use memweave_operators::build::RawDocument;
 use memweave_schemas::Section;
-use memweave_tests::{index, memweave_ok, python, read_tables, shared_data, stdout};
+use memweave_tests::{
+    S3_SECRET_KEY, S3Server, index, memweave_ok, python, read_tables, shared_data, stdout,
+};
 
 /// The words of `text`, lower-cased: runs of letters and digits.
 fn words(text: &str) -> Vec<String> {
@@ -789,10 +791,32 @@ pq.write_table(pa.Table.from_pylist(rows), sys.argv[1])
 /// their versions (a row that moved in its file is not a change).
 #[test]
 fn a_rewritten_dataset_changes_only_the_rows_that_changed() {
+    // The same file read from a folder, and as an S3 object (copied to a
+    // temporary file, then read a batch at a time like the file).
+    let s3 = S3Server::start(&["archive"]);
+    let dataset = s3.object_path("archive", "rows/rows.parquet");
+    let folder = dataset.parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&folder).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (source, tables) = (dir.path().join("in"), dir.path().join("memory"));
-    std::fs::create_dir(&source).unwrap();
-    let dataset = source.join("rows.parquet");
+    let (local, from_s3) = (dir.path().join("local"), dir.path().join("s3"));
+    let build = |tables: &Path| {
+        let output = if tables == from_s3 {
+            let tables = tables.to_str().unwrap();
+            let args = ["index", "s3://archive/rows", "--out", tables];
+            s3.memweave(
+                &[&args[..], &["--memories", "memwalker"]].concat(),
+                S3_SECRET_KEY,
+            )
+        } else {
+            index(&folder, tables, &["--memories", "memwalker"])
+        };
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        stdout(&output)
+    };
     let row = |id: &str, text: &str| serde_json::json!({"id": id, "text": text});
     let first = serde_json::json!([
         row(
@@ -806,8 +830,9 @@ fn a_rewritten_dataset_changes_only_the_rows_that_changed() {
         ),
     ]);
     python_script(WRITE_ROWS, &[dataset.to_str().unwrap(), &first.to_string()]);
-    index(&source, &tables, &["--memories", "memwalker"]);
-    let before = read_tables(&tables);
+    build(&local);
+    build(&from_s3);
+    let before = read_tables(&local);
     assert_eq!(before.documents.len(), 3);
     let second = serde_json::json!([
         row("z", "A new row about the ferry that crosses at noon."),
@@ -824,13 +849,14 @@ fn a_rewritten_dataset_changes_only_the_rows_that_changed() {
         WRITE_ROWS,
         &[dataset.to_str().unwrap(), &second.to_string()],
     );
-    let output = index(&source, &tables, &["--memories", "memwalker"]);
-    let summary = stdout(&output);
-    assert!(
-        summary.contains("(2 new or changed, 1 unchanged, 1 deleted)"),
-        "{summary}"
-    );
-    let after = read_tables(&tables);
+    for tables in [&local, &from_s3] {
+        let summary = build(tables);
+        assert!(
+            summary.contains("(2 new or changed, 1 unchanged, 1 deleted)"),
+            "{summary}"
+        );
+    }
+    let after = read_tables(&local);
     let version = |t: &memweave_tests::Tables, title: &str| {
         t.documents
             .iter()
@@ -845,4 +871,12 @@ fn a_rewritten_dataset_changes_only_the_rows_that_changed() {
     assert_eq!(version(&after, "b").unwrap().0, 2, "b was edited");
     assert_eq!(version(&after, "z").unwrap().0, 1);
     assert_eq!(version(&after, "c"), None, "c was removed");
+    let contents = |t: &memweave_tests::Tables| {
+        let mut rows: Vec<(String, u64, String)> = (t.documents.iter())
+            .map(|d| (d.title.clone(), d.version, d.text.clone()))
+            .collect();
+        rows.sort();
+        rows
+    };
+    assert_eq!(contents(&read_tables(&from_s3)), contents(&after));
 }
