@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use memweave_ingest::{Format, ReadOptions, SourceFile, parse};
+use memweave_ingest::{Format, ReadOptions, SourceFile, parse, read_rows};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -20,8 +20,13 @@ fn main() {
         version: None,
     };
     let started = std::time::Instant::now();
-    let parsed = parse(&file, std::fs::read(path), &ReadOptions::default());
-    eprintln!("read in {:?}", started.elapsed());
+    let options = ReadOptions::default();
+    // A dataset a batch at a time, as the indexer reads it; else the bytes.
+    let parsed: Box<dyn Iterator<Item = _>> = if file.format.is_dataset() {
+        Box::new(read_rows(&file, Path::new(path), &options))
+    } else {
+        Box::new(parse(&file, std::fs::read(path), &options).into_iter())
+    };
     for item in parsed {
         match item {
             Ok(doc) => {
@@ -41,4 +46,5 @@ fn main() {
             Err(e) => eprintln!("error {} {}: {}", e.kind, e.source, e.message),
         }
     }
+    eprintln!("read in {:?}", started.elapsed());
 }

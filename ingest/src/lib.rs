@@ -335,9 +335,7 @@ fn read_bytes(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parse
             Format::Mbox => mail::read_mbox(file, &bytes),
             Format::Eml => mail::read_eml(file, &bytes),
             Format::JsonLines(_) | Format::Parquet | Format::ArrowFile | Format::ArrowStream => {
-                let input = dataset::Input::Bytes(bytes);
-                let rows = dataset::rows(source, file.format, input, &options.columns);
-                FirstOfEachId::new(rows).collect()
+                dataset_documents(file, dataset::Input::Bytes(bytes), options).collect()
             }
             _ => unreachable!("text formats are read below"),
         };
@@ -454,21 +452,31 @@ pub fn read_rows(
     path: &Path,
     options: &ReadOptions,
 ) -> impl Iterator<Item = Result<RawDocument, IngestError>> + Send + use<> {
-    let uri = file.uri.clone();
-    let rows: dataset::Rows = match std::fs::File::open(path) {
-        Ok(opened) => {
-            let input = dataset::Input::File(opened);
-            let columns = &options.columns;
-            match std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, columns)) {
-                Ok(rows) => rows,
-                Err(panic) => Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic))))),
-            }
-        }
+    match std::fs::File::open(path) {
+        Ok(opened) => dataset_documents(file, dataset::Input::File(opened), options),
         Err(e) => {
-            let error = IngestError::new(&uri, kind::UNREADABLE, format!("cannot read: {e}"));
-            Box::new(std::iter::once((uri.clone(), Err(error))))
+            let error = IngestError::new(&file.uri, kind::UNREADABLE, format!("cannot read: {e}"));
+            FirstOfEachId::new(CatchPanics {
+                uri: file.uri.clone(),
+                rows: Some(Box::new(std::iter::once((file.uri.clone(), Err(error))))),
+            })
         }
-    };
+    }
+}
+
+/// A dataset's documents from `input`, the first of each id; a reader's
+/// panic ends them with a `corrupt` error, the rows before it kept.
+fn dataset_documents(
+    file: &SourceFile,
+    input: dataset::Input,
+    options: &ReadOptions,
+) -> FirstOfEachId<CatchPanics> {
+    let uri = file.uri.clone();
+    let columns = &options.columns;
+    let rows = std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, columns))
+        .unwrap_or_else(|panic| {
+            Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic)))))
+        });
     FirstOfEachId::new(CatchPanics {
         uri,
         rows: Some(rows),

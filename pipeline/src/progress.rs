@@ -18,6 +18,9 @@ pub struct Progress {
     total_files: u64,
     files: AtomicU64,
     documents: AtomicU64,
+    /// Documents of the files read so far that the round is to build: a
+    /// file of many (a dataset) counts for its documents, not as one file.
+    expected_documents: AtomicU64,
     started: Instant,
     last_log: Mutex<Instant>,
 }
@@ -43,34 +46,52 @@ impl Progress {
             total_files,
             files: AtomicU64::new(0),
             documents: AtomicU64::new(0),
+            expected_documents: AtomicU64::new(0),
             started: Instant::now(),
             last_log: Mutex::new(Instant::now()),
         })
+    }
+
+    /// The files read hold `documents` more documents to build.
+    pub fn expect(&self, documents: u64) {
+        self.expected_documents
+            .fetch_add(documents, Ordering::Relaxed);
     }
 
     /// `files` more files, holding `documents` documents, are fully processed.
     pub fn advance(&self, files: u64, documents: u64) {
         let done = self.files.fetch_add(files, Ordering::Relaxed) + files;
         let docs = self.documents.fetch_add(documents, Ordering::Relaxed) + documents;
-        let rate = docs as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        let expected = self.expected_documents.load(Ordering::Relaxed).max(docs);
+        let seconds = self.started.elapsed().as_secs_f64().max(1e-3);
+        let rate = docs as f64 / seconds;
         if let Some(bar) = &self.bar {
             bar.set_position(done);
-            bar.set_message(format!("{docs} docs · {rate:.1} docs/s"));
+            bar.set_message(format!("{docs}/{expected} docs · {rate:.1} docs/s"));
             return;
         }
         let mut last = self.last_log.lock().unwrap_or_else(|e| e.into_inner());
-        if last.elapsed() >= LOG_EVERY || done == self.total_files {
+        // Every few seconds, and when the last file's epoch is done (once:
+        // a dataset's documents go on after its file's epoch).
+        let last_file = files > 0 && done == self.total_files;
+        if last.elapsed() >= LOG_EVERY || last_file {
             *last = Instant::now();
-            let file_rate = done as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-            let eta_secs = if file_rate > 0.0 {
-                (self.total_files.saturating_sub(done)) as f64 / file_rate
-            } else {
-                0.0
+            // By files, or by the documents of the files read where that is
+            // longer: one big dataset is one file until its last row.
+            let remaining = |total: u64, done: u64| {
+                let rate = done as f64 / seconds;
+                if rate > 0.0 {
+                    total.saturating_sub(done) as f64 / rate
+                } else {
+                    0.0
+                }
             };
+            let eta_secs = remaining(self.total_files, done).max(remaining(expected, docs));
             tracing::info!(
                 files_done = done,
                 files_total = self.total_files,
                 documents = docs,
+                documents_read = expected,
                 docs_per_sec = format!("{rate:.1}"),
                 eta_secs = format!("{eta_secs:.0}"),
                 "indexing"

@@ -32,7 +32,8 @@ const PARK: Duration = Duration::from_millis(20);
 pub type InputChange = (Fed, isize);
 
 enum ToWorker {
-    /// Changes for one input epoch; `origins` files or messages hold them.
+    /// Changes for one input epoch; with them `origins` files or messages
+    /// are all sent (progress counts them done once the epoch is built).
     Changes {
         time: u64,
         origins: usize,

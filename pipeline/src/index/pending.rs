@@ -84,6 +84,11 @@ impl<'r> ReadLater<'r> {
         self.wanted.insert(record.doc_id.clone(), record);
     }
 
+    /// Documents to insert from this origin.
+    pub(super) fn len(&self) -> usize {
+        self.wanted.len()
+    }
+
     /// Whether `doc_id` is to be inserted from this origin.
     pub(super) fn inserts(&self, doc_id: &str) -> bool {
         self.wanted.contains_key(doc_id)

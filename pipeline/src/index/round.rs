@@ -212,20 +212,31 @@ impl Indexer {
         let mut waiting = Some(Vec::new());
         let mut restored = Restored::default();
         let mut epoch = 0;
+        // The origins of what is pending.
+        let mut origins_fed = 0;
         while !pending.is_empty() || queues.iter().any(|q| q.len() > 0) {
             for (peer, queue) in queues.iter_mut().enumerate() {
-                let mut origins = 0;
                 if pending.is_empty() {
                     let batch: Vec<(String, Update)> = queue.take(ORIGINS_PER_EPOCH).collect();
-                    origins = batch.len();
+                    origins_fed = batch.len();
                     let (ready, later) = self.feed(batch, &mut ingest_errors, reader)?;
+                    let inserted = ready.iter().filter(|(_, diff)| *diff > 0).count();
+                    let read_later: usize = later.iter().map(ReadLater::len).sum();
+                    progress.expect((inserted + read_later) as u64);
                     pending.extend(ready, later);
                 }
+                let changes = pending.take(DOCUMENTS_PER_EPOCH)?;
+                // The origins count as done with the epoch of their last documents.
+                let origins = if pending.is_empty() {
+                    std::mem::take(&mut origins_fed)
+                } else {
+                    0
+                };
                 let fed = FedEpoch {
                     epoch,
                     peer,
                     origins,
-                    changes: pending.take(DOCUMENTS_PER_EPOCH)?,
+                    changes,
                 };
                 let Some(mut sent) = waiting.take_if(|_| unfinished || !fed.changes.is_empty())
                 else {

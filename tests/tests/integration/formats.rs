@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use memweave_ingest::{Format, ReadOptions, SourceFile, kind, parse};
+use memweave_ingest::{Format, ReadOptions, SourceFile, kind, parse, read_rows};
 use memweave_operators::build::RawDocument;
 use memweave_schemas::Section;
 use memweave_tests::{
@@ -760,13 +760,21 @@ proptest! {
         let (done, parsed) = std::sync::mpsc::channel();
         let bound = (bytes.len() as u64).max(options.max_inflated_bytes) * 4;
         std::thread::spawn(move || {
-            let _ = done.send(parse(&file, Ok::<_, String>(bytes), &options));
+            // A dataset is also read a batch at a time from its file, as
+            // the indexer reads it: the same documents and errors.
+            let streamed = file.format.is_dataset().then(|| {
+                let copy = tempfile::NamedTempFile::new().unwrap();
+                std::fs::write(copy.path(), &bytes).unwrap();
+                read_rows(&file, copy.path(), &options).collect::<Vec<_>>()
+            });
+            let _ = done.send((parse(&file, Ok::<_, String>(bytes), &options), streamed));
         });
         // A mutated file that keeps a reader busy this long is a hang.
         let parsed = parsed.recv_timeout(std::time::Duration::from_secs(120));
         prop_assert!(parsed.is_ok(), "{name} after {mutations:?}: no answer in 120 s");
-        let parsed = parsed.unwrap();
+        let (parsed, streamed) = parsed.unwrap();
         prop_assert!(!parsed.is_empty());
+        prop_assert!(streamed.is_none_or(|streamed| streamed == parsed), "{name} after {mutations:?}");
         for item in &parsed {
             match item {
                 Ok(doc) => prop_assert!((doc.text.len() as u64) < bound, "{} bytes of text", doc.text.len()),
