@@ -335,7 +335,7 @@ fn read_bytes(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parse
             Format::Mbox => mail::read_mbox(file, &bytes),
             Format::Eml => mail::read_eml(file, &bytes),
             Format::JsonLines(_) | Format::Parquet | Format::ArrowFile | Format::ArrowStream => {
-                dataset_documents(file, dataset::Input::Bytes(bytes), options).collect()
+                dataset_documents(file, Ok(dataset::Input::Bytes(bytes)), options).collect()
             }
             _ => unreachable!("text formats are read below"),
         };
@@ -452,31 +452,29 @@ pub fn read_rows(
     path: &Path,
     options: &ReadOptions,
 ) -> impl Iterator<Item = Result<RawDocument, IngestError>> + Send + use<> {
-    match std::fs::File::open(path) {
-        Ok(opened) => dataset_documents(file, dataset::Input::File(opened), options),
-        Err(e) => {
-            let error = IngestError::new(&file.uri, kind::UNREADABLE, format!("cannot read: {e}"));
-            FirstOfEachId::new(CatchPanics {
-                uri: file.uri.clone(),
-                rows: Some(Box::new(std::iter::once((file.uri.clone(), Err(error))))),
-            })
-        }
-    }
+    let input = std::fs::File::open(path)
+        .map(dataset::Input::File)
+        .map_err(|e| IngestError::new(&file.uri, kind::UNREADABLE, format!("cannot read: {e}")));
+    dataset_documents(file, input, options)
 }
 
-/// A dataset's documents from `input`, the first of each id; a reader's
-/// panic ends them with a `corrupt` error, the rows before it kept.
+/// A dataset's documents from `input` (or why it cannot be read), the first
+/// of each id; a reader's panic ends them with a `corrupt` error, the rows
+/// before it kept.
 fn dataset_documents(
     file: &SourceFile,
-    input: dataset::Input,
+    input: Result<dataset::Input, IngestError>,
     options: &ReadOptions,
 ) -> FirstOfEachId<CatchPanics> {
     let uri = file.uri.clone();
     let columns = &options.columns;
-    let rows = std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, columns))
-        .unwrap_or_else(|panic| {
-            Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic)))))
-        });
+    let rows = match input {
+        Ok(input) => std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, columns))
+            .unwrap_or_else(|panic| {
+                Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic)))))
+            }),
+        Err(error) => Box::new(std::iter::once((uri.clone(), Err(error)))),
+    };
     FirstOfEachId::new(CatchPanics {
         uri,
         rows: Some(rows),

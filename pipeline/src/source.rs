@@ -144,11 +144,7 @@ impl Source {
         match self {
             Source::Local(_) => Ok(tokio::fs::read(&file.uri).await?),
             Source::Objects { store, prefix, .. } => {
-                let location = file
-                    .key
-                    .split('/')
-                    .fold(prefix.clone(), |path, part| path.join(part));
-                read_object(store.as_ref(), &location).await
+                read_object(store.as_ref(), &object_at(prefix, file)).await
             }
         }
     }
@@ -160,13 +156,9 @@ impl Source {
         match self {
             Source::Local(_) => Ok(LocalFile::Source(PathBuf::from(&file.uri))),
             Source::Objects { store, prefix, .. } => {
-                let location = file
-                    .key
-                    .split('/')
-                    .fold(prefix.clone(), |path, part| path.join(part));
                 let copy = tempfile::NamedTempFile::new()?;
                 let mut out = tokio::fs::File::from_std(copy.reopen()?);
-                let mut chunks = store.get(&location).await?.into_stream();
+                let mut chunks = store.get(&object_at(prefix, file)).await?.into_stream();
                 while let Some(chunk) = chunks.try_next().await? {
                     tokio::io::AsyncWriteExt::write_all(&mut out, &chunk).await?;
                 }
@@ -193,6 +185,11 @@ impl Source {
             .filter_map(|f| Some((f.key.clone(), f.version.clone()?)))
             .collect()
     }
+}
+
+/// Where a discovered file is in its object store: under `prefix`, at its key.
+fn object_at(prefix: &ObjectPath, file: &SourceFile) -> ObjectPath {
+    (file.key.split('/')).fold(prefix.clone(), |path, part| path.join(part))
 }
 
 /// A source file's bytes on this machine: the file, or a temporary copy of

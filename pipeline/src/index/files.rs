@@ -197,6 +197,13 @@ enum Fetched {
     Local(Result<LocalFile, ReadError>),
 }
 
+/// A fetched file as parsed: its documents and errors, or (a dataset) still
+/// to read a batch at a time.
+enum Parsed {
+    Whole(ingest::Parsed),
+    Rows(LocalFile),
+}
+
 impl Listing<'_> {
     async fn fetch(&self, file: &SourceFile) -> Fetched {
         if file.format.is_dataset() {
@@ -227,12 +234,12 @@ impl Reader for Listing<'_> {
                 .collect(),
         );
         let read = self.read;
-        let parsed: Vec<(&SourceFile, Result<ingest::Parsed, LocalFile>)> = fetched
+        let parsed: Vec<(&SourceFile, Parsed)> = fetched
             .into_par_iter()
             .map(|(file, fetched)| match fetched {
-                Fetched::Bytes(bytes) => (file, Ok(ingest::parse(file, bytes, read))),
-                Fetched::Local(Ok(local)) => (file, Err(local)),
-                Fetched::Local(Err(e)) => (file, Ok(ingest::parse(file, Err(e), read))),
+                Fetched::Bytes(bytes) => (file, Parsed::Whole(ingest::parse(file, bytes, read))),
+                Fetched::Local(Ok(local)) => (file, Parsed::Rows(local)),
+                Fetched::Local(Err(e)) => (file, Parsed::Whole(ingest::parse(file, Err(e), read))),
             })
             .collect();
         let now = now_micros();
@@ -251,9 +258,9 @@ impl Reader for Listing<'_> {
                 Err(error) => input.errors.push(error_row(&error)),
             };
             match parsed {
-                Ok(parsed) => parsed.into_iter().for_each(|p| take(p, true)),
-                Err(local) => {
-                    ingest::read_rows(file, local.path(), self.read).for_each(|p| take(p, false));
+                Parsed::Whole(parsed) => parsed.into_iter().for_each(|p| take(p, true)),
+                Parsed::Rows(local) => {
+                    ingest::read_rows(file, local.path(), read).for_each(|p| take(p, false));
                     if let LocalFile::Copy(_) = local {
                         self.copies().insert(file.key.clone(), local);
                     }
