@@ -206,6 +206,7 @@ impl Navigator {
             documents: None,
             budget: None,
             options: AskOptions::default(),
+            epoch: None,
         };
         let models = Models {
             model: &self.model,
@@ -533,7 +534,11 @@ fn latency(runtime: &tokio::runtime::Runtime) {
         .unwrap();
     let address = listener.local_addr().unwrap();
     runtime.spawn(async move {
-        axum::serve(listener, router(state, AllowedHosts::loopback_and([]))).await
+        axum::serve(
+            listener,
+            router(state, AllowedHosts::loopback_and([]), false),
+        )
+        .await
     });
     http_latency(address, seconds, &questions);
 }

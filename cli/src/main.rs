@@ -310,6 +310,7 @@ fn main() -> ExitCode {
                     max_tokens,
                     max_steps,
                 },
+                epoch: None,
             });
             request
                 .map_err(|e: RequestError| UsageError::of(e).into())
@@ -504,8 +505,12 @@ fn print_answer(answer: &Answer) {
         } else {
             format!(" {}", short(&step.target))
         };
+        let chosen = step
+            .signal
+            .map(|s| format!(" by {}", s.name()))
+            .unwrap_or_default();
         println!(
-            "{:>3} {indent}{}{target}{level}  score {:.2}",
+            "{:>3} {indent}{}{target}{level}  score {:.2}{chosen}",
             step.step, step.action, step.score
         );
         let detail = format!("    {indent}");

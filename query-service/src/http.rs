@@ -17,38 +17,53 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use memweave_analytics::metrics::memory_gauges;
+use memweave_analytics::metrics::prometheus;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::mcp;
 use crate::request::{
-    AskRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, DOCUMENTS_PAGE, DocumentsRequest,
-    ENTITY_LIST, EntityRequest, MAX_BUDGET, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST, MAX_OPTION,
-    MAX_QUESTION_CHARS, MAX_STEP_LIMIT, MAX_TOKEN_LIMIT, NodeRequest, PageRequest, SearchRequest,
-    Strategy, TreeKind, TreeRequest,
+    AskRequest, CHECKPOINTS_PAGE, CheckpointsRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS,
+    DOCUMENTS_PAGE, DocumentRequest, DocumentsRequest, ENTITY_LIST, EntitiesRequest, EntityRequest,
+    MAX_BUDGET, MAX_CHECKPOINTS_PAGE, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST, MAX_OPTION,
+    MAX_QUESTION_CHARS, MAX_STEP_LIMIT, MAX_TEXT_CHARS, MAX_TOKEN_LIMIT, NodeRequest,
+    OverviewRequest, PAGES_LIST, PageRequest, PagesRequest, SearchRequest, SegmentRequest,
+    Strategy, TextRequest, TreeKind, TreeRequest,
 };
 use crate::service::{ApiError, ServiceState};
+use crate::{mcp, ui};
 
 /// Largest request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
-/// The routes; `mcp_hosts` are the `Host`s `/mcp` answers (see [`mcp::http_service`]).
-pub fn router(state: Arc<ServiceState>, mcp_hosts: mcp::AllowedHosts) -> Router {
+/// The routes; `mcp_hosts` are the `Host`s `/mcp` answers (see
+/// [`mcp::http_service`]); with `explorer`, the web explorer at `/`.
+pub fn router(state: Arc<ServiceState>, mcp_hosts: mcp::AllowedHosts, explorer: bool) -> Router {
     let api = Router::new()
         .route("/v1/ask", post(ask_handler))
         .route("/v1/search", post(search_handler))
         .route("/v1/documents", get(documents_handler))
+        .route("/v1/documents/{id}", get(document_handler))
         .route("/v1/documents/{id}/tree", get(tree_handler))
         .route("/v1/documents/{id}/pages/{page}", get(page_handler))
+        .route("/v1/documents/{id}/text", get(text_handler))
+        .route("/v1/documents/{id}/pages", get(pages_handler))
+        .route("/v1/entities", get(entities_handler))
+        .route("/v1/segments/{id}", get(segment_handler))
         .route("/v1/nodes/{id}", get(node_handler))
         .route("/v1/entities/{id}", get(entity_handler))
+        .route("/v1/checkpoints", get(checkpoints_handler))
+        .route("/v1/overview", get(overview_handler))
         .nest_service("/mcp", mcp::http_service(state.clone(), mcp_hosts))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authorise,
         ));
-    Router::new()
+    let routes = if explorer {
+        Router::new().merge(ui::routes())
+    } else {
+        Router::new()
+    };
+    routes
         .merge(api)
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready_handler))
@@ -138,6 +153,8 @@ struct TreeQuery {
     #[serde(default)]
     tree: TreeKind,
     depth: Option<u32>,
+    under: Option<String>,
+    epoch: Option<u64>,
 }
 
 async fn tree_handler(
@@ -146,12 +163,19 @@ async fn tree_handler(
     query: Result<Query<TreeQuery>, QueryRejection>,
 ) -> Response {
     match query {
-        Ok(Query(TreeQuery { tree, depth })) => reply(
+        Ok(Query(TreeQuery {
+            tree,
+            depth,
+            under,
+            epoch,
+        })) => reply(
             state
                 .tree(&TreeRequest {
                     doc_id,
                     tree,
                     depth,
+                    under,
+                    epoch,
                 })
                 .await,
         ),
@@ -159,21 +183,156 @@ async fn tree_handler(
     }
 }
 
+/// The query of a route that takes nothing but the checkpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AtQuery {
+    epoch: Option<u64>,
+}
+
 async fn page_handler(
     State(state): State<Arc<ServiceState>>,
     path: Result<Path<(String, u32)>, axum::extract::rejection::PathRejection>,
+    query: Result<Query<AtQuery>, QueryRejection>,
 ) -> Response {
-    match path {
-        Ok(Path((doc_id, page))) => reply(state.page(&PageRequest { doc_id, page }).await),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    match (path, query) {
+        (Ok(Path((doc_id, page))), Ok(Query(AtQuery { epoch }))) => reply(
+            state
+                .page(&PageRequest {
+                    doc_id,
+                    page,
+                    epoch,
+                })
+                .await,
+        ),
+        (Err(rejection), _) => rejected(rejection.status(), &rejection.body_text()),
+        (_, Err(rejection)) => rejected(rejection.status(), &rejection.body_text()),
     }
 }
 
 async fn node_handler(
     State(state): State<Arc<ServiceState>>,
     Path(node_id): Path<String>,
+    query: Result<Query<AtQuery>, QueryRejection>,
 ) -> Response {
-    reply(state.node(&NodeRequest { node_id }).await)
+    match query {
+        Ok(Query(AtQuery { epoch })) => reply(state.node(&NodeRequest { node_id, epoch }).await),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
+}
+
+async fn document_handler(
+    State(state): State<Arc<ServiceState>>,
+    Path(doc_id): Path<String>,
+    query: Result<Query<AtQuery>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(AtQuery { epoch })) => {
+            reply(state.document(&DocumentRequest { doc_id, epoch }).await)
+        }
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
+}
+
+async fn segment_handler(
+    State(state): State<Arc<ServiceState>>,
+    Path(seg_id): Path<String>,
+    query: Result<Query<AtQuery>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(AtQuery { epoch })) => {
+            reply(state.segment(&SegmentRequest { seg_id, epoch }).await)
+        }
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
+}
+
+/// `/v1/documents/{id}/text`'s query: the rest of a [`TextRequest`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TextQuery {
+    start: Option<u64>,
+    end: Option<u64>,
+    epoch: Option<u64>,
+}
+
+async fn text_handler(
+    State(state): State<Arc<ServiceState>>,
+    Path(doc_id): Path<String>,
+    query: Result<Query<TextQuery>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(TextQuery { start, end, epoch })) => reply(
+            state
+                .text(&TextRequest {
+                    doc_id,
+                    start,
+                    end,
+                    epoch,
+                })
+                .await,
+        ),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
+}
+
+/// `/v1/documents/{id}/pages`'s query: the rest of a [`PagesRequest`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PagesQuery {
+    from: Option<u32>,
+    limit: Option<usize>,
+    epoch: Option<u64>,
+}
+
+async fn pages_handler(
+    State(state): State<Arc<ServiceState>>,
+    Path(doc_id): Path<String>,
+    query: Result<Query<PagesQuery>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(PagesQuery { from, limit, epoch })) => reply(
+            state
+                .pages(&PagesRequest {
+                    doc_id,
+                    from,
+                    limit,
+                    epoch,
+                })
+                .await,
+        ),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
+}
+
+async fn entities_handler(
+    State(state): State<Arc<ServiceState>>,
+    query: Result<Query<EntitiesRequest>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(request)) => reply(state.entities(&request).await),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
+}
+
+async fn checkpoints_handler(
+    State(state): State<Arc<ServiceState>>,
+    query: Result<Query<CheckpointsRequest>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(request)) => reply(state.checkpoints(&request).await),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
+}
+
+async fn overview_handler(
+    State(state): State<Arc<ServiceState>>,
+    query: Result<Query<OverviewRequest>, QueryRejection>,
+) -> Response {
+    match query {
+        Ok(Query(request)) => reply(state.overview(&request).await),
+        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
+    }
 }
 
 /// `/v1/entities/{id}`'s query: the rest of an [`EntityRequest`].
@@ -181,6 +340,8 @@ async fn node_handler(
 #[serde(deny_unknown_fields)]
 struct EntityQuery {
     limit: Option<usize>,
+    offset: Option<usize>,
+    epoch: Option<u64>,
 }
 
 async fn entity_handler(
@@ -189,9 +350,20 @@ async fn entity_handler(
     query: Result<Query<EntityQuery>, QueryRejection>,
 ) -> Response {
     match query {
-        Ok(Query(EntityQuery { limit })) => {
-            reply(state.entity(&EntityRequest { entity_id, limit }).await)
-        }
+        Ok(Query(EntityQuery {
+            limit,
+            offset,
+            epoch,
+        })) => reply(
+            state
+                .entity(&EntityRequest {
+                    entity_id,
+                    limit,
+                    offset,
+                    epoch,
+                })
+                .await,
+        ),
         Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
     }
 }
@@ -223,10 +395,10 @@ impl ServiceState {
             .as_ref()
             .is_none_or(|(made, at, _)| *made != epoch && at.elapsed() >= REPORT_EVERY);
         if stale {
-            let text = match memory_gauges(&self.store, epoch).await {
-                Ok(text) => text,
+            let text = match self.report(epoch).await {
+                Ok(made) => prometheus(&made),
                 Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "the memory's report failed");
+                    tracing::warn!(error = %e, "the memory's report failed");
                     String::new()
                 }
             };
@@ -313,7 +485,10 @@ pub fn openapi() -> Value {
         |schema: Value| json!({ "content": { "application/json": { "schema": schema } } });
     let failure = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": error } } });
     let strategies: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
-    let id_parameter = |what: &str| json!([{ "name": "id", "in": "path", "required": true, "description": what, "schema": { "type": "string" } }]);
+    let id = |what: &str| json!({ "name": "id", "in": "path", "required": true, "description": what, "schema": { "type": "string" } });
+    let at = json!({ "name": "epoch", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1 },
+        "description": "The checkpoint to read (default: the newest served); an earlier one reads the memory as that commit left it, while the tables keep its versions" });
+    let object = || json_body(json!({ "type": "object" }));
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -343,7 +518,9 @@ pub fn openapi() -> Value {
                 "summary": "The documents of the served checkpoint, a page at a time in id order: `next` is the `after` of the following page (null on the last); `total` counts them all",
                 "parameters": [
                     { "name": "after", "in": "query", "required": false, "schema": { "type": "string" }, "description": "List the documents whose ids follow this one" },
-                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_DOCUMENTS_PAGE, "default": DOCUMENTS_PAGE } }
+                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_DOCUMENTS_PAGE, "default": DOCUMENTS_PAGE } },
+                    { "name": "q", "in": "query", "required": false, "schema": { "type": "string" }, "description": "Only the documents whose id or title holds this text, in any case (`total` counts them)" },
+                    at
                 ],
                 "responses": { "200": json_body(json!({ "type": "object", "required": ["epoch", "total", "documents", "next"] })), "400": failure("limit out of range"), "401": failure("Missing or wrong bearer token") }
             } },
@@ -352,35 +529,89 @@ pub fn openapi() -> Value {
                 "parameters": [
                     { "name": "id", "in": "path", "required": true, "description": "Document id", "schema": { "type": "string" } },
                     { "name": "tree", "in": "query", "required": false, "schema": { "type": "string", "enum": ["memwalker", "raptor"], "default": "memwalker" } },
-                    { "name": "depth", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 }, "description": "Levels below the root" }
+                    { "name": "depth", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 }, "description": "Levels below the root" },
+                    { "name": "under", "in": "query", "required": false, "schema": { "type": "string" }, "description": "Only this node's children, in order (what expanding it shows)" },
+                    at
                 ],
-                "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("Unknown tree"), "404": failure("Unknown document") }
+                "responses": { "200": object(), "400": failure("Unknown tree"), "404": failure("Unknown document or node") }
+            } },
+            "/v1/documents/{id}": { "get": {
+                "summary": "One document: title, source, tokens, version and the sections citations name",
+                "parameters": [id("Document id"), at],
+                "responses": { "200": object(), "404": failure("Unknown document") }
+            } },
+            "/v1/documents/{id}/text": { "get": {
+                "summary": "A stretch of a document's text by character (what passages' start_char and end_char count), read from its pages",
+                "parameters": [
+                    id("Document id"),
+                    { "name": "start", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0, "default": 0 } },
+                    { "name": "end", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 }, "description": format!("The character after the last; at most {MAX_TEXT_CHARS} past start") },
+                    at
+                ],
+                "responses": { "200": object(), "400": failure("start and end out of order or too far apart"), "404": failure("Unknown document") }
+            } },
+            "/v1/documents/{id}/pages": { "get": {
+                "summary": "A document's ReadAgent pages with their gists (not their texts), a stretch at a time; `total` counts them",
+                "parameters": [
+                    id("Document id"),
+                    { "name": "from", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0, "default": 0 } },
+                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_ENTITY_LIST, "default": PAGES_LIST } },
+                    at
+                ],
+                "responses": { "200": object(), "404": failure("Unknown document") }
             } },
             "/v1/documents/{id}/pages/{page}": { "get": {
                 "summary": "A ReadAgent page of a document (from 0): its text and its gist",
                 "parameters": [
                     { "name": "id", "in": "path", "required": true, "description": "Document id", "schema": { "type": "string" } },
-                    { "name": "page", "in": "path", "required": true, "description": "Page number, from 0", "schema": { "type": "integer", "minimum": 0 } }
+                    { "name": "page", "in": "path", "required": true, "description": "Page number, from 0", "schema": { "type": "integer", "minimum": 0 } },
+                    at
                 ],
                 "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("Page not a number"), "404": failure("Unknown document or page") }
             } },
             "/v1/nodes/{id}": { "get": {
                 "summary": "One tree node",
-                "parameters": id_parameter("Node id"),
+                "parameters": [id("Node id"), at],
                 "responses": { "200": json_body(json!({ "type": "object" })), "404": failure("Unknown node") }
             } },
             "/v1/entities/{id}": { "get": {
                 "summary": "One graph entity with its first relations (id order) and source segments, and how many there are of each",
                 "parameters": [
                     { "name": "id", "in": "path", "required": true, "description": "Entity id", "schema": { "type": "string" } },
-                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_ENTITY_LIST, "default": ENTITY_LIST } }
+                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_ENTITY_LIST, "default": ENTITY_LIST } },
+                    { "name": "offset", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0, "default": 0 }, "description": "Relations and segments to skip: a hub's next page" },
+                    at
                 ],
-                "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("limit out of range"), "404": failure("Unknown entity") }
+                "responses": { "200": object(), "400": failure("limit out of range"), "404": failure("Unknown entity") }
+            } },
+            "/v1/entities": { "get": {
+                "summary": "The graph's entities with a name or alias (normalised as the graph names them)",
+                "parameters": [{ "name": "name", "in": "query", "required": true, "schema": { "type": "string" } }, at],
+                "responses": { "200": object(), "400": failure("No name") }
+            } },
+            "/v1/segments/{id}": { "get": {
+                "summary": "One segment as a passage: its document, characters, section and text",
+                "parameters": [id("Segment id"), at],
+                "responses": { "200": json_body(json!({ "$ref": "#/components/schemas/Passage" })), "404": failure("Unknown segment") }
+            } },
+            "/v1/checkpoints": { "get": {
+                "summary": "The checkpoints under the tables root, newest first, and the one served; `next` is the following page's `before`",
+                "parameters": [
+                    { "name": "before", "in": "query", "required": false, "schema": { "type": "integer" }, "description": "List the checkpoints older than this epoch" },
+                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_CHECKPOINTS_PAGE, "default": CHECKPOINTS_PAGE } }
+                ],
+                "responses": { "200": object(), "400": failure("limit out of range"), "503": failure("No checkpoint yet") }
+            } },
+            "/v1/overview": { "get": {
+                "summary": "The memory's report at a checkpoint (what `memweave report --json` prints): documents, tokens, model tokens per corpus token, calls per task, tree shapes and depths, errors; made once per checkpoint",
+                "parameters": [at],
+                "responses": { "200": object(), "503": failure("No checkpoint yet, or the report could not be made") }
             } },
             "/mcp": { "post": {
                 "summary": "The same as MCP tools (Model Context Protocol, streamable HTTP, stateless): ask, search, list_documents, document_tree, node, page, entity",
                 "responses": { "200": { "description": "A JSON-RPC response" }, "401": failure("Missing or wrong bearer token") }
             } },
+            "/": { "get": { "summary": "The web explorer (not served with --no-ui): asks and shows answers with their traces, the documents, trees, pages and graph, the report and earlier checkpoints, through this API", "responses": { "200": { "description": "An HTML page" } } } },
             "/healthz": { "get": { "summary": "Liveness", "responses": { "200": { "description": "ok" } } } },
             "/readyz": { "get": { "summary": "Readiness: the epoch served", "responses": { "200": json_body(json!({ "type": "object" })), "503": failure("No checkpoint yet") } } },
             "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "Prometheus text format" } } } },
@@ -393,6 +624,7 @@ pub fn openapi() -> Value {
                 "strategy": { "type": "string", "enum": strategies, "default": "memwalker" },
                 "documents": { "type": "array", "items": { "type": "string" } },
                 "budget": { "type": "integer", "minimum": 1, "maximum": MAX_BUDGET },
+                "epoch": { "type": "integer", "minimum": 1, "description": "The checkpoint to read (default: the newest served)" },
                 "options": { "type": "object", "additionalProperties": false, "properties": {
                     "top_k": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
                     "max_pages": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
@@ -425,6 +657,9 @@ pub fn openapi() -> Value {
             } },
             "Step": { "type": "object", "properties": {
                 "step": { "type": "integer" }, "action": { "type": "string" }, "target": { "type": "string" },
+                "depth": { "type": "integer" },
+                "signal": { "description": "What chose the step: the model, the question's words (text) or vectors; null for a step that chooses nothing",
+                    "oneOf": [{ "type": "null" }, { "type": "string", "enum": ["model", "text", "vectors"] }] },
                 "level": { "type": ["integer", "null"] }, "score": { "type": "number" }, "reasoning": { "type": "string" },
                 "calls": { "type": "array", "items": { "$ref": "#/components/schemas/ModelCall" } }
             } },

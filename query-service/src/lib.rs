@@ -11,7 +11,8 @@ pub mod navigate;
 pub mod request;
 pub mod service;
 pub mod snapshot;
+pub mod ui;
 
-pub use navigate::{Answer, Models, Passage, Step, ask};
+pub use navigate::{Answer, Models, Passage, Signal, Step, ask};
 pub use request::{AskOptions, AskRequest, Strategy};
 pub use snapshot::Snapshot;

@@ -32,11 +32,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the query API over the newest checkpoint of TABLES: POST /v1/ask
+    /// Serve the query API and the web explorer (at /) over the newest
+    /// checkpoint of TABLES: POST /v1/ask
     /// (every strategy), POST /v1/search, GET /v1/documents (a page at a
     /// time: ?limit=, and ?after= the page's `next`),
     /// /v1/documents/{id}/tree, /v1/documents/{id}/pages/{page},
-    /// /v1/nodes/{id}, /v1/entities/{id}, the same as MCP tools at /mcp
+    /// /v1/documents/{id}/text, /v1/segments/{id}, /v1/nodes/{id},
+    /// /v1/entities/{id}, /v1/checkpoints, /v1/overview (every one takes
+    /// ?epoch= for an earlier checkpoint), the same as MCP tools at /mcp
     /// (streamable HTTP), /healthz, /readyz, /metrics and /openapi.json.
     ///
     /// The service reads only the table versions a checkpoint names and picks up
@@ -63,6 +66,9 @@ enum Command {
             value_delimiter = ','
         )]
         mcp_allowed_hosts: Vec<String>,
+        /// Do not serve the web explorer at / (the API is served either way).
+        #[arg(long, env = "MEMWEAVE_NO_UI")]
+        no_ui: bool,
     },
     /// Serve the MCP tools (ask, search, list_documents, document_tree, node,
     /// page, entity) over stdin and stdout, for desktop agents that start
@@ -158,7 +164,8 @@ async fn main() -> anyhow::Result<()> {
             listen,
             auth_token_file,
             mcp_allowed_hosts,
-        } => serve(memory, listen, auth_token_file, mcp_allowed_hosts).await,
+            no_ui,
+        } => serve(memory, listen, auth_token_file, mcp_allowed_hosts, !no_ui).await,
         Command::Mcp { memory } => Ok(serve_stdio(memory.open(None).await?).await?),
     }
 }
@@ -168,6 +175,7 @@ async fn serve(
     listen: SocketAddr,
     auth_token_file: Option<std::path::PathBuf>,
     mcp_allowed_hosts: Vec<String>,
+    explorer: bool,
 ) -> anyhow::Result<()> {
     let auth_token = match &auth_token_file {
         Some(path) => {
@@ -193,8 +201,12 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(address = %listener.local_addr()?, "memweave-query listening");
-    axum::serve(listener, router(state, mcp_hosts))
+    let address = listener.local_addr()?;
+    tracing::info!(%address, "memweave-query listening");
+    if explorer {
+        tracing::info!("the web explorer: http://{address}/");
+    }
+    axum::serve(listener, router(state, mcp_hosts, explorer))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())

@@ -125,6 +125,8 @@ pub enum RequestError {
     },
     #[error("limit must be 1 to {most}, not {limit}")]
     Limit { limit: usize, most: usize },
+    #[error("start {start} and end {end} must be in order and at most {most} characters apart")]
+    Range { start: u64, end: u64, most: u64 },
 }
 
 /// The body of `POST /v1/ask`, and the MCP tool `ask`'s input.
@@ -144,6 +146,11 @@ pub struct AskRequest {
     pub budget: Option<usize>,
     #[serde(default)]
     pub options: AskOptions,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 /// Per-strategy knobs; every one has the papers' default.
@@ -275,6 +282,9 @@ pub struct SearchRequest {
     /// Restrict the search to these documents (ids).
     #[serde(default)]
     pub documents: Option<Vec<String>>,
+    /// The checkpoint to read (default: the newest served).
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 impl SearchRequest {
@@ -290,6 +300,7 @@ impl SearchRequest {
                 top_k: self.top_k,
                 ..AskOptions::default()
             },
+            epoch: self.epoch,
         }
     }
 }
@@ -310,6 +321,14 @@ pub struct DocumentsRequest {
     /// Documents on the page (default 1,000, at most 10,000).
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Only the documents whose id or title holds this text (any case).
+    #[serde(default)]
+    pub q: Option<String>,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 impl DocumentsRequest {
@@ -352,6 +371,14 @@ pub struct TreeRequest {
     /// Levels below the root to include (default all; 0: the root alone).
     #[serde(default)]
     pub depth: Option<u32>,
+    /// Only the children of this node, in order (what expanding it shows).
+    #[serde(default)]
+    pub under: Option<String>,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 /// The MCP tool `node`'s input (`GET /v1/nodes/{node_id}`).
@@ -360,6 +387,11 @@ pub struct TreeRequest {
 pub struct NodeRequest {
     /// A tree node's id (from `document_tree` or an answer's trace).
     pub node_id: String,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 /// The MCP tool `page`'s input (`GET /v1/documents/{doc_id}/pages/{page}`).
@@ -370,6 +402,148 @@ pub struct PageRequest {
     pub doc_id: String,
     /// The page's number in the document, from 0.
     pub page: u32,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
+}
+
+/// `GET /v1/documents/{doc_id}`: one document, without its text.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentRequest {
+    /// The document's id.
+    pub doc_id: String,
+    /// The checkpoint to read (default: the newest served).
+    #[serde(default)]
+    pub epoch: Option<u64>,
+}
+
+/// `GET /v1/segments/{seg_id}`: one segment, as a passage.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentRequest {
+    /// A segment's id (a tree leaf's `seg_id`, a passage's `from_id`).
+    pub seg_id: String,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
+}
+
+/// Characters of a document one text request may read at most.
+pub const MAX_TEXT_CHARS: u64 = 100_000;
+
+/// `GET /v1/documents/{doc_id}/text`: a stretch of a document's text, by
+/// character (what a passage's `start_char` and `end_char` count).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TextRequest {
+    /// The document's id.
+    pub doc_id: String,
+    /// The first character (default 0).
+    #[serde(default)]
+    pub start: Option<u64>,
+    /// The character after the last (default: 100,000 past `start`, or the
+    /// document's end).
+    #[serde(default)]
+    pub end: Option<u64>,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
+}
+
+impl TextRequest {
+    /// The characters asked for, or what is wrong with them.
+    pub fn range(&self) -> Result<std::ops::Range<u64>, RequestError> {
+        let start = self.start.unwrap_or(0);
+        let end = self.end.unwrap_or(start.saturating_add(MAX_TEXT_CHARS));
+        if end < start || end - start > MAX_TEXT_CHARS {
+            return Err(RequestError::Range {
+                start,
+                end,
+                most: MAX_TEXT_CHARS,
+            });
+        }
+        Ok(start..end)
+    }
+}
+
+/// `GET /v1/entities`: the graph's entities with a name or alias.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EntitiesRequest {
+    /// The name or alias, as the graph normalises names (case, spaces and
+    /// punctuation do not matter).
+    pub name: String,
+    /// The checkpoint to read (default: the newest served).
+    #[serde(default)]
+    pub epoch: Option<u64>,
+}
+
+/// `GET /v1/documents/{doc_id}/pages`: a document's ReadAgent pages with
+/// their gists (not their texts), a stretch at a time.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PagesRequest {
+    /// The document's id.
+    pub doc_id: String,
+    /// The first page listed (default 0).
+    #[serde(default)]
+    pub from: Option<u32>,
+    /// Pages listed (default 100, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// The checkpoint to read (default: the newest served).
+    #[serde(default)]
+    pub epoch: Option<u64>,
+}
+
+/// Pages a gist list holds unless a request says.
+pub const PAGES_LIST: usize = 100;
+
+impl PagesRequest {
+    pub fn list_size(&self) -> Result<usize, RequestError> {
+        limit_within(self.limit, PAGES_LIST, MAX_ENTITY_LIST)
+    }
+}
+
+/// Checkpoints a page of the list holds unless a request says, and at most.
+pub const CHECKPOINTS_PAGE: usize = 50;
+pub const MAX_CHECKPOINTS_PAGE: usize = 1_000;
+
+/// `GET /v1/checkpoints`: the commits under the tables root, newest first.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointsRequest {
+    /// List the checkpoints older than this epoch: the `next` of the page
+    /// before.
+    #[serde(default)]
+    pub before: Option<u64>,
+    /// Checkpoints on the page (default 50, at most 1,000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl CheckpointsRequest {
+    pub fn page_size(&self) -> Result<usize, RequestError> {
+        limit_within(self.limit, CHECKPOINTS_PAGE, MAX_CHECKPOINTS_PAGE)
+    }
+}
+
+/// `GET /v1/overview`: the memory's report at a checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OverviewRequest {
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 /// Relations and segments an entity lists unless a request says, and at most.
@@ -387,6 +561,14 @@ pub struct EntityRequest {
     /// (default 50, at most 1,000); the totals say how many there are.
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Relations and source segments to skip first: the next page of a hub's.
+    #[serde(default)]
+    pub offset: Option<usize>,
+    /// The checkpoint to read (default: the newest served): an earlier
+    /// epoch reads the memory as that commit left it, while its table
+    /// versions are kept.
+    #[serde(default)]
+    pub epoch: Option<u64>,
 }
 
 impl EntityRequest {

@@ -4,22 +4,25 @@
 //! errors it answers with. The HTTP API (`http`) and the MCP tools (`mcp`)
 //! are thin over these, so both say the same things in the same words.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
+use memweave_analytics::catalog::Catalog;
+use memweave_analytics::report::{Report, report};
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::{StoreError, TableStore, TreeNodeRow};
+use memweave_schemas::{CheckpointRow, StoreError, TableStore, TreeNodeRow};
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
 use crate::cache::ReadCache;
 use crate::navigate::{Answer, Hit, Models, SearchError, ask, search, segment_passages};
 use crate::request::{
-    AskRequest, DocumentsRequest, EntityRequest, NodeRequest, PageRequest, RequestError,
-    SearchRequest, TreeRequest,
+    AskRequest, CheckpointsRequest, DocumentRequest, DocumentsRequest, EntitiesRequest,
+    EntityRequest, NodeRequest, OverviewRequest, PageRequest, PagesRequest, RequestError,
+    SearchRequest, SegmentRequest, TextRequest, TreeRequest,
 };
 use crate::snapshot::Snapshot;
 
@@ -115,7 +118,17 @@ pub struct ServiceState {
     /// The memory's report as Prometheus gauges, and the epoch and time it
     /// was made at (`http`'s `/metrics`).
     pub(crate) memory_report: tokio::sync::Mutex<Option<(u64, Instant, String)>>,
+    /// Snapshots of earlier checkpoints a request asked for, the most
+    /// recently asked last: time travel opens a checkpoint once.
+    earlier: tokio::sync::Mutex<Vec<Arc<Snapshot>>>,
+    /// The reports made, by epoch, the most recently asked last
+    /// ([`ServiceState::report`]).
+    reports: tokio::sync::Mutex<Vec<(u64, Arc<Report>)>>,
 }
+
+/// Earlier checkpoints' snapshots kept open, and reports kept.
+const EARLIER_KEPT: usize = 4;
+const REPORTS_KEPT: usize = 4;
 
 /// Answers by strategy and status, and the seconds they took.
 #[derive(Debug, Default)]
@@ -141,6 +154,8 @@ impl ServiceState {
             limits,
             metrics: Mutex::new(Metrics::default()),
             memory_report: tokio::sync::Mutex::new(None),
+            earlier: tokio::sync::Mutex::new(Vec::new()),
+            reports: tokio::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -188,6 +203,60 @@ impl ServiceState {
         self.snapshot.read().await.clone().ok_or(ApiError::NotReady)
     }
 
+    /// The snapshot at `epoch`, or the newest served without one. An earlier
+    /// checkpoint is opened at the table versions it names (while the tables
+    /// keep them) and kept open for the next requests that ask for it.
+    async fn at(&self, epoch: Option<u64>) -> Served<Arc<Snapshot>> {
+        let newest = self.served().await?;
+        let Some(epoch) = epoch.filter(|e| *e != newest.epoch) else {
+            return Ok(newest);
+        };
+        // One opening at a time: requests for the same epoch wait for it.
+        let mut earlier = self.earlier.lock().await;
+        if let Some(at) = earlier.iter().position(|s| s.epoch == epoch) {
+            let snapshot = earlier.remove(at);
+            earlier.push(snapshot.clone());
+            return Ok(snapshot);
+        }
+        let checkpoints: Vec<CheckpointRow> = self.store.read_rows(None).await?;
+        let Some(checkpoint) = checkpoints.iter().find(|c| c.epoch == epoch) else {
+            let newest = checkpoints.iter().map(|c| c.epoch).max().unwrap_or(0);
+            return Err(ApiError::NotFound(format!(
+                "no checkpoint {epoch}: the checkpoints are 1 to {newest}"
+            )));
+        };
+        let snapshot = Arc::new(Snapshot::load(&self.store, checkpoint, self.cache.clone()).await?);
+        if earlier.len() == EARLIER_KEPT {
+            earlier.remove(0);
+        }
+        earlier.push(snapshot.clone());
+        Ok(snapshot)
+    }
+
+    /// The memory's report at `epoch`: made once per epoch (it aggregates
+    /// whole tables: seconds at 100M tokens) and kept for the next asks.
+    pub(crate) async fn report(&self, epoch: u64) -> Served<Arc<Report>> {
+        let mut reports = self.reports.lock().await;
+        if let Some(at) = reports.iter().position(|(e, _)| *e == epoch) {
+            let made = reports.remove(at);
+            reports.push(made.clone());
+            return Ok(made.1);
+        }
+        let catalog = Catalog::open(self.store.clone(), Some(epoch))
+            .await
+            .map_err(|e| ApiError::Unavailable(format!("the memory's report failed: {e}")))?;
+        let made = Arc::new(
+            report(&catalog)
+                .await
+                .map_err(|e| ApiError::Unavailable(format!("the memory's report failed: {e}")))?,
+        );
+        if reports.len() == REPORTS_KEPT {
+            reports.remove(0);
+        }
+        reports.push((epoch, made.clone()));
+        Ok(made)
+    }
+
     fn models(&self) -> Models<'_> {
         Models {
             model: &*self.model,
@@ -212,7 +281,7 @@ impl ServiceState {
     }
 
     async fn answer(&self, request: &AskRequest) -> Served<Answer> {
-        let snapshot = self.served().await?;
+        let snapshot = self.at(request.epoch).await?;
         snapshot.validate(request).await??;
         let timeout = self.limits.request_timeout;
         match tokio::time::timeout(timeout, ask(&snapshot, request, self.models())).await {
@@ -223,7 +292,7 @@ impl ServiceState {
 
     /// The passages `request`'s method ranks highest, with their scores.
     pub async fn search(&self, request: &SearchRequest) -> Served {
-        let snapshot = self.served().await?;
+        let snapshot = self.at(request.epoch).await?;
         let asked = request.as_ask();
         snapshot.validate(&asked).await??;
         let hits: Vec<Hit> = search(&snapshot, &asked, self.models()).await?;
@@ -233,9 +302,9 @@ impl ServiceState {
     /// A page of the documents, in id order.
     pub async fn documents(&self, request: &DocumentsRequest) -> Served {
         let limit = request.page_size()?;
-        let snapshot = self.served().await?;
+        let snapshot = self.at(request.epoch).await?;
         let page = snapshot
-            .documents_page(request.after.as_deref(), limit)
+            .documents_page(request.after.as_deref(), limit, request.q.as_deref())
             .await?;
         Ok(json!({
             "epoch": snapshot.epoch,
@@ -247,21 +316,40 @@ impl ServiceState {
 
     /// A document's tree, its top `depth` levels below the root.
     pub async fn tree(&self, request: &TreeRequest) -> Served {
-        let snapshot = self.served().await?;
+        let snapshot = self.at(request.epoch).await?;
         known_document(&snapshot, &request.doc_id).await?;
         let nodes = snapshot.tree(&request.doc_id, request.tree.name()).await?;
         let top = nodes.iter().map(|n| n.level).max().unwrap_or(0);
         let lowest = request.depth.map_or(0, |depth| top.saturating_sub(depth));
-        let nodes: Vec<Value> = nodes
-            .iter()
-            .filter(|n| n.level >= lowest)
-            .map(|n| node_json(n))
-            .collect();
+        let nodes: Vec<Value> = match &request.under {
+            Some(parent) => {
+                let Some(parent) = nodes.iter().find(|n| &n.node_id == parent) else {
+                    return Err(ApiError::NotFound(format!(
+                        "the {} tree of {:?} has no node {parent:?}",
+                        request.tree.name(),
+                        request.doc_id
+                    )));
+                };
+                let by_id: HashMap<&str, &TreeNodeRow> =
+                    nodes.iter().map(|n| (n.node_id.as_str(), &**n)).collect();
+                parent
+                    .child_ids
+                    .iter()
+                    .filter_map(|id| by_id.get(id.as_str()))
+                    .map(|n| node_json(n))
+                    .collect()
+            }
+            None => nodes
+                .iter()
+                .filter(|n| n.level >= lowest)
+                .map(|n| node_json(n))
+                .collect(),
+        };
         Ok(json!({ "doc_id": request.doc_id, "tree": request.tree, "nodes": nodes }))
     }
 
     pub async fn node(&self, request: &NodeRequest) -> Served {
-        let snapshot = self.served().await?;
+        let snapshot = self.at(request.epoch).await?;
         match snapshot.node(&request.node_id).await? {
             Some(node) => Ok(node_json(&node)),
             None => Err(ApiError::NotFound(format!(
@@ -273,7 +361,7 @@ impl ServiceState {
 
     /// A ReadAgent page of a document: its text and its gist.
     pub async fn page(&self, request: &PageRequest) -> Served {
-        let snapshot = self.served().await?;
+        let snapshot = self.at(request.epoch).await?;
         let document = known_document(&snapshot, &request.doc_id).await?;
         let pages = snapshot.pages_of(&request.doc_id).await?;
         let Some(page) = pages.iter().find(|p| p.ordinal == request.page) else {
@@ -296,24 +384,152 @@ impl ServiceState {
     /// segments as passages, with how many there are of each.
     pub async fn entity(&self, request: &EntityRequest) -> Served {
         let limit = request.list_size()?;
-        let snapshot = self.served().await?;
+        let snapshot = self.at(request.epoch).await?;
         let id = &request.entity_id;
         let Some(entity) = snapshot.entity(id).await? else {
             return Err(ApiError::NotFound(format!("unknown entity {id:?}")));
         };
-        let seg_ids: Vec<String> = entity.seg_ids.iter().take(limit).cloned().collect();
+        let offset = request.offset.unwrap_or(0);
+        let seg_ids: Vec<String> = entity
+            .seg_ids
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .cloned()
+            .collect();
         let sources = async {
             let segments = snapshot.segments(&seg_ids).await?;
             segment_passages(&snapshot, &segments).await
         };
         let ((relations, relations_total), sources) =
-            futures::try_join!(snapshot.relations_page(id, limit), sources)?;
+            futures::try_join!(snapshot.relations_page(id, offset, limit), sources)?;
+        // The other end of each relation listed, named: what a graph draws.
+        let mut ends: Vec<String> = relations
+            .iter()
+            .flat_map(|r| [r.source_id.clone(), r.target_id.clone()])
+            .filter(|end| end != id)
+            .collect();
+        ends.sort();
+        ends.dedup();
+        let neighbours: Vec<Value> = snapshot
+            .entities(&ends)
+            .await?
+            .iter()
+            .map(|e| json!({ "entity_id": e.entity_id, "name": e.name, "type": e.entity_type }))
+            .collect();
         Ok(json!({
             "entity_id": entity.entity_id, "name": entity.name, "type": entity.entity_type,
             "aliases": entity.aliases, "description": entity.description,
-            "relations": relations, "relations_total": relations_total,
+            "offset": offset, "relations": relations, "relations_total": relations_total,
+            "neighbours": neighbours,
             "segments": sources, "segments_total": entity.seg_ids.len(),
         }))
+    }
+}
+
+impl ServiceState {
+    /// One document: its title, source, size and sections.
+    pub async fn document(&self, request: &DocumentRequest) -> Served {
+        let snapshot = self.at(request.epoch).await?;
+        let document = known_document(&snapshot, &request.doc_id).await?;
+        Ok(json!(*document))
+    }
+
+    /// One segment as a passage: its document, its characters, its text.
+    pub async fn segment(&self, request: &SegmentRequest) -> Served {
+        let snapshot = self.at(request.epoch).await?;
+        let Some(segment) = snapshot.segment(&request.seg_id).await? else {
+            return Err(ApiError::NotFound(format!(
+                "unknown segment {:?}",
+                request.seg_id
+            )));
+        };
+        let passages = segment_passages(&snapshot, &[segment]).await?;
+        Ok(json!(passages.first()))
+    }
+
+    /// The entities with a name or alias, in id order.
+    pub async fn entities(&self, request: &EntitiesRequest) -> Served {
+        let snapshot = self.at(request.epoch).await?;
+        let found: Vec<Value> = snapshot
+            .entities_named(&request.name)
+            .await?
+            .iter()
+            .map(|e| {
+                json!({
+                    "entity_id": e.entity_id, "name": e.name, "type": e.entity_type,
+                    "aliases": e.aliases, "description": e.description,
+                    "segments_total": e.seg_ids.len(),
+                })
+            })
+            .collect();
+        Ok(json!({ "epoch": snapshot.epoch, "name": request.name, "entities": found }))
+    }
+
+    /// A document's pages with their gists, a stretch at a time.
+    pub async fn pages(&self, request: &PagesRequest) -> Served {
+        let limit = request.list_size()?;
+        let snapshot = self.at(request.epoch).await?;
+        known_document(&snapshot, &request.doc_id).await?;
+        let pages = snapshot.pages_of(&request.doc_id).await?;
+        let from = request.from.unwrap_or(0) as usize;
+        let listed: Vec<Value> = pages
+            .iter()
+            .skip(from)
+            .take(limit)
+            .map(|p| {
+                json!({
+                    "page": p.ordinal, "page_id": p.page_id, "start_char": p.start_char,
+                    "end_char": p.end_char, "gist": p.gist,
+                })
+            })
+            .collect();
+        Ok(json!({ "doc_id": request.doc_id, "total": pages.len(), "from": from, "pages": listed }))
+    }
+
+    /// A stretch of a document's text by character, read from its pages.
+    pub async fn text(&self, request: &TextRequest) -> Served {
+        let chars = request.range()?;
+        let snapshot = self.at(request.epoch).await?;
+        let document = known_document(&snapshot, &request.doc_id).await?;
+        let Some((start, text)) = snapshot.text_of(&request.doc_id, chars).await? else {
+            return Err(ApiError::NotFound(format!(
+                "document {:?} has no pages to read its text from",
+                request.doc_id
+            )));
+        };
+        let end = start + text.chars().count() as u64;
+        Ok(json!({
+            "doc_id": document.doc_id, "title": document.title, "source_uri": document.source_uri,
+            "start_char": start, "end_char": end, "text": text,
+            "sections": document.sections,
+        }))
+    }
+
+    /// The checkpoints under the tables root, newest first, a page at a time;
+    /// which one is served.
+    pub async fn checkpoints(&self, request: &CheckpointsRequest) -> Served {
+        let limit = request.page_size()?;
+        let served = self.served().await?.epoch;
+        let mut checkpoints: Vec<CheckpointRow> = self.store.read_rows(None).await?;
+        checkpoints.retain(|c| request.before.is_none_or(|before| c.epoch < before));
+        checkpoints.sort_by_key(|c| std::cmp::Reverse(c.epoch));
+        let more = checkpoints.len() > limit;
+        checkpoints.truncate(limit);
+        let next = more.then(|| checkpoints.last().map(|c| c.epoch)).flatten();
+        let listed: Vec<Value> = checkpoints
+            .iter()
+            .map(|c| json!({ "epoch": c.epoch, "created_at_micros": c.created_at }))
+            .collect();
+        Ok(json!({ "served": served, "checkpoints": listed, "next": next }))
+    }
+
+    /// The memory's report (documents, tokens, model cost, calls per task,
+    /// tree shapes, errors) at a checkpoint.
+    pub async fn overview(&self, request: &OverviewRequest) -> Served {
+        let snapshot = self.at(request.epoch).await?;
+        let report = self.report(snapshot.epoch).await?;
+        Ok(json!(*report))
     }
 }
 
@@ -371,6 +587,7 @@ mod tests {
             documents: None,
             budget: None,
             options: Default::default(),
+            epoch: None,
         };
         let refused = state.ask(&asked).await.unwrap_err();
         assert!(matches!(refused, ApiError::NotReady), "{refused}");
@@ -390,6 +607,7 @@ mod tests {
                 method,
                 top_k: Some(3),
                 documents: None,
+                epoch: None,
             };
             let found = state.search(&request).await.unwrap();
             let answer = state.ask(&request.as_ask()).await.unwrap();
@@ -410,6 +628,7 @@ mod tests {
             method: SearchMethod::Bm25,
             top_k: None,
             documents: None,
+            epoch: None,
         };
         let refused = state.search(&empty).await.unwrap_err();
         assert_eq!(refused.to_string(), "question is empty");
@@ -424,6 +643,8 @@ mod tests {
         let request = EntityRequest {
             entity_id: "e-guild".into(),
             limit: Some(3),
+            offset: None,
+            epoch: None,
         };
         let entity = state.entity(&request).await.unwrap();
         assert_eq!(entity["name"], "Harbour Guild");
@@ -438,6 +659,21 @@ mod tests {
         );
         assert_eq!(entity["segments"][0]["title"], "HUB");
         assert_eq!(entity["segments_total"], HUB_SEGMENTS);
+        assert_eq!(ids(&entity["neighbours"], "entity_id"), ["e-studio"]);
+        // The next page of a hub: what a graph shows when asked for more.
+        let next = EntityRequest {
+            offset: Some(3),
+            ..request.clone()
+        };
+        let next = state.entity(&next).await.unwrap();
+        assert_eq!(
+            ids(&next["relations"], "relation_id"),
+            ["r-guild-003", "r-guild-004", "r-guild-005"]
+        );
+        assert_eq!(
+            ids(&next["segments"], "from_id"),
+            ["s-h003", "s-h004", "s-h005"]
+        );
         for (limit, refused) in [(Some(0), "limit must be 1 to 1000, not 0")] {
             let asked = EntityRequest {
                 limit,
@@ -447,7 +683,7 @@ mod tests {
         }
         let unknown = EntityRequest {
             entity_id: "e-none".into(),
-            limit: None,
+            ..request.clone()
         };
         let missing = state.entity(&unknown).await.unwrap_err();
         assert_eq!(missing.status(), StatusCode::NOT_FOUND);
@@ -460,6 +696,8 @@ mod tests {
             doc_id: "paint".into(),
             tree: Default::default(),
             depth: None,
+            under: None,
+            epoch: None,
         };
         let all = state.tree(&whole).await.unwrap();
         let root = state
@@ -473,10 +711,33 @@ mod tests {
         assert_eq!(root_nodes.len(), 1);
         assert!(all["nodes"].as_array().unwrap().len() > 1);
         assert!(root_nodes[0]["parent_id"].is_null());
+        // Expanding the root lists its children, in its order.
+        let children = state
+            .tree(&TreeRequest {
+                under: root_nodes[0]["node_id"].as_str().map(String::from),
+                ..whole.clone()
+            })
+            .await
+            .unwrap();
+        let listed: Vec<&Value> = children["nodes"].as_array().unwrap().iter().collect();
+        assert_eq!(
+            listed.iter().map(|n| &n["node_id"]).collect::<Vec<_>>(),
+            root_nodes[0]["child_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            listed
+                .iter()
+                .all(|n| n["parent_id"] == root_nodes[0]["node_id"])
+        );
         let page = state
             .page(&PageRequest {
                 doc_id: "paint".into(),
                 page: 1,
+                epoch: None,
             })
             .await
             .unwrap();
@@ -491,6 +752,7 @@ mod tests {
         let past = PageRequest {
             doc_id: "paint".into(),
             page: 2,
+            epoch: None,
         };
         let missing = state.page(&past).await.unwrap_err();
         assert_eq!(

@@ -257,10 +257,23 @@ impl Snapshot {
     }
 
     /// The documents not deleted whose ids follow `after` (all, without it), in
-    /// id order, at most `limit`: the ids are sorted, the other columns read
+    /// id order, at most `limit`, and, with `matching`, only those whose id or
+    /// title holds it in any case: the ids are sorted, the other columns read
     /// for the page's rows only.
-    pub async fn documents_page(&self, after: Option<&str>, limit: usize) -> Read<DocumentPage> {
-        let mut filter = NOT_DELETED.to_string();
+    pub async fn documents_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        matching: Option<&str>,
+    ) -> Read<DocumentPage> {
+        let mut listed = NOT_DELETED.to_string();
+        if let Some(text) = matching.map(str::to_lowercase).filter(|t| !t.is_empty()) {
+            let text = sql_string(&text);
+            listed.push_str(&format!(
+                " AND (strpos(lower(doc_id), {text}) > 0 OR strpos(lower(title), {text}) > 0)"
+            ));
+        }
+        let mut filter = listed.clone();
         if let Some(after) = after {
             filter.push_str(&format!(" AND doc_id > {}", sql_string(after)));
         }
@@ -278,7 +291,7 @@ impl Snapshot {
         let next = more
             .then(|| documents.last().map(|d| d.doc_id.clone()))
             .flatten();
-        let total = self.count(Table::Documents, NOT_DELETED).await?;
+        let total = self.count(Table::Documents, &listed).await?;
         Ok(DocumentPage {
             documents,
             next,
@@ -409,6 +422,17 @@ impl Snapshot {
         Ok(pages.await?.as_ref().clone())
     }
 
+    /// The characters `chars` of a document's text, as far as its text goes,
+    /// and where they start; `None` for a document without pages. Read from its
+    /// ReadAgent pages, which tile the text: no read of the whole document.
+    pub async fn text_of(
+        &self,
+        doc_id: &str,
+        chars: std::ops::Range<u64>,
+    ) -> Read<Option<(u64, String)>> {
+        Ok(text_within(&self.pages_of(doc_id).await?, chars))
+    }
+
     pub async fn entity(&self, entity_id: &str) -> Read<Option<Arc<EntityRow>>> {
         Ok(self
             .entities(&[entity_id.to_string()])
@@ -479,10 +503,12 @@ impl Snapshot {
     pub async fn relations_page(
         &self,
         entity_id: &str,
+        offset: usize,
         limit: usize,
     ) -> Read<(Vec<Arc<RelationRow>>, usize)> {
         let ends = self.relation_ends(&[entity_id.to_string()]).await?;
-        let first = self.first_whole(&ends, &HashSet::new(), limit).await?;
+        let page = ends.get(offset..).unwrap_or_default();
+        let first = self.first_whole(page, &HashSet::new(), limit).await?;
         Ok((first, ends.len()))
     }
 
@@ -1123,6 +1149,22 @@ impl Snapshot {
     }
 }
 
+/// The characters `chars` of the text `pages` tile (in order), clipped to
+/// its end, and where they start; `None` without pages.
+fn text_within(pages: &[PageRow], chars: std::ops::Range<u64>) -> Option<(u64, String)> {
+    let start = chars.start.min(pages.last()?.end_char);
+    let mut text = String::new();
+    for page in pages
+        .iter()
+        .filter(|p| p.end_char > start && p.start_char < chars.end)
+    {
+        let from = start.saturating_sub(page.start_char) as usize;
+        let to = (chars.end.min(page.end_char) - page.start_char) as usize;
+        text.extend(page.text.chars().skip(from).take(to - from));
+    }
+    Some((start, text))
+}
+
 /// The trees a walk reads nodes of.
 const DOCUMENT_TREES: &str = "tree IN ('memwalker', 'raptor')";
 
@@ -1138,4 +1180,40 @@ fn in_order<R>(
         .into_iter()
         .filter_map(|(owner, score)| Some((by_id.remove(&owner)?, score)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stretch of a document's text comes from the pages that tile it,
+    /// across a page's end, counted in characters (not bytes), clipped to
+    /// the text's end.
+    #[test]
+    fn a_documents_text_is_read_from_its_pages_by_character() {
+        let whole = "Très bien. Ça va — oui. Fin.";
+        let cut = [0, 11, 24, whole.chars().count()];
+        let pages: Vec<PageRow> = cut
+            .windows(2)
+            .enumerate()
+            .map(|(ordinal, w)| PageRow {
+                page_id: format!("p{ordinal}"),
+                doc_id: "d".into(),
+                ordinal: ordinal as u32,
+                start_char: w[0] as u64,
+                end_char: w[1] as u64,
+                text: whole.chars().skip(w[0]).take(w[1] - w[0]).collect(),
+                gist: String::new(),
+            })
+            .collect();
+        let chars = |range: std::ops::Range<usize>| -> String {
+            whole.chars().skip(range.start).take(range.len()).collect()
+        };
+        assert_eq!(text_within(&pages, 8..14), Some((8, chars(8..14))));
+        assert_eq!(text_within(&pages, 5..27), Some((5, chars(5..27))));
+        assert_eq!(text_within(&pages, 0..100), Some((0, whole.to_string())));
+        assert_eq!(text_within(&pages, 26..90), Some((26, chars(26..28))));
+        assert_eq!(text_within(&pages, 90..95), Some((28, String::new())));
+        assert_eq!(text_within(&[], 0..5), None);
+    }
 }

@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 use memweave_schemas::search::LexiconDelta;
 use memweave_schemas::{CheckpointRow, LexiconRow, MemoryTables, TableStore};
 
+pub mod browser;
+
 pub fn workspace_root() -> PathBuf {
     // Cargo sets the variable when it runs the tests too; prefer that over the
     // value compiled in, which is stale when a build from another checkout of the

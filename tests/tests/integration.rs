@@ -10,6 +10,7 @@ mod integration {
     pub mod cluster;
     pub mod crash;
     pub mod deploy;
+    pub mod explorer;
     pub mod external_readers;
     pub mod formats;
     pub mod incremental;

@@ -392,6 +392,7 @@ pub(super) fn request(question: &str, strategy: Strategy) -> AskRequest {
         documents: None,
         budget: None,
         options: AskOptions::default(),
+        epoch: None,
     }
 }
 

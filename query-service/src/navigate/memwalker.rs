@@ -11,7 +11,7 @@ use memweave_operators::lexical::{Bm25, CorpusStats, rarest, terms};
 use memweave_operators::text::{CharOffsets, sentences};
 use memweave_schemas::{TREE_MEMWALKER, TreeNodeRow};
 
-use super::{Navigation, Passage, Walked};
+use super::{Navigation, Passage, Signal, Walked};
 
 /// Leaves MemWalker may read before it answers with the best passage seen.
 const MAX_LEAF_READS: usize = 8;
@@ -120,7 +120,7 @@ impl Navigation<'_> {
             } else {
                 format!("is the next best match ({} of {})", rank + 1, ranked.len())
             };
-            self.record(
+            self.by(Signal::Text).record(
                 "choose_document",
                 doc_id,
                 None,
@@ -146,7 +146,7 @@ impl Navigation<'_> {
     async fn walk(&mut self, root: Arc<TreeNodeRow>, leaf_reads: &mut usize) -> Walked<bool> {
         let mut visited: HashSet<String> = HashSet::new();
         self.depth = 1;
-        self.record_descend(&root, "start at the root".into());
+        self.record_descend(&root, None, "start at the root".into());
         let mut path = vec![root];
         while let Some(current) = path.last().cloned() {
             visited.insert(current.node_id.clone());
@@ -166,9 +166,9 @@ impl Navigation<'_> {
                 continue;
             }
             match self.triage(&current, &visited).await? {
-                Some((child, reasoning)) => {
+                Some((child, signal, reasoning)) => {
                     self.depth = path.len() as u32 + 1;
-                    self.record_descend(&child, reasoning);
+                    self.record_descend(&child, Some(signal), reasoning);
                     path.push(child);
                 }
                 None => self.revert(&mut path, "every child has been read"),
@@ -187,7 +187,8 @@ impl Navigation<'_> {
         }
     }
 
-    fn record_descend(&mut self, node: &TreeNodeRow, reasoning: String) {
+    fn record_descend(&mut self, node: &TreeNodeRow, chosen: Option<Signal>, reasoning: String) {
+        self.signal = chosen;
         self.record("descend", &node.node_id, Some(node.level), 0.0, reasoning);
     }
 
@@ -202,7 +203,7 @@ impl Navigation<'_> {
         &mut self,
         node: &TreeNodeRow,
         visited: &HashSet<String>,
-    ) -> Walked<Option<(Arc<TreeNodeRow>, String)>> {
+    ) -> Walked<Option<(Arc<TreeNodeRow>, Signal, String)>> {
         let mut children = self.snapshot.nodes(&node.child_ids).await?;
         children.retain(|c| !visited.contains(&c.node_id));
         if children.is_empty() {
@@ -214,7 +215,11 @@ impl Navigation<'_> {
                 .nearest_child(node, &children, &candidates, &why)
                 .await?
         {
-            return Ok(Some((children.swap_remove(child), reasoning)));
+            return Ok(Some((
+                children.swap_remove(child),
+                Signal::Vectors,
+                reasoning,
+            )));
         }
         let triage = self
             .model
@@ -226,7 +231,11 @@ impl Navigation<'_> {
             children.len(),
             triage.reasoning
         );
-        Ok(Some((children.swap_remove(triage.choice), reasoning)))
+        Ok(Some((
+            children.swap_remove(triage.choice),
+            Signal::Model,
+            reasoning,
+        )))
     }
 
     /// Among `candidates` (indices into `children`), the child above the
@@ -327,7 +336,7 @@ impl Navigation<'_> {
             .await?;
         let score = candidate.as_ref().map_or(0.0, |c| c.score);
         let answers = judgement.answer.is_some();
-        self.record(
+        self.by(Signal::Model).record(
             "read_leaf",
             &segment.seg_id,
             Some(level),
@@ -347,7 +356,7 @@ impl Navigation<'_> {
             self.best = candidate.filter(|c| c.coverage > 0.0);
             self.model_answer = judgement.answer;
             self.depth = 0;
-            self.record(
+            self.by(Signal::Model).record(
                 "answer",
                 &segment.seg_id,
                 Some(level),
@@ -364,7 +373,7 @@ impl Navigation<'_> {
         self.depth = 0;
         if let Some(best) = self.best.clone().filter(|b| b.coverage > 0.0) {
             self.answered = true;
-            self.record(
+            self.by(Signal::Text).record(
                 "answer",
                 &best.passage.from_id,
                 None,
@@ -506,6 +515,25 @@ mod tests {
         assert_eq!(answer.supporting[0].from_id, "s-p2");
         let depths: Vec<u32> = answer.trace.iter().map(|s| s.depth).collect();
         assert_eq!(depths, [0, 1, 2, 2, 1, 2, 2, 0]);
+        // The document by its words, the root by none, the first child and
+        // each leaf by the model; the revert chooses nothing; the child left
+        // after it by vectors (its summary alone gives nothing to compare).
+        let (text, model) = (Some(Signal::Text), Some(Signal::Model));
+        let signals: Vec<Option<Signal>> = answer.trace.iter().map(|s| s.signal).collect();
+        assert_eq!(
+            signals,
+            [
+                text,
+                None,
+                model,
+                model,
+                None,
+                Some(Signal::Vectors),
+                model,
+                model
+            ]
+        );
+        assert!(answer.trace[5].reasoning.contains("chosen by vectors"));
     }
 
     /// Asks `question`, whose answer is s-p2's, where the children's summaries
@@ -529,7 +557,8 @@ mod tests {
             chose.reasoning.contains("chosen by vectors")
                 && chose.reasoning.contains(why)
                 && chose.reasoning.contains("s-p2")
-                && chose.calls.is_empty(),
+                && chose.calls.is_empty()
+                && chose.signal == Some(Signal::Vectors),
             "{chose:?}"
         );
     }

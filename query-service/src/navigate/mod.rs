@@ -123,8 +123,34 @@ pub struct Step {
     /// MemWalker's steps are as deep as their node's path from the root, the
     /// look-ups and rounds' retrievals one deeper than what they serve.
     pub depth: u32,
+    /// What chose the step, for a step that chooses (a document, a child,
+    /// a page, an entity, a passage, whether to go on); none for one that
+    /// only records where the navigation is.
+    #[serde(default)]
+    pub signal: Option<Signal>,
     /// The model calls that led to this step, in order.
     pub calls: Vec<ModelCall>,
+}
+
+/// What chose a step: the model's reply, the question's words (BM25 over
+/// texts, a name matched), or vectors (cosine to the question's embedding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Signal {
+    Model,
+    Text,
+    Vectors,
+}
+
+impl Signal {
+    /// Its name, as the JSON spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Model => "model",
+            Signal::Text => "text",
+            Signal::Vectors => "vectors",
+        }
+    }
 }
 
 /// What a navigator may ask: the model, and the embedder that made the tables'
@@ -225,6 +251,8 @@ struct Navigation<'a> {
     trace: Vec<Step>,
     /// The depth the next recorded step has.
     depth: u32,
+    /// What chose the next recorded step ([`Navigation::by`]); taken by it.
+    signal: Option<Signal>,
     best: Option<Candidate>,
     /// The node summaries' BM25 statistics for the question's terms (MemWalker
     /// weighs and scores the windows it cites with them).
@@ -266,6 +294,7 @@ impl<'a> Navigation<'a> {
             distinct_terms,
             trace: Vec::new(),
             depth: 0,
+            signal: None,
             best: None,
             node_stats: None,
             supporting: Vec::new(),
@@ -291,6 +320,12 @@ impl<'a> Navigation<'a> {
         );
     }
 
+    /// Says what chose the step recorded next: `self.by(Signal::Text).record(…)`.
+    fn by(&mut self, signal: Signal) -> &mut Self {
+        self.signal = Some(signal);
+        self
+    }
+
     fn record(
         &mut self,
         action: &str,
@@ -308,6 +343,7 @@ impl<'a> Navigation<'a> {
             score,
             reasoning,
             depth: self.depth,
+            signal: self.signal.take(),
             calls: self.ledger.take(),
         });
     }
@@ -419,7 +455,7 @@ impl<'a> Navigation<'a> {
             .model
             .answer(&self.cx, &self.request.question, &context)
             .await?;
-        self.record(
+        self.by(Signal::Model).record(
             "answer",
             &passages[0].from_id,
             None,
@@ -558,7 +594,7 @@ mod tests {
     #[tokio::test]
     async fn documents_are_listed_a_page_at_a_time() {
         let memory = memory_with_hub().await;
-        let first = memory.documents_page(None, 2).await.unwrap();
+        let first = memory.documents_page(None, 2, None).await.unwrap();
         let ids = |page: &crate::snapshot::DocumentPage| -> Vec<String> {
             page.documents.iter().map(|d| d.doc_id.clone()).collect()
         };
@@ -566,17 +602,39 @@ mod tests {
         assert_eq!(first.next.as_deref(), Some("paint"));
         assert_eq!(first.total, 3);
         let second = memory
-            .documents_page(first.next.as_deref(), 2)
+            .documents_page(first.next.as_deref(), 2, None)
             .await
             .unwrap();
         assert_eq!(ids(&second), ["startup"]);
         assert_eq!((second.next, second.total), (None, 3));
-        let whole = memory.documents_page(None, 3).await.unwrap();
+        let whole = memory.documents_page(None, 3, None).await.unwrap();
         assert_eq!(ids(&whole), ["hub", "paint", "startup"]);
         assert_eq!(whole.next, None, "a full last page says none follows");
         assert_eq!(whole.documents[1].title, "PAINT");
         // `after` need not be an id: the page starts at the next one.
-        let from_o = memory.documents_page(Some("o"), 1).await.unwrap();
+        let from_o = memory.documents_page(Some("o"), 1, None).await.unwrap();
         assert_eq!(ids(&from_o), ["paint"]);
+    }
+
+    /// A search of the list keeps the documents whose id or title holds the
+    /// text in any case, pages them the same way, and counts only them.
+    #[tokio::test]
+    async fn documents_are_found_by_id_or_title_in_any_case() {
+        let memory = memory_with_hub().await;
+        let ids = |page: &crate::snapshot::DocumentPage| -> Vec<String> {
+            page.documents.iter().map(|d| d.doc_id.clone()).collect()
+        };
+        // "paint" by its title, "startup" by its id; "hub" holds neither.
+        let found = memory.documents_page(None, 1, Some("T")).await.unwrap();
+        assert_eq!((ids(&found), found.total), (vec!["paint".into()], 2));
+        let next = memory
+            .documents_page(found.next.as_deref(), 1, Some("T"))
+            .await
+            .unwrap();
+        assert_eq!((ids(&next), next.next), (vec!["startup".into()], None));
+        let quoted = memory.documents_page(None, 5, Some("o'")).await.unwrap();
+        assert_eq!(quoted.total, 0, "a quote is searched for, not SQL");
+        let all = memory.documents_page(None, 5, Some("")).await.unwrap();
+        assert_eq!(all.total, 3, "an empty search lists every document");
     }
 }

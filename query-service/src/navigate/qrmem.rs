@@ -11,7 +11,7 @@ use std::sync::Arc;
 use memweave_operators::embed::{cosine, embed_all};
 use memweave_schemas::{EntityRow, RelationRow, SegmentRow};
 
-use super::{Navigation, Passage, Walked};
+use super::{Navigation, Passage, Signal, Walked};
 
 /// Entities taken by similarity when none of the question's names is in the graph.
 const NEAREST_ENTITIES: usize = 3;
@@ -44,7 +44,7 @@ impl Navigation<'_> {
                 }
             }
         }
-        let how = if found.is_empty() {
+        let (how, signal) = if found.is_empty() {
             let Some(question) = self.question_vector().await? else {
                 return Ok(Vec::new());
             };
@@ -55,12 +55,15 @@ impl Navigation<'_> {
                 .into_iter()
                 .map(|(entity, _)| entity)
                 .collect();
-            "none is in the graph; the entities nearest the question instead"
+            (
+                "none is in the graph; the entities nearest the question instead",
+                Signal::Vectors,
+            )
         } else {
-            "matched by name or alias"
+            ("matched by name or alias", Signal::Text)
         };
         let listed: Vec<&str> = found.iter().map(|e| e.name.as_str()).collect();
-        self.record(
+        self.by(signal).record(
             "entities",
             &listed.join(", "),
             None,
@@ -121,7 +124,7 @@ impl Navigation<'_> {
                 )
                 .await?;
             if judgement.answer.is_some() {
-                self.record(
+                self.by(Signal::Model).record(
                     "answerable",
                     "",
                     None,
@@ -133,7 +136,7 @@ impl Navigation<'_> {
             // The relations at the edge of what was gathered, not followed yet.
             let candidates = self.adjacent_relations(&entities, &followed).await?;
             if candidates.is_empty() {
-                self.record(
+                self.by(Signal::Model).record(
                     "unanswerable",
                     "",
                     None,
@@ -170,7 +173,7 @@ impl Navigation<'_> {
                 .expect("candidates is not empty");
             self.add_ends(&mut entities, &best).await?;
             let followed_text = self.relation_text(&best).await?;
-            self.record(
+            self.by(Signal::Vectors).record(
                 "expand",
                 &best.relation_id,
                 None,

@@ -5,7 +5,7 @@
 use memweave_operators::model::PageView;
 use memweave_schemas::PageRow;
 
-use super::{Navigation, Walked};
+use super::{Navigation, Signal, Walked};
 
 /// Pages ReadAgent may look up when a request does not say.
 const DEFAULT_MAX_PAGES: usize = 3;
@@ -29,7 +29,7 @@ impl Navigation<'_> {
             return Ok(None);
         };
         let title = self.title_of(&doc_id).await?;
-        self.record(
+        self.by(Signal::Text).record(
             "choose_document",
             &doc_id,
             None,
@@ -88,7 +88,7 @@ impl Navigation<'_> {
                 .await?;
             let Some(number) = next else {
                 self.depth = 1;
-                self.record(
+                self.by(Signal::Model).record(
                     "stop",
                     &doc_id,
                     None,
@@ -107,7 +107,7 @@ impl Navigation<'_> {
         self.depth = 1;
         if let Some(page) = pages.iter().find(|p| p.ordinal == number) {
             let id = page.page_id.clone();
-            self.record(
+            self.by(Signal::Model).record(
                 "lookup",
                 &id,
                 None,

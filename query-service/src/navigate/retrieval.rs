@@ -10,7 +10,7 @@ use memweave_operators::tokens::count_tokens;
 use memweave_schemas::{SegmentRow, TreeNodeRow};
 use serde::{Deserialize, Serialize};
 
-use super::{Failure, Models, Navigation, Passage, SearchError, Walked};
+use super::{Failure, Models, Navigation, Passage, SearchError, Signal, Walked};
 use crate::request::{AskRequest, Strategy};
 use crate::snapshot::Snapshot;
 
@@ -87,7 +87,7 @@ impl Navigation<'_> {
     /// Baseline: the segments BM25 ranks highest.
     pub(super) async fn bm25(&mut self) -> Walked {
         let ranked = self.baseline_ranking().await?.unwrap_or_default();
-        let passages = self.retrieved(&ranked, "BM25").await?;
+        let passages = self.retrieved(&ranked, Signal::Text).await?;
         self.answer_from(passages, "from the top segments by BM25")
             .await
     }
@@ -97,7 +97,7 @@ impl Navigation<'_> {
         let Some(ranked) = self.baseline_ranking().await? else {
             return Ok(());
         };
-        let passages = self.retrieved(&ranked, "cosine").await?;
+        let passages = self.retrieved(&ranked, Signal::Vectors).await?;
         self.answer_from(passages, "from the segments nearest the question")
             .await
     }
@@ -106,13 +106,17 @@ impl Navigation<'_> {
     async fn retrieved(
         &mut self,
         ranked: &[(Arc<SegmentRow>, f64)],
-        by: &str,
+        signal: Signal,
     ) -> Walked<Vec<Passage>> {
         let segments: Vec<Arc<SegmentRow>> = ranked.iter().map(|(s, _)| s.clone()).collect();
         let mut passages = Vec::new();
         let read = super::segment_passages(self.snapshot, &segments).await?;
         for (rank, (passage, (_, score))) in read.into_iter().zip(ranked).enumerate() {
-            self.record(
+            let by = match signal {
+                Signal::Vectors => "cosine",
+                _ => "BM25",
+            };
+            self.by(signal).record(
                 "retrieve",
                 &passage.from_id,
                 None,
@@ -179,7 +183,7 @@ impl Navigation<'_> {
                 .update_memory(&self.cx, &self.request.question, &retrieved, &memory)
                 .await?;
             let kept = lcs_share(&memory, &next);
-            self.record(
+            self.by(Signal::Model).record(
                 "update_memory",
                 "",
                 None,
@@ -240,17 +244,18 @@ impl Navigation<'_> {
                         return Ok(passages);
                     }
                     used += tokens;
-                    self.record(
+                    let reasoning = format!(
+                        "{round}: {} at level {} ({tokens} tokens, {used} of {} used)",
+                        if node.level == 0 { "leaf" } else { "summary" },
+                        node.level,
+                        self.budget()
+                    );
+                    self.by(Signal::Vectors).record(
                         "retrieve",
                         &node.node_id,
                         Some(node.level),
                         *score,
-                        format!(
-                            "{round}: {} at level {} ({tokens} tokens, {used} of {} used)",
-                            if node.level == 0 { "leaf" } else { "summary" },
-                            node.level,
-                            self.budget()
-                        ),
+                        reasoning,
                     );
                     passages.push(passage);
                 }

@@ -103,7 +103,7 @@ fn memwalker_asks_the_model_the_same_over_http() {
 }
 
 /// `memweave ask` without `--json` prints the answer, its passages and the
-/// trace indented by depth, with the model calls of each step.
+/// trace indented by depth, with what chose each step and its model calls.
 #[test]
 fn ask_prints_a_readable_indented_trace() {
     let tables = pg_essays().tables.to_str().unwrap().to_string();
@@ -128,6 +128,15 @@ fn ask_prints_a_readable_indented_trace() {
     );
     assert!(indent_of("read_leaf") > indent_of("descend"), "{text}");
     assert!(text.contains("model: triage "), "{text}");
+    // Each step that chooses says by what: the document by its words, the
+    // leaf by the model's judgement.
+    let line_of = |action: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(action))
+            .unwrap()
+    };
+    assert!(line_of("choose_document").ends_with(" by text"), "{text}");
+    assert!(line_of("read_leaf").ends_with(" by model"), "{text}");
 }
 
 /// A request stops at its step limit: MemWalker's walk ends at the model call
@@ -695,9 +704,17 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
             "/v1/documents",
             "/v1/documents/{id}/tree",
             "/v1/documents/{id}/pages/{page}",
+            "/v1/documents/{id}",
+            "/v1/documents/{id}/text",
+            "/v1/documents/{id}/pages",
+            "/v1/segments/{id}",
             "/mcp",
             "/v1/nodes/{id}",
             "/v1/entities/{id}",
+            "/v1/entities",
+            "/v1/checkpoints",
+            "/v1/overview",
+            "/",
             "/healthz",
             "/readyz",
             "/metrics",
@@ -714,7 +731,8 @@ fn the_api_rejects_bad_requests_and_serves_the_memory() {
     });
 }
 
-/// With --auth-token-file, /v1/* needs the bearer token; health checks do not.
+/// With --auth-token-file, /v1/* needs the bearer token; health checks and
+/// the explorer's page do not. With --no-ui there is no page.
 #[test]
 fn the_api_can_require_a_bearer_token() {
     let tables = pg_essays().tables.to_str().unwrap().to_string();
@@ -755,6 +773,28 @@ fn the_api_can_require_a_bearer_token() {
         assert_eq!(right.status().as_u16(), 200);
         let health = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(health.status().as_u16(), 200);
+        // The explorer's page holds no data: it is served without the token,
+        // under a policy that lets no inline script run.
+        let page = client.get(format!("{base}/")).send().await.unwrap();
+        assert_eq!(page.status().as_u16(), 200);
+        let policy = page.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(policy.contains("script-src 'self';"), "{policy}");
+        assert!(!policy.contains("unsafe-inline"), "{policy}");
+        assert!(page.text().await.unwrap().contains("/ui/app.js"));
+    });
+    let (_plain, base) = serve_with(&tables, &["--no-ui"]);
+    runtime.block_on(async {
+        let page = reqwest::get(format!("{base}/")).await.unwrap();
+        assert_eq!(page.status().as_u16(), 404, "--no-ui serves no page");
+        let script = reqwest::get(format!("{base}/ui/app.js")).await.unwrap();
+        assert_eq!(script.status().as_u16(), 404);
+        let api = reqwest::get(format!("{base}/v1/documents?limit=1"))
+            .await
+            .unwrap();
+        assert_eq!(api.status().as_u16(), 200, "the API is served either way");
     });
 }
 
