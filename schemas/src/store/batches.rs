@@ -41,7 +41,7 @@ pub fn batch_rows<R: serde::de::DeserializeOwned>(
     table: Table,
     batch: &RecordBatch,
 ) -> Result<Vec<R>> {
-    serde_arrow::from_record_batch(batch).map_err(|source| StoreError::Rows { table, source })
+    serde_arrow::from_record_batch(batch).map_err(|cause| StoreError::Rows { table, cause })
 }
 
 /// The rows of `table` in `batches`, in order.
@@ -73,7 +73,7 @@ pub fn to_batch<R: TableRow>(rows: &[&R]) -> Result<RecordBatch> {
 pub fn rows_batch<R: TableRow>(rows: &[&R], vector_width: usize) -> Result<RecordBatch> {
     let table = R::TABLE;
     let batch = serde_arrow::to_record_batch(&table.row_fields(vector_width), &rows)
-        .map_err(|source| StoreError::Rows { table, source })?;
+        .map_err(|cause| StoreError::Rows { table, cause })?;
     let schema = Arc::new(arrow_schema::Schema::new(
         table.fields_of_width(vector_width),
     ));

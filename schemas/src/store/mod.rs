@@ -30,22 +30,23 @@ pub use batches::{
 pub use index::VECTOR_INDEX_MIN_ROWS;
 pub use write::COMPACT_AT_FRAGMENTS;
 
+/// What reading or writing the tables failed with. Each message ends with
+/// its cause's own, and names no `source()`: an error chain (`{:#}`, a
+/// log's `error` field) then says it once, not twice.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("tables root {root}: {reason}")]
     Root { root: String, reason: String },
-    #[error("table {table} at {uri}: {source}")]
+    #[error("table {table} at {uri}: {cause}")]
     Lance {
         table: Table,
         uri: String,
-        #[source]
-        source: Box<lance::Error>,
+        cause: Box<lance::Error>,
     },
-    #[error("table {table}: rows do not match the schema: {source}")]
+    #[error("table {table}: rows do not match the schema: {cause}")]
     Rows {
         table: Table,
-        #[source]
-        source: serde_arrow::Error,
+        cause: serde_arrow::Error,
     },
     #[error("checkpoint {epoch} does not name table {table}")]
     MissingTable { epoch: u64, table: Table },
@@ -231,7 +232,7 @@ impl TableStore {
         StoreError::Lance {
             table,
             uri: self.table_uri(table),
-            source: Box::new(source),
+            cause: Box::new(source),
         }
     }
 }
@@ -271,6 +272,33 @@ mod tests {
             surprise: None,
             n_tokens: 3,
         }
+    }
+
+    /// Rows that do not fit their type fail naming the table and the reason,
+    /// and say the reason once along the error's chain.
+    #[test]
+    fn a_failed_read_says_its_cause_once() {
+        let batch = RecordBatch::try_from_iter([(
+            "node_id",
+            Arc::new(arrow_array::Int32Array::from(vec![1])) as arrow_array::ArrayRef,
+        )])
+        .unwrap();
+        let failed = batch_rows::<TreeNodeRow>(Table::TreeNodes, &batch).unwrap_err();
+        let said = failed.to_string();
+        assert!(
+            said.starts_with("table tree_nodes: rows do not match the schema: "),
+            "{said}"
+        );
+        let mut chain = said.clone();
+        let mut cause = std::error::Error::source(&failed);
+        while let Some(next) = cause {
+            chain.push_str(&format!(": {next}"));
+            cause = next.source();
+        }
+        assert_eq!(
+            chain, said,
+            "the cause is in the message, not again after it"
+        );
     }
 
     async fn stage(store: &TableStore, rows: &[&TreeNodeRow]) -> Vec<Fragment> {
