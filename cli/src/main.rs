@@ -1,5 +1,9 @@
 //! `memweave`: build LLM memory from an archive, and ask it questions.
 
+// A binary's edge: errors become messages here, with anyhow (clippy.toml keeps
+// it out of the libraries).
+#![allow(clippy::disallowed_types, clippy::disallowed_macros)]
+
 mod index;
 
 use std::collections::HashMap;
@@ -187,21 +191,8 @@ enum Command {
         /// Tokens of context the retrieval strategies gather.
         #[arg(long)]
         budget: Option<usize>,
-        /// Passages bm25 and dense return.
-        #[arg(long)]
-        top_k: Option<usize>,
-        /// Pages ReadAgent may look up.
-        #[arg(long)]
-        max_pages: Option<usize>,
-        /// Rounds of ILM-TR's inner loop and QRMeM's reflection.
-        #[arg(long)]
-        max_rounds: Option<usize>,
-        /// Model tokens (prompts and replies) the question may spend [default: 100000].
-        #[arg(long)]
-        max_tokens: Option<usize>,
-        /// Trace steps the navigation may take [default: 200].
-        #[arg(long)]
-        max_steps: Option<usize>,
+        #[command(flatten)]
+        options: AskOptions,
         /// Only consider this document (id); repeatable.
         #[arg(long = "document")]
         documents: Vec<String>,
@@ -288,11 +279,7 @@ fn main() -> ExitCode {
             tables,
             strategy,
             budget,
-            top_k,
-            max_pages,
-            max_rounds,
-            max_tokens,
-            max_steps,
+            options,
             documents,
             json,
             storage,
@@ -303,13 +290,7 @@ fn main() -> ExitCode {
                 strategy,
                 documents: (!documents.is_empty()).then_some(documents),
                 budget,
-                options: AskOptions {
-                    top_k,
-                    max_pages,
-                    max_rounds,
-                    max_tokens,
-                    max_steps,
-                },
+                options,
                 epoch: None,
             });
             request

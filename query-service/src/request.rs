@@ -153,21 +153,27 @@ pub struct AskRequest {
     pub epoch: Option<u64>,
 }
 
-/// Per-strategy knobs; every one has the papers' default.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Per-strategy knobs; every one has the papers' default. The body's
+/// `options`, the MCP tool's, and `memweave ask`'s flags (`--top-k`, …).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct AskOptions {
     /// Passages `bm25` and `dense` return (default 5).
+    #[arg(long)]
     pub top_k: Option<usize>,
     /// Pages ReadAgent may look up (default 3).
+    #[arg(long)]
     pub max_pages: Option<usize>,
     /// Rounds of ILM-TR's inner loop and QRMeM's reflection (default 5).
+    #[arg(long)]
     pub max_rounds: Option<usize>,
     /// Model tokens (prompts and replies) the request may spend before the
     /// navigation stops with no answer (default 100,000).
+    #[arg(long)]
     pub max_tokens: Option<usize>,
     /// Trace steps the navigation may take before it stops with no answer
     /// (default 200).
+    #[arg(long)]
     pub max_steps: Option<usize>,
 }
 
@@ -183,6 +189,8 @@ pub const DEFAULT_MAX_TOKENS: usize = 100_000;
 /// Context tokens when a request names no budget (RAPTOR's collapsed tree: 2,000).
 pub const DEFAULT_BUDGET: usize = 2000;
 
+/// Largest request body, in bytes (HTTP and MCP alike).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Longest question accepted, in characters.
 pub const MAX_QUESTION_CHARS: usize = 4_000;
 /// Largest context budget a request may ask for, in tokens.
