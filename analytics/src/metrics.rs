@@ -1,9 +1,8 @@
 //! The report's numbers as Prometheus gauges (`memweave_memory_*`), for the
 //! query service's and the indexer's `/metrics`.
 
-use std::fmt::Write as _;
-
 use memweave_schemas::TableStore;
+use memweave_schemas::prometheus::{Exposition, Kind, labels as label_set};
 
 use crate::catalog::{Catalog, CatalogError};
 use crate::report::{Calls, Report, ReportError, report};
@@ -30,15 +29,14 @@ type Samples = Vec<(String, Option<f64>)>;
 
 /// Prometheus text for a report.
 pub fn prometheus(report: &Report) -> String {
-    let mut text = String::new();
+    let mut metrics = Exposition::new();
     let mut gauge = |name: &str, help: &str, samples: Samples| {
-        let _ = writeln!(text, "# HELP memweave_memory_{name} {help}");
-        let _ = writeln!(text, "# TYPE memweave_memory_{name} gauge");
-        for (labels, value) in samples {
-            if let Some(value) = value {
-                let _ = writeln!(text, "memweave_memory_{name}{labels} {value}");
-            }
-        }
+        metrics.metric(
+            &format!("memweave_memory_{name}"),
+            Kind::Gauge,
+            help,
+            samples,
+        );
     };
     let one = |value: Option<f64>| vec![(String::new(), value)];
     let count = |n: u64| Some(n as f64);
@@ -139,7 +137,7 @@ pub fn prometheus(report: &Report) -> String {
         "Mean children of a parent node, per tree.",
         per_tree(|t| t.mean_fanout),
     );
-    text
+    metrics.into_text()
 }
 
 /// Token samples of both directions, each labelled `direction="in"` or
@@ -168,22 +166,8 @@ fn labelled<'r, R, const N: usize>(
     value: impl Fn(&'r R) -> Option<f64>,
 ) -> Samples {
     rows.iter()
-        .map(|row| {
-            let pairs: Vec<String> = labels(row)
-                .iter()
-                .map(|(name, label)| format!("{name}=\"{}\"", escape(label)))
-                .collect();
-            (format!("{{{}}}", pairs.join(",")), value(row))
-        })
+        .map(|row| (label_set(&labels(row)), value(row)))
         .collect()
-}
-
-/// A label value as the exposition format quotes it.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ use memweave_operators::extract::distinctive_sentences;
 use memweave_operators::lexical::hashing_embedding;
 use memweave_operators::tokens::count_tokens;
 use memweave_schemas::DEFAULT_VECTOR_WIDTH;
+use memweave_schemas::prometheus::{CONTENT_TYPE, Exposition, Kind, labels};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -695,93 +696,93 @@ async fn set_config(
 async fn metrics(State(sim): State<Arc<Sim>>) -> Response {
     let s = sim.stats();
     let slots = sim.config().slots;
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
-        ));
+    let mut metrics = Exposition::new();
+    let mut metric = |name: &str, kind: Kind, help: &str, value: String| {
+        metrics.one(name, kind, help, value);
     };
     metric(
         "memweave_sim_requests_total",
-        "counter",
+        Kind::Counter,
         "Requests received.",
         s.requests.to_string(),
     );
     metric(
         "memweave_sim_completed_total",
-        "counter",
+        Kind::Counter,
         "Requests that got a reply from a slot.",
         s.completed.to_string(),
     );
     metric(
         "memweave_sim_queue_depth",
-        "gauge",
+        Kind::Gauge,
         "Requests waiting for a slot.",
         s.queue_depth.to_string(),
     );
     metric(
         "memweave_sim_busy_slots",
-        "gauge",
+        Kind::Gauge,
         "Slots serving a request.",
         s.busy_slots.to_string(),
     );
     metric(
         "memweave_sim_slots",
-        "gauge",
+        Kind::Gauge,
         "Slots (concurrent sequences) modelled.",
         slots.to_string(),
     );
     metric(
         "memweave_sim_busy_slot_seconds_total",
-        "counter",
+        Kind::Counter,
         "Slot-seconds spent serving.",
         s.busy_slot_seconds.to_string(),
     );
     metric(
         "memweave_sim_active_seconds",
-        "gauge",
+        Kind::Gauge,
         "Seconds from the first request to the last reply.",
         s.active_seconds.to_string(),
     );
     metric(
         "memweave_sim_repeated_replies_total",
-        "counter",
+        Kind::Counter,
         "Replies to a prompt already answered.",
         s.repeated.to_string(),
     );
     metric(
         "memweave_sim_prompt_tokens_total",
-        "counter",
+        Kind::Counter,
         "Prompt tokens served.",
         s.prompt_tokens.to_string(),
     );
     metric(
         "memweave_sim_completion_tokens_total",
-        "counter",
+        Kind::Counter,
         "Completion tokens served.",
         s.completion_tokens.to_string(),
     );
     metric(
         "vllm:num_requests_waiting",
-        "gauge",
+        Kind::Gauge,
         "vLLM-compatible: requests waiting.",
         s.queue_depth.to_string(),
     );
     metric(
         "vllm:num_requests_running",
-        "gauge",
+        Kind::Gauge,
         "vLLM-compatible: requests running.",
         s.busy_slots.to_string(),
     );
-    out.push_str("# HELP memweave_sim_faults_total Faults injected, by kind.\n# TYPE memweave_sim_faults_total counter\n");
     let mut faults: Vec<_> = s.faults.iter().collect();
     faults.sort();
-    for (kind, count) in faults {
-        out.push_str(&format!(
-            "memweave_sim_faults_total{{kind=\"{kind}\"}} {count}\n"
-        ));
-    }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+    metrics.metric(
+        "memweave_sim_faults_total",
+        Kind::Counter,
+        "Faults injected, by kind.",
+        faults
+            .into_iter()
+            .map(|(kind, count)| (labels(&[("kind", kind)]), Some(count))),
+    );
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.into_text()).into_response()
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! budget's worth into them, with every text it is shown capped; so a pair's
 //! merges do not grow with how often its names recur.
 
-use crate::build::BuildConfigError;
+use crate::config::BuildConfigError;
 use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;

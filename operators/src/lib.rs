@@ -4,6 +4,7 @@
 //! query service uses them to navigate.
 
 pub mod build;
+pub mod config;
 pub mod embed;
 pub mod extract;
 pub mod graph;

@@ -1,7 +1,7 @@
 //! ReadAgent pagination: pages of whole paragraphs, each ending at a break the
 //! model chooses among the paragraph ends past `min_words` and within `max_words`.
 
-use crate::build::BuildConfigError;
+use crate::config::BuildConfigError;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

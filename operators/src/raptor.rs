@@ -3,7 +3,7 @@
 //! soft membership), each cluster summarised the same way, level by level up to
 //! one root.
 
-use crate::build::BuildConfigError;
+use crate::config::BuildConfigError;
 use memweave_schemas::{SegmentRow, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 

@@ -6,7 +6,7 @@
 //! sentence would push it past `max_tokens`. Because a cut depends on the sentence
 //! and not on its position, inserting text moves only the cuts next to the insertion.
 
-use crate::build::BuildConfigError;
+use crate::config::BuildConfigError;
 use memweave_schemas::ids::content_draw;
 
 use crate::text::{Span, sentences};

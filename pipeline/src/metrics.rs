@@ -5,7 +5,6 @@
 //! memory's report as `memweave_memory_*` gauges (what the query service's
 //! `/metrics` shows too).
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -18,6 +17,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use memweave_analytics::metrics::by_direction;
 use memweave_llm::cache::CallCache;
+use memweave_schemas::prometheus::{CONTENT_TYPE, Exposition, Kind, labels};
 
 use crate::UsageError;
 use crate::progress::Progress;
@@ -52,45 +52,45 @@ impl IndexMetrics {
     }
 
     fn render(&self) -> String {
-        let mut text = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
-            let _ = writeln!(text, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in samples {
-                let _ = writeln!(text, "{name}{labels} {value}");
-            }
+        let mut metrics = Exposition::new();
+        let mut metric = |name: &str, kind: Kind, help: &str, samples: Vec<(String, f64)>| {
+            let samples = samples
+                .into_iter()
+                .map(|(labels, value)| (labels, Some(value)));
+            metrics.metric(name, kind, help, samples);
         };
-        let plain = |value: f64| [(String::new(), value)];
+        let plain = |value: f64| vec![(String::new(), value)];
         let progress = Arc::clone(&self.progress.lock().unwrap_or_else(|e| e.into_inner()));
         let (done, total, documents) = progress.counts();
         metric(
             "memweave_index_round_inputs",
-            "gauge",
+            Kind::Gauge,
             "Files or messages of the round in progress.",
-            &plain(total as f64),
+            plain(total as f64),
         );
         metric(
             "memweave_index_round_inputs_done",
-            "gauge",
+            Kind::Gauge,
             "Files or messages of the round whose memories are built.",
-            &plain(done as f64),
+            plain(done as f64),
         );
         metric(
             "memweave_index_queue_depth",
-            "gauge",
+            Kind::Gauge,
             "Files or messages of the round fed or waiting, not yet built.",
-            &plain(total.saturating_sub(done) as f64),
+            plain(total.saturating_sub(done) as f64),
         );
         metric(
             "memweave_index_round_documents_built",
-            "gauge",
+            Kind::Gauge,
             "Documents of the round whose memories are built.",
-            &plain(documents as f64),
+            plain(documents as f64),
         );
         metric(
             "memweave_index_epoch",
-            "gauge",
+            Kind::Gauge,
             "Last committed checkpoint (0 before the first).",
-            &plain(self.epoch.load(Ordering::Relaxed) as f64),
+            plain(self.epoch.load(Ordering::Relaxed) as f64),
         );
         let since = self
             .committed_at
@@ -99,55 +99,52 @@ impl IndexMetrics {
             .map_or(-1.0, |at| at.elapsed().as_secs_f64());
         metric(
             "memweave_index_epoch_lag_seconds",
-            "gauge",
+            Kind::Gauge,
             "Seconds since the last commit (-1 before the first): how far the tables trail the source.",
-            &plain(since),
+            plain(since),
         );
         let report = self.cache.report();
         metric(
             "memweave_llm_calls_in_flight",
-            "gauge",
+            Kind::Gauge,
             "Model calls started and not answered.",
-            &plain(self.cache.in_flight() as f64),
+            plain(self.cache.in_flight() as f64),
         );
         let stats = self.cache.stats_total();
         let by = |pick: fn(&memweave_llm::cache::TaskStats) -> u64| -> Vec<(String, f64)> {
             stats
                 .iter()
                 .map(|((stage, task), s)| {
-                    (
-                        format!("{{stage=\"{stage}\",task=\"{task}\"}}"),
-                        pick(s) as f64,
-                    )
+                    (labels(&[("stage", stage), ("task", task)]), pick(s) as f64)
                 })
                 .collect()
         };
         metric(
             "memweave_llm_calls_total",
-            "counter",
+            Kind::Counter,
             "Model calls made by this process, per stage and task.",
-            &by(|s| s.calls),
+            by(|s| s.calls),
         );
         metric(
             "memweave_llm_cache_hits_total",
-            "counter",
+            Kind::Counter,
             "Model calls answered from the cache, per stage and task.",
-            &by(|s| s.cache_hits),
+            by(|s| s.cache_hits),
         );
         metric(
             "memweave_llm_tokens_total",
-            "counter",
+            Kind::Counter,
             "Model tokens of the calls made, per stage, task and direction.",
-            &by_direction(by(|s| s.tokens_in), by(|s| s.tokens_out)),
+            by_direction(by(|s| s.tokens_in), by(|s| s.tokens_out)),
         );
         metric(
             "memweave_llm_calls_saved_total",
-            "counter",
+            Kind::Counter,
             "Model calls appended to llm_calls.",
-            &plain(report.flushed as f64),
+            plain(report.flushed as f64),
         );
-        text.push_str(&self.memory.read().unwrap_or_else(|e| e.into_inner()));
-        text
+        metrics.extend(&self.memory.read().unwrap_or_else(|e| e.into_inner()));
+        metrics.into_text()
     }
 }
 
@@ -169,8 +166,5 @@ pub async fn serve(address: SocketAddr, metrics: Arc<IndexMetrics>) -> Result<()
 }
 
 async fn handler(State(metrics): State<Arc<IndexMetrics>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render())
 }

@@ -18,22 +18,20 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use memweave_analytics::metrics::prometheus;
+use memweave_schemas::prometheus::{CONTENT_TYPE, Exposition, Kind, labels};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::request::{
     AskRequest, CHECKPOINTS_PAGE, CheckpointsRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS,
     DOCUMENTS_PAGE, DocumentRequest, DocumentsRequest, ENTITY_LIST, EntitiesRequest, EntityRequest,
-    MAX_BUDGET, MAX_CHECKPOINTS_PAGE, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST, MAX_OPTION,
-    MAX_QUESTION_CHARS, MAX_STEP_LIMIT, MAX_TEXT_CHARS, MAX_TOKEN_LIMIT, NodeRequest,
+    MAX_BODY_BYTES, MAX_BUDGET, MAX_CHECKPOINTS_PAGE, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST,
+    MAX_OPTION, MAX_QUESTION_CHARS, MAX_STEP_LIMIT, MAX_TEXT_CHARS, MAX_TOKEN_LIMIT, NodeRequest,
     OverviewRequest, PAGES_LIST, PageRequest, PagesRequest, SearchRequest, SegmentRequest,
     Strategy, TextRequest, TreeKind, TreeRequest,
 };
 use crate::service::{ApiError, ServiceState};
 use crate::{mcp, ui};
-
-/// Largest request body, in bytes.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The routes; `mcp_hosts` are the `Host`s `/mcp` answers (see
 /// [`mcp::http_service`]); with `explorer`, the web explorer at `/`.
@@ -413,59 +411,67 @@ impl ServiceState {
 async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
     let epoch = state.epoch().await;
     let memory = state.memory_report(epoch).await;
-    let metrics = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
-    let mut text = String::from(
-        "# HELP memweave_query_answers_total Ask requests by strategy and HTTP status.\n# TYPE memweave_query_answers_total counter\n",
-    );
-    for ((strategy, status), count) in &metrics.answers {
-        text.push_str(&format!(
-            "memweave_query_answers_total{{strategy=\"{strategy}\",status=\"{status}\"}} {count}\n"
-        ));
-    }
-    text.push_str("# HELP memweave_query_answer_seconds_total Seconds spent answering, by strategy.\n# TYPE memweave_query_answer_seconds_total counter\n");
-    for (strategy, seconds) in &metrics.seconds {
-        text.push_str(&format!(
-            "memweave_query_answer_seconds_total{{strategy=\"{strategy}\"}} {seconds}\n"
-        ));
-    }
-    text.push_str("# HELP memweave_query_epoch The checkpoint epoch served (-1 before the first).\n# TYPE memweave_query_epoch gauge\n");
-    text.push_str(&format!(
-        "memweave_query_epoch {}\n",
-        epoch.map_or(-1, |e| e as i64)
-    ));
+    let counted = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
+    let mut metrics = Exposition::new();
+    metrics
+        .metric(
+            "memweave_query_answers_total",
+            Kind::Counter,
+            "Ask requests by strategy and HTTP status.",
+            counted.answers.iter().map(|((strategy, status), count)| {
+                let status = status.to_string();
+                (
+                    labels(&[("strategy", strategy), ("status", &status)]),
+                    Some(count),
+                )
+            }),
+        )
+        .metric(
+            "memweave_query_answer_seconds_total",
+            Kind::Counter,
+            "Seconds spent answering, by strategy.",
+            counted
+                .seconds
+                .iter()
+                .map(|(strategy, seconds)| (labels(&[("strategy", strategy)]), Some(seconds))),
+        )
+        .one(
+            "memweave_query_epoch",
+            Kind::Gauge,
+            "The checkpoint epoch served (-1 before the first).",
+            epoch.map_or(-1, |e| e as i64),
+        );
     let rows = state.cache.row_stats();
     for (name, kind, help, value) in [
         (
-            "row_cache_hits_total",
-            "counter",
+            "memweave_query_row_cache_hits_total",
+            Kind::Counter,
             "Row look-ups answered from the row cache.",
             rows.hits,
         ),
         (
-            "row_cache_misses_total",
-            "counter",
+            "memweave_query_row_cache_misses_total",
+            Kind::Counter,
             "Row look-ups that read the tables.",
             rows.misses,
         ),
         (
-            "row_cache_entries",
-            "gauge",
+            "memweave_query_row_cache_entries",
+            Kind::Gauge,
             "Look-up answers the row cache holds.",
             rows.entries,
         ),
         (
-            "row_cache_bytes",
-            "gauge",
+            "memweave_query_row_cache_bytes",
+            Kind::Gauge,
             "Bytes the row cache holds (estimated).",
             rows.bytes,
         ),
     ] {
-        text.push_str(&format!(
-            "# HELP memweave_query_{name} {help}\n# TYPE memweave_query_{name} {kind}\nmemweave_query_{name} {value}\n"
-        ));
+        metrics.one(name, kind, help, value);
     }
-    text.push_str(&memory);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+    metrics.extend(&memory);
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.into_text()).into_response()
 }
 
 fn error(status: StatusCode, message: &str) -> Response {

@@ -162,7 +162,7 @@ pub fn http_service(
         .with_json_response(true)
         .with_sse_keep_alive(None);
     // The API's limit: rmcp reads the body itself, past axum's.
-    config.max_request_body_bytes = crate::http::MAX_BODY_BYTES;
+    config.max_request_body_bytes = crate::request::MAX_BODY_BYTES;
     let config = match hosts {
         AllowedHosts::Any => config.disable_allowed_hosts(),
         AllowedHosts::Only(hosts) => config.with_allowed_hosts(hosts),

@@ -5,6 +5,7 @@
 //! This crate is a leaf: it knows nothing of dataflow, models or HTTP.
 
 pub mod ids;
+pub mod prometheus;
 pub mod rows;
 pub mod search;
 pub mod store;
