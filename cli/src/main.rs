@@ -4,28 +4,26 @@
 // it out of the libraries).
 #![allow(clippy::disallowed_types, clippy::disallowed_macros)]
 
+mod ask;
+mod export;
 mod index;
+mod prompts;
+mod report;
+mod sql;
+mod tables;
 
-use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use memweave_analytics::catalog::{Catalog, CatalogError};
-use memweave_analytics::export::{self, ExportSummary};
-use memweave_analytics::sql::{self, Format as SqlFormat, SqlError};
-use memweave_analytics::{html, report};
-use memweave_llm::{CallCache, ModelArgs};
-use memweave_pipeline::source::{SourceOptions, object_store_at};
 use memweave_pipeline::{IndexError, UsageError};
-use memweave_process::{LogFormat, StorageArgs, init_logging, parse_key_value};
-use memweave_query::cache::ReadCache;
-use memweave_query::request::RequestError;
-use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
-use memweave_schemas::{StoreError, TableStore};
+use memweave_process::{LogFormat, init_logging};
 
+use crate::ask::AskArgs;
+use crate::export::ExportArgs;
 use crate::index::IndexArgs;
+use crate::prompts::PromptsArgs;
+use crate::report::ReportArgs;
+use crate::sql::SqlArgs;
 
 /// jemalloc, not glibc's malloc: the indexer frees as much as it allocates
 /// (texts in, rows out), and glibc's per-thread arenas kept the freed pages
@@ -33,9 +31,6 @@ use crate::index::IndexArgs;
 /// them to the system.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// `memweave ask` reads one question's rows once: small read caches do.
-const ASK_CACHE_MIB: u64 = 64;
 
 #[derive(Parser)]
 #[command(
@@ -102,114 +97,25 @@ enum Command {
     ///   memweave sql "SELECT task, count(*), sum(tokens_in) FROM llm_calls GROUP BY task" --tables ./memory
     ///
     /// A query DataFusion refuses exits with 2 and DataFusion's message.
-    Sql {
-        /// The query.
-        query: String,
-        /// Root of the memory tables.
-        #[arg(long, env = "MEMWEAVE_TABLES")]
-        tables: String,
-        /// Query the tables as checkpoint EPOCH committed them (time travel).
-        #[arg(long, value_name = "EPOCH")]
-        version: Option<u64>,
-        #[arg(long, value_enum, default_value = "table")]
-        format: SqlFormat,
-        /// Write the rows to FILE rather than stdout (required for parquet).
-        #[arg(long, value_name = "FILE")]
-        output: Option<PathBuf>,
-        #[command(flatten)]
-        storage: StorageArgs,
-    },
+    Sql(SqlArgs),
     /// Export every memory table of one checkpoint as Parquet (zstd): URL/TABLE.parquet.
     ///
     /// URL is a local folder or any object-store URL (s3://, gs://, az://,
     /// file://), with credentials from the usual environment variables. The
     /// files are readable by DuckDB, pandas/pyarrow and Spark, and carry the
     /// checkpoint's epoch in their metadata (memweave.epoch).
-    Export {
-        /// Root of the memory tables.
-        #[arg(long, env = "MEMWEAVE_TABLES")]
-        tables: String,
-        /// Where to write the files.
-        #[arg(long, value_name = "URL")]
-        to: String,
-        #[arg(long, value_enum, default_value = "parquet")]
-        format: ExportFormat,
-        /// Export checkpoint EPOCH rather than the newest.
-        #[arg(long, value_name = "EPOCH")]
-        version: Option<u64>,
-        /// Endpoint of an S3-compatible server for an s3:// URL (http:// allowed).
-        #[arg(long, env = "MEMWEAVE_S3_ENDPOINT")]
-        s3_endpoint: Option<String>,
-        /// Object-store setting KEY=VALUE for URL; repeatable.
-        #[arg(long = "to-option", value_parser = parse_key_value)]
-        to_options: Vec<(String, String)>,
-        #[command(flatten)]
-        storage: StorageArgs,
-    },
+    Export(ExportArgs),
     /// What a memory holds and what it cost, from the tables alone: documents and
     /// tokens, rows per table, model calls, tokens and cache hits per task and per
     /// memory kind, the most expensive documents, errors, tree shapes, graph
     /// density and the gists' compression rate. Every number is a SQL query over
     /// the tables (in --json's "queries"), to check or extend with memweave sql.
-    Report {
-        /// Root of the memory tables.
-        #[arg(long, env = "MEMWEAVE_TABLES")]
-        tables: String,
-        /// Report on checkpoint EPOCH rather than the newest.
-        #[arg(long, value_name = "EPOCH")]
-        version: Option<u64>,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Also write the report as a self-contained HTML page with charts.
-        #[arg(long, value_name = "FILE")]
-        html: Option<PathBuf>,
-        #[command(flatten)]
-        storage: StorageArgs,
-    },
+    Report(ReportArgs),
     /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
     /// and pass back with --prompts DIR.
-    Prompts {
-        /// Directory to write TASK.txt files into (created if missing).
-        dir: PathBuf,
-    },
+    Prompts(PromptsArgs),
     /// Answer a question from the memory tables, with the trace of how.
-    Ask {
-        /// The question.
-        question: String,
-        /// Root of the memory tables.
-        #[arg(long, env = "MEMWEAVE_TABLES")]
-        tables: String,
-        /// How to navigate the memory: memwalker (summary tree, model triage),
-        /// readagent-p / readagent-s (gists, pages looked up at once / one at a
-        /// time), qrmem-trial / qrmem-expand / qrmem (entity graph: the question's
-        /// entities / and their neighbours / reflection loop), ilmtr (collapsed
-        /// tree + short-term memory), raptor (collapsed tree), bm25 and dense
-        /// (top segments, baselines).
-        #[arg(long, default_value = "memwalker", value_parser = strategy_names())]
-        strategy: String,
-        /// Tokens of context the retrieval strategies gather.
-        #[arg(long)]
-        budget: Option<usize>,
-        #[command(flatten)]
-        options: AskOptions,
-        /// Only consider this document (id); repeatable.
-        #[arg(long = "document")]
-        documents: Vec<String>,
-        /// Print the answer and its trace as JSON (the same body the query service returns).
-        #[arg(long)]
-        json: bool,
-        #[command(flatten)]
-        storage: StorageArgs,
-        /// The model that navigates (the extractive backend by default) and the
-        /// embedder the index used (questions are embedded by it too).
-        #[command(flatten)]
-        model: ModelArgs,
-    },
-}
-
-fn strategy_names() -> Vec<&'static str> {
-    Strategy::ALL.iter().map(|s| s.name()).collect()
+    Ask(AskArgs),
 }
 
 // The binary edge: the one place an error is printed rather than logged.
@@ -220,83 +126,11 @@ fn main() -> ExitCode {
     let interactive = matches!(cli.log_format, LogFormat::Text);
     let result = match cli.command {
         Command::Index(args) => args.run(interactive),
-        Command::Sql {
-            query,
-            tables,
-            version,
-            format,
-            output,
-            storage,
-        } => with_catalog(&tables, storage, version, |catalog| async move {
-            let frame = sql::plan(&catalog, &query).await.map_err(sql_error)?;
-            let rows = sql::write(frame, format, output.as_deref())
-                .await
-                .map_err(sql_error)?;
-            if let Some(output) = &output {
-                tracing::info!(rows, file = %output.display(), "wrote the query's rows");
-            }
-            Ok(())
-        }),
-        Command::Export {
-            tables,
-            to,
-            format: ExportFormat::Parquet,
-            version,
-            s3_endpoint,
-            to_options,
-            storage,
-        } => with_catalog(&tables, storage, version, |catalog| async move {
-            let options = SourceOptions {
-                s3_endpoint,
-                options: to_options,
-                ..SourceOptions::default()
-            };
-            let (store, prefix) = object_store_at("--to", &to, &options, true)?;
-            let summary = export::export(&catalog, store, prefix, &to).await?;
-            print_export(&summary);
-            Ok(())
-        }),
-        Command::Report {
-            tables,
-            version,
-            json,
-            html,
-            storage,
-        } => with_catalog(&tables, storage, version, |catalog| async move {
-            let report = report::report(&catalog).await?;
-            if let Some(file) = &html {
-                std::fs::write(file, html::html(&report))
-                    .map_err(|e| UsageError(format!("--html {}: {e}", file.display())))?;
-                tracing::info!(file = %file.display(), "wrote the HTML report");
-            }
-            print_report(&report, json)
-        }),
-        Command::Prompts { dir } => memweave_llm::Prompts::export(&dir)
-            .map_err(|e| anyhow::Error::new(UsageError(format!("{}: {e}", dir.display()))))
-            .map(|()| tracing::info!(dir = %dir.display(), "wrote the built-in prompt templates")),
-        Command::Ask {
-            question,
-            tables,
-            strategy,
-            budget,
-            options,
-            documents,
-            json,
-            storage,
-            model,
-        } => {
-            let request = strategy.parse().map(|strategy| AskRequest {
-                question,
-                strategy,
-                documents: (!documents.is_empty()).then_some(documents),
-                budget,
-                options,
-                epoch: None,
-            });
-            request
-                .map_err(|e: RequestError| UsageError::of(e).into())
-                .and_then(|request| ask(&request, &tables, json, storage.into_map(), &model))
-        }
+        Command::Sql(args) => args.run(),
+        Command::Export(args) => args.run(),
+        Command::Report(args) => args.run(),
+        Command::Prompts(args) => args.run(),
+        Command::Ask(args) => args.run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -314,228 +148,4 @@ fn main() -> ExitCode {
             }
         }
     }
-}
-
-/// The formats `memweave export` writes.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum ExportFormat {
-    Parquet,
-}
-
-/// A mistake in the query is the asker's (exit code 2).
-fn sql_error(error: SqlError) -> anyhow::Error {
-    if error.is_usage() {
-        UsageError::of(error).into()
-    } else {
-        error.into()
-    }
-}
-
-/// Runs `work` (sql, export, report) on a runtime of its own, over the catalog
-/// of the tables at `tables` as the newest checkpoint, or `version`, left them.
-fn with_catalog<Work, Done>(
-    tables: &str,
-    storage: StorageArgs,
-    version: Option<u64>,
-    work: Work,
-) -> anyhow::Result<()>
-where
-    Work: FnOnce(Catalog) -> Done,
-    Done: Future<Output = anyhow::Result<()>>,
-{
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let store = TableStore::new(tables, storage.into_map()).map_err(UsageError::of)?;
-        let catalog = Catalog::open(store, version).await.map_err(|e| match e {
-            usage @ (CatalogError::NoCheckpoint { .. } | CatalogError::NoSuchEpoch { .. }) => {
-                anyhow::Error::from(UsageError::of(usage))
-            }
-            failure => failure.into(),
-        })?;
-        work(catalog).await
-    })
-}
-
-/// Prints the report; a closed stdout (`| head`) ends it quietly.
-fn print_report(report: &report::Report, json: bool) -> anyhow::Result<()> {
-    use std::io::Write;
-    let text = if json {
-        // Through a JSON value: its members in name order, as the SQL's rows were.
-        format!("{:#}\n", serde_json::to_value(report)?)
-    } else {
-        report::text(report)
-    };
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-    Ok(())
-}
-
-#[allow(clippy::print_stdout)]
-fn print_export(summary: &ExportSummary) {
-    println!("memweave export: checkpoint {}", summary.epoch);
-    for (file, rows) in &summary.files {
-        println!("  {rows:>9} rows  {file}");
-    }
-}
-
-fn ask(
-    request: &AskRequest,
-    tables: &str,
-    json: bool,
-    storage_options: HashMap<String, String>,
-    flags: &ModelArgs,
-) -> anyhow::Result<()> {
-    if flags.llm.cache_only {
-        return Err(UsageError(
-            "--cache-only replays a build's model calls; questions are not kept in the tables, so there is nothing to replay them from".into(),
-        )
-        .into());
-    }
-    let (llm, embed) = flags.config().map_err(UsageError::of)?;
-    // Calls are cached for this question only: asking writes nothing to the tables.
-    let model = llm.model(CallCache::in_memory()).map_err(UsageError::of)?;
-    let store = TableStore::new(tables, storage_options).map_err(UsageError::of)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let embedder = runtime
-        .block_on(embed.embedder(CallCache::in_memory()))
-        .map_err(UsageError::of)?;
-    let snapshot = runtime
-        .block_on(Snapshot::load_latest(
-            &store,
-            Arc::new(ReadCache::new(ASK_CACHE_MIB)),
-        ))
-        .map_err(|e| match e {
-            older @ StoreError::OlderMemory { .. } => UsageError::of(older).into(),
-            other => anyhow::Error::from(other),
-        })?
-        .ok_or_else(|| {
-            UsageError(format!(
-                "no memory under {tables}: run `memweave index SOURCE --out {tables}` first"
-            ))
-        })?;
-    runtime
-        .block_on(snapshot.validate(request))?
-        .map_err(UsageError::of)?;
-    let models = Models {
-        model: &model,
-        embedder: &*embedder,
-    };
-    let answer = runtime.block_on(memweave_query::ask(&snapshot, request, models))?;
-    if json {
-        print_json(&answer)?;
-    } else {
-        print_answer(&answer);
-    }
-    Ok(())
-}
-
-#[allow(clippy::print_stdout)]
-fn print_json(answer: &Answer) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(answer)?);
-    Ok(())
-}
-
-#[allow(clippy::print_stdout)]
-fn print_answer(answer: &Answer) {
-    println!(
-        "Answer ({}, epoch {}):",
-        answer.strategy.name(),
-        answer.epoch
-    );
-    print_wrapped(&answer.answer, "  ");
-    if !answer.supporting.is_empty() {
-        println!("\nSupporting passages:");
-    }
-    for (n, passage) in answer.supporting.iter().enumerate() {
-        let section = (passage.section.as_ref())
-            .map(|s| format!(", {}", s.cited()))
-            .unwrap_or_default();
-        println!(
-            "  [{}] \"{}\" ({}){section}, characters {}–{}",
-            n + 1,
-            passage.title,
-            passage.source_uri,
-            passage.start_char,
-            passage.end_char
-        );
-        let excerpt: String = passage.text.chars().take(240).collect();
-        let more = if excerpt.len() < passage.text.len() {
-            "…"
-        } else {
-            ""
-        };
-        print_wrapped(&format!("\"{excerpt}{more}\""), "      ");
-    }
-    let usage = &answer.usage;
-    println!(
-        "\nTrace ({} steps; {} model calls, {} tokens in, {} out, {} ms waiting on the model):",
-        answer.trace.len(),
-        usage.model_calls,
-        usage.tokens_in,
-        usage.tokens_out,
-        usage.model_ms
-    );
-    for step in &answer.trace {
-        let indent = "  ".repeat(step.depth as usize + 1);
-        let level = step.level.map(|l| format!(" L{l}")).unwrap_or_default();
-        let target = if step.target.is_empty() {
-            String::new()
-        } else {
-            format!(" {}", short(&step.target))
-        };
-        let chosen = step
-            .signal
-            .map(|s| format!(" by {}", s.name()))
-            .unwrap_or_default();
-        println!(
-            "{:>3} {indent}{}{target}{level}  score {:.2}{chosen}",
-            step.step, step.action, step.score
-        );
-        let detail = format!("    {indent}");
-        print_wrapped(&step.reasoning, &detail);
-        if !step.calls.is_empty() {
-            let calls: Vec<String> = step
-                .calls
-                .iter()
-                .map(|c| {
-                    if c.cached {
-                        format!("{} (answered by an identical call)", c.task)
-                    } else {
-                        format!(
-                            "{} {}→{} tokens {} ms",
-                            c.task, c.tokens_in, c.tokens_out, c.latency_ms
-                        )
-                    }
-                })
-                .collect();
-            print_wrapped(&format!("model: {}", calls.join("; ")), &detail);
-        }
-    }
-}
-
-/// Prints `text` in lines of at most about 100 characters, each after `indent`.
-#[allow(clippy::print_stdout)]
-fn print_wrapped(text: &str, indent: &str) {
-    const WIDTH: usize = 100;
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && indent.len() + line.len() + 1 + word.len() > WIDTH {
-            println!("{indent}{line}");
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        println!("{indent}{line}");
-    }
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
 }
