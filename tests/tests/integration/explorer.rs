@@ -33,28 +33,24 @@ fn artifacts() -> PathBuf {
 
 /// The API's answer to `question` by `strategy`, for comparing with the page.
 async fn asked(base: &str, question: &str, strategy: &str) -> Answer {
-    reqwest::Client::new()
-        .post(format!("{base}/v1/ask"))
-        .bearer_auth(TOKEN)
-        .json(&json!({ "question": question, "strategy": strategy }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    let body = json!({ "question": question, "strategy": strategy });
+    let answer = reply(
+        reqwest::Client::new()
+            .post(format!("{base}/v1/ask"))
+            .json(&body),
+    )
+    .await;
+    serde_json::from_value(answer).unwrap()
 }
 
 async fn get(base: &str, path: &str) -> Value {
-    reqwest::Client::new()
-        .get(format!("{base}{path}"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    reply(reqwest::Client::new().get(format!("{base}{path}"))).await
+}
+
+/// The body of `request`'s reply, sent with the token.
+async fn reply(request: reqwest::RequestBuilder) -> Value {
+    let response = request.bearer_auth(TOKEN).send().await.unwrap();
+    response.json().await.unwrap()
 }
 
 /// axe-core's level-A violations of the page as it stands (rule ids and
