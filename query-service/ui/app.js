@@ -648,7 +648,7 @@ async function overviewView(main) {
         figure('Errors', number(r.errors.reduce((n, e) => n + e.errors, 0)))),
       el('h3', {}, 'Calls per task'),
       table(['Task', 'Calls', 'Tokens in', 'Tokens out', 'Per corpus token'], r.calls_by_task.map((t) => [
-        t.task, number(t.calls.calls), number(t.calls.tokens_in), number(t.calls.tokens_out), decimal(t.calls.tokens_per_corpus_token),
+        t.task, number(t.calls), number(t.tokens_in), number(t.tokens_out), decimal(t.tokens_per_corpus_token),
       ]), 'Calls per task'),
       el('h3', {}, 'Trees'),
       table(['Tree', 'Nodes', 'Roots', 'Deepest', 'Mean fan-out'], r.trees.map((t) => [

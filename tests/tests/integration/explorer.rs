@@ -425,11 +425,31 @@ fn the_explorer_shows_memories_and_traces_in_a_browser() {
         browser.show("#/overview").await;
         browser.wait_for("document.querySelector('.figures')").await;
         let figures = browser.eval("document.querySelector('.figures').textContent").await;
-        let documents = get(&base, "/v1/overview").await["overview"]["documents"].clone();
+        let report = get(&base, "/v1/overview").await;
+        let documents = &report["overview"]["documents"];
         assert!(
             figures.as_str().unwrap().contains(&format!("Documents{documents}")),
             "{figures}"
         );
+        // Calls per task: each task's calls and tokens as the report counts them.
+        let shown = browser
+            .eval(
+                "[...document.querySelectorAll('[aria-label=\"Calls per task\"] tbody tr')]
+                   .map((r) => [...r.cells].slice(0, 4).map((c) => c.textContent.replaceAll(',', '')))",
+            )
+            .await;
+        let counted: Vec<Vec<String>> = report["calls_by_task"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                ["task", "calls", "tokens_in", "tokens_out"]
+                    .iter()
+                    .map(|k| t[k].as_str().map_or_else(|| t[k].to_string(), String::from))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(shown, json!(counted));
         accessibility(&browser, &axe, "the overview").await;
         shoot(&browser, "overview").await;
         fits_a_phone(&browser, "overview").await;
