@@ -242,14 +242,13 @@ impl ServiceState {
             reports.push(made.clone());
             return Ok(made.1);
         }
+        let failed = |e: &dyn std::fmt::Display| {
+            ApiError::Unavailable(format!("the memory's report failed: {e}"))
+        };
         let catalog = Catalog::open(self.store.clone(), Some(epoch))
             .await
-            .map_err(|e| ApiError::Unavailable(format!("the memory's report failed: {e}")))?;
-        let made = Arc::new(
-            report(&catalog)
-                .await
-                .map_err(|e| ApiError::Unavailable(format!("the memory's report failed: {e}")))?,
-        );
+            .map_err(|e| failed(&e))?;
+        let made = Arc::new(report(&catalog).await.map_err(|e| failed(&e))?);
         if reports.len() == REPORTS_KEPT {
             reports.remove(0);
         }

@@ -207,21 +207,26 @@ function pick(epoch) {
   render();
 }
 
-/// Watches /readyz for a newer checkpoint (it needs no token).
-async function poll() {
+/// The epoch the service serves (/readyz needs no token), or null while it
+/// has none or cannot be reached.
+async function servedEpoch() {
   try {
     const response = await fetch('/readyz');
-    if (response.ok) {
-      const { epoch } = await response.json();
-      if (epoch !== state.newest) {
-        state.newest = epoch;
-        if (state.shown === null) state.shown = epoch;
-        showNotice();
-        loadCheckpoints();
-      }
-    }
+    return response.ok ? (await response.json()).epoch : null;
   } catch (error) {
-    // The service may be restarting; the next poll tries again.
+    return null;
+  }
+}
+
+/// Watches for a newer checkpoint; none seen (the service may be
+/// restarting) waits for the next poll.
+async function poll() {
+  const epoch = await servedEpoch();
+  if (epoch !== null && epoch !== state.newest) {
+    state.newest = epoch;
+    if (state.shown === null) state.shown = epoch;
+    showNotice();
+    loadCheckpoints();
   }
   setTimeout(poll, POLL_MS);
 }
@@ -397,12 +402,7 @@ function traceTree(steps) {
 async function documentsView(main, _parts, query) {
   const q = query.get('q') || '';
   const after = query.get('after') || '';
-  const input = el('input', { id: 'document-search', type: 'search', value: q });
-  const form = el('form', { role: 'search', on: { submit: (event) => {
-    event.preventDefault();
-    location.hash = '#/documents?' + new URLSearchParams({ q: input.value.trim() });
-  } } },
-  el('label', { for: 'document-search' }, 'Find documents by id or title'), ' ', input, ' ', el('button', { type: 'submit' }, 'Find'));
+  const form = searchForm('document-search', 'Find documents by id or title', q, (text) => `#/documents?${new URLSearchParams({ q: text })}`);
   const list = el('div', { class: 'documents' });
   main.append(el('h2', {}, 'Documents'), form, list);
   await fill(list, 'Listing…', async () => {
@@ -418,6 +418,17 @@ async function documentsView(main, _parts, query) {
       pager,
     ];
   });
+}
+
+/// A labelled search field whose submission goes to `hashOf(the text)`.
+function searchForm(id, label, value, hashOf) {
+  const input = el('input', { id, type: 'search', value });
+  const submit = (event) => {
+    event.preventDefault();
+    location.hash = hashOf(input.value.trim());
+  };
+  return el('form', { role: 'search', on: { submit } },
+    el('label', { for: id }, label), ' ', input, ' ', el('button', { type: 'submit' }, 'Find'));
 }
 
 /// A table whose rows are arrays of cells, scrolling sideways on a narrow screen.
@@ -523,12 +534,7 @@ async function pagesList(docId, from) {
 
 async function entitiesView(main, _parts, query) {
   const name = query.get('name') || '';
-  const input = el('input', { id: 'entity-search', type: 'search', value: name });
-  const form = el('form', { role: 'search', on: { submit: (event) => {
-    event.preventDefault();
-    location.hash = '#/entities?' + new URLSearchParams({ name: input.value.trim() });
-  } } },
-  el('label', { for: 'entity-search' }, 'Find entities by name or alias'), ' ', input, ' ', el('button', { type: 'submit' }, 'Find'));
+  const form = searchForm('entity-search', 'Find entities by name or alias', name, (text) => `#/entities?${new URLSearchParams({ name: text })}`);
   const found = el('div', { class: 'entities' });
   main.append(el('h2', {}, 'Entities'), form, found);
   if (!name) {
@@ -671,12 +677,8 @@ document.getElementById('checkpoint').addEventListener('change', (event) => {
 window.addEventListener('hashchange', () => render());
 
 (async () => {
-  try {
-    const response = await fetch('/readyz');
-    if (response.ok) state.newest = (await response.json()).epoch;
-  } catch (error) {
-    // Shown by the first request's error.
-  }
+  // Without one, the first request's error says why.
+  state.newest = await servedEpoch();
   await render();
   // When the first view is on screen: what the browser test and bench time.
   performance.mark('memweave:ready');

@@ -73,10 +73,6 @@ impl Exposition {
         self
     }
 
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
     pub fn into_text(self) -> String {
         self.text
     }
