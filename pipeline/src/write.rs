@@ -135,10 +135,13 @@ impl RoundWriter {
         self.batch_rows
     }
 
-    /// Creates the tables rows are staged into, where missing. Process 0 calls
-    /// it before a round's input is fed, so no worker stages before.
+    /// Creates the tables rows are staged into, and `llm_calls`, where
+    /// missing. Process 0 calls it before a round's input is fed, so no worker
+    /// stages and no process saves a model call before: two processes racing
+    /// to create a Lance table can both commit, the later create overwriting
+    /// the rows the earlier one wrote.
     pub async fn prepare(&self) -> Result<(), StoreError> {
-        for &table in Table::MEMORY {
+        for &table in Table::MEMORY.iter().chain([&Table::LlmCalls]) {
             self.store
                 .create_if_missing(table, self.vector_width)
                 .await?;

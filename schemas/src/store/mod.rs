@@ -350,6 +350,37 @@ mod tests {
         assert_eq!(back, rows);
     }
 
+    /// The processes of a cluster each append their model calls to one table
+    /// (made before any of them calls a model, as a racing create could
+    /// overwrite another's rows): appends at once from many writers all land.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn appends_at_once_from_many_writers_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let writers: Vec<_> = (0..8)
+            .map(|writer| {
+                let store = TableStore::local(dir.path()).unwrap();
+                tokio::spawn(async move {
+                    let id = format!("n{writer}");
+                    store.append_rows(&[node(&id, None)]).await
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap().unwrap();
+        }
+        let mut ids: Vec<String> = store
+            .read_rows::<TreeNodeRow>(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| row.node_id)
+            .collect();
+        ids.sort();
+        assert_eq!(ids, (0..8).map(|n| format!("n{n}")).collect::<Vec<_>>());
+    }
+
     #[tokio::test]
     async fn lookup_indexes_are_created_then_brought_over_each_append() {
         let dir = tempfile::tempdir().unwrap();
