@@ -25,14 +25,12 @@ use arrow_schema::{ArrowError, Field, Schema};
 use serde::{Deserialize, Serialize};
 
 use crate::rows::LexiconRow;
-use crate::tables::{utf8, utf8_list};
+use crate::tables::searched_column;
 use crate::text::{normalise, terms};
 use crate::{MemoryRow, Table};
 
-/// The column of a searched text's terms.
-pub const TERMS: &str = "terms";
-/// The column of an entity's normalised name and aliases.
-pub const NAME_KEYS: &str = "name_keys";
+pub use crate::tables::{NAME_KEYS, TERMS};
+
 /// The lexicon's term for its corpus as a whole: `rows` its texts,
 /// `occurrences` their terms in all.
 pub const TOTALS: &str = "*";
@@ -57,25 +55,6 @@ pub fn tree_corpus(tree: &str) -> String {
 /// The lexicon's key of `term` in `corpus`.
 pub fn lexicon_entry(corpus: &str, term: &str) -> String {
     format!("{corpus} {term}")
-}
-
-/// The column of `table` whose text is searched, if any.
-fn searched_column(table: Table) -> Option<&'static str> {
-    match table {
-        Table::Segments => Some("text"),
-        Table::TreeNodes => Some("summary"),
-        Table::GistMemories => Some("gists"),
-        _ => None,
-    }
-}
-
-/// The columns `table` has beyond its row type's, derived from them.
-pub(crate) fn derived_fields(table: Table) -> Vec<Field> {
-    match table {
-        Table::Entities => vec![utf8_list(NAME_KEYS)],
-        _ if searched_column(table).is_some() => vec![utf8(TERMS)],
-        _ => Vec::new(),
-    }
 }
 
 /// The keys an entity is found by: its name and aliases, normalised, sorted

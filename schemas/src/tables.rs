@@ -6,7 +6,38 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 
 use crate::rows::*;
-use crate::search::{NAME_KEYS, TERMS, derived_fields};
+
+/// The column of a searched text's terms ([`crate::search`]).
+pub const TERMS: &str = "terms";
+/// The column of an entity's normalised name and aliases.
+pub const NAME_KEYS: &str = "name_keys";
+
+/// The column of `table` whose text is searched, if any.
+pub(crate) fn searched_column(table: Table) -> Option<&'static str> {
+    match table {
+        Table::Segments => Some("text"),
+        Table::TreeNodes => Some("summary"),
+        Table::GistMemories => Some("gists"),
+        _ => None,
+    }
+}
+
+/// The columns `table` has beyond its row type's, derived from them for
+/// search ([`crate::search`] fills them).
+fn derived_fields(table: Table) -> Vec<Field> {
+    match table {
+        Table::Entities => vec![utf8_list(NAME_KEYS)],
+        _ if searched_column(table).is_some() => vec![utf8(TERMS)],
+        _ => Vec::new(),
+    }
+}
+
+/// Something done to each memory table's rows, whatever their type
+/// ([`MemoryTables::each_table`]): made into batches, read in.
+pub trait EachTable {
+    type Error;
+    fn rows<R: TableRow>(&mut self, rows: &mut Vec<R>) -> Result<(), Self::Error>;
+}
 
 /// The one list of tables: each line gives a table's `Table` variant, name,
 /// key column (its row type's key field) and row type; a memory table (one
@@ -120,31 +151,11 @@ macro_rules! tables {
                 $( self.$mfield.sort_by_cached_key(TableRow::key); )*
             }
 
-            /// Each table that has rows, as one Arrow batch (vectors of
-            /// `vector_width` components).
-            pub fn batches(
-                &self,
-                vector_width: usize,
-            ) -> crate::store::Result<Vec<(Table, arrow_array::RecordBatch, usize)>> {
-                let mut batches = Vec::new();
-                $(
-                    if !self.$mfield.is_empty() {
-                        let rows: Vec<&$mrow> = self.$mfield.iter().collect();
-                        let batch = crate::store::rows_batch(&rows, vector_width)?;
-                        batches.push((Table::$mt, batch, rows.len()));
-                    }
-                )*
-                Ok(batches)
-            }
-
-            /// Every memory table at the versions `checkpoint` names.
-            pub async fn read_at(
-                store: &crate::TableStore,
-                checkpoint: &crate::CheckpointRow,
-            ) -> crate::store::Result<MemoryTables> {
-                Ok(MemoryTables {
-                    $( $mfield: store.read_at(checkpoint).await?, )*
-                })
+            /// `each` applied to every table's rows in turn, in
+            /// [`Table::MEMORY`]'s order.
+            pub fn each_table<E: EachTable>(&mut self, each: &mut E) -> Result<(), E::Error> {
+                $( each.rows(&mut self.$mfield)?; )*
+                Ok(())
             }
         }
     };
@@ -196,7 +207,7 @@ impl Table {
     }
 
     /// The indexes every commit keeps over the rows it adds
-    /// ([`crate::TableStore::index_lookups`]): a B-tree on each column rows are
+    /// (`TableStore::index_lookups`): a B-tree on each column rows are
     /// looked up by (the key a commit deletes by, and the ids a walk follows:
     /// a document's segments, nodes and pages, an entity's relations, an
     /// owner's vector), a full-text index on each search column, a label-list
@@ -453,7 +464,7 @@ impl ColumnIndex {
     }
 }
 
-pub(crate) fn utf8(name: &str) -> Field {
+fn utf8(name: &str) -> Field {
     Field::new(name, DataType::Utf8, false)
 }
 
@@ -461,7 +472,7 @@ fn utf8_null(name: &str) -> Field {
     Field::new(name, DataType::Utf8, true)
 }
 
-pub(crate) fn utf8_list(name: &str) -> Field {
+fn utf8_list(name: &str) -> Field {
     Field::new(
         name,
         DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, false))),

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use arrow_array::{Array, RecordBatch, StringArray};
 
 use super::{Result, StoreError};
-use crate::Table;
 use crate::rows::TableRow;
 use crate::search::{self};
-use crate::tables::DEFAULT_VECTOR_WIDTH;
+use crate::tables::{DEFAULT_VECTOR_WIDTH, EachTable, MemoryTables, Table};
 
 /// Keys a predicate names at most: a few thousand keep each one quick to
 /// parse and plan.
@@ -81,4 +80,32 @@ pub fn rows_batch<R: TableRow>(rows: &[&R], vector_width: usize) -> Result<Recor
         table,
         message: format!("deriving the search columns: {e}"),
     })
+}
+
+impl MemoryTables {
+    /// Each table that has rows, as one Arrow batch (vectors of
+    /// `vector_width` components), with its number of rows.
+    pub fn batches(&mut self, vector_width: usize) -> Result<Vec<(Table, RecordBatch, usize)>> {
+        struct Batches {
+            vector_width: usize,
+            made: Vec<(Table, RecordBatch, usize)>,
+        }
+        impl EachTable for Batches {
+            type Error = StoreError;
+            fn rows<R: TableRow>(&mut self, rows: &mut Vec<R>) -> Result<()> {
+                if !rows.is_empty() {
+                    let rows: Vec<&R> = rows.iter().collect();
+                    let batch = rows_batch(&rows, self.vector_width)?;
+                    self.made.push((R::TABLE, batch, rows.len()));
+                }
+                Ok(())
+            }
+        }
+        let mut batches = Batches {
+            vector_width,
+            made: Vec::new(),
+        };
+        self.each_table(&mut batches)?;
+        Ok(batches.made)
+    }
 }

@@ -9,8 +9,8 @@ use lance::dataset::Dataset;
 
 use super::batches::{KEYS_PER_PREDICATE, column_in, rows_of, strings};
 use super::{Result, StoreError, TableStore};
-use crate::Table;
 use crate::rows::{CheckpointRow, TableRow};
+use crate::tables::{EachTable, MemoryTables, Table};
 
 impl TableStore {
     /// The newest version of `table`, if it exists.
@@ -96,18 +96,24 @@ impl TableStore {
     /// All rows of `R`'s table at `version` (the newest when `None`); no rows when
     /// the table does not exist yet.
     pub async fn read_rows<R: TableRow>(&self, version: Option<u64>) -> Result<Vec<R>> {
-        let Some(dataset) = self.dataset(R::TABLE, version).await? else {
+        let batches = self.read_batches(R::TABLE, version).await?;
+        rows_of(R::TABLE, &batches)
+    }
+
+    /// All of `table` at `version` (the newest when `None`), as batches; none
+    /// when the table does not exist yet.
+    async fn read_batches(&self, table: Table, version: Option<u64>) -> Result<Vec<RecordBatch>> {
+        let Some(dataset) = self.dataset(table, version).await? else {
             return Ok(Vec::new());
         };
-        let batches: Vec<RecordBatch> = dataset
+        dataset
             .scan()
             .try_into_stream()
             .await
-            .map_err(|e| self.lance_error(R::TABLE, e))?
+            .map_err(|e| self.lance_error(table, e))?
             .try_collect()
             .await
-            .map_err(|e| self.lance_error(R::TABLE, e))?;
-        rows_of(R::TABLE, &batches)
+            .map_err(|e| self.lance_error(table, e))
     }
 
     /// Rows of `table` at the version `checkpoint` names (from the fragments'
@@ -218,12 +224,43 @@ impl TableStore {
 
     /// The rows of `R`'s table at the version `checkpoint` names.
     pub async fn read_at<R: TableRow>(&self, checkpoint: &CheckpointRow) -> Result<Vec<R>> {
+        let batches = self.batches_at(R::TABLE, checkpoint).await?;
+        rows_of(R::TABLE, &batches)
+    }
+
+    /// All of `table` at the version `checkpoint` names, as batches.
+    async fn batches_at(
+        &self,
+        table: Table,
+        checkpoint: &CheckpointRow,
+    ) -> Result<Vec<RecordBatch>> {
         let version = checkpoint
-            .version_of(R::TABLE)
+            .version_of(table)
             .ok_or(StoreError::MissingTable {
                 epoch: checkpoint.epoch,
-                table: R::TABLE,
+                table,
             })?;
-        self.read_rows(Some(version)).await
+        self.read_batches(table, Some(version)).await
+    }
+}
+
+impl MemoryTables {
+    /// Every memory table at the versions `checkpoint` names.
+    pub async fn read_at(store: &TableStore, checkpoint: &CheckpointRow) -> Result<MemoryTables> {
+        let mut read = HashMap::new();
+        for &table in Table::MEMORY {
+            read.insert(table, store.batches_at(table, checkpoint).await?);
+        }
+        struct Rows(HashMap<Table, Vec<RecordBatch>>);
+        impl EachTable for Rows {
+            type Error = StoreError;
+            fn rows<R: TableRow>(&mut self, rows: &mut Vec<R>) -> Result<()> {
+                *rows = rows_of(R::TABLE, &self.0[&R::TABLE])?;
+                Ok(())
+            }
+        }
+        let mut tables = MemoryTables::default();
+        tables.each_table(&mut Rows(read))?;
+        Ok(tables)
     }
 }

@@ -1,0 +1,335 @@
+//! Lexical ranking: BM25 over the memory's terms with the lexicon's
+//! statistics, candidates found by Lance's full-text index and scored
+//! exactly, ties broken by id.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lance_index::scalar::FullTextSearchQuery;
+use memweave_operators::lexical::CorpusStats;
+use memweave_schemas::search::{
+    GIST_CORPUS, TERMS, lexicon_entry, segments_corpus, tree_corpus,
+};
+use memweave_schemas::store::{batch_rows, strings};
+use memweave_schemas::{LexiconRow, SegmentRow, StoreError, TREE_MEMWALKER, Table};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::{Allowed, ById, Read, Snapshot};
+
+/// Candidates Lance's full-text index is asked for, per result wanted, and at
+/// least: the exact BM25 order of the best results lies well inside Lance's
+/// own (measured: the exact top 10 within Lance's top 40 on the scale
+/// benchmark's memories, 10M and 100M tokens).
+const TEXT_CANDIDATES_PER_RESULT: usize = 4;
+const TEXT_CANDIDATES_AT_LEAST: usize = 64;
+
+/// A passage the full-text search found: what ranking and grouping by
+/// document need before its row is read.
+#[derive(Deserialize)]
+struct PassageMatch {
+    seg_id: String,
+    doc_id: String,
+    ordinal: u32,
+}
+
+impl ById for LexiconRow {
+    const TABLE: Table = Table::Lexicon;
+    const ID_COLUMN: &'static str = "entry";
+    fn id(&self) -> &String {
+        &self.entry
+    }
+}
+
+impl Snapshot {
+    /// The documents whose best passage matches `query` best (BM25 over the
+    /// memory's finest cut: the documents' own words, which no summary has
+    /// dropped), at most `limit`, each with that score and passage; only those
+    /// with a positive score, ties in document id order.
+    pub async fn documents_by_passages(
+        &self,
+        query: &[String],
+        allowed: Allowed<'_>,
+        limit: usize,
+    ) -> Read<Vec<(String, f64, Arc<SegmentRow>)>> {
+        let scored = self.scored_passages(query, allowed, limit).await?;
+        let ranked = best_per_document(scored, limit);
+        let ids: Vec<String> = ranked.iter().map(|r| r.2.clone()).collect();
+        let segments = self.rows::<SegmentRow>(&ids).await?;
+        Ok(ranked
+            .into_iter()
+            .zip(segments)
+            .map(|((d, s, _), segment)| (d, s, segment))
+            .collect())
+    }
+
+    /// The BM25 statistics of the MemWalker node summaries for `query`'s terms.
+    pub async fn node_stats(&self, query: &[String]) -> Read<CorpusStats> {
+        self.corpus_stats(&tree_corpus(TREE_MEMWALKER), query).await
+    }
+
+    /// The BM25 statistics of the passages for `query`'s terms.
+    pub async fn passage_stats(&self, query: &[String]) -> Read<CorpusStats> {
+        match self.passage_cut {
+            Some(cut) => self.corpus_stats(&segments_corpus(cut), query).await,
+            None => Ok(CorpusStats::default()),
+        }
+    }
+
+    /// ReadAgent's document: the one whose gist memory matches `query` best,
+    /// with its score (none when no gist shares a term), and how many allowed
+    /// documents have gists.
+    pub async fn document_by_gists(
+        &self,
+        query: &[String],
+        allowed: Allowed<'_>,
+    ) -> Read<(Option<(String, f64)>, usize)> {
+        let candidates = match allowed.condition("doc_id") {
+            None => self.totals.get(GIST_CORPUS).map_or(0, |t| t.0 as usize),
+            Some(condition) => self.count(Table::GistMemories, &condition).await?,
+        };
+        #[derive(Deserialize)]
+        struct Gists {
+            doc_id: String,
+        }
+        let stats = self.corpus_stats(GIST_CORPUS, query).await?;
+        let scored: Vec<(Gists, f64)> = self
+            .best_texts(
+                Table::GistMemories,
+                &["doc_id"],
+                query,
+                &stats,
+                &[allowed.condition("doc_id")],
+                1,
+            )
+            .await?;
+        let best = scored
+            .into_iter()
+            .map(|(g, score)| (g.doc_id, score))
+            .min_by(best_first);
+        Ok((best, candidates))
+    }
+
+    /// The passages (the memory's finest cut) BM25 ranks highest for `query`,
+    /// at most `limit`, only those with a positive score; ties in document
+    /// order.
+    pub async fn passages_by_bm25(
+        &self,
+        query: &[String],
+        allowed: Allowed<'_>,
+        limit: usize,
+    ) -> Read<Vec<(Arc<SegmentRow>, f64)>> {
+        let scored = best_passages(self.scored_passages(query, allowed, limit).await?, limit);
+        let ids: Vec<String> = scored.iter().map(|(m, _)| m.seg_id.clone()).collect();
+        let segments = self.rows::<SegmentRow>(&ids).await?;
+        Ok(segments
+            .into_iter()
+            .zip(scored)
+            .map(|(segment, (_, score))| (segment, score))
+            .collect())
+    }
+
+    /// The passages (the memory's finest cut) Lance's full-text index finds for
+    /// `query`, enough for `limit` results, each scored by our BM25 (positive
+    /// scores only); none when the memory has no segments.
+    async fn scored_passages(
+        &self,
+        query: &[String],
+        allowed: Allowed<'_>,
+        limit: usize,
+    ) -> Read<Vec<(PassageMatch, f64)>> {
+        let Some(cut) = self.passage_cut else {
+            return Ok(Vec::new());
+        };
+        let stats = self.passage_stats(query).await?;
+        let condition = [
+            Some(format!("target_tokens = {cut}")),
+            allowed.condition("doc_id"),
+        ];
+        self.best_texts(
+            Table::Segments,
+            &["seg_id", "doc_id", "ordinal"],
+            query,
+            &stats,
+            &condition,
+            limit,
+        )
+        .await
+    }
+
+    /// The BM25 statistics of `corpus` for `query`'s terms, from the lexicon.
+    async fn corpus_stats(&self, corpus: &str, query: &[String]) -> Read<CorpusStats> {
+        let (texts, terms) = self.totals.get(corpus).copied().unwrap_or_default();
+        let mut stats = CorpusStats {
+            texts: texts as f64,
+            average_length: if texts == 0 {
+                0.0
+            } else {
+                terms as f64 / texts as f64
+            },
+            document_frequency: HashMap::new(),
+        };
+        if query.is_empty() || texts == 0 {
+            return Ok(stats);
+        }
+        let entries: Vec<String> = query.iter().map(|t| lexicon_entry(corpus, t)).collect();
+        let found = self
+.rows_by_id::<LexiconRow>(&entries).await?;
+        stats.document_frequency = found
+            .into_values()
+            .map(|r| (r.term.clone(), r.rows as f64))
+            .collect();
+        Ok(stats)
+    }
+
+    /// The rows of `table` (one with a [`TERMS`] column; read: `columns`)
+    /// meeting every `condition` that Lance's full-text index ranks best for
+    /// `query`, enough
+    /// of them that the `limit` best by exact BM25 (`stats`) are among them,
+    /// each with that score; only those with a positive one, best first.
+    async fn best_texts<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        columns: &[&str],
+        query: &[String],
+        stats: &CorpusStats,
+        conditions: &[Option<String>],
+        limit: usize,
+    ) -> Read<Vec<(R, f64)>> {
+        if query.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let filter: Vec<&str> = conditions.iter().flatten().map(String::as_str).collect();
+        let filter = if filter.is_empty() {
+            "true".to_string()
+        } else {
+            filter.join(" AND ")
+        };
+        let candidates = (limit * TEXT_CANDIDATES_PER_RESULT).max(TEXT_CANDIDATES_AT_LEAST);
+        let search = FullTextSearchQuery::new(query.join(" "))
+            .with_column(TERMS.to_string())
+            .map_err(|e| self.store.lance_error(table, e))?
+            .limit(Some(candidates as i64));
+        // Only what ranking needs: the candidates' full rows are read after,
+        // and only for the results kept.
+        let projected: Vec<&str> = columns.iter().copied().chain([TERMS]).collect();
+        let batches = self
+            .scan(table, &projected, &filter, |scan| {
+                // Ranked by our BM25 from the terms, not by Lance's `_score`.
+                scan.full_text_search(search.clone())?
+                    .prefilter(true)
+                    .disable_scoring_autoprojection();
+                Ok(())
+            })
+            .await?;
+        let mut scored = Vec::new();
+        for batch in &batches {
+            let rows: Vec<R> = batch_rows(table, batch)?;
+            let terms = strings(batch, TERMS).ok_or_else(|| StoreError::Invalid {
+                table,
+                message: format!("no {TERMS} column"),
+            })?;
+            for (row, terms) in rows.into_iter().zip(terms.iter()) {
+                let score = stats.score_terms(query, terms.unwrap_or_default().split(' '));
+                if score > 0.0 {
+                    scored.push((row, score));
+                }
+            }
+        }
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(scored)
+    }
+}
+
+/// `a` before `b`: the higher score, then the smaller id.
+fn best_first<Id: Ord>(a: &(Id, f64), b: &(Id, f64)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// Each document's best passage (the highest score, then the earliest), the
+/// documents best first, ties in document id order, at most `limit`: the
+/// document, the score, the passage's id.
+fn best_per_document(scored: Vec<(PassageMatch, f64)>, limit: usize) -> Vec<(String, f64, String)> {
+    let mut best: HashMap<String, (f64, PassageMatch)> = HashMap::new();
+    for (passage, score) in scored {
+        let better = |(s, m): &(f64, PassageMatch)| {
+            score
+                .total_cmp(s)
+                .then(m.ordinal.cmp(&passage.ordinal))
+                .is_gt()
+        };
+        if best.get(&passage.doc_id).is_none_or(better) {
+            best.insert(passage.doc_id.clone(), (score, passage));
+        }
+    }
+    let mut ranked: Vec<(String, f64, String)> = best
+        .into_iter()
+        .map(|(d, (s, m))| (d, s, m.seg_id))
+        .collect();
+    ranked.sort_by(|a, b| best_first(&(&a.0, a.1), &(&b.0, b.1)));
+    ranked.truncate(limit);
+    ranked
+}
+
+/// The `limit` best passages, ties in document order.
+fn best_passages(mut scored: Vec<(PassageMatch, f64)>, limit: usize) -> Vec<(PassageMatch, f64)> {
+    scored.sort_by(|(a, x), (b, y)| {
+        best_first(&((&a.doc_id, a.ordinal), *x), &((&b.doc_id, b.ordinal), *y))
+    });
+    scored.truncate(limit);
+    scored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passage(seg_id: &str, doc_id: &str, ordinal: u32, score: f64) -> (PassageMatch, f64) {
+        let (seg_id, doc_id) = (seg_id.to_string(), doc_id.to_string());
+        let found = PassageMatch {
+            seg_id,
+            doc_id,
+            ordinal,
+        };
+        (found, score)
+    }
+
+    /// Equal scores never leave the order to a hash map or to the order
+    /// Lance found the candidates in: documents by id, passages by place.
+    #[test]
+    fn ties_are_broken_by_document_id_then_place() {
+        let scored = || {
+            vec![
+                passage("c-2", "c", 2, 1.5),
+                passage("b-4", "b", 4, 2.0),
+                passage("a-9", "a", 9, 1.5),
+                passage("b-1", "b", 1, 2.0),
+                passage("a-3", "a", 3, 0.5),
+                passage("d-0", "d", 0, 1.5),
+            ]
+        };
+        let documents = |limit| {
+            best_per_document(scored(), limit)
+                .into_iter()
+                .map(|(d, s, p)| format!("{d} {s} {p}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            documents(10),
+            ["b 2 b-1", "a 1.5 a-9", "c 1.5 c-2", "d 1.5 d-0"]
+        );
+        assert_eq!(documents(2), ["b 2 b-1", "a 1.5 a-9"]);
+        let mut reversed = scored();
+        reversed.reverse();
+        let passages = |scored, limit| {
+            best_passages(scored, limit)
+                .into_iter()
+                .map(|(m, _)| m.seg_id)
+                .collect::<Vec<_>>()
+        };
+        let expected = ["b-1", "b-4", "a-9", "c-2", "d-0"];
+        assert_eq!(passages(scored(), 5), expected);
+        assert_eq!(passages(reversed, 5), expected);
+        assert_eq!(passages(scored(), 0), Vec::<String>::new());
+    }
+}

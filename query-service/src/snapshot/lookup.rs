@@ -1,0 +1,516 @@
+//! Reads by what they are about: a row by its id (one generic read for
+//! every row type, [`ById`]), a page of the documents, a document's trees,
+//! pages and text, entities by name, relations by their ends.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use lance::dataset::scanner::ColumnOrdering;
+use memweave_schemas::search::NAME_KEYS;
+use memweave_schemas::store::{KEYS_PER_PREDICATE, rows_of, sql_string, sql_strings};
+use memweave_schemas::text::normalise;
+use memweave_schemas::{
+    EntityRow, PageRow, RelationRow, Section, SegmentRow, TREE_MEMWALKER, Table, TreeNodeRow,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{Read, Snapshot};
+use crate::cache::rows_bytes;
+
+/// A row read by its id ([`Snapshot::row`], [`Snapshot::rows`],
+/// [`Snapshot::rows_by_id`]): its table, its id column, the columns read and
+/// the rows a reader may see.
+pub trait ById: DeserializeOwned + Serialize + Send + Sync + 'static {
+    const TABLE: Table;
+    const ID_COLUMN: &'static str;
+    /// The columns read; the row type's when empty.
+    const COLUMNS: &'static [&'static str] = &[];
+    /// Only rows meeting this condition are found.
+    const VISIBLE: Option<&'static str> = None;
+    fn id(&self) -> &String;
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Document {
+    pub doc_id: String,
+    pub source_uri: String,
+    pub title: String,
+    pub version: u64,
+    pub n_tokens: u64,
+    /// Where its text's parts came from: what citations name.
+    pub sections: Vec<Section>,
+}
+
+const DOCUMENT_COLUMNS: &[&str] = &[
+    "doc_id",
+    "source_uri",
+    "title",
+    "version",
+    "n_tokens",
+    "sections",
+];
+/// The documents a reader sees: rows not marked deleted.
+const NOT_DELETED: &str = "deleted = false";
+
+/// One page of the documents, in id order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentPage {
+    pub documents: Vec<Document>,
+    /// The last id of this page when another page follows: the next page's
+    /// `after`.
+    pub next: Option<String>,
+    /// Documents not deleted, on every page.
+    pub total: usize,
+}
+
+/// A relation without its description and sources: what choosing among a
+/// hub's relations needs.
+#[derive(Debug, Serialize, Deserialize)]
+struct RelationEnds {
+    relation_id: String,
+    source_id: String,
+    target_id: String,
+}
+
+const RELATION_ENDS: &[&str] = &["relation_id", "source_id", "target_id"];
+
+/// The lookups whose answers are cached: a row by its id, and the rest by
+/// what they are about.
+const BY_ID: &str = "id";
+const ROOT_OF: &str = "root";
+const TREE_OF: &str = "tree";
+const PAGES_OF: &str = "pages";
+#[cfg(test)]
+const RELATIONS_OF: &str = "relations";
+const RELATION_ENDS_OF: &str = "relation ends";
+const NAMED: &str = "named";
+
+impl ById for Document {
+    const TABLE: Table = Table::Documents;
+    const ID_COLUMN: &'static str = "doc_id";
+    const COLUMNS: &'static [&'static str] = DOCUMENT_COLUMNS;
+    const VISIBLE: Option<&'static str> = Some(NOT_DELETED);
+    fn id(&self) -> &String {
+        &self.doc_id
+    }
+}
+
+impl ById for TreeNodeRow {
+    const TABLE: Table = Table::TreeNodes;
+    const ID_COLUMN: &'static str = "node_id";
+    const VISIBLE: Option<&'static str> = Some(DOCUMENT_TREES);
+    fn id(&self) -> &String {
+        &self.node_id
+    }
+}
+
+impl ById for SegmentRow {
+    const TABLE: Table = Table::Segments;
+    const ID_COLUMN: &'static str = "seg_id";
+    fn id(&self) -> &String {
+        &self.seg_id
+    }
+}
+
+impl ById for EntityRow {
+    const TABLE: Table = Table::Entities;
+    const ID_COLUMN: &'static str = "entity_id";
+    fn id(&self) -> &String {
+        &self.entity_id
+    }
+}
+
+impl ById for RelationRow {
+    const TABLE: Table = Table::Relations;
+    const ID_COLUMN: &'static str = "relation_id";
+    fn id(&self) -> &String {
+        &self.relation_id
+    }
+}
+
+impl Snapshot {
+    /// The documents not deleted whose ids follow `after` (all, without it), in
+    /// id order, at most `limit`, and, with `matching`, only those whose id or
+    /// title holds it in any case: the ids are sorted, the other columns read
+    /// for the page's rows only.
+    pub async fn documents_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        matching: Option<&str>,
+    ) -> Read<DocumentPage> {
+        let mut listed = NOT_DELETED.to_string();
+        if let Some(text) = matching.map(str::to_lowercase).filter(|t| !t.is_empty()) {
+            let text = sql_string(&text);
+            listed.push_str(&format!(
+                " AND (strpos(lower(doc_id), {text}) > 0 OR strpos(lower(title), {text}) > 0)"
+            ));
+        }
+        let mut filter = listed.clone();
+        if let Some(after) = after {
+            filter.push_str(&format!(" AND doc_id > {}", sql_string(after)));
+        }
+        // One more than the page: whether another page follows.
+        let batches = self
+            .scan(Table::Documents, DOCUMENT_COLUMNS, &filter, |scan| {
+                scan.order_by(Some(vec![ColumnOrdering::asc_nulls_last("doc_id".into())]))?
+                    .limit(Some(limit as i64 + 1), None)?;
+                Ok(())
+            })
+            .await?;
+        let mut documents: Vec<Document> = rows_of(Table::Documents, &batches)?;
+        let more = documents.len() > limit;
+        documents.truncate(limit);
+        let next = more
+            .then(|| documents.last().map(|d| d.doc_id.clone()))
+            .flatten();
+        let total = self.count(Table::Documents, &listed).await?;
+        Ok(DocumentPage {
+            documents,
+            next,
+            total,
+        })
+    }
+
+    /// Every node of one tree (`memwalker` or `raptor`) of a document, in id order.
+    pub async fn tree(&self, doc_id: &str, tree: &str) -> Read<Vec<Arc<TreeNodeRow>>> {
+        let filter = format!(
+            "doc_id = {} AND tree = {}",
+            sql_string(doc_id),
+            sql_string(tree)
+        );
+        let key = format!("{tree} {doc_id}");
+        let read = async {
+            let mut nodes: Vec<TreeNodeRow> =
+                self.select(Table::TreeNodes, &[], &filter, None).await?;
+            nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
+            Ok(nodes.into_iter().map(Arc::new).collect::<Vec<_>>())
+        };
+        let nodes = self.cached(Table::TreeNodes, TREE_OF, &key, read, |rows| {
+            rows_bytes(rows.iter().map(|r| &**r))
+        });
+        Ok(nodes.await?.as_ref().clone())
+    }
+
+    /// The root of a document's MemWalker tree.
+    pub async fn root_of(&self, doc_id: &str) -> Read<Option<Arc<TreeNodeRow>>> {
+        let filter = format!(
+            "doc_id = {} AND tree = '{TREE_MEMWALKER}' AND parent_id IS NULL",
+            sql_string(doc_id)
+        );
+        let read = async {
+            let roots: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+            let root = roots.into_iter().min_by(|a, b| a.node_id.cmp(&b.node_id));
+            Ok(root.map(Arc::new))
+        };
+        let root = self.cached(Table::TreeNodes, ROOT_OF, doc_id, read, |root| {
+            rows_bytes(root.as_deref())
+        });
+        Ok(root.await?.as_ref().clone())
+    }
+
+    pub async fn pages_of(&self, doc_id: &str) -> Read<Arc<[PageRow]>> {
+        let filter = format!("doc_id = {}", sql_string(doc_id));
+        let read = async {
+            let mut pages: Vec<PageRow> = self.select(Table::Pages, &[], &filter, None).await?;
+            pages.sort_by_key(|p| p.ordinal);
+            Ok(Arc::<[PageRow]>::from(pages))
+        };
+        let pages = self.cached(Table::Pages, PAGES_OF, doc_id, read, |pages| {
+            rows_bytes(pages.iter())
+        });
+        Ok(pages.await?.as_ref().clone())
+    }
+
+    /// The characters `chars` of a document's text, as far as its text goes,
+    /// and where they start; `None` for a document without pages. Read from its
+    /// ReadAgent pages, which tile the text: no read of the whole document.
+    pub async fn text_of(
+        &self,
+        doc_id: &str,
+        chars: std::ops::Range<u64>,
+    ) -> Read<Option<(u64, String)>> {
+        Ok(text_within(&self.pages_of(doc_id).await?, chars))
+    }
+
+    /// Entities whose name or an alias normalises to `name`'s normal form, in
+    /// id order.
+    pub async fn entities_named(&self, name: &str) -> Read<Vec<Arc<EntityRow>>> {
+        let key = normalise(name);
+        let filter = format!("array_has_any({NAME_KEYS}, [{}])", sql_string(&key));
+        let read = async {
+            let mut found: Vec<EntityRow> =
+                self.select(Table::Entities, &[], &filter, None).await?;
+            found.sort_by(|a, b| a.entity_id.cmp(&b.entity_id));
+            Ok(found.into_iter().map(Arc::new).collect::<Vec<_>>())
+        };
+        let found = self.cached(Table::Entities, NAMED, &key, read, |rows| {
+            rows_bytes(rows.iter().map(|r| &**r))
+        });
+        Ok(found.await?.as_ref().clone())
+    }
+
+    /// Relations with any of `entity_ids` at either end, each once, in id
+    /// order, read whole: what the tests check the reads through the ends
+    /// against.
+    #[cfg(test)]
+    pub async fn relations_touching(&self, entity_ids: &[String]) -> Read<Vec<Arc<RelationRow>>> {
+        self.touching(entity_ids, RELATIONS_OF, &[], |r: &RelationRow| {
+            [&r.relation_id, &r.source_id, &r.target_id]
+        })
+        .await
+    }
+
+    /// The first `limit` relations in id order with any of `entity_ids` at
+    /// either end, other than those in `skip`: a hub's thousands are read as
+    /// ids and ends only, and whole rows only for the relations kept.
+    pub async fn first_relations_touching(
+        &self,
+        entity_ids: &[String],
+        skip: &HashSet<&str>,
+        limit: usize,
+    ) -> Read<Vec<Arc<RelationRow>>> {
+        let ends = self.relation_ends(entity_ids).await?;
+        self.first_whole(&ends, skip, limit).await
+    }
+
+    /// The first `limit` relations of `entity_id` in id order, and how many
+    /// it has: its relations' ends read once for both.
+    pub async fn relations_page(
+        &self,
+        entity_id: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Read<(Vec<Arc<RelationRow>>, usize)> {
+        let ends = self.relation_ends(&[entity_id.to_string()]).await?;
+        let page = ends.get(offset..).unwrap_or_default();
+        let first = self.first_whole(page, &HashSet::new(), limit).await?;
+        Ok((first, ends.len()))
+    }
+
+    /// The ids and ends of the relations with any of `entity_ids` at either
+    /// end, each once, in id order.
+    async fn relation_ends(&self, entity_ids: &[String]) -> Read<Vec<Arc<RelationEnds>>> {
+        self.touching(
+            entity_ids,
+            RELATION_ENDS_OF,
+            RELATION_ENDS,
+            |r: &RelationEnds| [&r.relation_id, &r.source_id, &r.target_id],
+        )
+        .await
+    }
+
+    /// The first `limit` of `ends` not in `skip`, read whole, in their order.
+    async fn first_whole(
+        &self,
+        ends: &[Arc<RelationEnds>],
+        skip: &HashSet<&str>,
+        limit: usize,
+    ) -> Read<Vec<Arc<RelationRow>>> {
+        let kept: Vec<String> = ends
+            .iter()
+            .map(|r| r.relation_id.clone())
+            .filter(|id| !skip.contains(id.as_str()))
+            .take(limit)
+            .collect();
+        let mut rows = self
+.rows_by_id::<RelationRow>(&kept).await?;
+        Ok(kept.iter().filter_map(|id| rows.remove(id)).collect())
+    }
+
+    /// `R`s (relation rows, or their ends) with any of `entity_ids` at
+    /// either end (`ends`: id, source, target), each once, in id order: one
+    /// read for the entities whose answer to `lookup` is not cached.
+    async fn touching<R>(
+        &self,
+        entity_ids: &[String],
+        lookup: &'static str,
+        columns: &[&str],
+        ends: fn(&R) -> [&String; 3],
+    ) -> Read<Vec<Arc<R>>>
+    where
+        R: DeserializeOwned + Serialize + Send + Sync + 'static,
+    {
+        let version = self.version(Table::Relations);
+        let mut touching: HashMap<String, Arc<R>> = HashMap::new();
+        let mut missing: Vec<String> = Vec::new();
+        for id in entity_ids {
+            match self
+                .cache
+                .get::<Vec<Arc<R>>>(Table::Relations, version, lookup, id)
+            {
+                Some(hit) => touching.extend(hit.iter().map(|r| (ends(r)[0].clone(), r.clone()))),
+                None => missing.push(id.clone()),
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        for chunk in missing.chunks(KEYS_PER_PREDICATE) {
+            let ids = sql_strings(chunk);
+            let filter = format!("source_id IN ({ids}) OR target_id IN ({ids})");
+            let found: Vec<R> = self
+                .select(Table::Relations, columns, &filter, None)
+                .await?;
+            let mut found: Vec<Arc<R>> = found.into_iter().map(Arc::new).collect();
+            found.sort_by(|a, b| ends(a)[0].cmp(ends(b)[0]));
+            for id in chunk {
+                let of: Vec<Arc<R>> = found
+                    .iter()
+                    .filter(|r| ends(r)[1] == id || ends(r)[2] == id)
+                    .cloned()
+                    .collect();
+                let bytes = rows_bytes(of.iter().map(|r| &**r));
+                self.cache.put(
+                    Table::Relations,
+                    version,
+                    lookup,
+                    id.clone(),
+                    Arc::new(of),
+                    bytes,
+                );
+            }
+            touching.extend(found.into_iter().map(|r| (ends(&r)[0].clone(), r)));
+        }
+        let mut touching: Vec<(String, Arc<R>)> = touching.into_iter().collect();
+        touching.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(touching.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// The `R`s of `ids` that exist (and a reader may see), in that order.
+    pub async fn rows<R: ById>(&self, ids: &[String]) -> Read<Vec<Arc<R>>> {
+        let by_id = self.rows_by_id::<R>(ids).await?;
+        Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
+    }
+
+    /// The `R` whose id is `id`, if it exists.
+    pub async fn row<R: ById>(&self, id: &str) -> Read<Option<Arc<R>>> {
+        Ok(self.rows_by_id::<R>(&[id.to_string()]).await?.remove(id))
+    }
+
+    /// The `R`s of `ids` that exist, by id: cached ones, and one read for
+    /// the rest (absent ones are cached as absent too).
+    pub async fn rows_by_id<R: ById>(&self, ids: &[String]) -> Read<HashMap<String, Arc<R>>> {
+        let table = R::TABLE;
+        // Each table is looked up by id under one condition; it names the lookup.
+        let lookup = R::VISIBLE.unwrap_or(BY_ID);
+        let version = self.version(table);
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        for id in ids {
+            match self.cache.get::<Option<Arc<R>>>(table, version, lookup, id) {
+                Some(hit) => found.extend(hit.as_ref().clone().map(|row| (id.clone(), row))),
+                None => missing.push(id.clone()),
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        for chunk in missing.chunks(KEYS_PER_PREDICATE) {
+            let mut condition = format!("{} IN ({})", R::ID_COLUMN, sql_strings(chunk));
+            if let Some(visible) = R::VISIBLE {
+                condition = format!("{condition} AND {visible}");
+            }
+            let rows: Vec<R> = self.select(table, R::COLUMNS, &condition, None).await?;
+            let mut read: HashMap<String, Arc<R>> = rows
+                .into_iter()
+                .map(|row| (row.id().clone(), Arc::new(row)))
+                .collect();
+            for id in chunk {
+                let row = read.remove(id);
+                let bytes = rows_bytes(row.as_deref());
+                self.cache.put(
+                    table,
+                    version,
+                    lookup,
+                    id.clone(),
+                    Arc::new(row.clone()),
+                    bytes,
+                );
+                found.extend(row.map(|row| (id.clone(), row)));
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The characters `chars` of the text `pages` tile (in order), clipped to
+/// its end, and where they start; `None` without pages.
+fn text_within(pages: &[PageRow], chars: std::ops::Range<u64>) -> Option<(u64, String)> {
+    let start = chars.start.min(pages.last()?.end_char);
+    let mut text = String::new();
+    for page in pages
+        .iter()
+        .filter(|p| p.end_char > start && p.start_char < chars.end)
+    {
+        let from = start.saturating_sub(page.start_char) as usize;
+        let to = (chars.end.min(page.end_char) - page.start_char) as usize;
+        text.extend(page.text.chars().skip(from).take(to - from));
+    }
+    Some((start, text))
+}
+
+/// The trees a walk reads nodes of.
+const DOCUMENT_TREES: &str = "tree IN ('memwalker', 'raptor')";
+
+
+        .into_iter()
+        .filter_map(|(owner, score)| Some((by_id.remove(&owner)?, score)))
+        .collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::navigate::fixture::{HUB_RELATIONS, memory, memory_with_hub};
+
+    /// One read for any row type: rows come back in the order asked, an id
+    /// asked twice twice, an unknown id left out; a second read of the same
+    /// ids is answered from the cache.
+    #[tokio::test]
+    async fn rows_are_read_by_id_in_the_order_asked() {
+        let memory = memory().await;
+        let ids = |names: &[&str]| -> Vec<String> { names.iter().map(|n| n.to_string()).collect() };
+        let asked = ids(&["s-s1", "s-unknown", "s-p1", "s-s1"]);
+        let segments = memory.rows::<SegmentRow>(&asked).await.unwrap();
+        let found: Vec<&str> = segments.iter().map(|s| s.seg_id.as_str()).collect();
+        assert_eq!(found, ["s-s1", "s-p1", "s-s1"]);
+        let before = memory.cache_stats();
+        let again = memory.rows_by_id::<SegmentRow>(&asked).await.unwrap();
+        assert_eq!(again.len(), 2);
+        assert_eq!(memory.cache_stats().misses, before.misses);
+        let document = memory.row::<Document>("paint").await.unwrap().unwrap();
+        assert_eq!((document.doc_id.as_str(), document.title.as_str()), ("paint", "PAINT"));
+        assert!(memory.row::<Document>("s-p1").await.unwrap().is_none());
+        assert!(memory.rows::<EntityRow>(&[]).await.unwrap().is_empty());
+    }
+
+    /// An entity's relations are paged by offset: the pages tile them in id
+    /// order, the count is the same on every page, and a page past the end is
+    /// empty, not an error.
+    #[tokio::test]
+    async fn relations_are_paged_within_their_bounds() {
+        let memory = memory_with_hub().await;
+        let mut seen = Vec::new();
+        let mut offset = 0;
+        loop {
+            let (page, total) = memory.relations_page("e-guild", offset, 64).await.unwrap();
+            assert_eq!(total, HUB_RELATIONS);
+            if page.is_empty() {
+                break;
+            }
+            assert!(page.len() <= 64);
+            offset += page.len();
+            seen.extend(page.iter().map(|r| r.relation_id.clone()));
+        }
+        assert_eq!(seen.len(), HUB_RELATIONS);
+        assert!(seen.is_sorted(), "relations in id order");
+        let (past, total) = memory
+            .relations_page("e-guild", HUB_RELATIONS + 5, 10)
+            .await
+            .unwrap();
+        assert!(past.is_empty());
+        assert_eq!(total, HUB_RELATIONS);
+        let (none, total) = memory.relations_page("e-guild", 0, 0).await.unwrap();
+        assert_eq!((none.len(), total), (0, HUB_RELATIONS));
+        let (unknown, total) = memory.relations_page("e-nobody", 0, 10).await.unwrap();
+        assert_eq!((unknown.len(), total), (0, 0));
+    }
+}
