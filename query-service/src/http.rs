@@ -19,16 +19,17 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use memweave_analytics::metrics::prometheus;
 use memweave_schemas::prometheus::{CONTENT_TYPE, Exposition, Kind, labels};
+use schemars::SchemaGenerator;
+use schemars::generate::SchemaSettings;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::request::{
-    AskRequest, CHECKPOINTS_PAGE, CheckpointsRequest, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS,
-    DOCUMENTS_PAGE, DocumentRequest, DocumentsRequest, ENTITY_LIST, EntitiesRequest, EntityRequest,
-    MAX_BODY_BYTES, MAX_BUDGET, MAX_CHECKPOINTS_PAGE, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST,
-    MAX_OPTION, MAX_QUESTION_CHARS, MAX_STEP_LIMIT, MAX_TEXT_CHARS, MAX_TOKEN_LIMIT, NodeRequest,
+    AskRequest, CHECKPOINTS_PAGE, CheckpointsRequest, DOCUMENTS_PAGE, DocumentRequest,
+    DocumentsRequest, ENTITY_LIST, EntitiesRequest, EntityRequest, MAX_BODY_BYTES,
+    MAX_CHECKPOINTS_PAGE, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST, MAX_TEXT_CHARS, NodeRequest,
     OverviewRequest, PAGES_LIST, PageRequest, PagesRequest, SearchRequest, SegmentRequest,
-    Strategy, TextRequest, TreeKind, TreeRequest,
+    TextRequest, TreeKind, TreeRequest,
 };
 use crate::service::{ApiError, ServiceState};
 use crate::{mcp, ui};
@@ -478,24 +479,26 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
-/// The JSON schema of a request type, as the MCP tools describe it.
-fn generated<T: schemars::JsonSchema>() -> Value {
-    serde_json::to_value(schemars::SchemaGenerator::default().into_root_schema_for::<T>())
-        .unwrap_or_default()
-}
-
 /// The OpenAPI 3.1 description of every route.
 pub fn openapi() -> Value {
     let error = json!({ "$ref": "#/components/schemas/Error" });
     let json_body =
         |schema: Value| json!({ "content": { "application/json": { "schema": schema } } });
     let failure = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": error } } });
-    let strategies: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
+    // The request bodies' schemas, generated from the types the service
+    // reads (as the MCP tools' are), their limits with them.
+    let mut requests = SchemaGenerator::new(SchemaSettings::draft2020_12().with(|settings| {
+        settings.definitions_path = "/components/schemas".into();
+    }));
+    let (ask, search) = (
+        requests.subschema_for::<AskRequest>(),
+        requests.subschema_for::<SearchRequest>(),
+    );
     let id = |what: &str| json!({ "name": "id", "in": "path", "required": true, "description": what, "schema": { "type": "string" } });
     let at = json!({ "name": "epoch", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1 },
         "description": "The checkpoint to read (default: the newest served); an earlier one reads the memory as that commit left it, while the tables keep its versions" });
     let object = || json_body(json!({ "type": "object" }));
-    json!({
+    let mut document = json!({
         "openapi": "3.1.0",
         "info": {
             "title": "memweave query service",
@@ -505,7 +508,7 @@ pub fn openapi() -> Value {
         "paths": {
             "/v1/ask": { "post": {
                 "summary": "Answer a question with one navigation strategy",
-                "requestBody": { "required": true, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/AskRequest" } } } },
+                "requestBody": { "required": true, "content": { "application/json": { "schema": ask } } },
                 "responses": {
                     "200": { "description": "The answer, its trace and supporting passages", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Answer" } } } },
                     "400": failure("Invalid request: empty or too long question, unknown strategy or document, option out of range"),
@@ -517,7 +520,7 @@ pub fn openapi() -> Value {
             } },
             "/v1/search": { "post": {
                 "summary": "The passages BM25 or the dense baseline ranks highest for a query, with their scores; no model is asked",
-                "requestBody": { "required": true, "content": { "application/json": { "schema": generated::<SearchRequest>() } } },
+                "requestBody": { "required": true, "content": { "application/json": { "schema": search } } },
                 "responses": { "200": json_body(json!({ "type": "object", "required": ["epoch", "method", "passages"] })), "400": failure("Invalid request"), "401": failure("Missing or wrong bearer token"), "503": failure("No checkpoint committed yet, or the query could not be embedded") }
             } },
             "/v1/documents": { "get": {
@@ -625,20 +628,6 @@ pub fn openapi() -> Value {
         },
         "components": { "schemas": {
             "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } },
-            "AskRequest": { "type": "object", "required": ["question"], "additionalProperties": false, "properties": {
-                "question": { "type": "string", "maxLength": MAX_QUESTION_CHARS },
-                "strategy": { "type": "string", "enum": strategies, "default": "memwalker" },
-                "documents": { "type": "array", "items": { "type": "string" } },
-                "budget": { "type": "integer", "minimum": 1, "maximum": MAX_BUDGET },
-                "epoch": { "type": "integer", "minimum": 1, "description": "The checkpoint to read (default: the newest served)" },
-                "options": { "type": "object", "additionalProperties": false, "properties": {
-                    "top_k": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
-                    "max_pages": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
-                    "max_rounds": { "type": "integer", "minimum": 1, "maximum": MAX_OPTION },
-                    "max_tokens": { "type": "integer", "minimum": 1, "maximum": MAX_TOKEN_LIMIT, "default": DEFAULT_MAX_TOKENS },
-                    "max_steps": { "type": "integer", "minimum": 1, "maximum": MAX_STEP_LIMIT, "default": DEFAULT_MAX_STEPS }
-                } }
-            } },
             "Answer": { "type": "object", "required": ["answer", "strategy", "trace", "supporting"], "properties": {
                 "question": { "type": "string" }, "strategy": { "type": "string" }, "epoch": { "type": "integer" },
                 "answered": { "type": "boolean" }, "answer": { "type": "string" },
@@ -674,5 +663,72 @@ pub fn openapi() -> Value {
                 "latency_ms": { "type": "integer" }, "cached": { "type": "boolean" }
             } }
         } }
-    })
+    });
+    let schemas = &mut document["components"]["schemas"];
+    for (name, schema) in requests.take_definitions(true) {
+        schemas[name] = schema;
+    }
+    document
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{
+        DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, MAX_BUDGET, MAX_OPTION, MAX_QUESTION_CHARS,
+        MAX_STEP_LIMIT, MAX_TOKEN_LIMIT,
+    };
+
+    /// Every `$ref` in `value`, wherever it is.
+    fn references(value: &Value, found: &mut Vec<String>) {
+        match value {
+            Value::Object(object) => {
+                if let Some(Value::String(reference)) = object.get("$ref") {
+                    found.push(reference.clone());
+                }
+                object.values().for_each(|v| references(v, found));
+            }
+            Value::Array(items) => items.iter().for_each(|v| references(v, found)),
+            _ => {}
+        }
+    }
+
+    /// The request bodies' schemas are generated from the request types: the
+    /// limits `validate` enforces are the ones documented, and every
+    /// reference names a schema the document has.
+    #[test]
+    fn the_request_schemas_carry_the_limits_requests_are_held_to() {
+        let document = openapi();
+        let schemas = &document["components"]["schemas"];
+        let ask = &schemas["AskRequest"];
+        assert_eq!(
+            ask["properties"]["question"]["maxLength"],
+            MAX_QUESTION_CHARS
+        );
+        assert_eq!(ask["properties"]["budget"]["maximum"], MAX_BUDGET);
+        assert_eq!(ask["properties"]["strategy"]["default"], "memwalker");
+        assert_eq!(ask["additionalProperties"], false);
+        let options = &schemas["AskOptions"]["properties"];
+        for (option, most) in [
+            ("top_k", MAX_OPTION),
+            ("max_pages", MAX_OPTION),
+            ("max_rounds", MAX_OPTION),
+            ("max_tokens", MAX_TOKEN_LIMIT),
+            ("max_steps", MAX_STEP_LIMIT),
+        ] {
+            assert_eq!(options[option]["minimum"], 1, "{option}");
+            assert_eq!(options[option]["maximum"], most, "{option}");
+        }
+        assert_eq!(options["max_tokens"]["default"], DEFAULT_MAX_TOKENS);
+        assert_eq!(options["max_steps"]["default"], DEFAULT_MAX_STEPS);
+        let mut found = Vec::new();
+        references(&document, &mut found);
+        assert!(found.contains(&"#/components/schemas/SearchRequest".to_string()));
+        for reference in found {
+            let name = reference
+                .strip_prefix("#/components/schemas/")
+                .unwrap_or_else(|| panic!("{reference} is outside the components"));
+            assert!(schemas.get(name).is_some(), "{reference} names no schema");
+        }
+    }
 }

@@ -77,6 +77,11 @@ impl JsonSchema for Strategy {
         "Strategy".into()
     }
 
+    /// Shown where a request names it, so a reader sees the names there.
+    fn inline_schema() -> bool {
+        true
+    }
+
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         let names: Vec<&str> = Strategy::ALL.iter().map(|s| s.name()).collect();
         json_schema!({
@@ -134,6 +139,7 @@ pub enum RequestError {
 #[serde(deny_unknown_fields)]
 pub struct AskRequest {
     /// The question, in natural language.
+    #[schemars(length(max = MAX_QUESTION_CHARS))]
     pub question: String,
     /// The navigation strategy (default memwalker).
     #[serde(default)]
@@ -143,6 +149,7 @@ pub struct AskRequest {
     pub documents: Option<Vec<String>>,
     /// Tokens of context the retrieval strategies gather (default 2,000).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_BUDGET))]
     pub budget: Option<usize>,
     #[serde(default)]
     pub options: AskOptions,
@@ -150,6 +157,7 @@ pub struct AskRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -160,20 +168,25 @@ pub struct AskRequest {
 pub struct AskOptions {
     /// Passages `bm25` and `dense` return (default 5).
     #[arg(long)]
+    #[schemars(range(min = 1, max = MAX_OPTION))]
     pub top_k: Option<usize>,
     /// Pages ReadAgent may look up (default 3).
     #[arg(long)]
+    #[schemars(range(min = 1, max = MAX_OPTION))]
     pub max_pages: Option<usize>,
     /// Rounds of ILM-TR's inner loop and QRMeM's reflection (default 5).
     #[arg(long)]
+    #[schemars(range(min = 1, max = MAX_OPTION))]
     pub max_rounds: Option<usize>,
     /// Model tokens (prompts and replies) the request may spend before the
     /// navigation stops with no answer (default 100,000).
     #[arg(long)]
+    #[schemars(range(min = 1, max = MAX_TOKEN_LIMIT), extend("default" = DEFAULT_MAX_TOKENS))]
     pub max_tokens: Option<usize>,
     /// Trace steps the navigation may take before it stops with no answer
     /// (default 200).
     #[arg(long)]
+    #[schemars(range(min = 1, max = MAX_STEP_LIMIT), extend("default" = DEFAULT_MAX_STEPS))]
     pub max_steps: Option<usize>,
 }
 
