@@ -7,7 +7,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p memweave-cli --bin memweave \
+RUN cargo build --release --locked -p memweave-cli --bin memweave --features minilm \
  && cargo build --release --locked -p memweave-llm --bin memweave-llm-sim
 
 FROM debian:bookworm-slim

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+#[cfg(feature = "minilm")]
 use memweave_minilm::{LoadError, MiniLm};
 use memweave_operators::embed::{Embedder, HashingEmbedder};
 use memweave_schemas::DEFAULT_VECTOR_WIDTH;
@@ -40,8 +41,14 @@ pub enum ConfigError {
     Prompts(#[from] PromptError),
     #[error(transparent)]
     Pool(#[from] PoolSetupError),
+    #[cfg(feature = "minilm")]
     #[error(transparent)]
     MiniLm(#[from] LoadError),
+    #[cfg(not(feature = "minilm"))]
+    #[error(
+        "this build has no MiniLM embedder; build with `--features minilm` (e.g. cargo build --release --features minilm)"
+    )]
+    NoMiniLmBuilt,
     #[error(transparent)]
     Embeddings(#[from] ProbeError),
 }
@@ -140,7 +147,10 @@ impl EmbedConfig {
         match self {
             EmbedConfig::Hashing { width: 0 } => Err(ConfigError::NoHashingWidth),
             EmbedConfig::Hashing { width } => Ok(Arc::new(HashingEmbedder::new(*width))),
+            #[cfg(feature = "minilm")]
             EmbedConfig::MiniLm { dir } => Ok(Arc::new(MiniLm::load(dir)?)),
+            #[cfg(not(feature = "minilm"))]
+            EmbedConfig::MiniLm { .. } => Err(ConfigError::NoMiniLmBuilt),
             EmbedConfig::OpenAi(pool) => {
                 if pool.endpoints.is_empty() {
                     return Err(ConfigError::NoEmbeddingUrl);

@@ -5,12 +5,16 @@
 //! This crate must not depend on the pipeline or on timely: its image stays small.
 
 pub mod cache;
+#[cfg(feature = "server")]
 pub mod http;
+#[cfg(feature = "server")]
 pub mod mcp;
 pub mod navigate;
 pub mod request;
+#[cfg(feature = "server")]
 pub mod service;
 pub mod snapshot;
+#[cfg(feature = "server")]
 pub mod ui;
 
 pub use navigate::{Answer, Models, Passage, Signal, Step, ask};

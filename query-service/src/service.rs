@@ -13,7 +13,7 @@ use memweave_analytics::catalog::Catalog;
 use memweave_analytics::report::{Report, report};
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::{CheckpointRow, StoreError, TableStore, TreeNodeRow};
+use memweave_schemas::{CheckpointRow, EntityRow, SegmentRow, StoreError, TableStore, TreeNodeRow};
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
@@ -24,7 +24,7 @@ use crate::request::{
     EntityRequest, NodeRequest, OverviewRequest, PageRequest, PagesRequest, RequestError,
     SearchRequest, SegmentRequest, TextRequest, TreeRequest,
 };
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Document, Snapshot};
 
 /// Limits every request runs under.
 #[derive(Debug, Clone)]
@@ -349,7 +349,7 @@ impl ServiceState {
 
     pub async fn node(&self, request: &NodeRequest) -> Served {
         let snapshot = self.at(request.epoch).await?;
-        match snapshot.node(&request.node_id).await? {
+        match snapshot.row::<TreeNodeRow>(&request.node_id).await? {
             Some(node) => Ok(node_json(&node)),
             None => Err(ApiError::NotFound(format!(
                 "unknown node {:?}",
@@ -385,7 +385,7 @@ impl ServiceState {
         let limit = request.list_size()?;
         let snapshot = self.at(request.epoch).await?;
         let id = &request.entity_id;
-        let Some(entity) = snapshot.entity(id).await? else {
+        let Some(entity) = snapshot.row::<EntityRow>(id).await? else {
             return Err(ApiError::NotFound(format!("unknown entity {id:?}")));
         };
         let offset = request.offset.unwrap_or(0);
@@ -397,7 +397,7 @@ impl ServiceState {
             .cloned()
             .collect();
         let sources = async {
-            let segments = snapshot.segments(&seg_ids).await?;
+            let segments = snapshot.rows::<SegmentRow>(&seg_ids).await?;
             segment_passages(&snapshot, &segments).await
         };
         let ((relations, relations_total), sources) =
@@ -411,7 +411,7 @@ impl ServiceState {
         ends.sort();
         ends.dedup();
         let neighbours: Vec<Value> = snapshot
-            .entities(&ends)
+            .rows::<EntityRow>(&ends)
             .await?
             .iter()
             .map(|e| json!({ "entity_id": e.entity_id, "name": e.name, "type": e.entity_type }))
@@ -437,7 +437,7 @@ impl ServiceState {
     /// One segment as a passage: its document, its characters, its text.
     pub async fn segment(&self, request: &SegmentRequest) -> Served {
         let snapshot = self.at(request.epoch).await?;
-        let Some(segment) = snapshot.segment(&request.seg_id).await? else {
+        let Some(segment) = snapshot.row::<SegmentRow>(&request.seg_id).await? else {
             return Err(ApiError::NotFound(format!(
                 "unknown segment {:?}",
                 request.seg_id
@@ -533,12 +533,9 @@ impl ServiceState {
 }
 
 /// The document `doc_id`, or why not.
-async fn known_document(
-    snapshot: &Snapshot,
-    doc_id: &str,
-) -> Served<Arc<crate::snapshot::Document>> {
+async fn known_document(snapshot: &Snapshot, doc_id: &str) -> Served<Arc<Document>> {
     snapshot
-        .document(doc_id)
+        .row::<Document>(doc_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("unknown document {doc_id:?}")))
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::cache::ReadCache;
 use crate::request::{AskOptions, AskRequest, Strategy};
+#[cfg(feature = "server")]
 use crate::service::{Limits, ServiceState};
 use crate::{Answer, Models, Snapshot, ask};
 
@@ -44,7 +45,7 @@ pub(super) const SEGMENTS: [(&str, &str, &str); 3] = [
 
 /// The fixture's memory, written as the indexer writes one (tables, lexicon,
 /// indexes, a checkpoint) into a directory that lives as long as it does.
-pub(super) struct Memory {
+pub(crate) struct Memory {
     snapshot: Snapshot,
     _dir: tempfile::TempDir,
 }
@@ -56,7 +57,7 @@ impl std::ops::Deref for Memory {
     }
 }
 
-pub(super) async fn memory() -> Memory {
+pub(crate) async fn memory() -> Memory {
     memory_with_cache(FIXTURE_CACHE_MIB).await
 }
 
@@ -68,12 +69,13 @@ pub(super) async fn memory_with_cache(cache_mib: u64) -> Memory {
 /// The fixture plus a document of `HUB_SEGMENTS` segments that are all one
 /// entity's ("Harbour Guild"): a hub, as common names become in a large
 /// archive. Two of its segments are about the guild's murals.
-pub(super) async fn memory_with_hub() -> Memory {
+pub(crate) async fn memory_with_hub() -> Memory {
     written(rows_with_hub(), FIXTURE_CACHE_MIB).await
 }
 
 /// The hub fixture as a service serves it (the state the HTTP API and the
 /// MCP tools share), with the directory its tables live in.
+#[cfg(feature = "server")]
 pub(crate) async fn served_with_hub() -> (Arc<ServiceState>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = TableStore::local(dir.path()).expect("a store");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use memweave_operators::embed::cosine;
 use memweave_operators::lexical::{Bm25, CorpusStats, rarest, terms};
 use memweave_operators::text::{CharOffsets, sentences};
-use memweave_schemas::{TREE_MEMWALKER, TreeNodeRow};
+use memweave_schemas::{SegmentRow, TREE_MEMWALKER, TreeNodeRow};
 
 use super::{Navigation, Passage, Signal, Walked};
 
@@ -204,7 +204,7 @@ impl Navigation<'_> {
         node: &TreeNodeRow,
         visited: &HashSet<String>,
     ) -> Walked<Option<(Arc<TreeNodeRow>, Signal, String)>> {
-        let mut children = self.snapshot.nodes(&node.child_ids).await?;
+        let mut children = self.snapshot.rows::<TreeNodeRow>(&node.child_ids).await?;
         children.retain(|c| !visited.contains(&c.node_id));
         if children.is_empty() {
             return Ok(None);
@@ -308,7 +308,7 @@ impl Navigation<'_> {
     async fn read_leaf(&mut self, node: &TreeNodeRow, path: &[Arc<TreeNodeRow>]) -> Walked<bool> {
         let level = node.level;
         let segment = match node.seg_id.as_deref() {
-            Some(seg_id) => self.snapshot.segment(seg_id).await?,
+            Some(seg_id) => self.snapshot.row::<SegmentRow>(seg_id).await?,
             None => None,
         };
         let Some(segment) = segment else {
@@ -630,8 +630,8 @@ mod tests {
     #[tokio::test]
     async fn working_memory_keeps_the_summaries_nearest_the_leaf() {
         let snapshot = memory().await;
-        let root = snapshot.node("n-p").await.unwrap().unwrap();
-        let leaf = snapshot.node("n-p2").await.unwrap().unwrap();
+        let root = snapshot.row::<TreeNodeRow>("n-p").await.unwrap().unwrap();
+        let leaf = snapshot.row::<TreeNodeRow>("n-p2").await.unwrap().unwrap();
         // The leaf itself is read whole, not remembered.
         assert_eq!(
             Navigation::working_memory(&[root.clone(), leaf.clone()]),

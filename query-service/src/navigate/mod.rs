@@ -402,7 +402,7 @@ impl<'a> Navigation<'a> {
     async fn title_of(&self, doc_id: &str) -> Walked<String> {
         Ok(self
             .snapshot
-            .document(doc_id)
+            .row::<Document>(doc_id)
             .await?
             .map_or_else(String::new, |d| d.title.clone()))
     }
@@ -415,7 +415,7 @@ impl<'a> Navigation<'a> {
         start_char: u64,
         end_char: u64,
     ) -> Walked<Passage> {
-        let document = self.snapshot.document(doc_id).await?;
+        let document = self.snapshot.row::<Document>(doc_id).await?;
         Ok(Passage::of(
             document.as_deref(),
             doc_id,
@@ -525,7 +525,7 @@ pub(crate) async fn segment_passages(
     segments: &[Arc<SegmentRow>],
 ) -> Result<Vec<Passage>, StoreError> {
     let doc_ids: Vec<String> = segments.iter().map(|s| s.doc_id.clone()).collect();
-    let documents = snapshot.documents_of(&doc_ids).await?;
+    let documents = snapshot.rows_by_id::<Document>(&doc_ids).await?;
     Ok(segments
         .iter()
         .map(|s| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s))

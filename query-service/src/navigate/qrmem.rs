@@ -214,7 +214,7 @@ impl Navigation<'_> {
             .iter()
             .flat_map(|r| [r.source_id.clone(), r.target_id.clone()])
             .collect();
-        self.snapshot.entities(&ends).await?;
+        self.snapshot.rows::<EntityRow>(&ends).await?;
         Ok(())
     }
 
@@ -224,7 +224,7 @@ impl Navigation<'_> {
             if entities.iter().any(|e| &e.entity_id == end) {
                 continue;
             }
-            if let Some(entity) = self.snapshot.entity(end).await? {
+            if let Some(entity) = self.snapshot.row::<EntityRow>(end).await? {
                 entities.push(entity);
             }
         }
@@ -236,7 +236,7 @@ impl Navigation<'_> {
         for id in [&relation.source_id, &relation.target_id] {
             names.push(
                 self.snapshot
-                    .entity(id)
+                    .row::<EntityRow>(id)
                     .await?
                     .map_or_else(|| id.clone(), |e| e.name.clone()),
             );
@@ -331,7 +331,7 @@ impl Navigation<'_> {
         // Segments without a vector (or a question without one) rank by BM25.
         if !unvectored.is_empty() {
             let lexical = self.snapshot.passage_stats(&self.query).await?;
-            for segment in self.snapshot.segments(&unvectored).await? {
+            for segment in self.snapshot.rows::<SegmentRow>(&unvectored).await? {
                 let score = lexical.score_text(&self.query, &segment.text);
                 ranked.push((segment.seg_id.clone(), score));
             }
@@ -341,7 +341,7 @@ impl Navigation<'_> {
         let mut passages = Vec::new();
         for few in ranked.chunks(super::ROWS_READ_TOGETHER) {
             let ids: Vec<String> = few.iter().map(|(id, _)| id.clone()).collect();
-            let mut rows = self.snapshot.segments(&ids).await?;
+            let mut rows = self.snapshot.rows::<SegmentRow>(&ids).await?;
             rows.retain(|segment| self.allowed(&segment.doc_id));
             let read = super::segment_passages(self.snapshot, &rows).await?;
             let mut by_id: HashMap<&str, (&SegmentRow, Passage)> = rows

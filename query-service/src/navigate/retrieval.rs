@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Failure, Models, Navigation, Passage, SearchError, Signal, Walked};
 use crate::request::{AskRequest, Strategy};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Document, Snapshot};
 
 /// Passages the baselines return when a request does not say.
 const DEFAULT_TOP_K: usize = 5;
@@ -281,12 +281,14 @@ impl Navigation<'_> {
         let own_ids: Vec<String> = rows.iter().filter_map(|r| r.seg_id.clone()).collect();
         let doc_ids: Vec<String> = rows.iter().filter_map(|r| r.doc_id.clone()).collect();
         let (own, leaves, documents) = futures::try_join!(
-            async { Ok::<_, Failure>(by_seg_id(self.snapshot.segments(&own_ids).await?)) },
+            async {
+                Ok::<_, Failure>(by_seg_id(self.snapshot.rows::<SegmentRow>(&own_ids).await?))
+            },
             self.leaves_under(rows),
-            async { Ok(self.snapshot.documents_of(&doc_ids).await?) },
+            async { Ok(self.snapshot.rows_by_id::<Document>(&doc_ids).await?) },
         )?;
         let under_ids: Vec<String> = leaves.iter().flatten().cloned().collect();
-        let under = by_seg_id(self.snapshot.segments(&under_ids).await?);
+        let under = by_seg_id(self.snapshot.rows::<SegmentRow>(&under_ids).await?);
         let passages = rows.iter().zip(&leaves).map(|(row, leaves)| {
             let document = |doc_id: &str| documents.get(doc_id).map(Arc::as_ref);
             if let Some(segment) = row.seg_id.as_ref().and_then(|id| own.get(id)) {
@@ -326,7 +328,7 @@ impl Navigation<'_> {
             let ids: Vec<String> = frontier.iter().map(|(_, id)| id.clone()).collect();
             let nodes: HashMap<String, Arc<TreeNodeRow>> = self
                 .snapshot
-                .nodes(&ids)
+                .rows::<TreeNodeRow>(&ids)
                 .await?
                 .into_iter()
                 .map(|n| (n.node_id.clone(), n))

@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use lance_index::scalar::FullTextSearchQuery;
 use memweave_operators::lexical::CorpusStats;
-use memweave_schemas::search::{
-    GIST_CORPUS, TERMS, lexicon_entry, segments_corpus, tree_corpus,
-};
+use memweave_schemas::search::{GIST_CORPUS, TERMS, lexicon_entry, segments_corpus, tree_corpus};
 use memweave_schemas::store::{batch_rows, strings};
 use memweave_schemas::{LexiconRow, SegmentRow, StoreError, TREE_MEMWALKER, Table};
 use serde::Deserialize;
@@ -173,8 +171,7 @@ impl Snapshot {
             return Ok(stats);
         }
         let entries: Vec<String> = query.iter().map(|t| lexicon_entry(corpus, t)).collect();
-        let found = self
-.rows_by_id::<LexiconRow>(&entries).await?;
+        let found = self.rows_by_id::<LexiconRow>(&entries).await?;
         stats.document_frequency = found
             .into_values()
             .map(|r| (r.term.clone(), r.rows as f64))

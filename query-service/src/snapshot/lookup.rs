@@ -314,8 +314,7 @@ impl Snapshot {
             .filter(|id| !skip.contains(id.as_str()))
             .take(limit)
             .collect();
-        let mut rows = self
-.rows_by_id::<RelationRow>(&kept).await?;
+        let mut rows = self.rows_by_id::<RelationRow>(&kept).await?;
         Ok(kept.iter().filter_map(|id| rows.remove(id)).collect())
     }
 
@@ -452,10 +451,6 @@ fn text_within(pages: &[PageRow], chars: std::ops::Range<u64>) -> Option<(u64, S
 /// The trees a walk reads nodes of.
 const DOCUMENT_TREES: &str = "tree IN ('memwalker', 'raptor')";
 
-
-        .into_iter()
-        .filter_map(|(owner, score)| Some((by_id.remove(&owner)?, score)))
-        .collect()
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,7 +472,10 @@ mod tests {
         assert_eq!(again.len(), 2);
         assert_eq!(memory.cache_stats().misses, before.misses);
         let document = memory.row::<Document>("paint").await.unwrap().unwrap();
-        assert_eq!((document.doc_id.as_str(), document.title.as_str()), ("paint", "PAINT"));
+        assert_eq!(
+            (document.doc_id.as_str(), document.title.as_str()),
+            ("paint", "PAINT")
+        );
         assert!(memory.row::<Document>("s-p1").await.unwrap().is_none());
         assert!(memory.rows::<EntityRow>(&[]).await.unwrap().is_empty());
     }
@@ -512,5 +510,36 @@ mod tests {
         assert_eq!((none.len(), total), (0, HUB_RELATIONS));
         let (unknown, total) = memory.relations_page("e-nobody", 0, 10).await.unwrap();
         assert_eq!((unknown.len(), total), (0, 0));
+    }
+
+    /// A stretch of a document's text comes from the pages that tile it,
+    /// across a page's end, counted in characters (not bytes), clipped to
+    /// the text's end.
+    #[test]
+    fn a_documents_text_is_read_from_its_pages_by_character() {
+        let whole = "Très bien. Ça va — oui. Fin.";
+        let cut = [0, 11, 24, whole.chars().count()];
+        let pages: Vec<PageRow> = cut
+            .windows(2)
+            .enumerate()
+            .map(|(ordinal, w)| PageRow {
+                page_id: format!("p{ordinal}"),
+                doc_id: "d".into(),
+                ordinal: ordinal as u32,
+                start_char: w[0] as u64,
+                end_char: w[1] as u64,
+                text: whole.chars().skip(w[0]).take(w[1] - w[0]).collect(),
+                gist: String::new(),
+            })
+            .collect();
+        let chars = |range: std::ops::Range<usize>| -> String {
+            whole.chars().skip(range.start).take(range.len()).collect()
+        };
+        assert_eq!(text_within(&pages, 8..14), Some((8, chars(8..14))));
+        assert_eq!(text_within(&pages, 5..27), Some((5, chars(5..27))));
+        assert_eq!(text_within(&pages, 0..100), Some((0, whole.to_string())));
+        assert_eq!(text_within(&pages, 26..90), Some((26, chars(26..28))));
+        assert_eq!(text_within(&pages, 90..95), Some((28, String::new())));
+        assert_eq!(text_within(&[], 0..5), None);
     }
 }

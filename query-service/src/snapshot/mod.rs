@@ -63,7 +63,6 @@ impl Allowed<'_> {
     }
 }
 
-
 /// The memory tables at one checkpoint.
 #[derive(Debug)]
 pub struct Snapshot {

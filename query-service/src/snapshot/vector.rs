@@ -41,8 +41,7 @@ const VECTOR_REFINE_ROWS: usize = 512;
 impl Snapshot {
     /// The vectors of those of `owner_ids` that have one: one read for them all.
     pub async fn vectors(&self, owner_ids: &[String]) -> Read<HashMap<String, Arc<[f32]>>> {
-        let found = self
-.rows_by_id::<OwnerVector>(owner_ids).await?;
+        let found = self.rows_by_id::<OwnerVector>(owner_ids).await?;
         Ok(found
             .into_iter()
             .map(|(id, v)| (id, Arc::from(v.vector.as_slice())))
