@@ -11,7 +11,7 @@ use memweave_operators::lexical::{Bm25, CorpusStats, rarest, terms};
 use memweave_operators::text::{CharOffsets, sentences};
 use memweave_schemas::{SegmentRow, TREE_MEMWALKER, TreeNodeRow};
 
-use super::{Navigation, Passage, Signal, Walked};
+use super::{Navigation, Navigator, Passage, Signal, Walked, navigator_over_context};
 
 /// Leaves MemWalker may read before it answers with the best passage seen.
 const MAX_LEAF_READS: usize = 8;
@@ -86,14 +86,50 @@ pub(super) struct Candidate {
     pub(super) score: f64,
 }
 
-impl Navigation<'_> {
+/// MemWalker: its best passage so far and the node summaries' statistics,
+/// over the shared context.
+pub(super) struct MemWalker<'n, 'a> {
+    nav: &'n mut Navigation<'a>,
+    /// The passage cited when no leaf answers (the best covering one read).
+    best: Option<Candidate>,
+    /// The node summaries' BM25 statistics for the question's terms (the
+    /// windows it cites are weighed and scored with them).
+    node_stats: Option<Arc<CorpusStats>>,
+}
+
+navigator_over_context!(MemWalker);
+
+impl<'n, 'a> MemWalker<'n, 'a> {
+    pub(super) fn over(nav: &'n mut Navigation<'a>) -> Self {
+        MemWalker {
+            nav,
+            best: None,
+            node_stats: None,
+        }
+    }
+}
+
+impl Navigator for MemWalker<'_, '_> {
+    /// Walks the documents' trees, then cites the passage that answered, or
+    /// the best one read.
+    async fn navigate(&mut self) -> Walked {
+        self.walk_documents().await?;
+        if self.outcome.supporting.is_empty() {
+            let best = self.best.iter().filter(|b| b.coverage > 0.0);
+            self.nav.outcome.supporting = best.map(|b| b.passage.clone()).collect();
+        }
+        Ok(())
+    }
+}
+
+impl MemWalker<'_, '_> {
     /// MemWalker over a corpus: walk the tree of the document whose passage
     /// matches the question best; when the walk finds no leaf that answers, go
     /// back up to the corpus and try the next document. The tree walks one
     /// document as the paper's does; which document holds the question is read
     /// from the documents' own words, since a summary keeps a few sentences of
     /// each and a passage's common words can outscore a summary's one rare one.
-    pub(super) async fn memwalker(&mut self) -> Walked {
+    async fn walk_documents(&mut self) -> Walked {
         let ranked = self
             .snapshot
             .documents_by_passages(&self.query, self.documents(), MAX_DOCUMENTS)
@@ -114,7 +150,7 @@ impl Navigation<'_> {
                 continue;
             };
             let title = self.title_of(doc_id).await?;
-            self.depth = 0;
+            self.recorder.depth = 0;
             let why = if rank == 0 {
                 "matches the question best".to_string()
             } else {
@@ -128,7 +164,7 @@ impl Navigation<'_> {
                 format!("\"{title}\": its passage {} {why}", passage.seg_id),
             );
             if self.walk(root, &mut leaf_reads).await? {
-                self.answered = true;
+                self.outcome.answered = true;
                 return Ok(());
             }
             if leaf_reads >= MAX_LEAF_READS {
@@ -145,12 +181,12 @@ impl Navigation<'_> {
     /// Walks one tree from its root; true when a leaf answered.
     async fn walk(&mut self, root: Arc<TreeNodeRow>, leaf_reads: &mut usize) -> Walked<bool> {
         let mut visited: HashSet<String> = HashSet::new();
-        self.depth = 1;
+        self.recorder.depth = 1;
         self.record_descend(&root, None, "start at the root".into());
         let mut path = vec![root];
         while let Some(current) = path.last().cloned() {
             visited.insert(current.node_id.clone());
-            self.depth = path.len() as u32;
+            self.recorder.depth = path.len() as u32;
             if current.child_ids.is_empty() {
                 *leaf_reads += 1;
                 if self.read_leaf(&current, &path).await? {
@@ -167,7 +203,7 @@ impl Navigation<'_> {
             }
             match self.triage(&current, &visited).await? {
                 Some((child, signal, reasoning)) => {
-                    self.depth = path.len() as u32 + 1;
+                    self.recorder.depth = path.len() as u32 + 1;
                     self.record_descend(&child, Some(signal), reasoning);
                     path.push(child);
                 }
@@ -180,7 +216,7 @@ impl Navigation<'_> {
     /// MemWalker's revert: leave the current node for its parent.
     fn revert(&mut self, path: &mut Vec<Arc<TreeNodeRow>>, reasoning: &str) {
         path.pop();
-        self.depth = path.len() as u32;
+        self.recorder.depth = path.len() as u32;
         if let Some(parent) = path.last() {
             let (id, level) = (parent.node_id.clone(), parent.level);
             self.record("revert", &id, Some(level), 0.0, reasoning.to_string());
@@ -188,7 +224,7 @@ impl Navigation<'_> {
     }
 
     fn record_descend(&mut self, node: &TreeNodeRow, chosen: Option<Signal>, reasoning: String) {
-        self.signal = chosen;
+        self.recorder.signal = chosen;
         self.record("descend", &node.node_id, Some(node.level), 0.0, reasoning);
     }
 
@@ -354,8 +390,8 @@ impl Navigation<'_> {
         if answers {
             // The passage this answer cites is this segment's, whatever was seen before.
             self.best = candidate.filter(|c| c.coverage > 0.0);
-            self.model_answer = judgement.answer;
-            self.depth = 0;
+            self.outcome.model_answer = judgement.answer;
+            self.recorder.depth = 0;
             self.by(Signal::Model).record(
                 "answer",
                 &segment.seg_id,
@@ -370,9 +406,9 @@ impl Navigation<'_> {
     }
 
     fn answer_with_best(&mut self, reasoning: &str) {
-        self.depth = 0;
+        self.recorder.depth = 0;
         if let Some(best) = self.best.clone().filter(|b| b.coverage > 0.0) {
-            self.answered = true;
+            self.outcome.answered = true;
             self.by(Signal::Text).record(
                 "answer",
                 &best.passage.from_id,
@@ -607,7 +643,7 @@ mod tests {
         let mut navigation = Navigation::new(&snapshot, &asked, models);
         let (doc_id, seg_id, text) = SEGMENTS[2];
         let offset = 100;
-        let candidate = navigation
+        let candidate = MemWalker::over(&mut navigation)
             .best_window(doc_id, seg_id, text, offset)
             .await
             .expect("reads")
@@ -634,13 +670,13 @@ mod tests {
         let leaf = snapshot.row::<TreeNodeRow>("n-p2").await.unwrap().unwrap();
         // The leaf itself is read whole, not remembered.
         assert_eq!(
-            Navigation::working_memory(&[root.clone(), leaf.clone()]),
+            MemWalker::working_memory(&[root.clone(), leaf.clone()]),
             root.summary
         );
-        assert_eq!(Navigation::working_memory(&[leaf]), "");
+        assert_eq!(MemWalker::working_memory(&[leaf]), "");
         // Past the limit the summaries farthest from the leaf go first.
         let path = vec![root.clone(); WORKING_MEMORY_CHARS / root.summary.len() + 2];
-        let kept = Navigation::working_memory(&path);
+        let kept = MemWalker::working_memory(&path);
         assert!(
             kept.len() <= WORKING_MEMORY_CHARS + path.len() * 2,
             "{}",

@@ -12,16 +12,19 @@ mod qrmem;
 mod readagent;
 mod retrieval;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use memweave_operators::embed::{Embedder, HashingEmbedder};
-use memweave_operators::lexical::{CorpusStats, terms};
+use memweave_operators::lexical::terms;
 use memweave_operators::model::{CallContext, CallLedger, MemoryModel, ModelCall, StepError};
 use memweave_schemas::{Section, SegmentRow, StoreError};
 use serde::{Deserialize, Serialize};
 
-use self::memwalker::Candidate;
+use self::memwalker::MemWalker;
+use self::qrmem::{Qrmem, QrmemSearch};
+use self::readagent::{LookUp, ReadAgent};
+use self::retrieval::{Baseline, CollapsedTree, Ranking, TreeSearch};
 pub use self::retrieval::{Hit, search};
 use crate::request::{AskRequest, DEFAULT_BUDGET, DEFAULT_MAX_STEPS, DEFAULT_MAX_TOKENS, Strategy};
 use crate::snapshot::{Allowed, Document, Snapshot};
@@ -214,17 +217,24 @@ pub async fn ask(
     models: Models<'_>,
 ) -> Result<Answer, StoreError> {
     let mut nav = Navigation::new(snapshot, request, models);
-    let walked = match request.strategy {
-        Strategy::Memwalker => nav.memwalker().await,
-        Strategy::ReadagentP => nav.readagent_parallel().await,
-        Strategy::ReadagentS => nav.readagent_sequential().await,
-        Strategy::QrmemTrial => nav.qrmem_trial().await,
-        Strategy::QrmemExpand => nav.qrmem_expand().await,
-        Strategy::Qrmem => nav.qrmem().await,
-        Strategy::Ilmtr => nav.ilmtr().await,
-        Strategy::Raptor => nav.raptor().await,
-        Strategy::Bm25 => nav.bm25().await,
-        Strategy::Dense => nav.dense().await,
+    let walked = {
+        let nav = &mut nav;
+        match request.strategy {
+            Strategy::Memwalker => MemWalker::over(nav).navigate().await,
+            Strategy::ReadagentP => ReadAgent::over(nav, LookUp::Parallel).navigate().await,
+            Strategy::ReadagentS => ReadAgent::over(nav, LookUp::Sequential).navigate().await,
+            Strategy::QrmemTrial => Qrmem::over(nav, QrmemSearch::Trial).navigate().await,
+            Strategy::QrmemExpand => Qrmem::over(nav, QrmemSearch::Expand).navigate().await,
+            Strategy::Qrmem => Qrmem::over(nav, QrmemSearch::Reflect).navigate().await,
+            Strategy::Ilmtr => CollapsedTree::over(nav, TreeSearch::Ilmtr).navigate().await,
+            Strategy::Raptor => {
+                CollapsedTree::over(nav, TreeSearch::Raptor)
+                    .navigate()
+                    .await
+            }
+            Strategy::Bm25 => Baseline::over(nav, Ranking::Bm25).navigate().await,
+            Strategy::Dense => Baseline::over(nav, Ranking::Dense).navigate().await,
+        }
     };
     match walked {
         Ok(()) => {}
@@ -234,6 +244,57 @@ pub async fn ask(
     Ok(nav.finish())
 }
 
+/// One strategy's navigation: its own state over the shared [`Navigation`]
+/// (which it derefs to), walked once.
+trait Navigator {
+    async fn navigate(&mut self) -> Walked;
+}
+
+/// A navigator's own state over the shared context (`$nav` derefs to it),
+/// made with `over`.
+macro_rules! navigator_over_context {
+    ($nav:ident) => {
+        impl<'a> std::ops::Deref for $nav<'_, 'a> {
+            type Target = super::Navigation<'a>;
+            fn deref(&self) -> &Self::Target {
+                self.nav
+            }
+        }
+
+        impl std::ops::DerefMut for $nav<'_, '_> {
+            fn deref_mut(&mut self) -> &mut Self::Target {
+                self.nav
+            }
+        }
+    };
+}
+use navigator_over_context;
+
+/// What every navigator records into: the trace, the depth and signal of
+/// the next step, and the model calls made since the last one.
+struct Recorder {
+    ledger: CallLedger,
+    trace: Vec<Step>,
+    /// The depth the next recorded step has.
+    depth: u32,
+    /// What chose the next recorded step ([`Navigation::by`]); taken by it.
+    signal: Option<Signal>,
+}
+
+/// What a navigation ends with.
+#[derive(Default)]
+struct Outcome {
+    /// The passages the answer cites.
+    supporting: Vec<Passage>,
+    /// The model's own answer (from a leaf, or from the gathered context).
+    model_answer: Option<String>,
+    answered: bool,
+    /// A step the model could not take: then nothing is cited.
+    failed: bool,
+}
+
+/// The context every navigator shares: the snapshot, the request and its
+/// question, the models, the recorder and the outcome.
 struct Navigation<'a> {
     snapshot: &'a Snapshot,
     request: &'a AskRequest,
@@ -245,31 +306,14 @@ struct Navigation<'a> {
     /// embed as the index did ([`Navigation::embedder`]).
     hashing_at_tables_width: Option<HashingEmbedder>,
     cx: CallContext,
-    ledger: CallLedger,
+    /// The question's terms, and each once.
     query: Vec<String>,
     distinct_terms: HashSet<String>,
-    trace: Vec<Step>,
-    /// The depth the next recorded step has.
-    depth: u32,
-    /// What chose the next recorded step ([`Navigation::by`]); taken by it.
-    signal: Option<Signal>,
-    best: Option<Candidate>,
-    /// The node summaries' BM25 statistics for the question's terms (MemWalker
-    /// weighs and scores the windows it cites with them).
-    node_stats: Option<Arc<CorpusStats>>,
-    /// Passages a retrieval strategy gathered; when empty, `best` is cited.
-    supporting: Vec<Passage>,
     /// The question's vector once asked for (`Some(None)`: the tables' vectors
     /// are another embedder's); QRMeM needs it every round.
     question_embedding: Option<Option<Vec<f32>>>,
-    /// The segments nearest the question, by how many were asked for: QRMeM
-    /// narrows a hub's segments with them every round.
-    nearest_to_question: HashMap<usize, Arc<[(String, f64)]>>,
-    /// The model's own answer, when a leaf answered.
-    model_answer: Option<String>,
-    answered: bool,
-    /// A step the model could not take: MemWalker's rule is then "no answer".
-    failed: bool,
+    recorder: Recorder,
+    outcome: Outcome,
 }
 
 impl<'a> Navigation<'a> {
@@ -289,28 +333,24 @@ impl<'a> Navigation<'a> {
             embedder: models.embedder,
             hashing_at_tables_width,
             cx: CallContext::query(request.strategy.name()).noted_in(ledger.clone()),
-            ledger,
             query,
             distinct_terms,
-            trace: Vec::new(),
-            depth: 0,
-            signal: None,
-            best: None,
-            node_stats: None,
-            supporting: Vec::new(),
             question_embedding: None,
-            nearest_to_question: HashMap::new(),
-            model_answer: None,
-            answered: false,
-            failed: false,
+            recorder: Recorder {
+                ledger,
+                trace: Vec::new(),
+                depth: 0,
+                signal: None,
+            },
+            outcome: Outcome::default(),
         }
     }
 
     /// A step failed (three unparsable replies, the pool down, a replay miss): the
     /// navigation ends with no answer, and the trace says which step and why.
     fn give_up(&mut self, failure: &StepError) {
-        self.failed = true;
-        self.depth = 0;
+        self.outcome.failed = true;
+        self.recorder.depth = 0;
         self.record(
             "no_answer",
             failure.kind(),
@@ -322,7 +362,7 @@ impl<'a> Navigation<'a> {
 
     /// Says what chose the step recorded next: `self.by(Signal::Text).record(…)`.
     fn by(&mut self, signal: Signal) -> &mut Self {
-        self.signal = Some(signal);
+        self.recorder.signal = Some(signal);
         self
     }
 
@@ -334,17 +374,18 @@ impl<'a> Navigation<'a> {
         score: f64,
         reasoning: String,
     ) {
-        self.ledger.note_step();
-        self.trace.push(Step {
-            step: self.trace.len() + 1,
+        let recorder = &mut self.recorder;
+        recorder.ledger.note_step();
+        recorder.trace.push(Step {
+            step: recorder.trace.len() + 1,
             action: action.to_string(),
             target: target.to_string(),
             level,
             score,
             reasoning,
-            depth: self.depth,
-            signal: self.signal.take(),
-            calls: self.ledger.take(),
+            depth: recorder.depth,
+            signal: recorder.signal.take(),
+            calls: recorder.ledger.take(),
         });
     }
 
@@ -357,43 +398,41 @@ impl<'a> Navigation<'a> {
         self.documents().admits(doc_id)
     }
 
-    fn finish(mut self) -> Answer {
-        let unattributed = self.ledger.take();
-        if let Some(last) = self.trace.last_mut() {
-            last.calls.extend(unattributed);
+    fn finish(self) -> Answer {
+        let Recorder {
+            ledger, mut trace, ..
+        } = self.recorder;
+        if let Some(last) = trace.last_mut() {
+            last.calls.extend(ledger.take());
         }
         let mut usage = Usage::default();
-        for call in self.trace.iter().flat_map(|step| &step.calls) {
+        for call in trace.iter().flat_map(|step| &step.calls) {
             usage.model_calls += 1;
             usage.tokens_in += u64::from(call.tokens_in);
             usage.tokens_out += u64::from(call.tokens_out);
             usage.model_ms += u64::from(call.latency_ms);
         }
-        let supporting: Vec<Passage> = if self.failed {
+        let outcome = self.outcome;
+        let supporting = if outcome.failed {
             Vec::new()
-        } else if self.supporting.is_empty() {
-            self.best
-                .iter()
-                .filter(|b| b.coverage > 0.0)
-                .map(|b| b.passage.clone())
-                .collect()
         } else {
-            self.supporting
+            outcome.supporting
         };
-        let answered = self.answered && !supporting.is_empty();
+        let answered = outcome.answered && !supporting.is_empty();
         Answer {
             question: self.request.question.clone(),
             strategy: self.request.strategy,
             epoch: self.snapshot.epoch,
             answered,
             answer: if answered {
-                self.model_answer
+                outcome
+                    .model_answer
                     .unwrap_or_else(|| supporting[0].text.clone())
             } else {
                 "no answer".to_string()
             },
             supporting,
-            trace: self.trace,
+            trace,
             usage,
         }
     }
@@ -446,7 +485,7 @@ impl<'a> Navigation<'a> {
         passages: Vec<Passage>,
         why: &str,
     ) -> Walked {
-        self.depth = 0;
+        self.recorder.depth = 0;
         if passages.is_empty() {
             self.record("no_answer", "", None, 0.0, "nothing was gathered".into());
             return Ok(());
@@ -462,9 +501,9 @@ impl<'a> Navigation<'a> {
             0.0,
             format!("{why}; answer: {answer}"),
         );
-        self.model_answer = Some(answer);
-        self.supporting = passages;
-        self.answered = true;
+        self.outcome.model_answer = Some(answer);
+        self.outcome.supporting = passages;
+        self.outcome.answered = true;
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use memweave_operators::embed::{cosine, embed_all};
 use memweave_schemas::{EntityRow, RelationRow, SegmentRow};
 
-use super::{Navigation, Passage, Signal, Walked};
+use super::{Navigation, Navigator, Passage, Signal, Walked, navigator_over_context};
 
 /// Entities taken by similarity when none of the question's names is in the graph.
 const NEAREST_ENTITIES: usize = 3;
@@ -28,7 +28,48 @@ const NEAREST_FOR_HUBS_AT_MOST: usize = 2048;
 /// sample of a hub's thousands, and the same one every time).
 const RELATIONS_AT_MOST: usize = 64;
 
-impl Navigation<'_> {
+/// How QRMeM searches the graph: the question's entities alone (Entity
+/// Trial), with their neighbours (Graph Expansion Search), or reflecting
+/// round by round (Algorithm 1).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum QrmemSearch {
+    Trial,
+    Expand,
+    Reflect,
+}
+
+/// QRMeM: its search, and the segments nearest the question by how many
+/// were asked for (a hub's segments are narrowed with them every round),
+/// over the shared context.
+pub(super) struct Qrmem<'n, 'a> {
+    nav: &'n mut Navigation<'a>,
+    search: QrmemSearch,
+    nearest_to_question: HashMap<usize, Arc<[(String, f64)]>>,
+}
+
+navigator_over_context!(Qrmem);
+
+impl<'n, 'a> Qrmem<'n, 'a> {
+    pub(super) fn over(nav: &'n mut Navigation<'a>, search: QrmemSearch) -> Self {
+        Qrmem {
+            nav,
+            search,
+            nearest_to_question: HashMap::new(),
+        }
+    }
+}
+
+impl Navigator for Qrmem<'_, '_> {
+    async fn navigate(&mut self) -> Walked {
+        match self.search {
+            QrmemSearch::Trial => self.trial().await,
+            QrmemSearch::Expand => self.expand().await,
+            QrmemSearch::Reflect => self.reflect().await,
+        }
+    }
+}
+
+impl Qrmem<'_, '_> {
     /// The graph entities the question names (the model extracts them, as it did
     /// from every segment); the nearest entity vectors when none matches.
     async fn question_entities(&mut self) -> Walked<Vec<Arc<EntityRow>>> {
@@ -74,7 +115,7 @@ impl Navigation<'_> {
     }
 
     /// QRMeM's Entity Trial: the segments the question's entities came from.
-    pub(super) async fn qrmem_trial(&mut self) -> Walked {
+    async fn trial(&mut self) -> Walked {
         let entities = self.question_entities().await?;
         let segments = self.segments_of(&entities, &[]).await?;
         let passages = self.within_window(segments).await?;
@@ -84,7 +125,7 @@ impl Navigation<'_> {
 
     /// QRMeM's Graph Expansion Search: the entities, their neighbours, and the
     /// relations between them.
-    pub(super) async fn qrmem_expand(&mut self) -> Walked {
+    async fn expand(&mut self) -> Walked {
         let mut entities = self.question_entities().await?;
         let relations = self.adjacent_relations(&entities, &[]).await?;
         self.read_ends(&relations).await?;
@@ -108,7 +149,7 @@ impl Navigation<'_> {
     }
 
     /// QRMeM's reflection loop (Algorithm 1).
-    pub(super) async fn qrmem(&mut self) -> Walked {
+    async fn reflect(&mut self) -> Walked {
         let mut entities = self.question_entities().await?;
         let mut followed: Vec<Arc<RelationRow>> = Vec::new();
         let mut passages = self

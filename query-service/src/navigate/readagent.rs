@@ -5,12 +5,43 @@
 use memweave_operators::model::PageView;
 use memweave_schemas::PageRow;
 
-use super::{Navigation, Signal, Walked};
+use super::{Navigation, Navigator, Signal, Walked, navigator_over_context};
 
 /// Pages ReadAgent may look up when a request does not say.
 const DEFAULT_MAX_PAGES: usize = 3;
 
-impl Navigation<'_> {
+/// How ReadAgent looks pages up: several at once (ReadAgent-P) or one at a
+/// time until the model stops (ReadAgent-S).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum LookUp {
+    Parallel,
+    Sequential,
+}
+
+/// ReadAgent: how it looks pages up, over the shared context.
+pub(super) struct ReadAgent<'n, 'a> {
+    nav: &'n mut Navigation<'a>,
+    look_up: LookUp,
+}
+
+navigator_over_context!(ReadAgent);
+
+impl<'n, 'a> ReadAgent<'n, 'a> {
+    pub(super) fn over(nav: &'n mut Navigation<'a>, look_up: LookUp) -> Self {
+        ReadAgent { nav, look_up }
+    }
+}
+
+impl Navigator for ReadAgent<'_, '_> {
+    async fn navigate(&mut self) -> Walked {
+        match self.look_up {
+            LookUp::Parallel => self.parallel().await,
+            LookUp::Sequential => self.sequential().await,
+        }
+    }
+}
+
+impl ReadAgent<'_, '_> {
     /// ReadAgent reads one long document: the one whose gists match the question
     /// best (BM25), among those the request allows.
     async fn readagent_document(&mut self) -> Walked<Option<String>> {
@@ -48,7 +79,7 @@ impl Navigation<'_> {
     }
 
     /// ReadAgent-P: the model names 1..k pages at once from the gists.
-    pub(super) async fn readagent_parallel(&mut self) -> Walked {
+    async fn parallel(&mut self) -> Walked {
         let Some(doc_id) = self.readagent_document().await? else {
             return Ok(());
         };
@@ -70,7 +101,7 @@ impl Navigation<'_> {
 
     /// ReadAgent-S: one page at a time, the pages already read shown, until the
     /// model says STOP or k pages are read.
-    pub(super) async fn readagent_sequential(&mut self) -> Walked {
+    async fn sequential(&mut self) -> Walked {
         let Some(doc_id) = self.readagent_document().await? else {
             return Ok(());
         };
@@ -87,7 +118,7 @@ impl Navigation<'_> {
                 )
                 .await?;
             let Some(number) = next else {
-                self.depth = 1;
+                self.recorder.depth = 1;
                 self.by(Signal::Model).record(
                     "stop",
                     &doc_id,
@@ -104,7 +135,7 @@ impl Navigation<'_> {
     }
 
     fn record_lookup(&mut self, pages: &[PageRow], number: u32, how: &str) {
-        self.depth = 1;
+        self.recorder.depth = 1;
         if let Some(page) = pages.iter().find(|p| p.ordinal == number) {
             let id = page.page_id.clone();
             self.by(Signal::Model).record(

@@ -10,7 +10,10 @@ use memweave_operators::tokens::count_tokens;
 use memweave_schemas::{SegmentRow, TreeNodeRow};
 use serde::{Deserialize, Serialize};
 
-use super::{Failure, Models, Navigation, Passage, SearchError, Signal, Walked};
+use super::{
+    Failure, Models, Navigation, Navigator, Passage, SearchError, Signal, Walked,
+    navigator_over_context,
+};
 use crate::request::{AskRequest, Strategy};
 use crate::snapshot::{Document, Snapshot};
 
@@ -40,12 +43,16 @@ pub async fn search(
     models: Models<'_>,
 ) -> Result<Vec<Hit>, SearchError> {
     let mut nav = Navigation::new(snapshot, request, models);
-    if request.strategy == Strategy::Dense
+    let ranking = match request.strategy {
+        Strategy::Dense => Ranking::Dense,
+        _ => Ranking::Bm25,
+    };
+    if ranking == Ranking::Dense
         && let Some(wrong) = nav.other_embedder()
     {
         return Err(SearchError::OtherEmbedder(wrong));
     }
-    let Some(ranked) = nav.baseline_ranking().await? else {
+    let Some(ranked) = Baseline::over(&mut nav, ranking).ranked().await? else {
         return Ok(Vec::new());
     };
     let segments: Vec<Arc<SegmentRow>> = ranked.iter().map(|(s, _)| s.clone()).collect();
@@ -60,7 +67,38 @@ pub async fn search(
         .collect())
 }
 
-impl Navigation<'_> {
+/// How a baseline ranks segments: by BM25, or by the cosine of their
+/// vectors to the question's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ranking {
+    Bm25,
+    Dense,
+}
+
+/// The baselines: the top segments by their ranking, over the shared context.
+pub(super) struct Baseline<'n, 'a> {
+    nav: &'n mut Navigation<'a>,
+    ranking: Ranking,
+}
+
+navigator_over_context!(Baseline);
+
+impl<'n, 'a> Baseline<'n, 'a> {
+    pub(super) fn over(nav: &'n mut Navigation<'a>, ranking: Ranking) -> Self {
+        Baseline { nav, ranking }
+    }
+}
+
+impl Navigator for Baseline<'_, '_> {
+    async fn navigate(&mut self) -> Walked {
+        match self.ranking {
+            Ranking::Bm25 => self.bm25().await,
+            Ranking::Dense => self.dense().await,
+        }
+    }
+}
+
+impl Baseline<'_, '_> {
     fn top_k(&self) -> usize {
         self.request.options.top_k.unwrap_or(DEFAULT_TOP_K).max(1)
     }
@@ -68,8 +106,8 @@ impl Navigation<'_> {
     /// The segments the request's baseline ranks highest, with their scores:
     /// BM25's, or for `dense` those whose vectors (of their own text) are
     /// nearest the question's (none without a question vector).
-    async fn baseline_ranking(&mut self) -> Walked<Option<Vec<(Arc<SegmentRow>, f64)>>> {
-        let ranked = if self.request.strategy == Strategy::Dense {
+    async fn ranked(&mut self) -> Walked<Option<Vec<(Arc<SegmentRow>, f64)>>> {
+        let ranked = if self.ranking == Ranking::Dense {
             let Some(question) = self.question_vector().await? else {
                 return Ok(None);
             };
@@ -85,16 +123,16 @@ impl Navigation<'_> {
     }
 
     /// Baseline: the segments BM25 ranks highest.
-    pub(super) async fn bm25(&mut self) -> Walked {
-        let ranked = self.baseline_ranking().await?.unwrap_or_default();
+    async fn bm25(&mut self) -> Walked {
+        let ranked = self.ranked().await?.unwrap_or_default();
         let passages = self.retrieved(&ranked, Signal::Text).await?;
         self.answer_from(passages, "from the top segments by BM25")
             .await
     }
 
     /// Baseline: the segments whose vectors are nearest the question's.
-    pub(super) async fn dense(&mut self) -> Walked {
-        let Some(ranked) = self.baseline_ranking().await? else {
+    async fn dense(&mut self) -> Walked {
+        let Some(ranked) = self.ranked().await? else {
             return Ok(());
         };
         let passages = self.retrieved(&ranked, Signal::Vectors).await?;
@@ -127,10 +165,43 @@ impl Navigation<'_> {
         }
         Ok(passages)
     }
+}
 
+/// How the collapsed tree is searched: once with the question (RAPTOR), or
+/// round by round with a short-term memory (ILM-TR).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum TreeSearch {
+    Raptor,
+    Ilmtr,
+}
+
+/// RAPTOR and ILM-TR over the collapsed tree, over the shared context.
+pub(super) struct CollapsedTree<'n, 'a> {
+    nav: &'n mut Navigation<'a>,
+    search: TreeSearch,
+}
+
+navigator_over_context!(CollapsedTree);
+
+impl<'n, 'a> CollapsedTree<'n, 'a> {
+    pub(super) fn over(nav: &'n mut Navigation<'a>, search: TreeSearch) -> Self {
+        CollapsedTree { nav, search }
+    }
+}
+
+impl Navigator for CollapsedTree<'_, '_> {
+    async fn navigate(&mut self) -> Walked {
+        match self.search {
+            TreeSearch::Raptor => self.raptor().await,
+            TreeSearch::Ilmtr => self.ilmtr().await,
+        }
+    }
+}
+
+impl CollapsedTree<'_, '_> {
     /// RAPTOR: every node of every allowed tree ranked by similarity to the
     /// question, leaves and summaries alike, taken until the token budget is full.
-    pub(super) async fn raptor(&mut self) -> Walked {
+    async fn raptor(&mut self) -> Walked {
         let Some(question) = self.question_vector().await? else {
             return Ok(());
         };
@@ -144,7 +215,7 @@ impl Navigation<'_> {
     /// ILM-TR: retrieve from the collapsed tree (summaries with their surprising
     /// facts) with the question and the short-term memory, let the model write the
     /// next memory, until it converges or the rounds run out; answer from it.
-    pub(super) async fn ilmtr(&mut self) -> Walked {
+    async fn ilmtr(&mut self) -> Walked {
         if self.embedder_mismatch() {
             return Ok(());
         }
@@ -158,7 +229,7 @@ impl Navigation<'_> {
             };
             let mut vectors = self.embedder().embed(&self.cx, &[probe.as_str()]).await?;
             let Some(vector) = vectors.pop() else { break };
-            self.depth = 0;
+            self.recorder.depth = 0;
             self.record(
                 "round",
                 "",
@@ -173,7 +244,7 @@ impl Navigation<'_> {
                     }
                 ),
             );
-            self.depth = 1;
+            self.recorder.depth = 1;
             passages = self
                 .collapsed_tree(&vector, true, &format!("round {round}"))
                 .await?;
