@@ -73,11 +73,7 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(String, f64)>> {
-        let owners = match allowed.0 {
-            None => None,
-            Some(_) => Some(self.owners(Table::Segments, "seg_id", allowed).await?),
-        };
-        self.nearest("segment", vector, owners.as_deref(), limit)
+        self.nearest_allowed::<SegmentRow>("segment", vector, allowed, limit)
             .await
     }
 
@@ -90,11 +86,25 @@ impl Snapshot {
         allowed: Allowed<'_>,
         limit: usize,
     ) -> Read<Vec<(String, f64)>> {
+        self.nearest_allowed::<TreeNodeRow>("node", vector, allowed, limit)
+            .await
+    }
+
+    /// [`Snapshot::nearest`] among the owners (rows of `R`) of the allowed
+    /// documents.
+    async fn nearest_allowed<R: ById>(
+        &self,
+        owner_kind: &str,
+        vector: &[f32],
+        allowed: Allowed<'_>,
+        limit: usize,
+    ) -> Read<Vec<(String, f64)>> {
         let owners = match allowed.0 {
             None => None,
-            Some(_) => Some(self.owners(Table::TreeNodes, "node_id", allowed).await?),
+            Some(_) => Some(self.owners::<R>(allowed).await?),
         };
-        self.nearest("node", vector, owners.as_deref(), limit).await
+        self.nearest(owner_kind, vector, owners.as_deref(), limit)
+            .await
     }
 
     /// The RAPTOR nodes among `ranked` (node id, score), in that order: a
@@ -168,10 +178,11 @@ impl Snapshot {
         Ok(most_similar(scored, limit))
     }
 
-    /// The ids (`column`) of `table`'s rows of the allowed documents.
-    async fn owners(&self, table: Table, column: &str, allowed: Allowed<'_>) -> Read<Vec<String>> {
+    /// The ids of the rows of `R` of the allowed documents.
+    async fn owners<R: ById>(&self, allowed: Allowed<'_>) -> Read<Vec<String>> {
         let filter = allowed.condition("doc_id").unwrap_or_else(|| "true".into());
-        let batches = self.scan(table, &[column], &filter, |_| Ok(())).await?;
+        let column = R::ID_COLUMN;
+        let batches = self.scan(R::TABLE, &[column], &filter, |_| Ok(())).await?;
         Ok(batches
             .iter()
             .filter_map(|b| strings(b, column))

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use arrow_array::RecordBatch;
 use futures::TryStreamExt;
 use lance::dataset::Dataset;
+use lance::dataset::scanner::Scanner;
 
 use super::batches::{KEYS_PER_PREDICATE, column_in, rows_of, strings};
 use super::{Result, StoreError, TableStore};
@@ -54,13 +55,7 @@ impl TableStore {
         scan.project(&[key, value])
             .and_then(|s| s.filter(&format!("{key} IN ({})", quoted.join(","))))
             .map_err(|e| self.lance_error(table, e))?;
-        let batches: Vec<RecordBatch> = scan
-            .try_into_stream()
-            .await
-            .map_err(|e| self.lance_error(table, e))?
-            .try_collect()
-            .await
-            .map_err(|e| self.lance_error(table, e))?;
+        let batches = self.batches_of(table, &scan).await?;
         for batch in &batches {
             let (Some(keys), Some(values)) = (strings(batch, key), strings(batch, value)) else {
                 continue;
@@ -96,19 +91,21 @@ impl TableStore {
     /// All rows of `R`'s table at `version` (the newest when `None`); no rows when
     /// the table does not exist yet.
     pub async fn read_rows<R: TableRow>(&self, version: Option<u64>) -> Result<Vec<R>> {
-        let batches = self.read_batches(R::TABLE, version).await?;
-        rows_of(R::TABLE, &batches)
+        let dataset = self.dataset(R::TABLE, version).await?;
+        rows_of(R::TABLE, &self.whole(R::TABLE, dataset).await?)
     }
 
-    /// All of `table` at `version` (the newest when `None`), as batches; none
-    /// when the table does not exist yet.
-    async fn read_batches(&self, table: Table, version: Option<u64>) -> Result<Vec<RecordBatch>> {
-        let Some(dataset) = self.dataset(table, version).await? else {
-            return Ok(Vec::new());
-        };
-        dataset
-            .scan()
-            .try_into_stream()
+    /// All of `dataset` (a version of `table`), as batches; none without it.
+    async fn whole(&self, table: Table, dataset: Option<Dataset>) -> Result<Vec<RecordBatch>> {
+        match dataset {
+            Some(dataset) => self.batches_of(table, &dataset.scan()).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The batches `scan` (of `table`) reads.
+    async fn batches_of(&self, table: Table, scan: &Scanner) -> Result<Vec<RecordBatch>> {
+        scan.try_into_stream()
             .await
             .map_err(|e| self.lance_error(table, e))?
             .try_collect()
@@ -210,14 +207,7 @@ impl TableStore {
             let mut scan = dataset.scan();
             scan.filter(&column_in(column, values))
                 .map_err(|e| self.lance_error(table, e))?;
-            let batches: Vec<RecordBatch> = scan
-                .try_into_stream()
-                .await
-                .map_err(|e| self.lance_error(table, e))?
-                .try_collect()
-                .await
-                .map_err(|e| self.lance_error(table, e))?;
-            rows.extend(rows_of(table, &batches)?);
+            rows.extend(rows_of(table, &self.batches_of(table, &scan).await?)?);
         }
         Ok(rows)
     }
@@ -234,13 +224,8 @@ impl TableStore {
         table: Table,
         checkpoint: &CheckpointRow,
     ) -> Result<Vec<RecordBatch>> {
-        let version = checkpoint
-            .version_of(table)
-            .ok_or(StoreError::MissingTable {
-                epoch: checkpoint.epoch,
-                table,
-            })?;
-        self.read_batches(table, Some(version)).await
+        let dataset = self.dataset_at(table, checkpoint).await?;
+        self.whole(table, dataset).await
     }
 }
 
