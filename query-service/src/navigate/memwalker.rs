@@ -111,13 +111,11 @@ impl<'n, 'a> MemWalker<'n, 'a> {
 
 impl Navigator for MemWalker<'_, '_> {
     /// Walks the documents' trees, then cites the passage that answered, or
-    /// the best one read.
+    /// the best one read (MemWalker gathers no other passages).
     async fn navigate(&mut self) -> Walked {
         self.walk_documents().await?;
-        if self.outcome.supporting.is_empty() {
-            let best = self.best.iter().filter(|b| b.coverage > 0.0);
-            self.nav.outcome.supporting = best.map(|b| b.passage.clone()).collect();
-        }
+        let best = self.best.iter().filter(|b| b.coverage > 0.0);
+        self.nav.outcome.supporting = best.map(|b| b.passage.clone()).collect();
         Ok(())
     }
 }
