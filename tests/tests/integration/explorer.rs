@@ -272,10 +272,11 @@ fn the_explorer_shows_memories_and_traces_in_a_browser() {
                 json!(HOSTILE_QUESTION)
             ))
             .await;
-        browser
-            .wait_for("document.querySelector('.answer.done .passage mark')")
-            .await;
-        let mark = browser.eval("document.querySelector('.passage mark').textContent").await;
+        // The bm25 column: the memwalker and qrmem answers asked before are
+        // shown again on returning to #/ask until this one replaces them.
+        let bm25_mark = "document.querySelector('.answer.done[data-strategy=bm25] .passage mark')";
+        browser.wait_for(bm25_mark).await;
+        let mark = browser.eval(&format!("{bm25_mark}.textContent")).await;
         assert_eq!(words(&mark), words(&json!(hostile.supporting[0].text)));
         nothing_ran(&browser).await;
         let hostile_id = hostile.supporting[0].doc_id.clone();
