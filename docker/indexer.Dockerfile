@@ -7,8 +7,8 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked -p memweave-cli --bin memweave --features minilm \
- && cargo build --release --locked -p memweave-llm --bin memweave-llm-sim
+RUN cargo build --release --locked -p memweave-cli --bin memweave --features minilm,kafka \
+ && cargo build --release --locked -p memweave-llm --bin memweave-llm-sim --features sim
 
 FROM debian:bookworm-slim
 RUN apt-get update \

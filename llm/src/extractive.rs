@@ -12,7 +12,7 @@ use memweave_operators::lexical::{Bm25, TermVector, sharpest_shift, term_rarity,
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::text::word_count;
 
-use memweave_operators::model::{PageText, Step};
+use memweave_operators::model::PageText;
 
 /// Bumped whenever an extractive reply would change, so cached replies of an older
 /// version are not reused (the version is part of every call key).
@@ -44,196 +44,175 @@ const MERGED_RELATION_WORDS: usize = 60;
 /// new section; below twice it the extractive backend is not sure.
 const NEW_SECTION_SIMILARITY: f64 = 0.1;
 
-/// The reply to `step`.
-pub fn reply(step: &Step) -> String {
-    match step {
-        Step::SummarizeSegment { segment } => leaf_summary(segment),
-        Step::CompressSummaries { summaries } => {
-            let joined = summaries.join("\n\n");
-            let words = word_count(&joined);
-            distinctive_sentences(&joined, (words / 3).clamp(40, PARENT_SUMMARY_WORDS))
-        }
-        Step::Triage {
-            question,
-            summaries,
-        } => {
-            let index = Bm25::new(summaries.iter().map(String::as_str));
-            let query = terms(question);
-            let (choice, score) = index
-                .rank_by_rarity(&query)
-                .into_iter()
-                .next()
-                .unwrap_or((0, 0.0));
-            format!(
-                "Reasoning: Summary {choice} shares the most of the question's rarer words (BM25 {score:.2}).\nAction: {choice}"
-            )
-        }
-        Step::ReadLeaf {
-            question, segment, ..
-        }
-        | Step::JudgeAnswerable {
-            question,
-            context: segment,
-        } => judge(question, segment),
-        Step::ChooseBreak {
-            units,
-            candidates,
-            first_label,
-        } => {
-            let vectors: Vec<TermVector> = units.iter().map(|u| TermVector::of(u)).collect();
-            let chosen = sharpest_shift(&vectors, candidates)
-                .unwrap_or_else(|| candidates.last().copied().unwrap_or(0));
-            format!(
-                "Break point: <{}>\nBecause the vocabulary shifts most there.",
-                first_label + chosen
-            )
-        }
-        Step::GistPage { page } => gist(page),
-        Step::StartsNewSection { previous, current } => {
-            // Where the two pages share little vocabulary, a new section has begun.
-            let similarity = TermVector::of(previous).cosine(&TermVector::of(current));
-            let answer = if similarity < NEW_SECTION_SIMILARITY {
-                "Yes"
-            } else if similarity < NEW_SECTION_SIMILARITY * 2.0 {
-                "Not sure"
-            } else {
-                "No"
-            };
-            format!("{answer}. The pages' vocabularies are {similarity:.2} alike.")
-        }
-        Step::LookupPages {
-            question,
-            pages,
-            max_pages,
-        } => {
-            let ranked = rank_pages(question, pages, &[]);
-            let chosen: Vec<String> = ranked
-                .iter()
-                .take((*max_pages).max(1))
-                .map(u32::to_string)
-                .collect();
-            if chosen.is_empty() {
-                "I don't need to look up any pages.".to_string()
-            } else {
-                format!(
-                    "I want to look up Page [{}] to find the passages that share the question's words.",
-                    chosen.join(", ")
-                )
-            }
-        }
-        Step::LookupNextPage {
-            question,
-            pages,
-            already_read,
-        } => match rank_pages(question, pages, already_read).first() {
-            Some(page) => format!("Page {page}"),
-            None => "STOP".to_string(),
-        },
-        Step::ExtractEntities { segment, .. } => {
-            let names = capitalised_names(segment, MAX_ENTITIES);
-            if names.is_empty() {
-                "Entities:\nNone".to_string()
-            } else {
-                format!("Entities:\n{}", names.join("\n"))
-            }
-        }
-        Step::ExtractRelations { segment, entities } => {
-            let names: Vec<&str> = entities.iter().map(String::as_str).collect();
-            let mut lines: Vec<String> = co_mentions(segment, &names)
-                .into_iter()
-                .map(|(a, b, sentence)| format!("({a}; {b}): {}", head_words(&sentence, 40)))
-                .collect();
-            // A list of twenty names in one sentence relates each to each; a
-            // model names the relations that matter, not all 190 pairs.
-            lines.truncate(MAX_RELATIONS);
-            if lines.is_empty() {
-                "None".to_string()
-            } else {
-                lines.join("\n")
-            }
-        }
-        Step::MergeRelations { relations, .. } => {
-            let [a, b] = relations;
-            // Both descriptions, kept to the central sentences of a short paragraph.
-            let merged = if a.contains(b.as_str()) {
-                a.clone()
-            } else if b.contains(a.as_str()) {
-                b.clone()
-            } else {
-                distinctive_sentences(&format!("{a} {b}"), MERGED_RELATION_WORDS)
-            };
-            format!("Merged relation: {merged}")
-        }
-        Step::SameEntity {
-            name,
-            first,
-            others,
-        } => {
-            // The same entity where a passage shares vocabulary with the first
-            // beyond the name itself.
-            let own: HashSet<String> = terms(name).into_iter().collect();
-            let context = |text: &str| -> HashSet<String> {
-                terms(text)
-                    .into_iter()
-                    .filter(|t| !own.contains(t))
-                    .collect()
-            };
-            let reference = context(first);
-            let same: Vec<String> = others
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| !reference.is_disjoint(&context(p)))
-                .map(|(i, _)| (i + 1).to_string())
-                .collect();
-            if same.is_empty() {
-                "Same: none\nThe passages share nothing with the first but the name.".to_string()
-            } else {
-                format!(
-                    "Same: {}\nThese passages share words with the first besides the name.",
-                    same.join(", ")
-                )
-            }
-        }
-        Step::SummarizeWithFacts { chunk } => {
-            let summary = leaf_summary(chunk);
-            let surprise = surprising_sentences(chunk, 2);
-            let surprise = if surprise.is_empty() {
-                "None".to_string()
-            } else {
-                surprise
-            };
-            format!("(Summary): {summary}\n(Surprise): {surprise}")
-        }
-        Step::UpdateMemory {
-            question,
-            retrieved,
-            memory,
-        } => {
-            let (found, _) = best_sentences(&format!("{question} {memory}"), retrieved, 2);
-            match (found.is_empty(), memory.trim().is_empty()) {
-                (true, true) => "Nothing retrieved so far answers the question.".to_string(),
-                (true, false) => memory.trim().to_string(),
-                _ => found,
-            }
-        }
-        Step::Answer { question, context } => {
-            let (found, _) = best_sentences(question, context, 2);
-            if found.is_empty() {
-                "The text does not say.".to_string()
-            } else {
-                found
-            }
-        }
+// One function per step, named after it; `steps.rs` says which step each answers.
+
+/// A parent summary: the most distinctive third of its children's summaries.
+pub(crate) fn compress(summaries: &[String]) -> String {
+    let joined = summaries.join("\n\n");
+    let words = word_count(&joined);
+    distinctive_sentences(&joined, (words / 3).clamp(40, PARENT_SUMMARY_WORDS))
+}
+
+pub(crate) fn triage(question: &str, summaries: &[String]) -> String {
+    let index = Bm25::new(summaries.iter().map(String::as_str));
+    let query = terms(question);
+    let (choice, score) = index
+        .rank_by_rarity(&query)
+        .into_iter()
+        .next()
+        .unwrap_or((0, 0.0));
+    format!(
+        "Reasoning: Summary {choice} shares the most of the question's rarer words (BM25 {score:.2}).\nAction: {choice}"
+    )
+}
+
+pub(crate) fn choose_break(units: &[String], candidates: &[usize], first_label: usize) -> String {
+    let vectors: Vec<TermVector> = units.iter().map(|u| TermVector::of(u)).collect();
+    let chosen = sharpest_shift(&vectors, candidates)
+        .unwrap_or_else(|| candidates.last().copied().unwrap_or(0));
+    format!(
+        "Break point: <{}>\nBecause the vocabulary shifts most there.",
+        first_label + chosen
+    )
+}
+
+pub(crate) fn starts_new_section(previous: &str, current: &str) -> String {
+    // Where the two pages share little vocabulary, a new section has begun.
+    let similarity = TermVector::of(previous).cosine(&TermVector::of(current));
+    let answer = if similarity < NEW_SECTION_SIMILARITY {
+        "Yes"
+    } else if similarity < NEW_SECTION_SIMILARITY * 2.0 {
+        "Not sure"
+    } else {
+        "No"
+    };
+    format!("{answer}. The pages' vocabularies are {similarity:.2} alike.")
+}
+
+pub(crate) fn lookup_pages(question: &str, pages: &[PageText], max_pages: usize) -> String {
+    let ranked = rank_pages(question, pages, &[]);
+    let chosen: Vec<String> = ranked
+        .iter()
+        .take(max_pages.max(1))
+        .map(u32::to_string)
+        .collect();
+    if chosen.is_empty() {
+        "I don't need to look up any pages.".to_string()
+    } else {
+        format!(
+            "I want to look up Page [{}] to find the passages that share the question's words.",
+            chosen.join(", ")
+        )
+    }
+}
+
+pub(crate) fn lookup_next_page(question: &str, pages: &[PageText], already_read: &[u32]) -> String {
+    match rank_pages(question, pages, already_read).first() {
+        Some(page) => format!("Page {page}"),
+        None => "STOP".to_string(),
+    }
+}
+
+pub(crate) fn entities(segment: &str) -> String {
+    let names = capitalised_names(segment, MAX_ENTITIES);
+    if names.is_empty() {
+        "Entities:\nNone".to_string()
+    } else {
+        format!("Entities:\n{}", names.join("\n"))
+    }
+}
+
+pub(crate) fn relations(segment: &str, entities: &[String]) -> String {
+    let names: Vec<&str> = entities.iter().map(String::as_str).collect();
+    let mut lines: Vec<String> = co_mentions(segment, &names)
+        .into_iter()
+        .map(|(a, b, sentence)| format!("({a}; {b}): {}", head_words(&sentence, 40)))
+        .collect();
+    // A list of twenty names in one sentence relates each to each; a
+    // model names the relations that matter, not all 190 pairs.
+    lines.truncate(MAX_RELATIONS);
+    if lines.is_empty() {
+        "None".to_string()
+    } else {
+        lines.join("\n")
+    }
+}
+
+pub(crate) fn merge_relations([a, b]: &[String; 2]) -> String {
+    // Both descriptions, kept to the central sentences of a short paragraph.
+    let merged = if a.contains(b.as_str()) {
+        a.clone()
+    } else if b.contains(a.as_str()) {
+        b.clone()
+    } else {
+        distinctive_sentences(&format!("{a} {b}"), MERGED_RELATION_WORDS)
+    };
+    format!("Merged relation: {merged}")
+}
+
+pub(crate) fn same_entity(name: &str, first: &str, others: &[String]) -> String {
+    // The same entity where a passage shares vocabulary with the first
+    // beyond the name itself.
+    let own: HashSet<String> = terms(name).into_iter().collect();
+    let context = |text: &str| -> HashSet<String> {
+        terms(text)
+            .into_iter()
+            .filter(|t| !own.contains(t))
+            .collect()
+    };
+    let reference = context(first);
+    let same: Vec<String> = others
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !reference.is_disjoint(&context(p)))
+        .map(|(i, _)| (i + 1).to_string())
+        .collect();
+    if same.is_empty() {
+        "Same: none\nThe passages share nothing with the first but the name.".to_string()
+    } else {
+        format!(
+            "Same: {}\nThese passages share words with the first besides the name.",
+            same.join(", ")
+        )
+    }
+}
+
+pub(crate) fn fact_summary(chunk: &str) -> String {
+    let summary = leaf_summary(chunk);
+    let surprise = surprising_sentences(chunk, 2);
+    let surprise = if surprise.is_empty() {
+        "None".to_string()
+    } else {
+        surprise
+    };
+    format!("(Summary): {summary}\n(Surprise): {surprise}")
+}
+
+pub(crate) fn update_memory(question: &str, retrieved: &str, memory: &str) -> String {
+    let (found, _) = best_sentences(&format!("{question} {memory}"), retrieved, 2);
+    match (found.is_empty(), memory.trim().is_empty()) {
+        (true, true) => "Nothing retrieved so far answers the question.".to_string(),
+        (true, false) => memory.trim().to_string(),
+        _ => found,
+    }
+}
+
+pub(crate) fn answer(question: &str, context: &str) -> String {
+    let (found, _) = best_sentences(question, context, 2);
+    if found.is_empty() {
+        "The text does not say.".to_string()
+    } else {
+        found
     }
 }
 
 /// A segment's (or chunk's) summary: its most distinctive quarter, 25 to 120 words.
-fn leaf_summary(text: &str) -> String {
+pub(crate) fn leaf_summary(text: &str) -> String {
     let words = word_count(text);
     distinctive_sentences(text, (words / 4).clamp(25, LEAF_SUMMARY_WORDS))
 }
 
-fn gist(page: &str) -> String {
+pub(crate) fn gist(page: &str) -> String {
     let words = word_count(page);
     let gist = distinctive_sentences(page, (words / GIST_RATIO).clamp(12, MAX_GIST_WORDS));
     if word_count(&gist) < words || words <= 1 {
@@ -247,7 +226,7 @@ fn gist(page: &str) -> String {
 /// that cover the question when they hold its most specific term and enough of
 /// its weight, else revert (-1) naming what is missing. A passage that shares
 /// only a question's common words ("author", "learn") answers another question.
-fn judge(question: &str, text: &str) -> String {
+pub(crate) fn judge(question: &str, text: &str) -> String {
     let (best, covered) = best_sentences(question, text, 2);
     if covered.most_specific && covered.share >= ANSWER_COVERAGE && !best.is_empty() {
         return format!(
@@ -290,10 +269,9 @@ fn rank_pages(question: &str, pages: &[PageText], skip: &[u32]) -> Vec<u32> {
 mod tests {
     use super::*;
     use crate::parse;
-
-    const TEXT: &str = "Painting taught me to look. I painted still lifes every day. \
-        Looking at paint on canvas taught me patience. The weather was cold. \
-        Still lifes are paintings of objects that do not move.";
+    use crate::steps::extractive_reply as reply;
+    use memweave_operators::model::Step;
+    use memweave_operators::testing::PAINTING as TEXT;
 
     #[test]
     fn replies_follow_the_formats_the_parsers_read() {

@@ -2,7 +2,8 @@
 //! paper (`prompts/`, overridable), answered by a backend (`extractive`, offline;
 //! or an OpenAI-compatible pool through [`pool::PoolClient`]), through a
 //! content-addressed [`cache::CallCache`] persisted in `llm_calls`, and read by a
-//! tolerant parser ([`parse`]). [`sim`] is a simulated pool for tests and benches.
+//! tolerant parser ([`parse`]), each step declared once in [`steps`]. `sim` (the
+//! `sim` feature) is a simulated pool for tests and benches.
 
 pub mod args;
 pub mod cache;
@@ -14,7 +15,9 @@ pub mod parse;
 pub mod placeholders;
 pub mod pool;
 pub mod prompts;
+#[cfg(feature = "sim")]
 pub mod sim;
+pub mod steps;
 
 pub use args::{BackendKind, EmbedArgs, EmbedderKind, LlmArgs, ModelArgs};
 pub use cache::CallCache;

@@ -11,11 +11,10 @@ use memweave_operators::tokens::count_tokens;
 use memweave_schemas::{LlmCallRow, now_micros};
 
 use crate::cache::{CallCache, CallParams, call_key};
-use crate::extractive::{self, EXTRACTIVE_MODEL};
-use crate::parse;
-use crate::placeholders;
+use crate::extractive::EXTRACTIVE_MODEL;
 use crate::pool::PoolClient;
 use crate::prompts::{Prompt, Prompts};
+use crate::steps;
 
 /// Temperatures of the three tries of a step (QRMeM: 0, then 0.7 on a parse failure).
 const TEMPERATURES: [f32; 3] = [0.0, 0.7, 0.7];
@@ -101,8 +100,8 @@ impl TaskModel {
                 // Answer the step as the prompt shows it (lists one item per line), so
                 // the reply is the one a model reading this prompt would get from the
                 // simulator.
-                let shown = placeholders::as_shown(step);
-                let reply = extractive::reply(&shown);
+                let shown = steps::as_shown(step);
+                let reply = steps::extractive_reply(&shown);
                 let tokens = (count_tokens(&text) as u32, count_tokens(&reply) as u32);
                 (reply, tokens.0, tokens.1)
             }
@@ -170,7 +169,7 @@ impl MemoryModel for TaskModel {
                     self.call(cx, &step, &prompt, params, key.clone())
                 })
                 .await?;
-            if let Some(value) = parse::step_reply(&step, &reply) {
+            if let Some(value) = steps::parse(&step, &reply) {
                 return Ok(value);
             }
             tracing::debug!(task, attempt, "unparsable reply: {reply:?}");

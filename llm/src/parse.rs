@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use memweave_operators::model::{FactSummary, Judgement, PageText, Relation, Reply, Step, Triage};
+use memweave_operators::model::{FactSummary, Judgement, Relation, Triage};
 use regex::Regex;
 
 fn re(pattern: &str) -> Regex {
@@ -68,45 +68,6 @@ fn body(reply: &str) -> String {
 
 fn unmark(text: &str) -> String {
     text.replace("**", "").replace("__", "").trim().to_string()
-}
-
-/// `reply` read as `step` asks: the one place that says which parser reads
-/// which step.
-pub fn step_reply(step: &Step, reply: &str) -> Option<Reply> {
-    let numbers = |pages: &[PageText]| -> Vec<u32> { pages.iter().map(|p| p.number).collect() };
-    Some(match step {
-        Step::SummarizeSegment { .. }
-        | Step::CompressSummaries { .. }
-        | Step::GistPage { .. }
-        | Step::MergeRelations { .. }
-        | Step::UpdateMemory { .. }
-        | Step::Answer { .. } => Reply::Text(free_text(reply)?),
-        Step::Triage { summaries, .. } => Reply::Triage(triage(reply, summaries.len())?),
-        Step::ReadLeaf { .. } | Step::JudgeAnswerable { .. } => Reply::Judgement(judgement(reply)?),
-        Step::ChooseBreak {
-            candidates,
-            first_label,
-            ..
-        } => Reply::Break(break_point(reply, *first_label, candidates)?),
-        Step::StartsNewSection { .. } => Reply::SectionStart(section_start(reply)?),
-        Step::LookupPages {
-            pages: memory,
-            max_pages,
-            ..
-        } => Reply::Pages(pages(reply, &numbers(memory), *max_pages)?),
-        Step::LookupNextPage {
-            pages: memory,
-            already_read,
-            ..
-        } => Reply::NextPage(next_page(reply, &numbers(memory), already_read)?),
-        Step::ExtractEntities { .. } => Reply::Entities(entities(reply)?),
-        Step::ExtractRelations { entities, .. } => {
-            let entities: Vec<&str> = entities.iter().map(String::as_str).collect();
-            Reply::Relations(relations(reply, &entities)?)
-        }
-        Step::SameEntity { others, .. } => Reply::SameEntity(same_entities(reply, others.len())?),
-        Step::SummarizeWithFacts { .. } => Reply::FactSummary(fact_summary(reply)?),
-    })
 }
 
 /// ReadAgent's page-merging answer: `Some(true)` for yes (Page 2 starts a new

@@ -116,43 +116,51 @@ pub struct Completion {
     pub latency: Duration,
 }
 
-/// Counters, for logs, metrics and tests.
-#[derive(Debug, Default)]
-pub struct PoolStats {
-    pub requests: AtomicU64,
-    pub succeeded: AtomicU64,
-    pub rate_limited: AtomicU64,
-    pub server_errors: AtomicU64,
-    pub timeouts: AtomicU64,
-    pub connect_errors: AtomicU64,
-    pub malformed: AtomicU64,
-    pub truncated: AtomicU64,
-    pub tokens_in: AtomicU64,
-    pub tokens_out: AtomicU64,
-    pub peak_in_flight: AtomicU64,
-    /// Requests sent a second time because the first was slow to answer.
-    pub hedged: AtomicU64,
-    /// Smoothed reply time of successful requests, in microseconds.
-    pub typical_latency_us: AtomicU64,
+/// The pool's counters, named once: [`PoolStats`] (the atomics requests add
+/// to) and [`PoolReport`] (a snapshot of them with the endpoints' limits).
+macro_rules! pool_counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Counters, for logs, metrics and tests.
+        #[derive(Debug, Default)]
+        pub struct PoolStats {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+            /// Smoothed reply time of successful requests, in microseconds.
+            pub typical_latency_us: AtomicU64,
+        }
+
+        /// A snapshot of [`PoolStats`] plus the endpoints' current limits.
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        pub struct PoolReport {
+            $($(#[$doc])* pub $name: u64,)*
+            pub limits: Vec<f64>,
+        }
+
+        impl PoolStats {
+            fn report(&self, limits: Vec<f64>) -> PoolReport {
+                PoolReport {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                    limits,
+                }
+            }
+        }
+    };
 }
 
-/// A snapshot of [`PoolStats`] plus the endpoints' current limits.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PoolReport {
-    pub requests: u64,
-    pub succeeded: u64,
-    pub rate_limited: u64,
-    pub server_errors: u64,
-    pub timeouts: u64,
-    pub connect_errors: u64,
-    pub malformed: u64,
-    pub truncated: u64,
-    pub tokens_in: u64,
-    pub tokens_out: u64,
-    pub peak_in_flight: u64,
-    pub hedged: u64,
-    pub limits: Vec<f64>,
-}
+pool_counters!(
+    requests,
+    succeeded,
+    rate_limited,
+    server_errors,
+    timeouts,
+    connect_errors,
+    malformed,
+    truncated,
+    tokens_in,
+    tokens_out,
+    peak_in_flight,
+    /// Requests sent a second time because the first was slow to answer.
+    hedged,
+);
 
 #[derive(Debug)]
 struct Endpoint {
@@ -335,23 +343,8 @@ impl PoolClient {
     }
 
     pub fn report(&self) -> PoolReport {
-        let s = &self.stats;
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        PoolReport {
-            requests: get(&s.requests),
-            succeeded: get(&s.succeeded),
-            rate_limited: get(&s.rate_limited),
-            server_errors: get(&s.server_errors),
-            timeouts: get(&s.timeouts),
-            connect_errors: get(&s.connect_errors),
-            malformed: get(&s.malformed),
-            truncated: get(&s.truncated),
-            tokens_in: get(&s.tokens_in),
-            tokens_out: get(&s.tokens_out),
-            peak_in_flight: get(&s.peak_in_flight),
-            hedged: get(&s.hedged),
-            limits: self.lock().endpoints.iter().map(|e| e.limit).collect(),
-        }
+        let limits = self.lock().endpoints.iter().map(|e| e.limit).collect();
+        self.stats.report(limits)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Scheduler> {

@@ -10,35 +10,13 @@ use regex::Regex;
 
 use memweave_operators::model::{Step, Task};
 
-use crate::placeholders;
+use crate::steps;
 
 const USER_MARKER: &str = "\n=== user ===\n";
 
 /// `{{name}}` in a template.
 static PLACEHOLDER: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\{\{([a-z_0-9]+)\}\}").expect("a valid pattern"));
-
-fn builtin(task: Task) -> &'static str {
-    match task {
-        Task::SummarizeSegment => include_str!("../prompts/summarize_segment.txt"),
-        Task::CompressSummaries => include_str!("../prompts/compress_summaries.txt"),
-        Task::Triage => include_str!("../prompts/triage.txt"),
-        Task::ReadLeaf => include_str!("../prompts/read_leaf.txt"),
-        Task::ChooseBreak => include_str!("../prompts/choose_break.txt"),
-        Task::GistPage => include_str!("../prompts/gist_page.txt"),
-        Task::StartsNewSection => include_str!("../prompts/starts_new_section.txt"),
-        Task::LookupPages => include_str!("../prompts/lookup_pages.txt"),
-        Task::LookupNextPage => include_str!("../prompts/lookup_next_page.txt"),
-        Task::ExtractEntities => include_str!("../prompts/extract_entities.txt"),
-        Task::ExtractRelations => include_str!("../prompts/extract_relations.txt"),
-        Task::MergeRelations => include_str!("../prompts/merge_relations.txt"),
-        Task::SameEntity => include_str!("../prompts/same_entity.txt"),
-        Task::JudgeAnswerable => include_str!("../prompts/judge_answerable.txt"),
-        Task::SummarizeWithFacts => include_str!("../prompts/summarize_with_facts.txt"),
-        Task::UpdateMemory => include_str!("../prompts/update_memory.txt"),
-        Task::Answer => include_str!("../prompts/answer.txt"),
-    }
-}
 
 /// A rendered prompt: the chat messages sent to the model.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -109,7 +87,7 @@ impl Template {
         }
         pattern.push_str(&regex::escape(&text[last..]));
         pattern.push('$');
-        for wanted in placeholders::names(task) {
+        for wanted in steps::placeholders(task) {
             if !names.iter().any(|n| n == wanted) {
                 return Err(PromptError::MissingPlaceholder {
                     origin: origin.to_string(),
@@ -120,7 +98,7 @@ impl Template {
         }
         if let Some(unknown) = names
             .iter()
-            .find(|n| !placeholders::names(task).contains(&n.as_str()))
+            .find(|n| !steps::placeholders(task).contains(&n.as_str()))
         {
             return Err(PromptError::UnknownPlaceholder {
                 origin: origin.to_string(),
@@ -141,7 +119,7 @@ impl Template {
 }
 
 fn placeholder_list(task: Task) -> String {
-    placeholders::names(task)
+    steps::placeholders(task)
         .iter()
         .map(|p| format!("{{{{{p}}}}}"))
         .collect::<Vec<_>>()
@@ -159,7 +137,7 @@ impl Default for Prompts {
         let templates = Task::ALL
             .into_iter()
             .map(|task| {
-                let template = Template::new(task, builtin(task), "built-in")
+                let template = Template::new(task, steps::template(task), "built-in")
                     .expect("built-in templates are valid");
                 (task, template)
             })
@@ -208,14 +186,17 @@ impl Prompts {
     pub fn export(dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         for task in Task::ALL {
-            std::fs::write(dir.join(format!("{}.txt", task.name())), builtin(task))?;
+            std::fs::write(
+                dir.join(format!("{}.txt", task.name())),
+                steps::template(task),
+            )?;
         }
         Ok(())
     }
 
     pub fn render(&self, step: &Step) -> Prompt {
         let template = &self.templates[&step.task()];
-        let vars = placeholders::values(step);
+        let vars = steps::values(step);
         // One pass, so a value that itself contains `{{…}}` is left alone.
         let text = PLACEHOLDER.replace_all(&template.text, |c: &regex::Captures<'_>| {
             vars.iter()
@@ -247,7 +228,7 @@ impl Prompts {
                 .enumerate()
                 .map(|(i, name)| (name.clone(), captures[i + 1].to_string()))
                 .collect();
-            placeholders::step_from(task, &vars)
+            steps::read_back(task, &vars)
         })
     }
 }
@@ -255,107 +236,16 @@ impl Prompts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memweave_operators::model::PageText;
-
-    fn steps() -> Vec<Step> {
-        let s = |t: &str| t.to_string();
-        vec![
-            Step::SummarizeSegment {
-                segment: s("It rained.\n\nThen it stopped."),
-            },
-            Step::CompressSummaries {
-                summaries: vec![s("One."), s("Two.\n\nThree.")],
-            },
-            Step::Triage {
-                question: s("Why?"),
-                summaries: vec![s("A."), s("B.")],
-            },
-            Step::ReadLeaf {
-                question: s("Who?"),
-                memory: s("m"),
-                segment: s("Text."),
-            },
-            Step::ChooseBreak {
-                units: vec![s("P one."), s("P two."), s("P three.")],
-                candidates: vec![0, 1],
-                first_label: 40,
-            },
-            Step::GistPage { page: s("A page.") },
-            Step::StartsNewSection {
-                previous: s("The end of one page."),
-                current: s("Chapter 2. A new start."),
-            },
-            Step::LookupPages {
-                question: s("Q?"),
-                pages: vec![
-                    PageText {
-                        number: 0,
-                        text: s("gist zero"),
-                    },
-                    PageText {
-                        number: 1,
-                        text: s("gist one"),
-                    },
-                ],
-                max_pages: 3,
-            },
-            Step::LookupNextPage {
-                question: s("Q?"),
-                pages: vec![PageText {
-                    number: 4,
-                    text: s("g"),
-                }],
-                already_read: vec![1, 4],
-            },
-            Step::ExtractEntities {
-                background: s("bg"),
-                segment: s("Paul met Ann."),
-            },
-            Step::ExtractRelations {
-                segment: s("Paul met Ann."),
-                entities: vec![s("Paul"), s("Ann")],
-            },
-            Step::MergeRelations {
-                summary: s("doc"),
-                segments: [s("s1"), s("s2")],
-                relations: [s("r1"), s("r2")],
-            },
-            Step::SameEntity {
-                name: s("Paul"),
-                first: s("Paul painted."),
-                others: vec![s("Paul wrote."), s("Paul sailed.")],
-            },
-            Step::JudgeAnswerable {
-                question: s("Q?"),
-                context: s("C."),
-            },
-            Step::SummarizeWithFacts { chunk: s("Chunk.") },
-            Step::UpdateMemory {
-                question: s("Q?"),
-                retrieved: s("R."),
-                memory: s("M."),
-            },
-            Step::Answer {
-                question: s("Q?"),
-                context: s("C."),
-            },
-        ]
-    }
 
     #[test]
     fn every_rendered_prompt_reads_back_as_its_step() {
         let prompts = Prompts::default();
-        let all = steps();
-        assert_eq!(all.len(), Task::ALL.len());
-        for step in all {
+        for step in steps::examples() {
             let prompt = prompts.render(&step);
             let back = prompts.identify(&prompt).expect("identified");
             assert_eq!(back.task(), step.task(), "{}", prompt.text());
             // Reading back normalises list items to one line each, as the model saw them.
-            assert_eq!(
-                placeholders::values(&back),
-                placeholders::values(&placeholders::as_shown(&step))
-            );
+            assert_eq!(steps::values(&back), steps::values(&steps::as_shown(&step)));
         }
     }
 

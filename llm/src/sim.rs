@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-use crate::extractive;
 use crate::prompts::{Prompt, Prompts};
-use memweave_operators::model::Task;
+use crate::steps::{self, Dress};
+use memweave_operators::model::{Step, Task};
 
 /// The ways the simulator misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -356,7 +356,7 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     // occupies one, not the simulator's own bookkeeping.
     let mut content = match &step {
         Some(step) => {
-            let reply = extractive::reply(step);
+            let reply = steps::extractive_reply(step);
             if drift_draw < config.drift {
                 drift(step.task(), &reply, drift_seed)
             } else {
@@ -417,18 +417,7 @@ async fn chat(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
             finish = "length";
         }
         Some(Fault::Unparsable) => {
-            content = match step.map(|s| s.task()) {
-                Some(
-                    Task::SummarizeSegment
-                    | Task::CompressSummaries
-                    | Task::GistPage
-                    | Task::StartsNewSection
-                    | Task::MergeRelations
-                    | Task::UpdateMemory
-                    | Task::Answer,
-                ) => String::new(),
-                _ => "I am not sure how to answer that.".to_string(),
-            };
+            content = step.as_ref().map_or_else(String::new, unparsable_reply);
         }
         _ => {}
     }
@@ -509,11 +498,21 @@ fn cut_to_tokens(text: &str, tokens: usize) -> String {
     words.join(" ")
 }
 
+/// A reply `step`'s parser rejects: a refusal, or nothing where a refusal
+/// would read as an answer (free text; "not sure" to a yes/no question).
+fn unparsable_reply(step: &Step) -> String {
+    const REFUSAL: &str = "I am not sure how to answer that.";
+    match steps::parse(step, REFUSAL) {
+        None => REFUSAL.to_string(),
+        Some(_) => String::new(),
+    }
+}
+
 /// The reply as a real model might format it: same content, other dress.
 pub fn drift(task: Task, reply: &str, seed: u64) -> String {
     let mut rng = fastrand::Rng::with_seed(seed);
-    match task {
-        Task::Triage | Task::ReadLeaf | Task::JudgeAnswerable => match rng.usize(..5) {
+    match steps::dress(task) {
+        Dress::Reasoned => match rng.usize(..5) {
             0 => reply
                 .replace("Reasoning:", "reasoning:")
                 .replace("Action:", "action:")
@@ -531,7 +530,7 @@ pub fn drift(task: Task, reply: &str, seed: u64) -> String {
             ),
             _ => format!("{reply}\n"),
         },
-        Task::ChooseBreak => match rng.usize(..4) {
+        Dress::BreakPoint => match rng.usize(..4) {
             0 => reply
                 .replace("Break point: <", "break point: ")
                 .replacen('>', "", 1),
@@ -539,18 +538,18 @@ pub fn drift(task: Task, reply: &str, seed: u64) -> String {
             2 => format!("Looking at the passage, the argument ends at one label.\n{reply}"),
             _ => reply.to_string(),
         },
-        Task::LookupPages => match rng.usize(..3) {
+        Dress::PageList => match rng.usize(..3) {
             0 => words_for_pages(reply),
             1 => reply.replace("Page [", "page ["),
             _ => reply.to_string(),
         },
-        Task::LookupNextPage => match rng.usize(..3) {
+        Dress::NextPage => match rng.usize(..3) {
             0 => reply.to_lowercase(),
             1 => format!("I would like to read {}", reply.to_lowercase())
                 .replace("read stop", "STOP, nothing more to read"),
             _ => reply.to_string(),
         },
-        Task::ExtractEntities => match rng.usize(..3) {
+        Dress::EntityList => match rng.usize(..3) {
             0 => reply
                 .lines()
                 .map(|l| {
@@ -568,7 +567,7 @@ pub fn drift(task: Task, reply: &str, seed: u64) -> String {
             }
             _ => reply.to_string(),
         },
-        Task::ExtractRelations => match rng.usize(..2) {
+        Dress::RelationList => match rng.usize(..2) {
             0 => format!(
                 "Relations:\n{}",
                 reply
@@ -579,25 +578,20 @@ pub fn drift(task: Task, reply: &str, seed: u64) -> String {
             ),
             _ => reply.to_string(),
         },
-        Task::StartsNewSection | Task::SameEntity => match rng.usize(..3) {
+        Dress::Verdict => match rng.usize(..3) {
             0 => reply.to_uppercase(),
             1 => format!("**{reply}**"),
             _ => reply.to_string(),
         },
-        Task::SummarizeWithFacts => match rng.usize(..2) {
+        Dress::FactSummary => match rng.usize(..2) {
             0 => reply
                 .replace("(Summary):", "**Summary:**")
                 .replace("(Surprise):", "**Surprise:**"),
             _ => reply.to_string(),
         },
-        Task::SummarizeSegment
-        | Task::CompressSummaries
-        | Task::GistPage
-        | Task::MergeRelations
-        | Task::UpdateMemory
-        | Task::Answer => match rng.usize(..4) {
+        Dress::Prose { relabel } => match rng.usize(..4) {
             0 => format!("Sure! Here is the shortened passage:\n\n{reply}"),
-            1 if task != Task::MergeRelations => format!("Summary: {reply}"),
+            1 if relabel => format!("Summary: {reply}"),
             2 => format!("{reply}\n\n"),
             _ => reply.to_string(),
         },
@@ -789,7 +783,7 @@ async fn metrics(State(sim): State<Arc<Sim>>) -> Response {
 mod tests {
     use super::*;
     use crate::parse;
-    use memweave_operators::model::{PageText, Step};
+    use memweave_operators::model::PageText;
 
     /// Drift changes the dress, never what the parsers read.
     #[test]
@@ -875,7 +869,7 @@ mod tests {
             },
         ];
         for step in steps {
-            let reply = extractive::reply(&step);
+            let reply = steps::extractive_reply(&step);
             let read = |r: &str| -> String {
                 match &step {
                     Step::Triage { .. } => format!("{:?}", parse::triage(r, 2)),
@@ -905,6 +899,14 @@ mod tests {
                     step.task()
                 );
             }
+        }
+    }
+
+    #[test]
+    fn an_unparsable_reply_is_refused_by_its_steps_parser() {
+        for step in steps::examples() {
+            let reply = unparsable_reply(&step);
+            assert_eq!(steps::parse(&step, &reply), None, "{step:?}: {reply:?}");
         }
     }
 

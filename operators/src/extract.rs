@@ -317,10 +317,7 @@ pub fn collapse_whitespace(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const TEXT: &str = "Painting taught me to look. I painted still lifes every day. \
-        Looking at paint on canvas taught me patience. The weather was cold. \
-        Still lifes are paintings of objects that do not move.";
+    use crate::testing::PAINTING as TEXT;
 
     #[test]
     fn distinctive_sentences_keep_order_and_budget() {

@@ -11,6 +11,12 @@ use crate::extract::{capitalised_names, co_mentions, sentence_list};
 use crate::lexical::{TermVector, sharpest_shift};
 use crate::model::*;
 
+/// A paragraph the text operators' and the extractive backend's tests read:
+/// sentences on one theme, one that stands apart ("The weather was cold.").
+pub const PAINTING: &str = "Painting taught me to look. I painted still lifes every day. \
+    Looking at paint on canvas taught me patience. The weather was cold. \
+    Still lifes are paintings of objects that do not move.";
+
 #[derive(Debug, Default)]
 pub struct FirstSentence {
     remote: bool,
@@ -138,25 +144,13 @@ impl MemoryModel for FirstSentence {
         self.remote
     }
     async fn reply(&self, _: &CallContext, step: Step) -> StepResult<Reply> {
-        let no_answer = || Judgement {
-            reasoning: String::new(),
-            answer: None,
-        };
         Ok(match step {
-            Step::SummarizeSegment { segment: text }
-            | Step::GistPage { page: text }
-            | Step::UpdateMemory {
-                retrieved: text, ..
+            Step::SummarizeSegment { segment: text } | Step::GistPage { page: text } => {
+                Reply::Text(first(&text))
             }
-            | Step::Answer { context: text, .. } => Reply::Text(first(&text)),
             Step::CompressSummaries { summaries } => {
                 Reply::Text(format!("compressed: {}", first(&summaries[0])))
             }
-            Step::Triage { .. } => Reply::Triage(Triage {
-                reasoning: String::new(),
-                choice: 0,
-            }),
-            Step::ReadLeaf { .. } | Step::JudgeAnswerable { .. } => Reply::Judgement(no_answer()),
             Step::ChooseBreak {
                 units,
                 candidates,
@@ -166,10 +160,6 @@ impl MemoryModel for FirstSentence {
             Step::StartsNewSection { current, .. } => {
                 Reply::SectionStart(Some(first(&current).contains("Chapter")))
             }
-            Step::LookupPages { pages, .. } => {
-                Reply::Pages(pages.iter().take(1).map(|p| p.number).collect())
-            }
-            Step::LookupNextPage { .. } => Reply::NextPage(None),
             Step::ExtractEntities { segment, .. } => {
                 Reply::Entities(capitalised_names(&segment, 20))
             }
@@ -200,6 +190,37 @@ impl MemoryModel for FirstSentence {
                 summary: first(&chunk),
                 surprise: String::new(),
             }),
+            other => return navigation_reply(other),
         })
     }
+}
+
+/// The navigators' steps: no answer, no page, the first sentence. A step this
+/// stand-in was not taught is refused, so adding a step asks nothing of it.
+fn navigation_reply(step: Step) -> StepResult<Reply> {
+    let no_answer = || Judgement {
+        reasoning: String::new(),
+        answer: None,
+    };
+    Ok(match step {
+        Step::UpdateMemory {
+            retrieved: text, ..
+        }
+        | Step::Answer { context: text, .. } => Reply::Text(first(&text)),
+        Step::Triage { .. } => Reply::Triage(Triage {
+            reasoning: String::new(),
+            choice: 0,
+        }),
+        Step::ReadLeaf { .. } | Step::JudgeAnswerable { .. } => Reply::Judgement(no_answer()),
+        Step::LookupPages { pages, .. } => {
+            Reply::Pages(pages.iter().take(1).map(|p| p.number).collect())
+        }
+        Step::LookupNextPage { .. } => Reply::NextPage(None),
+        other => {
+            return Err(StepError::Unavailable {
+                task: other.task().name().to_string(),
+                message: "the first-sentence stand-in does not answer this step".to_string(),
+            });
+        }
+    })
 }

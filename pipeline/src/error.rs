@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use memweave_llm::cache::CacheError;
 use memweave_schemas::Table;
 use memweave_schemas::store::StoreError;
+#[cfg(feature = "kafka")]
 use rdkafka::error::KafkaError;
 
 /// A mistake in what the user asked for (a missing source, an unwritable tables
@@ -112,6 +113,7 @@ pub enum IndexError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Cache(#[from] CacheError),
+    #[cfg(feature = "kafka")]
     #[error(transparent)]
     Kafka(#[from] KafkaError),
     #[error(transparent)]

@@ -175,6 +175,10 @@ pub struct TreeShape {
 #[derive(Debug)]
 enum Update {
     /// Its new input, texts included (a streamed message).
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "only the Kafka source streams")
+    )]
     Ready(Fresh),
     /// To read through the round's [`Reader`] when its epoch is fed (a
     /// listed file).
@@ -234,6 +238,16 @@ struct KnownVersion {
     version: u64,
     /// When this version was first seen (µs since the epoch).
     seen: i64,
+}
+
+impl KnownVersion {
+    fn new(content_hash: &str, version: u64, seen: i64) -> Self {
+        KnownVersion {
+            content_hash: content_hash.to_string(),
+            version,
+            seen,
+        }
+    }
 }
 
 /// What the last checkpoint held, until the process's first round has used it:

@@ -552,8 +552,9 @@ pub trait MemoryModel: Send + Sync + fmt::Debug {
     }
 }
 
-/// Runs `step` and takes its value out of the reply.
-async fn ask<M: MemoryModel + ?Sized, T: FromReply>(
+/// Runs `step` and takes its value out of the reply: what each typed call
+/// above does, for any step (a new one needs no typed call to be used).
+pub async fn ask<M: MemoryModel + ?Sized, T: FromReply>(
     model: &M,
     cx: &CallContext,
     step: Step,

@@ -7,72 +7,123 @@ use std::fmt;
 
 use super::{FactSummary, Judgement, Relation, Triage};
 
-/// The steps of the four methods, one prompt template each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Task {
-    SummarizeSegment,
-    CompressSummaries,
-    Triage,
-    ReadLeaf,
-    ChooseBreak,
-    GistPage,
-    StartsNewSection,
-    LookupPages,
-    LookupNextPage,
-    ExtractEntities,
-    ExtractRelations,
-    MergeRelations,
-    SameEntity,
-    JudgeAnswerable,
-    SummarizeWithFacts,
-    UpdateMemory,
-    Answer,
-}
-
-impl Task {
-    pub const ALL: [Task; 17] = [
-        Task::SummarizeSegment,
-        Task::CompressSummaries,
-        Task::Triage,
-        Task::ReadLeaf,
-        Task::ChooseBreak,
-        Task::GistPage,
-        Task::StartsNewSection,
-        Task::LookupPages,
-        Task::LookupNextPage,
-        Task::ExtractEntities,
-        Task::ExtractRelations,
-        Task::MergeRelations,
-        Task::SameEntity,
-        Task::JudgeAnswerable,
-        Task::SummarizeWithFacts,
-        Task::UpdateMemory,
-        Task::Answer,
-    ];
-
-    /// The task's name: `llm_calls.task` and the template's file name (`NAME.txt`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Task::SummarizeSegment => "summarize_segment",
-            Task::CompressSummaries => "compress_summaries",
-            Task::Triage => "triage",
-            Task::ReadLeaf => "read_leaf",
-            Task::ChooseBreak => "choose_break",
-            Task::GistPage => "gist_page",
-            Task::StartsNewSection => "starts_new_section",
-            Task::LookupPages => "lookup_pages",
-            Task::LookupNextPage => "lookup_next_page",
-            Task::ExtractEntities => "extract_entities",
-            Task::ExtractRelations => "extract_relations",
-            Task::MergeRelations => "merge_relations",
-            Task::SameEntity => "same_entity",
-            Task::JudgeAnswerable => "judge_answerable",
-            Task::SummarizeWithFacts => "summarize_with_facts",
-            Task::UpdateMemory => "update_memory",
-            Task::Answer => "answer",
+/// `Task`, `Step` and their names from one list: a step is declared once, by
+/// its variant, its `llm_calls.task` name (also its template's file name) and
+/// its inputs. How it is rendered, parsed and answered offline is its entry in
+/// `memweave-llm`'s `steps.rs`.
+macro_rules! steps {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal { $($field:ident: $type:ty),* $(,)? },)*) => {
+        /// The steps of the four methods, one prompt template each.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Task {
+            $($(#[$doc])* $variant,)*
         }
-    }
+
+        impl Task {
+            pub const ALL: [Task; [$(Task::$variant),*].len()] = [$(Task::$variant),*];
+
+            /// The task's name: `llm_calls.task` and the template's file name (`NAME.txt`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Task::$variant => $name,)*
+                }
+            }
+        }
+
+        /// A call: the task and everything its prompt is made of.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Step {
+            $($(#[$doc])* $variant { $($field: $type),* },)*
+        }
+
+        impl Step {
+            pub fn task(&self) -> Task {
+                match self {
+                    $(Step::$variant { .. } => Task::$variant,)*
+                }
+            }
+        }
+    };
 }
+
+steps!(
+    /// MemWalker: a leaf summary of one segment.
+    SummarizeSegment = "summarize_segment" { segment: String },
+    /// MemWalker: a parent summary when its children's summaries, concatenated,
+    /// are too long.
+    CompressSummaries = "compress_summaries" { summaries: Vec<String> },
+    /// MemWalker: which child summary most likely leads to the answer.
+    Triage = "triage" {
+        question: String,
+        summaries: Vec<String>,
+    },
+    /// MemWalker at a leaf: answer from the segment (with the working memory
+    /// of the path), or revert.
+    ReadLeaf = "read_leaf" {
+        question: String,
+        memory: String,
+        segment: String,
+    },
+    /// ReadAgent's pagination: `units` are consecutive paragraphs numbered from
+    /// `first_label`; a page may end after any unit in `candidates` (indices
+    /// into `units`).
+    ChooseBreak = "choose_break" {
+        units: Vec<String>,
+        candidates: Vec<usize>,
+        first_label: usize,
+    },
+    /// ReadAgent: a gist, the page shortened.
+    GistPage = "gist_page" { page: String },
+    /// ReadAgent's page merging (appendix I): does `current` start a new
+    /// chapter or section after `previous`?
+    StartsNewSection = "starts_new_section" { previous: String, current: String },
+    /// ReadAgent-P: the pages (1 to `max_pages`) to read again before answering.
+    LookupPages = "lookup_pages" {
+        question: String,
+        pages: Vec<PageText>,
+        max_pages: usize,
+    },
+    /// ReadAgent-S: the next single page to read again, or STOP.
+    LookupNextPage = "lookup_next_page" {
+        question: String,
+        pages: Vec<PageText>,
+        already_read: Vec<u32>,
+    },
+    /// QRMeM: key entities of a segment, with the document's summary as background.
+    ExtractEntities = "extract_entities" { background: String, segment: String },
+    /// QRMeM: open relations between the given entities of a segment.
+    ExtractRelations = "extract_relations" {
+        segment: String,
+        entities: Vec<String>,
+    },
+    /// QRMeM: one description for a relation seen in two segments.
+    MergeRelations = "merge_relations" {
+        summary: String,
+        segments: [String; 2],
+        relations: [String; 2],
+    },
+    /// Entity disambiguation: which of `others` (passages from other
+    /// documents, each mentioning `name`) refer to the same entity as `first`.
+    SameEntity = "same_entity" {
+        name: String,
+        first: String,
+        others: Vec<String>,
+    },
+    /// QRMeM's reflection: can the question be answered from `context`; if
+    /// not, why not.
+    JudgeAnswerable = "judge_answerable" { question: String, context: String },
+    /// ILM-TR: a chunk's summary plus its surprising facts.
+    SummarizeWithFacts = "summarize_with_facts" { chunk: String },
+    /// ILM-TR's inner loop: the next short-term memory from retrieved text and
+    /// the last memory.
+    UpdateMemory = "update_memory" {
+        question: String,
+        retrieved: String,
+        memory: String,
+    },
+    /// All navigators: the final, short answer from the gathered context.
+    Answer = "answer" { question: String, context: String },
+);
 
 impl fmt::Display for Task {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -86,111 +137,6 @@ impl fmt::Display for Task {
 pub struct PageText {
     pub number: u32,
     pub text: String,
-}
-
-/// A call: the task and everything its prompt is made of.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
-    /// MemWalker: a leaf summary of one segment.
-    SummarizeSegment { segment: String },
-    /// MemWalker: a parent summary when its children's summaries, concatenated,
-    /// are too long.
-    CompressSummaries { summaries: Vec<String> },
-    /// MemWalker: which child summary most likely leads to the answer.
-    Triage {
-        question: String,
-        summaries: Vec<String>,
-    },
-    /// MemWalker at a leaf: answer from the segment (with the working memory
-    /// of the path), or revert.
-    ReadLeaf {
-        question: String,
-        memory: String,
-        segment: String,
-    },
-    /// ReadAgent's pagination: `units` are consecutive paragraphs numbered from
-    /// `first_label`; a page may end after any unit in `candidates` (indices
-    /// into `units`).
-    ChooseBreak {
-        units: Vec<String>,
-        candidates: Vec<usize>,
-        first_label: usize,
-    },
-    /// ReadAgent: a gist, the page shortened.
-    GistPage { page: String },
-    /// ReadAgent's page merging (appendix I): does `current` start a new
-    /// chapter or section after `previous`?
-    StartsNewSection { previous: String, current: String },
-    /// ReadAgent-P: the pages (1 to `max_pages`) to read again before answering.
-    LookupPages {
-        question: String,
-        pages: Vec<PageText>,
-        max_pages: usize,
-    },
-    /// ReadAgent-S: the next single page to read again, or STOP.
-    LookupNextPage {
-        question: String,
-        pages: Vec<PageText>,
-        already_read: Vec<u32>,
-    },
-    /// QRMeM: key entities of a segment, with the document's summary as background.
-    ExtractEntities { background: String, segment: String },
-    /// QRMeM: open relations between the given entities of a segment.
-    ExtractRelations {
-        segment: String,
-        entities: Vec<String>,
-    },
-    /// QRMeM: one description for a relation seen in two segments.
-    MergeRelations {
-        summary: String,
-        segments: [String; 2],
-        relations: [String; 2],
-    },
-    /// Entity disambiguation: which of `others` (passages from other
-    /// documents, each mentioning `name`) refer to the same entity as `first`.
-    SameEntity {
-        name: String,
-        first: String,
-        others: Vec<String>,
-    },
-    /// QRMeM's reflection: can the question be answered from `context`; if
-    /// not, why not.
-    JudgeAnswerable { question: String, context: String },
-    /// ILM-TR: a chunk's summary plus its surprising facts.
-    SummarizeWithFacts { chunk: String },
-    /// ILM-TR's inner loop: the next short-term memory from retrieved text and
-    /// the last memory.
-    UpdateMemory {
-        question: String,
-        retrieved: String,
-        memory: String,
-    },
-    /// All navigators: the final, short answer from the gathered context.
-    Answer { question: String, context: String },
-}
-
-impl Step {
-    pub fn task(&self) -> Task {
-        match self {
-            Step::SummarizeSegment { .. } => Task::SummarizeSegment,
-            Step::CompressSummaries { .. } => Task::CompressSummaries,
-            Step::Triage { .. } => Task::Triage,
-            Step::ReadLeaf { .. } => Task::ReadLeaf,
-            Step::ChooseBreak { .. } => Task::ChooseBreak,
-            Step::GistPage { .. } => Task::GistPage,
-            Step::StartsNewSection { .. } => Task::StartsNewSection,
-            Step::LookupPages { .. } => Task::LookupPages,
-            Step::LookupNextPage { .. } => Task::LookupNextPage,
-            Step::ExtractEntities { .. } => Task::ExtractEntities,
-            Step::ExtractRelations { .. } => Task::ExtractRelations,
-            Step::MergeRelations { .. } => Task::MergeRelations,
-            Step::SameEntity { .. } => Task::SameEntity,
-            Step::JudgeAnswerable { .. } => Task::JudgeAnswerable,
-            Step::SummarizeWithFacts { .. } => Task::SummarizeWithFacts,
-            Step::UpdateMemory { .. } => Task::UpdateMemory,
-            Step::Answer { .. } => Task::Answer,
-        }
-    }
 }
 
 /// The value a typed call takes out of its step's [`Reply`].

@@ -98,11 +98,7 @@ impl Indexer {
             .documents_added
             .iter()
             .map(|d| {
-                let known = KnownVersion {
-                    content_hash: d.content_hash.clone(),
-                    version: d.version,
-                    seen: d.ingested_at,
-                };
+                let known = KnownVersion::new(&d.content_hash, d.version, d.ingested_at);
                 (d.doc_id.as_str(), known)
             })
             .collect();

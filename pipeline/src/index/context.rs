@@ -15,6 +15,10 @@ use crate::positions::Positions;
 /// to stop. Sources are handed this, not the indexer.
 pub(super) struct SourceContext<'a> {
     pub(super) runtime: &'a tokio::runtime::Runtime,
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "only the Kafka source streams")
+    )]
     pub(super) cache: &'a CallCache,
     /// Workers that take input: this process's.
     pub(super) feeds: usize,
@@ -24,6 +28,10 @@ pub(super) struct SourceContext<'a> {
 }
 
 impl SourceContext<'_> {
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "only the Kafka source streams")
+    )]
     /// Whether Ctrl-C or SIGTERM came: the run must stop without committing more.
     pub(super) fn interrupted(&self) -> bool {
         self.cache.is_closing()
@@ -34,12 +42,20 @@ impl SourceContext<'_> {
         self.runtime.block_on(future)
     }
 
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "only the Kafka source streams")
+    )]
     /// The last checkpoint's source positions, until the first round.
     pub(super) fn previous_positions(&self) -> Option<Positions> {
         let previous = self.previous?;
         Positions::parse(&previous.checkpoint.source_positions)
     }
 
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "only the Kafka source streams")
+    )]
     /// For a stream's first round: the last checkpoint's documents (by id) and
     /// ingestion errors (by the position they cite), each held by the worker
     /// `peer_of` its source position.

@@ -63,11 +63,7 @@ impl Indexer {
             .iter()
             .flat_map(|p| &p.documents)
             .map(|d| {
-                let known = KnownVersion {
-                    content_hash: d.content_hash.clone(),
-                    version: d.version,
-                    seen: d.seen,
-                };
+                let known = KnownVersion::new(&d.content_hash, d.version, d.seen);
                 (d.doc_id.clone(), known)
             })
             .collect();
