@@ -26,6 +26,7 @@ pub use consumer::index_kafka;
 /// memory and on the work a crash makes a restart repeat (model calls
 /// excepted: they are cached).
 pub const DEFAULT_ROUND_MESSAGES: NonZeroUsize = NonZeroUsize::new(1000).unwrap();
+
 /// How to consume the topic.
 #[derive(Debug, Clone)]
 pub struct KafkaOptions {
