@@ -12,7 +12,7 @@ pub mod embed;
 pub mod extractive;
 pub mod model;
 pub mod parse;
-pub mod placeholders;
+mod placeholders;
 pub mod pool;
 pub mod prompts;
 #[cfg(feature = "sim")]

@@ -73,14 +73,14 @@ macro_rules! model_steps {
         }
 
         /// The placeholders `task`'s template must contain.
-        pub fn placeholders(task: Task) -> &'static [&'static str] {
+        pub(crate) fn placeholders(task: Task) -> &'static [&'static str] {
             match task {
                 $(Task::$variant => &[$($name),*],)*
             }
         }
 
         /// The values of `step`'s placeholders.
-        pub fn values(step: &Step) -> Vec<(&'static str, String)> {
+        pub(crate) fn values(step: &Step) -> Vec<(&'static str, String)> {
             match step {
                 $(Step::$variant { $($field),* } => vec![$(($name, $value)),*],)*
             }
