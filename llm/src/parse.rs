@@ -33,6 +33,7 @@ static PAGE_WORDS: LazyLock<Regex> = LazyLock::new(|| {
     re(r"(?i)\bpages?\s*#?\s*(\d+(?:\s*(?:,|and|&|or)\s*(?:pages?\s*)?#?\s*\d+)*)")
 });
 static NUMBER: LazyLock<Regex> = LazyLock::new(|| re(r"\d+"));
+static SAME: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)same:"));
 static REFUSAL: LazyLock<Regex> =
     LazyLock::new(|| re(r"(?i)(don't|do not|no) need to (look up|read)|\bno pages?\b|\bnone\b"));
 static STOP: LazyLock<Regex> = LazyLock::new(|| re(r"(?i)\bstop\b"));
@@ -88,11 +89,12 @@ pub fn section_start(reply: &str) -> Option<Option<bool>> {
 /// when the reply has no "Same:" line or names a passage that does not exist.
 pub fn same_entities(reply: &str, n: usize) -> Option<Vec<bool>> {
     let text = unmark(&body(reply));
-    let line = text.lines().find_map(|l| {
-        let l = l.trim();
-        let at = l.to_lowercase().find("same:")?;
-        Some(l[at + "same:".len()..].to_string())
-    })?;
+    // Matched in the reply itself: an offset found in a lowercased copy is
+    // not an offset of the original once a character changes its length
+    // (`İ` lowercases to two characters).
+    let line = text
+        .lines()
+        .find_map(|l| Some(l[SAME.find(l)?.end()..].to_string()))?;
     let mut same = vec![false; n];
     for number in NUMBER.find_iter(&line) {
         let k: usize = number.as_str().parse().ok()?;
@@ -500,6 +502,62 @@ mod tests {
         ];
         for (reply, expected) in cases {
             assert_eq!(same_entities(reply, 3), expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn same_entities_reads_a_reply_whose_case_changes_its_length() {
+        assert_eq!(same_entities("İİİİ Same: 1", 2), Some(vec![true, false]));
+        assert_eq!(same_entities("ẞ SAME: 2", 2), Some(vec![false, true]));
+    }
+
+    /// Replies made of what breaks byte arithmetic: characters whose case
+    /// changes their length (`İ`, `ẞ`, the Kelvin sign), multi-byte
+    /// characters, and the labels and numbers the parsers look for.
+    fn hostile_reply() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("İ".to_string()),
+            Just("ẞ".to_string()),
+            Just("\u{212A}".to_string()),
+            Just("ﬀ".to_string()),
+            Just("Σ".to_string()),
+            Just("\u{0130}same:".to_string()),
+            Just("Same: ".to_string()),
+            Just("Action: ".to_string()),
+            Just("Answer:".to_string()),
+            Just("Reasoning:".to_string()),
+            Just("(Summary): ".to_string()),
+            Just("(Surprise): ".to_string()),
+            Just("Page [".to_string()),
+            Just("pages ".to_string()),
+            Just("Break point: <".to_string()),
+            Just("**".to_string()),
+            Just("```".to_string()),
+            Just("\n".to_string()),
+            Just("(A; B): ".to_string()),
+            (-3i64..40).prop_map(|n| n.to_string()),
+            any::<String>(),
+        ];
+        proptest::collection::vec(piece, 0..24).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        /// Every reply parser is total: whatever a model says, it returns.
+        #[test]
+        fn no_reply_makes_a_parser_panic(reply in hostile_reply()) {
+            let _ = free_text(&reply);
+            let _ = section_start(&reply);
+            let _ = same_entities(&reply, 3);
+            let _ = triage(&reply, 4);
+            let _ = judgement(&reply);
+            let _ = break_point(&reply, 3, &[0, 2, 5]);
+            let _ = pages(&reply, &[1, 2, 7], 2);
+            let _ = next_page(&reply, &[1, 2, 7], &[2]);
+            let _ = entities(&reply);
+            let _ = relations(&reply, &["A", "B", "İ"]);
+            let _ = fact_summary(&reply);
         }
     }
 

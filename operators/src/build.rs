@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::config::{BuildConfigError, Memories};
 use crate::embed::{Embedder, embed_all};
 use crate::graph::{DocEntity, DocRelation, GraphConfig, document_graph};
-use crate::model::{CallContext, MemoryModel, StepError, StepResult, all_in_order};
+use crate::model::{CallContext, MemoryModel, StepError, StepResult, WithFallbacks, all_in_order};
 use crate::paginate::{PageConfig, paginate_then};
 use crate::raptor::{RaptorConfig, raptor_tree};
 use crate::segment::{SegmentConfig, segment};
@@ -20,7 +20,7 @@ use crate::text::{CharOffsets, Span, word_count};
 use crate::tree::{DEFAULT_MAX_CHILDREN, DEFAULT_PARENT_MAX_TOKENS, LeafSummaries, memwalker_tree};
 
 /// A document as read from a source, before ids are derived.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RawDocument {
     /// What identifies the document across versions: its path relative to the
     /// source root, or the id of a dataset's row or a mail message.
@@ -310,15 +310,20 @@ pub enum BuiltRow {
 /// The memory of one document: segments (and RAPTOR chunks and the baselines'
 /// passages where their sizes differ), then the chosen memories concurrently:
 /// its MemWalker tree and, with its root summary as background, its graph; its
-/// ReadAgent pages and gists; its RAPTOR tree. When a model step fails the
-/// document gets one `errors` row instead of a partial memory, so a later run
-/// (with the pool back, or the cache filled) builds it whole.
+/// ReadAgent pages and gists; its RAPTOR tree. A step whose replies cannot be
+/// read stands in with its fallback ([`crate::model::Step::fallback`]) and
+/// an `llm_unparsable` row names it; when a model step fails otherwise (the
+/// pool down, the budget spent) the document gets one `errors` row instead
+/// of a partial memory, so a later run (with the pool back, or the cache
+/// filled) builds it whole.
 pub async fn build_document(
     doc: &Document,
     config: &BuildConfig,
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
 ) -> Vec<BuiltRow> {
+    let fallbacks = WithFallbacks::new(model);
+    let model: &dyn MemoryModel = &fallbacks;
     let memories = config.memories;
     let segments = segment_rows(doc, &config.segments);
     let chunk_config = config.chunks();
@@ -415,6 +420,8 @@ pub async fn build_document(
                 rows.extend(entities.into_iter().map(BuiltRow::Entity));
                 rows.extend(relations.into_iter().map(BuiltRow::Relation));
             }
+            let fell_back = fallbacks.errors(&doc.source_uri, &doc.doc_id);
+            rows.extend(fell_back.into_iter().map(BuiltRow::Error));
             rows
         }
         Err(error) => vec![BuiltRow::Error(ErrorRow::new(
@@ -501,6 +508,126 @@ mod tests {
         assert!(merged.iter().all(|p| p.text.starts_with(&p.gist)));
         // Under the budget nothing changes.
         assert_eq!(pages_with(1_000_000), unmerged);
+    }
+
+    /// [`FirstSentence`], except that the replies to `unreadable` steps
+    /// never follow their format.
+    #[derive(Debug)]
+    struct Unreadable {
+        model: FirstSentence,
+        unreadable: Vec<crate::model::Task>,
+    }
+
+    #[async_trait::async_trait]
+    impl MemoryModel for Unreadable {
+        fn backend(&self) -> &str {
+            "unreadable"
+        }
+        fn is_remote(&self) -> bool {
+            false
+        }
+        async fn reply(
+            &self,
+            cx: &CallContext,
+            step: crate::model::Step,
+        ) -> StepResult<crate::model::Reply> {
+            if self.unreadable.contains(&step.task()) {
+                return Err(StepError::Unparsable {
+                    task: step.task().name().to_string(),
+                    last_reply: "İİİİ Same: 1".to_string(),
+                });
+            }
+            self.model.reply(cx, step).await
+        }
+    }
+
+    #[test]
+    fn a_step_without_a_readable_reply_falls_back_and_the_document_is_kept() {
+        use crate::model::Task;
+        let text: String = (0..40)
+            .map(|i| {
+                format!(
+                    "Paragraph {i} tells of painting and of Lisp. {}\n\n",
+                    "It goes on. ".repeat(8)
+                )
+            })
+            .collect();
+        let config = BuildConfig::DEFAULT;
+        let embedder = crate::embed::HashingEmbedder::new(64);
+        let build = |unreadable: Vec<Task>| {
+            let model = Unreadable {
+                model: FirstSentence::default(),
+                unreadable,
+            };
+            futures::executor::block_on(build_document(&doc(&text), &config, &model, &embedder))
+        };
+        let errors = |rows: &[BuiltRow]| -> Vec<ErrorRow> {
+            rows.iter()
+                .filter_map(|r| match r {
+                    BuiltRow::Error(e) => Some(e.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let clean = build(Vec::new());
+        assert!(errors(&clean).is_empty());
+        // With RAPTOR on, MemWalker's leaves share its chunk summaries.
+        let unreadable = || {
+            vec![
+                Task::ChooseBreak,
+                Task::SummarizeWithFacts,
+                Task::ExtractEntities,
+            ]
+        };
+        let rows = build(unreadable());
+        let errors = errors(&rows);
+        let named: Vec<&str> = errors
+            .iter()
+            .map(|e| e.message.split(':').next().unwrap())
+            .collect();
+        assert_eq!(
+            named,
+            ["choose_break", "extract_entities", "summarize_with_facts"]
+        );
+        assert!(
+            errors
+                .iter()
+                .all(|e| e.kind == "llm_unparsable" && e.stage == "build")
+        );
+        // Kept: pages, leaves whose summaries are their segments' own texts,
+        // and the memories the unreadable steps do not touch, as before.
+        let count = |rows: &[BuiltRow], what: fn(&BuiltRow) -> bool| {
+            rows.iter().filter(|r| what(r)).count()
+        };
+        let is_page = |r: &BuiltRow| matches!(r, BuiltRow::Page(_));
+        assert!(count(&rows, is_page) > 1);
+        let segments: HashMap<&str, &str> = rows
+            .iter()
+            .filter_map(|r| match r {
+                BuiltRow::Segment(s) => Some((s.seg_id.as_str(), s.text.as_str())),
+                _ => None,
+            })
+            .collect();
+        let leaves: Vec<&TreeNodeRow> = rows
+            .iter()
+            .filter_map(|r| match r {
+                BuiltRow::TreeNode(n) if n.tree == "memwalker" && n.level == 0 => Some(n),
+                _ => None,
+            })
+            .collect();
+        assert!(!leaves.is_empty());
+        for leaf in leaves {
+            let segment = leaf
+                .seg_id
+                .as_deref()
+                .and_then(|s| segments.get(s))
+                .unwrap();
+            assert_eq!(leaf.summary, *segment);
+        }
+        let is_raptor = |r: &BuiltRow| matches!(r, BuiltRow::TreeNode(n) if n.tree == "raptor");
+        assert!(count(&rows, is_raptor) > 0);
+        // The same rows whatever order the calls end in.
+        assert_eq!(format!("{rows:?}"), format!("{:?}", build(unreadable())));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+mod fallback;
 mod step;
+pub use fallback::WithFallbacks;
 pub use step::{FromReply, PageText, Reply, Step, Task};
 
 /// Who is asking, in the order the model pool serves them: questions first, then
@@ -209,7 +211,7 @@ impl StepError {
     /// The `errors.kind` of this failure.
     pub fn kind(&self) -> &'static str {
         match self {
-            StepError::Unparsable { .. } => "llm_unparsable",
+            StepError::Unparsable { .. } => UNPARSABLE,
             StepError::WrongReply { .. } => "llm_wrong_reply",
             StepError::Unavailable { .. } => UNAVAILABLE,
             StepError::CacheMiss { .. } => CACHE_MISS,
@@ -218,6 +220,8 @@ impl StepError {
     }
 }
 
+/// The `errors.kind` of replies that could not be read after their retries.
+pub const UNPARSABLE: &str = "llm_unparsable";
 const UNAVAILABLE: &str = "llm_unavailable";
 const CACHE_MISS: &str = "llm_cache_miss";
 const OVER_BUDGET: &str = "llm_over_budget";

@@ -125,6 +125,61 @@ steps!(
     Answer = "answer" { question: String, context: String },
 );
 
+impl Step {
+    /// What a build step's result is when no reply to it could be read after
+    /// its retries, and how an `errors` row says so: deterministic, and
+    /// never more than the step's own input says. `None` for the steps of a
+    /// question, whose navigators end the walk instead.
+    pub fn fallback(&self) -> Option<(Reply, &'static str)> {
+        Some(match self {
+            Step::SummarizeSegment { segment } => {
+                (Reply::Text(segment.clone()), "the segment's own text")
+            }
+            Step::CompressSummaries { summaries } => (
+                Reply::Text(summaries.join("\n")),
+                "its children's summaries, joined",
+            ),
+            Step::ChooseBreak { candidates, .. } => (
+                Reply::Break(*candidates.last()?),
+                "the last offered page break",
+            ),
+            Step::GistPage { page } => (Reply::Text(page.clone()), "the page's own text"),
+            Step::StartsNewSection { .. } => (
+                Reply::SectionStart(None),
+                "not sure, so the pages are not merged",
+            ),
+            Step::ExtractEntities { .. } => {
+                (Reply::Entities(Vec::new()), "no entities for the segment")
+            }
+            Step::ExtractRelations { .. } => {
+                (Reply::Relations(Vec::new()), "no relations for the segment")
+            }
+            Step::MergeRelations { relations, .. } => (
+                Reply::Text(relations[0].clone()),
+                "the first relation's description",
+            ),
+            Step::SameEntity { others, .. } => (
+                Reply::SameEntity(vec![false; others.len()]),
+                "every passage kept apart",
+            ),
+            Step::SummarizeWithFacts { chunk } => (
+                Reply::FactSummary(FactSummary {
+                    summary: chunk.clone(),
+                    surprise: String::new(),
+                }),
+                "the chunk's own text, with no surprising facts",
+            ),
+            Step::Triage { .. }
+            | Step::ReadLeaf { .. }
+            | Step::LookupPages { .. }
+            | Step::LookupNextPage { .. }
+            | Step::JudgeAnswerable { .. }
+            | Step::UpdateMemory { .. }
+            | Step::Answer { .. } => return None,
+        })
+    }
+}
+
 impl fmt::Display for Task {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
