@@ -9,6 +9,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
+use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::DataFrame;
 use futures::StreamExt;
 use parquet::arrow::ArrowWriter;
@@ -36,6 +37,9 @@ pub enum SqlError {
     /// DataFusion refused the query: its own message.
     #[error("{0}")]
     Refused(DataFusionError),
+    /// DDL, DML, `COPY` or a statement such as `SET`.
+    #[error("memweave sql runs queries only (SELECT, WITH, EXPLAIN): {0}")]
+    NotAQuery(String),
     #[error("--format parquet writes a file: give --output FILE")]
     ParquetNeedsFile,
     #[error("--output {path}: {error}")]
@@ -60,14 +64,35 @@ impl SqlError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            SqlError::Refused(_) | SqlError::ParquetNeedsFile | SqlError::Output { .. }
+            SqlError::Refused(_)
+                | SqlError::NotAQuery(_)
+                | SqlError::ParquetNeedsFile
+                | SqlError::Output { .. }
         )
     }
 }
 
-/// Plans `sql` against the catalog.
+/// Plans `sql` against the catalog, refusing anything but a query: the
+/// tables are read-only here, and so is the machine (no `COPY … TO`, no
+/// `CREATE EXTERNAL TABLE` over a local file, no `SET`).
 pub async fn plan(catalog: &Catalog, sql: &str) -> Result<DataFrame, SqlError> {
-    catalog.context.sql(sql).await.map_err(query_error)
+    let plan = catalog
+        .context
+        .state()
+        .create_logical_plan(sql)
+        .await
+        .map_err(query_error)?;
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+        .verify_plan(&plan)
+        .map_err(|refused| SqlError::NotAQuery(refused.strip_backtrace()))?;
+    catalog
+        .context
+        .execute_logical_plan(plan)
+        .await
+        .map_err(query_error)
 }
 
 /// Runs `frame` and writes its rows as `format` to `output` (stdout without

@@ -523,10 +523,7 @@ fn latency(runtime: &tokio::runtime::Runtime) {
         Arc::new(ReadCache::new(DEFAULT_CACHE_MIB)),
         Arc::new(TaskModel::extractive()),
         navigator.embedder.clone(),
-        Limits {
-            request_timeout: Duration::from_secs(120),
-            auth_token: None,
-        },
+        Limits::default(),
     );
     runtime.block_on(state.refresh()).unwrap();
     let listener = runtime

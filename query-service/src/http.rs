@@ -34,9 +34,12 @@ use crate::request::{
 use crate::service::{ApiError, ServiceState};
 use crate::{mcp, ui};
 
-/// The routes; `mcp_hosts` are the `Host`s `/mcp` answers (see
-/// [`mcp::http_service`]); with `explorer`, the web explorer at `/`.
-pub fn router(state: Arc<ServiceState>, mcp_hosts: mcp::AllowedHosts, explorer: bool) -> Router {
+/// The routes; only requests whose `Host` is one of `hosts` are answered
+/// (the probes excepted), so a web page cannot reach the service through DNS
+/// rebinding; with `explorer`, the web explorer at `/`. Every request has
+/// the request timeout, and expensive ones share
+/// [`crate::service::Limits::expensive_in_flight`] permits.
+pub fn router(state: Arc<ServiceState>, hosts: mcp::AllowedHosts, explorer: bool) -> Router {
     let api = Router::new()
         .route("/v1/ask", post(ask_handler))
         .route("/v1/search", post(search_handler))
@@ -52,7 +55,8 @@ pub fn router(state: Arc<ServiceState>, mcp_hosts: mcp::AllowedHosts, explorer: 
         .route("/v1/entities/{id}", get(entity_handler))
         .route("/v1/checkpoints", get(checkpoints_handler))
         .route("/v1/overview", get(overview_handler))
-        .nest_service("/mcp", mcp::http_service(state.clone(), mcp_hosts))
+        .route("/metrics", get(metrics_handler))
+        .nest_service("/mcp", mcp::http_service(state.clone(), hosts.clone()))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authorise,
@@ -64,11 +68,17 @@ pub fn router(state: Arc<ServiceState>, mcp_hosts: mcp::AllowedHosts, explorer: 
     };
     routes
         .merge(api)
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready_handler))
-        .route("/metrics", get(metrics_handler))
         .route("/openapi.json", get(|| async { Json(openapi()) }))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route; see /openapi.json") })
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            limit_expensive,
+        ))
+        .layer(middleware::from_fn_with_state(Arc::new(hosts), check_host))
+        // Probes come with the pod's address as their Host, and tell nothing.
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready_handler))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), in_time))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -83,8 +93,12 @@ async fn authorise(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if presented != Some(token.as_str()) {
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or_default();
+        // Constant time: how long a refusal takes tells nothing of the token.
+        let matches: bool =
+            subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), token.as_bytes()).into();
+        if !matches {
             return error(
                 StatusCode::UNAUTHORIZED,
                 "this service needs Authorization: Bearer <token> (the --auth-token-file token)",
@@ -94,10 +108,74 @@ async fn authorise(
     next.run(request).await
 }
 
-/// A served result as JSON, or its error with its status.
+/// 403 unless the request names an allowed host (its `Host` header, or the
+/// URI's authority over HTTP/2).
+async fn check_host(
+    State(hosts): State<Arc<mcp::AllowedHosts>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()));
+    if !host.is_some_and(|host| hosts.permits(host)) {
+        return error(
+            StatusCode::FORBIDDEN,
+            "this Host is not served; the service answers loopback and its --allowed-host names",
+        );
+    }
+    next.run(request).await
+}
+
+/// Every request within the request timeout: past it, 504.
+async fn in_time(State(state): State<Arc<ServiceState>>, request: Request, next: Next) -> Response {
+    let limit = state.limits.request_timeout;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => reply::<()>(Err(ApiError::TimedOut(limit.as_secs()))),
+    }
+}
+
+/// Requests that cost a replica real work: questions, searches, the
+/// overview's report, MCP calls, and any read at an earlier epoch (which
+/// opens that checkpoint). Past the permits they are 429, with Retry-After.
+fn is_expensive(request: &Request) -> bool {
+    let path = request.uri().path();
+    let earlier = request
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|pair| pair.starts_with("epoch=")));
+    earlier || matches!(path, "/v1/ask" | "/v1/search" | "/v1/overview") || path.starts_with("/mcp")
+}
+
+async fn limit_expensive(
+    State(state): State<Arc<ServiceState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if !is_expensive(&request) {
+        return next.run(request).await;
+    }
+    match state.expensive.try_acquire() {
+        Ok(_permit) => next.run(request).await,
+        Err(_) => reply::<()>(Err(ApiError::Busy)),
+    }
+}
+
+/// A served result as JSON, or its error with its status (and when to come
+/// back, for a busy service).
 fn reply<T: Serialize>(served: Result<T, ApiError>) -> Response {
     match served {
         Ok(value) => Json(value).into_response(),
+        Err(ApiError::Busy) => {
+            let mut response = error(StatusCode::TOO_MANY_REQUESTS, &ApiError::Busy.to_string());
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            response
+        }
         Err(failure) => error(failure.status(), &failure.to_string()),
     }
 }

@@ -15,7 +15,7 @@ use memweave_process::{LogFormat, StorageArgs, init_logging, stop_requested};
 use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
 use memweave_query::http::router;
 use memweave_query::mcp::{AllowedHosts, serve_stdio};
-use memweave_query::service::{Limits, ServiceState};
+use memweave_query::service::{DEFAULT_EXPENSIVE_IN_FLIGHT, Limits, ServiceState};
 use memweave_schemas::TableStore;
 
 /// jemalloc, not glibc's malloc: Lance's reads allocate and free per
@@ -59,17 +59,19 @@ enum Command {
         /// (Authorization: Bearer TOKEN); without it the API is open.
         #[arg(long, env = "MEMWEAVE_AUTH_TOKEN_FILE")]
         auth_token_file: Option<std::path::PathBuf>,
-        /// A Host (name, or name:port) /mcp answers besides loopback's, such
-        /// as the service's name in a cluster; repeatable. Other hosts get
-        /// 403, so a web page cannot reach an open service through DNS
-        /// rebinding. With --auth-token-file every host is answered: the
-        /// token guards it. The variable takes a comma-separated list.
+        /// A Host (name, or name:port) the service answers besides
+        /// loopback's, such as its name in a cluster; repeatable. Other hosts
+        /// get 403 on every route but /healthz and /readyz, so a web page
+        /// cannot reach an open service through DNS rebinding. With
+        /// --auth-token-file every host is answered: the token guards it. The
+        /// variable takes a comma-separated list.
         #[arg(
-            long = "mcp-allowed-host",
-            env = "MEMWEAVE_MCP_ALLOWED_HOSTS",
+            long = "allowed-host",
+            alias = "mcp-allowed-host",
+            env = "MEMWEAVE_ALLOWED_HOSTS",
             value_delimiter = ','
         )]
-        mcp_allowed_hosts: Vec<String>,
+        allowed_hosts: Vec<String>,
         /// Do not serve the web explorer at / (the API is served either way).
         #[arg(long, env = "MEMWEAVE_NO_UI")]
         no_ui: bool,
@@ -102,6 +104,11 @@ struct MemoryArgs {
     /// tool error).
     #[arg(long, default_value_t = 120)]
     request_timeout_secs: u64,
+    /// Expensive requests (ask, search, overview, MCP calls, reads at an
+    /// earlier epoch) served at once; more are answered 429 with
+    /// Retry-After.
+    #[arg(long, default_value_t = DEFAULT_EXPENSIVE_IN_FLIGHT)]
+    max_expensive_requests: usize,
     /// MiB of memory the replica keeps between questions: half for
     /// Lance's index pages (posting lists, B-tree pages, vector
     /// partitions), an eighth for file metadata, the rest for the rows
@@ -124,6 +131,7 @@ impl MemoryArgs {
             refresh_secs,
             storage,
             request_timeout_secs,
+            max_expensive_requests,
             cache_mib,
             model,
         } = self;
@@ -140,6 +148,7 @@ impl MemoryArgs {
         let limits = Limits {
             request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
             auth_token,
+            expensive_in_flight: max_expensive_requests,
         };
         let cache = Arc::new(ReadCache::new(cache_mib));
         let state = ServiceState::new(store, cache, Arc::new(model), embedder, limits);
@@ -167,9 +176,9 @@ async fn main() -> anyhow::Result<()> {
             memory,
             listen,
             auth_token_file,
-            mcp_allowed_hosts,
+            allowed_hosts,
             no_ui,
-        } => serve(memory, listen, auth_token_file, mcp_allowed_hosts, !no_ui).await,
+        } => serve(memory, listen, auth_token_file, allowed_hosts, !no_ui).await,
         Command::Mcp { memory } => Ok(serve_stdio(memory.open(None).await?).await?),
     }
 }
@@ -178,7 +187,7 @@ async fn serve(
     memory: MemoryArgs,
     listen: SocketAddr,
     auth_token_file: Option<std::path::PathBuf>,
-    mcp_allowed_hosts: Vec<String>,
+    allowed_hosts: Vec<String>,
     explorer: bool,
 ) -> anyhow::Result<()> {
     let auth_token = match &auth_token_file {
@@ -196,10 +205,10 @@ async fn serve(
         }
         None => None,
     };
-    let mcp_hosts = if auth_token.is_some() {
+    let hosts = if auth_token.is_some() {
         AllowedHosts::Any
     } else {
-        AllowedHosts::loopback_and(mcp_allowed_hosts)
+        AllowedHosts::loopback_and(allowed_hosts)
     };
     let state = memory.open(auth_token).await?;
     let listener = tokio::net::TcpListener::bind(listen)
@@ -210,7 +219,7 @@ async fn serve(
     if explorer {
         tracing::info!("the web explorer: http://{address}/");
     }
-    axum::serve(listener, router(state, mcp_hosts, explorer))
+    axum::serve(listener, router(state, hosts, explorer))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())

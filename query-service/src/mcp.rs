@@ -41,6 +41,24 @@ impl AllowedHosts {
         let loopback = ["localhost", "127.0.0.1", "::1"].map(String::from);
         AllowedHosts::Only(loopback.into_iter().chain(others).collect())
     }
+
+    /// Whether a request's `Host` (`name`, `name:port`, `[v6]:port`) is
+    /// served: its name, or the whole value, is one of the hosts, in any case.
+    pub fn permits(&self, host: &str) -> bool {
+        let AllowedHosts::Only(hosts) = self else {
+            return true;
+        };
+        let host = host.trim().to_ascii_lowercase();
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split_once(']').map_or(v6, |(name, _)| name),
+            None => host
+                .rsplit_once(':')
+                .map_or(host.as_str(), |(name, _)| name),
+        };
+        hosts.iter().any(|allowed| {
+            allowed.eq_ignore_ascii_case(name) || allowed.eq_ignore_ascii_case(&host)
+        })
+    }
 }
 
 /// The tools, over one service's state.

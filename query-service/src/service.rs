@@ -29,17 +29,25 @@ use crate::snapshot::{Document, Snapshot};
 /// Limits every request runs under.
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Wall time one answer may take, model calls included.
+    /// Wall time one request may take, model calls included.
     pub request_timeout: Duration,
-    /// When set, `/v1/*` and `/mcp` need `Authorization: Bearer <token>`.
+    /// When set, `/v1/*`, `/mcp` and `/metrics` need `Authorization: Bearer <token>`.
     pub auth_token: Option<String>,
+    /// Expensive requests (ask, search, the overview, MCP calls, anything at
+    /// an earlier epoch) served at once; more are answered 429.
+    pub expensive_in_flight: usize,
 }
+
+/// Expensive requests at once unless told otherwise: enough to keep a GPU
+/// pool busy, few enough that a flood of questions cannot exhaust a replica.
+pub const DEFAULT_EXPENSIVE_IN_FLIGHT: usize = 64;
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             request_timeout: Duration::from_secs(120),
             auth_token: None,
+            expensive_in_flight: DEFAULT_EXPENSIVE_IN_FLIGHT,
         }
     }
 }
@@ -64,6 +72,9 @@ pub enum ApiError {
     Unavailable(String),
     #[error("no answer within {0} s (--request-timeout-secs)")]
     TimedOut(u64),
+    /// As many expensive requests as allowed are in flight.
+    #[error("too many requests in flight (--max-expensive-requests); retry shortly")]
+    Busy,
 }
 
 impl ApiError {
@@ -75,6 +86,7 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ApiError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Busy => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 }
@@ -121,10 +133,15 @@ pub struct ServiceState {
     /// Snapshots of earlier checkpoints a request asked for, the most
     /// recently asked last: time travel opens a checkpoint once.
     earlier: tokio::sync::Mutex<Vec<Arc<Snapshot>>>,
-    /// The reports made, by epoch, the most recently asked last
-    /// ([`ServiceState::report`]).
-    reports: tokio::sync::Mutex<Vec<(u64, Arc<Report>)>>,
+    /// The reports made or being made, by epoch, the most recently asked
+    /// last ([`ServiceState::report`]).
+    reports: Mutex<Vec<(u64, ReportCell)>>,
+    /// Permits for expensive requests ([`Limits::expensive_in_flight`]).
+    pub(crate) expensive: tokio::sync::Semaphore,
 }
+
+/// One epoch's report, made once by whichever request asks first.
+type ReportCell = Arc<tokio::sync::OnceCell<Arc<Report>>>;
 
 /// Earlier checkpoints' snapshots kept open, and reports kept.
 const EARLIER_KEPT: usize = 4;
@@ -151,11 +168,12 @@ impl ServiceState {
             snapshot: RwLock::new(None),
             model,
             embedder,
-            limits,
             metrics: Mutex::new(Metrics::default()),
             memory_report: tokio::sync::Mutex::new(None),
             earlier: tokio::sync::Mutex::new(Vec::new()),
-            reports: tokio::sync::Mutex::new(Vec::new()),
+            reports: Mutex::new(Vec::new()),
+            expensive: tokio::sync::Semaphore::new(limits.expensive_in_flight.max(1)),
+            limits,
         })
     }
 
@@ -235,25 +253,33 @@ impl ServiceState {
 
     /// The memory's report at `epoch`: made once per epoch (it aggregates
     /// whole tables: seconds at 100M tokens) and kept for the next asks.
+    /// No lock is held while it is made: a report of one epoch never waits
+    /// for another's (an old epoch's overview does not hold up `/metrics`).
     pub(crate) async fn report(&self, epoch: u64) -> Served<Arc<Report>> {
-        let mut reports = self.reports.lock().await;
-        if let Some(at) = reports.iter().position(|(e, _)| *e == epoch) {
-            let made = reports.remove(at);
-            reports.push(made.clone());
-            return Ok(made.1);
-        }
+        let cell = {
+            let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+            let cell = match reports.iter().position(|(e, _)| *e == epoch) {
+                Some(at) => reports.remove(at).1,
+                None => ReportCell::default(),
+            };
+            if reports.len() == REPORTS_KEPT {
+                reports.remove(0);
+            }
+            reports.push((epoch, cell.clone()));
+            cell
+        };
         let failed = |e: &dyn std::fmt::Display| {
             ApiError::Unavailable(format!("the memory's report failed: {e}"))
         };
-        let catalog = Catalog::open(self.store.clone(), Some(epoch))
-            .await
-            .map_err(|e| failed(&e))?;
-        let made = Arc::new(report(&catalog).await.map_err(|e| failed(&e))?);
-        if reports.len() == REPORTS_KEPT {
-            reports.remove(0);
-        }
-        reports.push((epoch, made.clone()));
-        Ok(made)
+        let made = cell
+            .get_or_try_init(|| async {
+                let catalog = Catalog::open(self.store.clone(), Some(epoch))
+                    .await
+                    .map_err(|e| failed(&e))?;
+                Ok::<_, ApiError>(Arc::new(report(&catalog).await.map_err(|e| failed(&e))?))
+            })
+            .await?;
+        Ok(made.clone())
     }
 
     fn models(&self) -> Models<'_> {

@@ -132,6 +132,35 @@ fn sql_travels_in_time_and_refuses_bad_queries() {
     let unknown = memweave(["sql", "SELECT nope FROM documents", "--tables", &root]);
     assert_eq!(unknown.status.code(), Some(2));
     assert!(stderr(&unknown).contains("nope"), "{}", stderr(&unknown));
+    // Read-only: nothing written, no file outside the tables read.
+    let written = dir.path().join("written.csv");
+    for (statement, named) in [
+        (
+            format!("COPY (SELECT 1) TO '{}'", written.display()),
+            "COPY",
+        ),
+        (
+            "CREATE EXTERNAL TABLE secrets STORED AS CSV LOCATION '/etc/passwd'".to_string(),
+            "CreateExternalTable",
+        ),
+        (
+            "SET datafusion.execution.batch_size = 1".to_string(),
+            "SetVariable",
+        ),
+        (
+            "CREATE TABLE t AS SELECT 1".to_string(),
+            "CreateMemoryTable",
+        ),
+    ] {
+        let refused = memweave(["sql", statement.as_str(), "--tables", &root]);
+        assert_eq!(refused.status.code(), Some(2), "{statement}");
+        let message = stderr(&refused);
+        assert!(
+            message.contains("runs queries only") && message.contains(named),
+            "{statement}: {message}"
+        );
+    }
+    assert!(!written.exists());
     let gone = memweave(["sql", "SELECT 1", "--tables", &root, "--version", "9"]);
     assert_eq!(gone.status.code(), Some(2));
     assert!(

@@ -773,6 +773,25 @@ fn the_api_can_require_a_bearer_token() {
         assert_eq!(right.status().as_u16(), 200);
         let health = client.get(format!("{base}/healthz")).send().await.unwrap();
         assert_eq!(health.status().as_u16(), 200);
+        // The metrics name the tables' figures: behind the token too.
+        let metrics = format!("{base}/metrics");
+        let refused = client.get(&metrics).send().await.unwrap();
+        assert_eq!(refused.status().as_u16(), 401);
+        let scraped = client
+            .get(&metrics)
+            .bearer_auth("s3cret")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(scraped.status().as_u16(), 200);
+        // A token of the right length but wrong is refused like any other.
+        let same_length = client
+            .get(&documents)
+            .bearer_auth("s3creT")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(same_length.status().as_u16(), 401);
         // The explorer's page holds no data: it is served without the token,
         // under a policy that lets no inline script run.
         let page = client.get(format!("{base}/")).send().await.unwrap();
@@ -795,6 +814,74 @@ fn the_api_can_require_a_bearer_token() {
             .await
             .unwrap();
         assert_eq!(api.status().as_u16(), 200, "the API is served either way");
+    });
+}
+
+/// Without a token, only loopback's names and `--allowed-host` are answered
+/// (DNS rebinding), on every route but the probes.
+#[test]
+fn the_service_answers_only_its_own_host_names() {
+    let tables = pg_essays().tables.to_str().unwrap().to_string();
+    let (_server, base) = serve_with(&tables, &["--allowed-host", "memweave-query"]);
+    current_thread().block_on(async {
+        let client = reqwest::Client::new();
+        let status = |path: &'static str, host: &'static str| {
+            let request = client.get(format!("{base}{path}")).header("host", host);
+            async move { request.send().await.unwrap().status().as_u16() }
+        };
+        for path in [
+            "/v1/documents",
+            "/v1/checkpoints",
+            "/metrics",
+            "/openapi.json",
+            "/",
+        ] {
+            assert_eq!(status(path, "evil.example").await, 403, "{path}");
+            assert_eq!(status(path, "evil.example:80").await, 403, "{path}");
+        }
+        assert_eq!(status("/v1/documents", "memweave-query").await, 200);
+        assert_eq!(status("/v1/documents", "MEMWEAVE-QUERY:8080").await, 200);
+        assert_eq!(status("/v1/documents", "localhost:1").await, 200);
+        assert_eq!(status("/v1/documents", "[::1]:8080").await, 200);
+        assert_eq!(status("/healthz", "10.1.2.3:8080").await, 200);
+        assert_eq!(status("/readyz", "10.1.2.3:8080").await, 200);
+    });
+}
+
+/// Past `--max-expensive-requests` questions in flight, more are 429 with
+/// Retry-After, while cheap reads are served; every question is answered
+/// or refused, none waits past the request timeout.
+#[test]
+fn questions_past_the_limit_are_refused_with_retry_after() {
+    let tables = pg_essays().tables.to_str().unwrap().to_string();
+    // Each model call takes 300 ms: a question takes seconds.
+    let model = SimServer::start(SimConfig::new(8, 300.0));
+    let mut flags: Vec<&str> = vec!["--max-expensive-requests", "1"];
+    let openai = openai_flags(&model.url);
+    flags.extend(openai.iter().map(String::as_str));
+    let (_server, base) = serve_with(&tables, &flags);
+    current_thread().block_on(async {
+        let client = reqwest::Client::new();
+        let asks = (0..4).map(|_| {
+            client
+                .post(format!("{base}/v1/ask"))
+                .json(&serde_json::json!({"question": "What did the author paint?", "strategy": "memwalker"}))
+                .send()
+        });
+        let cheap = client.get(format!("{base}/v1/documents?limit=1")).send();
+        let (answered, cheap) = tokio::join!(futures::future::join_all(asks), cheap);
+        assert_eq!(cheap.unwrap().status().as_u16(), 200, "a cheap read is never refused");
+        let mut statuses = Vec::new();
+        for response in answered {
+            let response = response.unwrap();
+            let status = response.status().as_u16();
+            if status == 429 {
+                assert_eq!(response.headers()["retry-after"], "1");
+            }
+            statuses.push(status);
+        }
+        statuses.sort();
+        assert_eq!(statuses, [200, 429, 429, 429], "one question in flight at once");
     });
 }
 
