@@ -310,7 +310,7 @@ fn read_stage(name: &str, files: &[PathBuf], pages: bool) -> f64 {
             .collect();
         (loaded.into_par_iter())
             .map(|(file, data)| {
-                let parsed = parse(&file, Ok::<_, String>(data), &options);
+                let parsed = parse(&file, Ok(data), &options);
                 parsed.into_iter().flatten().map(count).sum::<usize>()
             })
             .sum()

@@ -3,7 +3,12 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use memweave_ingest::{Columns, DEFAULT_MAX_INFLATED_BYTES, ReadOptions};
+use memweave_ingest::sandbox::{
+    DEFAULT_PARSE_MEMORY_BYTES, DEFAULT_PARSE_TIME, ParseLimits, ParserCommand,
+};
+use memweave_ingest::{
+    Columns, DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RECORD_BYTES, Parsers, ReadOptions,
+};
 use memweave_llm::ModelArgs;
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
@@ -19,7 +24,9 @@ use memweave_pipeline::index::{
     ComputeSummary, DEFAULT_WRITE_BATCH_ROWS, IndexOptions, IndexSummary, compute, error_kinds,
     run_index, watch,
 };
-use memweave_pipeline::source::SourceOptions;
+use memweave_pipeline::source::{
+    AllowedUris, DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_DOCUMENT_BYTES, FetchLimits, SourceOptions,
+};
 use memweave_pipeline::{IndexError, UsageError};
 use memweave_process::{StorageArgs, parse_key_value};
 
@@ -54,6 +61,32 @@ pub struct IndexArgs {
     /// is a too_large error, not read.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_INFLATED_BYTES >> 20)]
     max_inflated_mib: u64,
+    /// Parse files in this process rather than in parser processes (where a
+    /// crash, a stack overflow or a hang on a hostile file costs that file
+    /// alone); for debugging a parser.
+    #[arg(long)]
+    parse_in_process: bool,
+    /// Address space each parser process may use; a file that needs more is
+    /// a too_large error.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_PARSE_MEMORY_BYTES >> 20)]
+    parser_memory_mib: u64,
+    /// Longest one file's parse may take; a slower one is a timeout error.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_PARSE_TIME.as_secs())]
+    parse_timeout: u64,
+    /// Most bytes one file or object may have; a larger one is a too_large
+    /// error, not read. Datasets (read a batch at a time) are not capped.
+    #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_DOCUMENT_BYTES >> 20)]
+    max_document_mib: u64,
+    /// Longest one file or object may take to fetch; a slower one is a
+    /// timeout error.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_FETCH_TIMEOUT.as_secs())]
+    fetch_timeout: u64,
+    /// A prefix a kafka:// message's `uri` may name: an object-store URL
+    /// (s3://BUCKET/PREFIX) or a local folder; repeatable. With none, a
+    /// message with a `uri` is a forbidden_uri error: the topic's writers
+    /// choose the uri, and it is read with the indexer's own access.
+    #[arg(long = "allow-uri", value_name = "PREFIX")]
+    allow_uris: Vec<String>,
     /// After the run, look at SOURCE every SECONDS and index again when a file
     /// or object was added, changed or removed; stop with Ctrl-C.
     #[arg(long, value_name = "SECONDS")]
@@ -236,7 +269,25 @@ impl IndexArgs {
                         title: self.title_column,
                     },
                     max_inflated_bytes: self.max_inflated_mib << 20,
+                    max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+                    parsers: if self.parse_in_process {
+                        Parsers::default()
+                    } else {
+                        Parsers::isolated(ParserCommand {
+                            program: std::env::current_exe()?,
+                            args: vec!["parse-worker".into()],
+                            limits: ParseLimits {
+                                memory_bytes: self.parser_memory_mib << 20,
+                                time: Duration::from_secs(self.parse_timeout.max(1)),
+                            },
+                        })
+                    },
                 },
+                fetch: FetchLimits {
+                    max_bytes: self.max_document_mib << 20,
+                    timeout: Duration::from_secs(self.fetch_timeout.max(1)),
+                },
+                allowed_uris: AllowedUris::parse(&self.allow_uris)?,
             },
             tables: self.out,
             storage_options: self.storage.into_map(),

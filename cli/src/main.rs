@@ -116,12 +116,26 @@ enum Command {
     Prompts(PromptsArgs),
     /// Answer a question from the memory tables, with the trace of how.
     Ask(AskArgs),
+    /// A parser process of `memweave index`: reads files on stdin, answers
+    /// their documents on stdout, within MEMORY_BYTES of address space.
+    #[command(hide = true)]
+    ParseWorker { memory_bytes: u64 },
 }
 
 // The binary edge: the one place an error is printed rather than logged.
 #[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::ParseWorker { memory_bytes } = cli.command {
+        // No logging: its stderr is read only when it dies.
+        return match memweave_ingest::sandbox::serve_worker(memory_bytes) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("memweave parse-worker: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     init_logging(cli.log_format);
     let interactive = matches!(cli.log_format, LogFormat::Text);
     let result = match cli.command {
@@ -131,6 +145,7 @@ fn main() -> ExitCode {
         Command::Report(args) => args.run(),
         Command::Prompts(args) => args.run(),
         Command::Ask(args) => args.run(),
+        Command::ParseWorker { .. } => unreachable!("served above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

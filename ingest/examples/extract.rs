@@ -25,7 +25,15 @@ fn main() {
     let parsed: Box<dyn Iterator<Item = _>> = if file.format.is_dataset() {
         Box::new(read_rows(&file, Path::new(path), &options))
     } else {
-        Box::new(parse(&file, std::fs::read(path), &options).into_iter())
+        Box::new(
+            parse(
+                &file,
+                std::fs::read(path)
+                    .map_err(|e| memweave_ingest::IngestError::unreadable(&file.uri, e)),
+                &options,
+            )
+            .into_iter(),
+        )
     };
     for item in parsed {
         match item {

@@ -12,13 +12,13 @@ use arrow_schema::{ArrowError, DataType};
 use memweave_operators::build::RawDocument;
 use memweave_schemas::Section;
 
-use crate::{Compression, Format, IngestError, Located, clip, kind};
+use crate::{Compression, Format, IngestError, Located, ReadOptions, clip, kind};
 
 /// Rows a Parquet or Arrow batch holds: texts of a few kilobytes each.
 const BATCH_ROWS: usize = 1024;
 
 /// The columns (or JSON fields) a dataset's rows are read from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Columns {
     /// The row's id: what the document is known by across versions (a
     /// string, or a number written in decimal).
@@ -51,9 +51,10 @@ pub(crate) enum Input {
 
 /// A dataset's rows, each with where the file holds it, read as they are
 /// taken. A file with no rows gives one `empty` error.
-pub(crate) fn rows(uri: &str, format: Format, input: Input, columns: &Columns) -> Rows {
+pub(crate) fn rows(uri: &str, format: Format, input: Input, options: &ReadOptions) -> Rows {
+    let columns = &options.columns;
     let opened = match format {
-        Format::JsonLines(compression) => json_lines(uri, compression, input, columns),
+        Format::JsonLines(compression) => json_lines(uri, compression, input, options),
         Format::Parquet => parquet(uri, input, columns),
         Format::ArrowFile | Format::ArrowStream => arrow(uri, format, input, columns),
         _ => unreachable!("{format:?} is not a dataset"),
@@ -118,23 +119,31 @@ fn json_lines(
     uri: &str,
     compression: Compression,
     input: Input,
-    columns: &Columns,
+    options: &ReadOptions,
 ) -> Result<Rows, IngestError> {
     let raw: Box<dyn Read + Send> = match input {
         Input::Bytes(bytes) => Box::new(std::io::Cursor::new(bytes)),
         Input::File(file) => Box::new(BufReader::new(file)),
     };
+    // What a compressed file inflates to counts against one budget: past
+    // it, the read fails as `too_large` rather than filling memory or disk.
+    let budget = options.max_inflated_bytes;
     let decoded: Box<dyn Read + Send> = match compression {
         Compression::None => raw,
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(raw)),
-        Compression::Zstd => Box::new(
+        Compression::Gzip => Box::new(Inflated::new(
+            flate2::read::MultiGzDecoder::new(raw),
+            budget,
+        )),
+        Compression::Zstd => Box::new(Inflated::new(
             zstd::stream::read::Decoder::new(raw)
                 .map_err(|e| IngestError::new(uri, kind::CORRUPT, e.to_string()))?,
-        ),
+            budget,
+        )),
     };
     Ok(Box::new(JsonRows {
         uri: uri.to_string(),
-        columns: columns.clone(),
+        columns: options.columns.clone(),
+        max_line: options.max_record_bytes,
         reader: BufReader::new(decoded),
         line: Vec::new(),
         number: 0,
@@ -142,14 +151,87 @@ fn json_lines(
     }))
 }
 
+/// A decompressor that fails once it has given `budget` bytes.
+struct Inflated<R> {
+    inner: R,
+    left: u64,
+    budget: u64,
+}
+
+impl<R> Inflated<R> {
+    fn new(inner: R, budget: u64) -> Self {
+        Inflated {
+            inner,
+            left: budget,
+            budget,
+        }
+    }
+}
+
+impl<R: Read> Read for Inflated<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.left = self.left.checked_sub(n as u64).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::FileTooLarge,
+                format!(
+                    "it inflates past {} MiB (--max-inflated-mib)",
+                    self.budget >> 20
+                ),
+            )
+        })?;
+        Ok(n)
+    }
+}
+
 /// A JSON Lines file's records, a line at a time.
 struct JsonRows {
     uri: String,
     columns: Columns,
+    /// The longest line read; a longer one is a `too_large` error, skipped.
+    max_line: u64,
     reader: BufReader<Box<dyn Read + Send>>,
     line: Vec<u8>,
     number: usize,
     done: bool,
+}
+
+impl JsonRows {
+    /// Reads the next line into `self.line`, at most `max_line` bytes of it:
+    /// whether a line was there, and whether it was cut short (the rest of
+    /// it is read past, never held).
+    fn next_line(&mut self) -> std::io::Result<Option<bool>> {
+        self.line.clear();
+        let limit = self.max_line.saturating_add(1);
+        if (&mut self.reader)
+            .take(limit)
+            .read_until(b'\n', &mut self.line)?
+            == 0
+        {
+            return Ok(None);
+        }
+        let whole = self.line.ends_with(b"\n") || self.line.len() as u64 <= self.max_line;
+        if !whole {
+            // Past the cap: skip to the line's end a buffer at a time.
+            loop {
+                let buffer = self.reader.fill_buf()?;
+                if buffer.is_empty() {
+                    break;
+                }
+                match buffer.iter().position(|&b| b == b'\n') {
+                    Some(at) => {
+                        self.reader.consume(at + 1);
+                        break;
+                    }
+                    None => {
+                        let n = buffer.len();
+                        self.reader.consume(n);
+                    }
+                }
+            }
+        }
+        Ok(Some(!whole))
+    }
 }
 
 impl Iterator for JsonRows {
@@ -157,22 +239,34 @@ impl Iterator for JsonRows {
 
     fn next(&mut self) -> Option<Located> {
         while !self.done {
-            self.line.clear();
-            match self.reader.read_until(b'\n', &mut self.line) {
-                Ok(0) => self.done = true,
-                Ok(_) => self.number += 1,
+            let cut = match self.next_line() {
+                Ok(None) => {
+                    self.done = true;
+                    break;
+                }
+                Ok(Some(cut)) => {
+                    self.number += 1;
+                    cut
+                }
                 Err(e) => {
                     self.done = true;
                     let place = at(&self.uri, self.number + 1);
+                    let kind = if e.kind() == std::io::ErrorKind::FileTooLarge {
+                        kind::TOO_LARGE
+                    } else {
+                        kind::CORRUPT
+                    };
                     let message = format!("cannot decompress past line {}: {e}", self.number);
-                    let error = IngestError::new(&place, kind::CORRUPT, message);
+                    let error = IngestError::new(&place, kind, message);
                     return Some((place, Err(error)));
                 }
-            }
-            if self.done {
-                break;
-            }
+            };
             let place = at(&self.uri, self.number);
+            if cut {
+                let message = format!("a line longer than {} MiB; not read", self.max_line >> 20);
+                let error = IngestError::new(&place, kind::TOO_LARGE, message);
+                return Some((place, Err(error)));
+            }
             let Ok(text) = std::str::from_utf8(&self.line) else {
                 let error = IngestError::new(&place, kind::BAD_RECORD, "not UTF-8");
                 return Some((place, Err(error)));

@@ -16,9 +16,11 @@ mod markup;
 mod office;
 mod outline;
 mod pdf;
+pub mod sandbox;
 mod zipped;
 
 pub use dataset::Columns;
+use serde::{Deserialize, Serialize};
 
 /// The `errors` table's kinds for what a reader meets.
 pub mod kind {
@@ -33,18 +35,45 @@ pub mod kind {
     pub const UNSUPPORTED_TYPE: &str = "unsupported_type";
     /// A PDF that needs a password.
     pub const ENCRYPTED: &str = "encrypted";
+    /// A document whose earlier reading took the process down: skipped on
+    /// the next start instead of read again.
+    pub const QUARANTINED: &str = "quarantined";
     /// A PDF whose pages have no text (scanned images).
     pub const NO_TEXT_LAYER: &str = "no_text_layer";
     /// A file its format's parser cannot read: truncated, damaged, or not
     /// what its name says.
     pub const CORRUPT: &str = "corrupt";
-    /// A zip container (DOCX, EPUB) that inflates past the limit.
+    /// A file past `--max-document-mib`, or one whose compressed parts
+    /// (zip members, PDF filters, gzip or zstd lines) inflate past the limit.
     pub const TOO_LARGE: &str = "too_large";
+    /// A file or object that did not arrive within the fetch timeout.
+    pub const TIMEOUT: &str = "timeout";
+    /// A path or URI outside what the operator allowed: a link out of a
+    /// folder source, or a Kafka message's `uri` under no `--allow-uri`.
+    pub const FORBIDDEN: &str = "forbidden_uri";
     /// A record of a dataset or JSON Lines file that is not a document:
     /// not an object, no id or text, a text that is not a string.
     pub const BAD_RECORD: &str = "bad_record";
     /// A second document of one file with an id the file already gave.
     pub const DUPLICATE_ID: &str = "duplicate_id";
+
+    /// Every kind a reader gives.
+    pub const ALL: [&str; 14] = [
+        UNREADABLE,
+        BINARY,
+        NOT_UTF8,
+        EMPTY,
+        UNSUPPORTED_TYPE,
+        ENCRYPTED,
+        NO_TEXT_LAYER,
+        CORRUPT,
+        TOO_LARGE,
+        TIMEOUT,
+        FORBIDDEN,
+        BAD_RECORD,
+        DUPLICATE_ID,
+        QUARANTINED,
+    ];
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +94,11 @@ impl IngestError {
             message: message.into(),
         }
     }
+
+    /// A file or object whose bytes could not be had at all.
+    pub fn unreadable(source: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        IngestError::new(source, kind::UNREADABLE, format!("cannot read: {reason}"))
+    }
 }
 
 /// How a file's documents are read out of it.
@@ -72,32 +106,74 @@ impl IngestError {
 pub struct ReadOptions {
     /// The columns (or JSON fields) of a dataset's rows.
     pub columns: Columns,
-    /// Most bytes a zip container (DOCX, EPUB) may inflate to.
+    /// Most bytes one file's compressed parts may inflate to, all together:
+    /// a zip container's (DOCX, EPUB) members, a gzip or zstd JSON Lines
+    /// file's lines.
     pub max_inflated_bytes: u64,
+    /// Longest line of a JSON Lines file: one record.
+    pub max_record_bytes: u64,
+    /// Where whole files are parsed: in this process, or in worker processes.
+    pub parsers: Parsers,
 }
 
 /// 256 MiB: ten times the largest real DOCX or EPUB text one meets, and far
 /// below what a zip bomb would take.
 pub const DEFAULT_MAX_INFLATED_BYTES: u64 = 256 << 20;
 
+/// 64 MiB: a book's text in one record is a few MB.
+pub const DEFAULT_MAX_RECORD_BYTES: u64 = 64 << 20;
+
 impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             columns: Columns::default(),
             max_inflated_bytes: DEFAULT_MAX_INFLATED_BYTES,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            parsers: Parsers::default(),
         }
     }
 }
 
+/// Where [`parse`] runs a file's parser: in this process (the default, for
+/// libraries and tests), or in a pool of worker processes
+/// ([`sandbox::ParserPool`]) where a crash or a hang costs only that file.
+/// Two values are equal whatever they hold: they give the same documents.
+#[derive(Clone, Default)]
+pub struct Parsers(Option<std::sync::Arc<sandbox::ParserPool>>);
+
+impl Parsers {
+    pub fn isolated(command: sandbox::ParserCommand) -> Self {
+        Parsers(Some(std::sync::Arc::new(sandbox::ParserPool::new(command))))
+    }
+}
+
+impl std::fmt::Debug for Parsers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Parsers(isolated)"
+        } else {
+            "Parsers(in process)"
+        })
+    }
+}
+
+impl PartialEq for Parsers {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Parsers {}
+
 /// A compression a JSON Lines file may come in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Compression {
     None,
     Gzip,
     Zstd,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Format {
     Text,
     Markdown,
@@ -185,7 +261,7 @@ impl Format {
 }
 
 /// A file or object to ingest and the key its documents are known by.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceFile {
     /// Where it is read from, and what documents cite: a path or an object URL.
     pub uri: String,
@@ -224,6 +300,9 @@ impl Discovery {
 
 /// Lists the files under `source` (a file or a directory, recursively, hidden
 /// entries skipped), sorted by key so every run and every worker sees one order.
+/// A link is followed only when its target is inside `source` (canonical, as
+/// the source's own path is), and only regular files are read: a link out of
+/// the folder is a `forbidden_uri` error, a FIFO or device an `unreadable` one.
 pub fn discover(source: &Path) -> std::io::Result<Discovery> {
     let meta = std::fs::metadata(source)?;
     let mut discovery = Discovery::default();
@@ -242,11 +321,28 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
         });
         return Ok(discovery);
     }
+    let root = std::fs::canonicalize(source)?;
+    let mut outside = Vec::new();
     let walker = walkdir::WalkDir::new(source)
         .follow_links(true)
         .sort_by_file_name()
         .into_iter()
-        .filter_entry(|e| e.depth() == 0 || !e.file_name().to_string_lossy().starts_with('.'));
+        .filter_entry(|e| {
+            if e.depth() > 0 && e.file_name().to_string_lossy().starts_with('.') {
+                return false;
+            }
+            // Checked before walkdir descends: a link to `/` is never walked.
+            let inside = !e.path_is_symlink()
+                || std::fs::canonicalize(e.path()).is_ok_and(|target| target.starts_with(&root));
+            if !inside {
+                outside.push(IngestError::new(
+                    e.path().display().to_string(),
+                    kind::FORBIDDEN,
+                    "a link out of the source folder; not followed",
+                ));
+            }
+            inside
+        });
     for entry in walker {
         let entry = match entry {
             Ok(entry) => entry,
@@ -268,6 +364,14 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
             continue;
         }
         let path = entry.path().to_path_buf();
+        if !entry.file_type().is_file() {
+            discovery.rejected.push(IngestError::new(
+                path.display().to_string(),
+                kind::UNREADABLE,
+                "not a regular file (a FIFO, socket or device); skipped",
+            ));
+            continue;
+        }
         let key = path
             .strip_prefix(source)
             .unwrap_or(&path)
@@ -278,6 +382,7 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
         let version = entry.metadata().ok().map(|m| file_version(&m));
         discovery.add(path.display().to_string(), key, version);
     }
+    discovery.rejected.append(&mut outside);
     discovery.files.sort_by(|a, b| a.key.cmp(&b.key));
     Ok(discovery)
 }
@@ -303,21 +408,22 @@ pub type Parsed = Vec<Result<RawDocument, IngestError>>;
 /// A document (or why a record is not one) and where its file holds it.
 type Located = (String, Result<RawDocument, IngestError>);
 
-/// One file's documents from its bytes (or the error reading them), or the
-/// reasons there are none.
+/// One file's documents from its bytes (or the error fetching them), or the
+/// reasons there are none; parsed where `options.parsers` says.
 pub fn parse(
     file: &SourceFile,
-    bytes: Result<Vec<u8>, impl std::fmt::Display>,
+    bytes: Result<Vec<u8>, IngestError>,
     options: &ReadOptions,
 ) -> Parsed {
-    let bytes = match bytes {
-        Ok(bytes) => bytes,
-        Err(err) => {
-            let error =
-                IngestError::new(&file.uri, kind::UNREADABLE, format!("cannot read: {err}"));
-            return vec![Err(error)];
-        }
-    };
+    match (bytes, &options.parsers.0) {
+        (Err(error), _) => vec![Err(error)],
+        (Ok(bytes), Some(pool)) => pool.parse(file, bytes, options),
+        (Ok(bytes), None) => parse_here(file, bytes, options),
+    }
+}
+
+/// [`parse`] in this process: what a worker process runs.
+fn parse_here(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parsed {
     // A parser's panic on hostile bytes is a file it cannot read, not a
     // failed run.
     let read = std::panic::catch_unwind(|| read_bytes(file, bytes, options));
@@ -454,7 +560,7 @@ pub fn read_rows(
 ) -> impl Iterator<Item = Result<RawDocument, IngestError>> + Send + use<> {
     let input = std::fs::File::open(path)
         .map(dataset::Input::File)
-        .map_err(|e| IngestError::new(&file.uri, kind::UNREADABLE, format!("cannot read: {e}")));
+        .map_err(|e| IngestError::unreadable(&file.uri, e));
     dataset_documents(file, input, options)
 }
 
@@ -467,9 +573,8 @@ fn dataset_documents(
     options: &ReadOptions,
 ) -> FirstOfEachId<CatchPanics> {
     let uri = file.uri.clone();
-    let columns = &options.columns;
     let rows = match input {
-        Ok(input) => std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, columns))
+        Ok(input) => std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, options))
             .unwrap_or_else(|panic| {
                 Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic)))))
             }),
@@ -547,15 +652,19 @@ mod tests {
     #[test]
     fn a_text_file_with_nul_bytes_or_bad_utf8_is_named_with_its_reason() {
         let options = ReadOptions::default();
-        let parsed = parse(&file("a.txt"), Ok::<_, String>(b"x\0y".to_vec()), &options);
+        let parsed = parse(&file("a.txt"), Ok(b"x\0y".to_vec()), &options);
         assert_eq!(parsed[0].as_ref().unwrap_err().kind, kind::BINARY);
-        let parsed = parse(&file("a.md"), Ok::<_, String>(vec![b'a', 0xff]), &options);
+        let parsed = parse(&file("a.md"), Ok(vec![b'a', 0xff]), &options);
         let error = parsed[0].as_ref().unwrap_err();
         assert_eq!(
             (error.kind, error.source.as_str()),
             (kind::NOT_UTF8, "/in/a.md")
         );
-        let parsed = parse(&file("a.md"), Err("gone"), &options);
+        let parsed = parse(
+            &file("a.md"),
+            Err(IngestError::unreadable("/in/a.md", "gone")),
+            &options,
+        );
         assert_eq!(parsed[0].as_ref().unwrap_err().kind, kind::UNREADABLE);
     }
 
@@ -602,7 +711,7 @@ mod tests {
         ] {
             let path = dir.path().join(name);
             std::fs::write(&path, &bytes).unwrap();
-            let parsed = parse(&file(name), Ok::<_, String>(bytes), &options);
+            let parsed = parse(&file(name), Ok(bytes), &options);
             let streamed: Parsed = read_rows(&file(name), &path, &options).collect();
             assert_eq!(streamed, parsed, "{name}");
             assert_eq!(streamed.iter().filter(|d| d.is_ok()).count(), documents);
@@ -619,6 +728,46 @@ mod tests {
         let gone = read_rows(&file("gone.parquet"), &dir.path().join("gone"), &options);
         let errors: Vec<&str> = gone.map(|d| d.unwrap_err().kind).collect();
         assert_eq!(errors, [kind::UNREADABLE]);
+    }
+
+    #[test]
+    fn discovery_follows_links_only_inside_the_folder_and_reads_only_files() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.md"), "Secret.").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let folder = root.path();
+        std::fs::write(folder.join("a.md"), "A.").unwrap();
+        std::os::unix::fs::symlink(folder.join("a.md"), folder.join("again.md")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret.md"), folder.join("out.md"))
+            .unwrap();
+        std::os::unix::fs::symlink(outside.path(), folder.join("out-dir")).unwrap();
+        std::os::unix::fs::symlink("/", folder.join("root")).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(folder.join("pipe.txt"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+        let found = discover(folder).unwrap();
+        let keys: Vec<&str> = found.files.iter().map(|f| f.key.as_str()).collect();
+        assert_eq!(keys, ["a.md", "again.md"]);
+        let mut rejected: Vec<(String, &str)> = found
+            .rejected
+            .iter()
+            .map(|e| {
+                let name = Path::new(&e.source).file_name().unwrap();
+                (name.to_string_lossy().into_owned(), e.kind)
+            })
+            .collect();
+        rejected.sort();
+        assert_eq!(
+            rejected,
+            [
+                ("out-dir".to_string(), kind::FORBIDDEN),
+                ("out.md".to_string(), kind::FORBIDDEN),
+                ("pipe.txt".to_string(), kind::UNREADABLE),
+                ("root".to_string(), kind::FORBIDDEN),
+            ]
+        );
     }
 
     #[test]

@@ -237,9 +237,15 @@ impl Reader for Listing<'_> {
         let parsed: Vec<(&SourceFile, Parsed)> = fetched
             .into_par_iter()
             .map(|(file, fetched)| match fetched {
-                Fetched::Bytes(bytes) => (file, Parsed::Whole(ingest::parse(file, bytes, read))),
+                Fetched::Bytes(bytes) => {
+                    let bytes = bytes.map_err(|e| e.for_file(&file.uri));
+                    (file, Parsed::Whole(ingest::parse(file, bytes, read)))
+                }
                 Fetched::Local(Ok(local)) => (file, Parsed::Rows(local)),
-                Fetched::Local(Err(e)) => (file, Parsed::Whole(ingest::parse(file, Err(e), read))),
+                Fetched::Local(Err(e)) => {
+                    let error = Err(e.for_file(&file.uri));
+                    (file, Parsed::Whole(ingest::parse(file, error, read)))
+                }
             })
             .collect();
         let now = now_micros();
@@ -275,6 +281,7 @@ impl Reader for Listing<'_> {
         let file = *self.files.get(origin)?;
         if !file.format.is_dataset() {
             let bytes = self.runtime.block_on(self.source.read(file));
+            let bytes = bytes.map_err(|e| e.for_file(&file.uri));
             let parsed = ingest::parse(file, bytes, self.read).into_iter();
             return Some(Box::new(parsed.filter_map(Result::ok)));
         }

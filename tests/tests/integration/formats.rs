@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use memweave_ingest::{Format, ReadOptions, SourceFile, kind, parse, read_rows};
+use memweave_ingest::{Format, IngestError, ReadOptions, SourceFile, kind, parse, read_rows};
 use memweave_operators::build::RawDocument;
 use memweave_schemas::Section;
 use memweave_tests::{
@@ -61,21 +61,19 @@ fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn read(path: &Path) -> Vec<Result<RawDocument, memweave_ingest::IngestError>> {
+fn read(path: &Path) -> Vec<Result<RawDocument, IngestError>> {
     read_with(path, &ReadOptions::default())
 }
 
-fn read_with(
-    path: &Path,
-    options: &ReadOptions,
-) -> Vec<Result<RawDocument, memweave_ingest::IngestError>> {
+fn read_with(path: &Path, options: &ReadOptions) -> Vec<Result<RawDocument, IngestError>> {
     let file = SourceFile {
         uri: path.display().to_string(),
         key: path.file_name().unwrap().to_string_lossy().into_owned(),
         format: Format::of(path).expect("a known format"),
         version: None,
     };
-    parse(&file, std::fs::read(path), options)
+    let bytes = std::fs::read(path).map_err(|e| IngestError::unreadable(&file.uri, e));
+    parse(&file, bytes, options)
 }
 
 fn one_document(path: &Path) -> RawDocument {
@@ -767,7 +765,7 @@ proptest! {
                 std::fs::write(copy.path(), &bytes).unwrap();
                 read_rows(&file, copy.path(), &options).collect::<Vec<_>>()
             });
-            let _ = done.send((parse(&file, Ok::<_, String>(bytes), &options), streamed));
+            let _ = done.send((parse(&file, Ok(bytes), &options), streamed));
         });
         // A mutated file that keeps a reader busy this long is a hang.
         let parsed = parsed.recv_timeout(std::time::Duration::from_secs(120));

@@ -371,17 +371,26 @@ fn read_uri(
     cx: &SourceContext<'_>,
     options: &IndexOptions,
 ) -> Result<Body, (&'static str, String)> {
-    let unreadable = |e: String| ("unreadable", format!("{uri}: {e}"));
-    let source = Source::open(uri, &options.source_options).map_err(|e| unreadable(e.0))?;
-    let bytes = cx.block_on(source.read_whole());
+    let sources = &options.source_options;
+    sources
+        .allowed_uris
+        .check(uri)
+        .map_err(|why| (ingest::kind::FORBIDDEN, why))?;
+    let unreadable = |e: String| (ingest::kind::UNREADABLE, format!("{uri}: {e}"));
+    let source = Source::open(uri, sources).map_err(|e| unreadable(e.0))?;
+    let bytes = cx
+        .block_on(source.read_whole())
+        .map_err(|e| e.for_file(uri));
     let file = SourceFile {
         uri: uri.to_string(),
         key: key.to_string(),
         format: Format::of(std::path::Path::new(uri)).unwrap_or(Format::Text),
         version: None,
     };
-    let read = &options.source_options.read;
-    match ingest::parse(&file, bytes, read).into_iter().next() {
+    match ingest::parse(&file, bytes, &sources.read)
+        .into_iter()
+        .next()
+    {
         Some(Ok(raw)) => Ok((raw.text, raw.sections)),
         Some(Err(e)) => Err((e.kind, format!("{uri}: {}", e.message))),
         None => Err(("empty", format!("{uri}: no text"))),
