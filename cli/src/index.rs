@@ -66,8 +66,8 @@ pub struct IndexArgs {
     /// alone); for debugging a parser.
     #[arg(long)]
     parse_in_process: bool,
-    /// Address space each parser process may use; a file that needs more is
-    /// a too_large error.
+    /// Memory each parser process may use (its heap and stacks, not its
+    /// binary); a file that needs more is a too_large error.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_PARSE_MEMORY_BYTES >> 20)]
     parser_memory_mib: u64,
     /// Longest one file's parse may take; a slower one is a timeout error.

@@ -117,7 +117,7 @@ enum Command {
     /// Answer a question from the memory tables, with the trace of how.
     Ask(AskArgs),
     /// A parser process of `memweave index`: reads files on stdin, answers
-    /// their documents on stdout, within MEMORY_BYTES of address space.
+    /// their documents on stdout, within MEMORY_BYTES of private memory.
     #[command(hide = true)]
     ParseWorker { memory_bytes: u64 },
 }

@@ -332,8 +332,9 @@ pub fn discover(source: &Path) -> std::io::Result<Discovery> {
                 return false;
             }
             // Checked before walkdir descends: a link to `/` is never walked.
+            // A broken link goes on, to be reported unreadable.
             let inside = !e.path_is_symlink()
-                || std::fs::canonicalize(e.path()).is_ok_and(|target| target.starts_with(&root));
+                || std::fs::canonicalize(e.path()).map_or(true, |target| target.starts_with(&root));
             if !inside {
                 outside.push(IngestError::new(
                     e.path().display().to_string(),

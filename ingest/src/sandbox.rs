@@ -6,7 +6,7 @@
 //!
 //! A [`ParserPool`] keeps worker processes (the same binary, started with
 //! [`ParserCommand::args`]) and sends each one file at a time over its stdin;
-//! the worker ([`serve_worker`]) limits its own address space first, parses on
+//! the worker ([`serve_worker`]) limits its own memory first, parses on
 //! a thread of a fixed stack, and answers over stdout. A worker that dies or
 //! outlives [`ParseLimits::time`] (the pool kills it) makes that file a
 //! `too_large`, `timeout` or `corrupt` error; the next file gets a new worker.
@@ -27,17 +27,16 @@ use crate::{IngestError, Parsed, ReadOptions, SourceFile, kind};
 /// What one file's parse may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParseLimits {
-    /// The worker's address space (RLIMIT_AS): the binary, its allocator's
-    /// reservations and the parse's own memory.
+    /// The worker's private writable memory (RLIMIT_DATA: its heap, its
+    /// allocator's reservations and its threads' stacks; not the binary).
     pub memory_bytes: u64,
     /// Wall time one file may take before its worker is killed.
     pub time: Duration,
 }
 
-/// 2 GiB of address space, of which the worker itself reserves about 300 MiB
-/// (measured: the binary, jemalloc's arenas, the parse thread's stack); the
-/// largest real PDF the tests read (gnuplot's manual, 4 MB, 270 pages) peaks
-/// near 60 MiB.
+/// 2 GiB: the worker itself reserves about 100 MiB (jemalloc's arenas, the
+/// parse thread's stack), and the largest real files parse in a few
+/// hundred MiB.
 pub const DEFAULT_PARSE_MEMORY_BYTES: u64 = 2 << 30;
 
 /// Two minutes: the largest real PDFs parse in seconds.
@@ -217,11 +216,19 @@ impl Ended {
                     limits.memory_bytes >> 20
                 ),
             ),
-            Ended::Died(said) if said.contains("overflowed its stack") => IngestError::new(
-                uri,
-                kind::CORRUPT,
-                "its structure nests without end (the parser overflowed its stack)",
-            ),
+            // Safe Rust faults on its stack's guard page, and nowhere else
+            // when the parsers' C code behaves: a SIGSEGV is an overflow.
+            Ended::Died(said)
+                if said.contains("overflowed its stack") || said.contains("SIGSEGV") =>
+            {
+                IngestError::new(
+                    uri,
+                    kind::CORRUPT,
+                    format!(
+                        "its structure nests without end: the parser overflowed its stack ({said})"
+                    ),
+                )
+            }
             Ended::Died(said) => IngestError::new(
                 uri,
                 kind::CORRUPT,
@@ -329,7 +336,7 @@ fn read_frame(input: &mut impl BufRead, max: u64) -> std::io::Result<Option<Vec<
     Ok(Some(frame))
 }
 
-/// A worker's life: limits its own address space to `memory_bytes`, then
+/// A worker's life: limits its own private memory to `memory_bytes`, then
 /// parses each file sent on stdin and answers on stdout until stdin ends.
 /// Parsers that print are sent to /dev/null: only the protocol reaches the
 /// pool. Panics are caught per file (`corrupt`) and print nothing, so the
@@ -339,7 +346,7 @@ pub fn serve_worker(memory_bytes: u64) -> std::io::Result<()> {
         current: Some(memory_bytes),
         maximum: Some(memory_bytes),
     };
-    rustix::process::setrlimit(rustix::process::Resource::As, limit)?;
+    rustix::process::setrlimit(rustix::process::Resource::Data, limit)?;
     std::panic::set_hook(Box::new(|_| {}));
     let protocol = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
     rustix::stdio::dup2_stdout(std::fs::File::open("/dev/null")?)?;

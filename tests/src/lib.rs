@@ -79,6 +79,33 @@ where
     output
 }
 
+/// Runs `command` to its end in a cgroup of the v1 memory controller capped
+/// at `bytes` (the process and whatever it starts): past the cap the kernel
+/// kills it. The cgroup is removed afterwards.
+pub fn output_within_memory(command: &mut Command, bytes: u64) -> Output {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let group = Path::new("/sys/fs/cgroup/memory")
+        .join(format!("memweave-test-{}-{n}", std::process::id()));
+    std::fs::create_dir(&group).unwrap_or_else(|e| {
+        panic!(
+            "{}: the memory cgroup is written as root: {e}",
+            group.display()
+        )
+    });
+    std::fs::write(group.join("memory.limit_in_bytes"), bytes.to_string()).expect("the limit");
+    let child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    std::fs::write(group.join("cgroup.procs"), child.id().to_string())
+        .expect("moved into the cgroup");
+    let output = child.wait_with_output().expect("the command ends");
+    let _ = std::fs::remove_dir(&group);
+    output
+}
+
 /// Indexes `source` into `tables` with `extra` arguments.
 pub fn index(source: &Path, tables: &Path, extra: &[&str]) -> Output {
     let mut args: Vec<String> = vec![

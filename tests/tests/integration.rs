@@ -13,6 +13,7 @@ mod integration {
     pub mod explorer;
     pub mod external_readers;
     pub mod formats;
+    pub mod hostile;
     pub mod incremental;
     pub mod indexing;
     pub mod kafka;

@@ -38,7 +38,7 @@ fn kill_after(source: &Path, tables: &Path, after: Duration) {
 
 /// Fractions of a run's length to kill at, different on every test run (the
 /// failure message names them).
-fn kill_points(trials: usize) -> Vec<f64> {
+pub(crate) fn kill_points(trials: usize) -> Vec<f64> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
