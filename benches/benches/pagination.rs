@@ -87,7 +87,7 @@ async fn main() {
         // do not hold up another's round.
         let runs = texts.iter().map(|text| {
             let text = Arc::clone(text);
-            tokio::spawn(async move {
+            memweave_process::task::spawn("paginate", async move {
                 let cx = CallContext::build("readagent", "bench");
                 let paginate_with = |remote: bool, round: Duration| Remote {
                     inner: FirstSentence::agreeing_with_draft(false),

@@ -47,7 +47,7 @@ fn run(label: &str, fault_rate: f64) {
     };
     // Busy slots every 100 ms, to show where the pool idles (ramp-up, tail).
     let sampler = std::sync::Arc::clone(&sim);
-    let samples = runtime.spawn(async move {
+    let samples = memweave_process::task::spawn_on(runtime.handle(), "sample_slots", async move {
         let mut busy = Vec::new();
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -530,7 +530,7 @@ fn latency(runtime: &tokio::runtime::Runtime) {
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let address = listener.local_addr().unwrap();
-    runtime.spawn(async move {
+    memweave_process::task::spawn_on(runtime.handle(), "query_service", async move {
         axum::serve(
             listener,
             router(state, AllowedHosts::loopback_and([]), false),

@@ -427,7 +427,7 @@ pub fn parse(
 fn parse_here(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parsed {
     // A parser's panic on hostile bytes is a file it cannot read, not a
     // failed run.
-    let read = std::panic::catch_unwind(|| read_bytes(file, bytes, options));
+    let read = memweave_process::panics::caught(|| read_bytes(file, bytes, options));
     read.unwrap_or_else(|panic| vec![Err(panicked(&file.uri, &panic))])
 }
 
@@ -575,10 +575,12 @@ fn dataset_documents(
 ) -> FirstOfEachId<CatchPanics> {
     let uri = file.uri.clone();
     let rows = match input {
-        Ok(input) => std::panic::catch_unwind(|| dataset::rows(&uri, file.format, input, options))
-            .unwrap_or_else(|panic| {
-                Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic)))))
-            }),
+        Ok(input) => {
+            memweave_process::panics::caught(|| dataset::rows(&uri, file.format, input, options))
+                .unwrap_or_else(|panic| {
+                    Box::new(std::iter::once((uri.clone(), Err(panicked(&uri, &panic)))))
+                })
+        }
         Err(error) => Box::new(std::iter::once((uri.clone(), Err(error)))),
     };
     FirstOfEachId::new(CatchPanics {
@@ -599,7 +601,7 @@ impl Iterator for CatchPanics {
 
     fn next(&mut self) -> Option<Located> {
         let rows = self.rows.as_mut()?;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rows.next())) {
+        match memweave_process::panics::caught(|| rows.next()) {
             Ok(row) => row,
             Err(panic) => {
                 self.rows = None;
@@ -609,14 +611,9 @@ impl Iterator for CatchPanics {
     }
 }
 
-/// The `corrupt` error of a parser that panicked reading `uri`.
-fn panicked(uri: &str, panic: &Box<dyn std::any::Any + Send>) -> IngestError {
-    let reason = panic
-        .downcast_ref::<&str>()
-        .map(ToString::to_string)
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
-    IngestError::new(uri, kind::CORRUPT, format!("its parser failed: {reason}"))
+/// The `corrupt` error of a parser that panicked reading `uri`, saying `why`.
+fn panicked(uri: &str, why: &str) -> IngestError {
+    IngestError::new(uri, kind::CORRUPT, format!("its parser failed: {why}"))
 }
 
 #[cfg(test)]

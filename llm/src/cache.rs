@@ -212,9 +212,9 @@ impl CallCache {
             Some(sender),
             stored,
         ));
-        tokio::spawn(serve_lookups(store, receiver));
+        memweave_process::task::spawn("call_cache_lookups", serve_lookups(store, receiver));
         let weak = Arc::downgrade(&cache);
-        tokio::spawn(async move {
+        memweave_process::task::spawn("call_cache_flush", async move {
             let mut ticks = tokio::time::interval(FLUSH_INTERVAL);
             ticks.tick().await;
             loop {

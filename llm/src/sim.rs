@@ -238,7 +238,7 @@ pub fn serve_on_loopback(
 ) -> std::io::Result<String> {
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
     let url = format!("http://{}/v1", listener.local_addr()?);
-    runtime.spawn(serve(listener, Arc::clone(sim)));
+    memweave_process::task::spawn_on(runtime, "llm_sim", serve(listener, Arc::clone(sim)));
     Ok(url)
 }
 

@@ -13,11 +13,9 @@
 //! group by its mentions keeps what runs at once bounded as groups grow.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, mpsc};
 
 use differential_dataflow::{AsCollection, Data, VecCollection};
-use futures::FutureExt;
 use timely::dataflow::channels::pact::Pipeline;
 use timely::dataflow::operators::Capability;
 use timely::dataflow::operators::generic::operator::Operator;
@@ -198,11 +196,11 @@ where
                         let (data, time, diff) = message.next().expect("a first update");
                         running += 1;
                         running_weight += weight;
-                        let future = AssertUnwindSafe(logic(data)).catch_unwind();
+                        let future = memweave_process::panics::caught_async(logic(data));
                         let done = done_tx.clone();
                         let activator = activator.clone();
-                        runtime.spawn(async move {
-                            let outputs = future.await.map_err(|payload| panic_message(payload.as_ref()));
+                        memweave_process::task::spawn_on(&runtime, "map_async", async move {
+                            let outputs = future.await;
                             // The operator is gone only when the dataflow is.
                             let _ = done.send(Finished {
                                 time,
@@ -239,14 +237,6 @@ where
             },
         )
         .as_collection()
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_string())
 }
 
 #[cfg(test)]

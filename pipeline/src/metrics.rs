@@ -157,7 +157,7 @@ pub async fn serve(address: SocketAddr, metrics: Arc<IndexMetrics>) -> Result<()
     let app = Router::new()
         .route("/metrics", get(handler))
         .with_state(metrics);
-    tokio::spawn(async move {
+    memweave_process::task::spawn("metrics", async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!("the /metrics endpoint stopped: {e}");
         }

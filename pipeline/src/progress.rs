@@ -207,7 +207,7 @@ impl StageProgress {
     /// runtime stops.
     pub fn spawn_reporter(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
         let stages = Arc::clone(self);
-        runtime.spawn(async move {
+        memweave_process::task::spawn_on(runtime, "stage_reporter", async move {
             let mut every = tokio::time::interval(STAGES_EVERY);
             every.tick().await;
             loop {

@@ -1,6 +1,11 @@
 //! What every memweave binary (`memweave`, `memweave-query`,
 //! `memweave-llm-sim`) does alike, in one place: logging to stderr, waiting
-//! for the signal to stop, and reading `KEY=VALUE` settings off a command line.
+//! for the signal to stop, and reading `KEY=VALUE` settings off a command line;
+//! and what every crate does one way: catching a panic ([`panics`]) and
+//! starting a task ([`task`]).
+
+pub mod panics;
+pub mod task;
 
 use std::collections::HashMap;
 

@@ -159,11 +159,8 @@ impl MemoryArgs {
             }
             Err(err) => tracing::warn!(error = %err, "could not load tables yet"),
         }
-        tokio::spawn(
-            state
-                .clone()
-                .keep_fresh(Duration::from_secs(refresh_secs.max(1))),
-        );
+        let every = Duration::from_secs(refresh_secs.max(1));
+        memweave_process::task::spawn("keep_fresh", state.clone().keep_fresh(every));
         Ok(state)
     }
 }

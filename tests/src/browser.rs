@@ -48,7 +48,9 @@ impl Chromium {
         let (browser, mut events) = Browser::launch(config)
             .await
             .expect("chromium starts (scripts/test installs it)");
-        let handler = tokio::spawn(async move { while events.next().await.is_some() {} });
+        let handler = memweave_process::task::spawn("browser_events", async move {
+            while events.next().await.is_some() {}
+        });
         let page = browser.new_page(url).await.expect("the page opens");
         Chromium {
             browser,

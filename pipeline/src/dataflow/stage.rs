@@ -77,7 +77,7 @@ pub(super) fn write_rows<'scope>(
                         let permit = runtime.block_on(writer.permit());
                         let (writer, done, activator) =
                             (Arc::clone(&writer), done_tx.clone(), activator.clone());
-                        runtime.spawn(async move {
+                        memweave_process::task::spawn_on(&runtime, "stage_rows", async move {
                             let staged = writer.stage(batch).await.map_err(StagingError::from);
                             drop(permit);
                             // The operator is gone only when the dataflow is.

@@ -78,7 +78,8 @@ impl Engine {
         // A cluster's process 0 must close the dataflow the others compute in,
         // so it stops through its main thread rather than exiting from here.
         let exit = options.cluster.processes() == 1 || options.cluster.process != 0;
-        runtime.spawn(save_calls_when_interrupted(Arc::clone(&cache), exit));
+        let save = save_calls_when_interrupted(Arc::clone(&cache), exit);
+        memweave_process::task::spawn_on(runtime.handle(), "save_calls_on_stop", save);
         let progress = Arc::new(Mutex::new(Progress::new(0, false)));
         let stages = StageProgress::new();
         stages.spawn_reporter(runtime.handle());

@@ -361,6 +361,8 @@ mod tests {
         let writers: Vec<_> = (0..8)
             .map(|writer| {
                 let store = TableStore::local(dir.path()).unwrap();
+                // schemas depends on no crate of ours, the wrapper's included.
+                #[allow(clippy::disallowed_methods)]
                 tokio::spawn(async move {
                     let id = format!("n{writer}");
                     store.append_rows(&[node(&id, None)]).await

@@ -625,7 +625,7 @@ fn query_traffic_goes_ahead_of_build_traffic() {
         let mut tasks = Vec::new();
         for i in 0..6 {
             let (client, order) = (Arc::clone(&client), Arc::clone(&order));
-            tasks.push(tokio::spawn(async move {
+            tasks.push(memweave_process::task::spawn("build_call", async move {
                 client
                     .chat(&prompt(i), 0.0, 64, Priority::Build)
                     .await
@@ -635,7 +635,7 @@ fn query_traffic_goes_ahead_of_build_traffic() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let (query_client, query_order) = (Arc::clone(&client), Arc::clone(&order));
-        tasks.push(tokio::spawn(async move {
+        tasks.push(memweave_process::task::spawn("query_call", async move {
             query_client
                 .chat(&prompt(99), 0.0, 64, Priority::Query)
                 .await

@@ -952,7 +952,7 @@ fn answers_under_load_stay_within_one_version_while_a_writer_commits() {
             .map(|c| {
                 let (client, base) = (client.clone(), base.clone());
                 let last_committed = last_committed.clone();
-                tokio::spawn(async move {
+                memweave_process::task::spawn("client", async move {
                     let mut answers: Vec<(u16, String, Option<Answer>)> = Vec::new();
                     // Bounded: until a few answers from the last checkpoint, or the deadline.
                     let mut from_last = 0;
