@@ -554,7 +554,20 @@ impl<I: Iterator<Item = Located>> Iterator for FirstOfEachId<I> {
 /// a record batch (or a line) at a time as they are taken: a file of any
 /// size costs a batch, and the ids seen. The same documents and errors as
 /// [`parse`] gives for its bytes.
+/// Where `options.parsers` says: in this process, or streamed from a worker.
 pub fn read_rows(
+    file: &SourceFile,
+    path: &Path,
+    options: &ReadOptions,
+) -> Box<dyn Iterator<Item = Result<RawDocument, IngestError>> + Send> {
+    match &options.parsers.0 {
+        Some(pool) => Box::new(pool.rows(file, path, options)),
+        None => Box::new(read_rows_here(file, path, options)),
+    }
+}
+
+/// [`read_rows`] in this process: what a worker process runs.
+fn read_rows_here(
     file: &SourceFile,
     path: &Path,
     options: &ReadOptions,

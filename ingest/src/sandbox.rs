@@ -5,7 +5,8 @@
 //! state.
 //!
 //! A [`ParserPool`] keeps worker processes (the same binary, started with
-//! [`ParserCommand::args`]) and sends each one file at a time over its stdin;
+//! [`ParserCommand::args`]) and sends each one file at a time over its stdin
+//! (a file's bytes, or a dataset's path, whose rows come back one by one);
 //! the worker ([`serve_worker`]) limits its own memory first, parses on
 //! a thread of a fixed stack, and answers over stdout. A worker that dies or
 //! outlives [`ParseLimits::time`] (the pool kills it) makes that file a
@@ -88,12 +89,10 @@ impl ParserPool {
     /// [`crate::parse`] gives in process, or the error of a worker that did
     /// not come back.
     pub fn parse(&self, file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parsed {
-        let request = Request {
+        let request = Request::Whole {
             file: file.clone(),
             bytes,
-            columns: options.columns.clone(),
-            max_inflated_bytes: options.max_inflated_bytes,
-            max_record_bytes: options.max_record_bytes,
+            options: WireOptions::of(options),
         };
         let request = match bincode::serialize(&request) {
             Ok(request) => request,
@@ -106,13 +105,9 @@ impl ParserPool {
             }
         };
         let limits = self.command.limits;
-        let popped = self.idle().pop();
-        let mut worker = match popped.map_or_else(|| Worker::start(&self.command), Ok) {
+        let mut worker = match self.worker() {
             Ok(worker) => worker,
-            Err(e) => {
-                let message = format!("no parser process could be started: {e}");
-                return vec![Err(IngestError::new(&file.uri, kind::UNREADABLE, message))];
-            }
+            Err(e) => return vec![Err(e.for_file(&file.uri))],
         };
         match worker.exchange(&request, limits) {
             Ok(reply) => {
@@ -128,16 +123,146 @@ impl ParserPool {
             Err(ended) => vec![Err(ended.error(&file.uri, limits))],
         }
     }
+
+    /// An idle worker, or a new one.
+    fn worker(&self) -> Result<Worker, NoWorker> {
+        let popped = self.idle().pop();
+        popped.map_or_else(|| Worker::start(&self.command).map_err(NoWorker), Ok)
+    }
+
+    /// The rows of the dataset `file` whose bytes are at `path`, read by a
+    /// worker and sent back one at a time as they are taken: what
+    /// [`crate::read_rows`] gives in process, the rows before a worker's
+    /// death kept and its error last. Each row must come within the time
+    /// limit.
+    pub fn rows(
+        self: &Arc<Self>,
+        file: &SourceFile,
+        path: &std::path::Path,
+        options: &ReadOptions,
+    ) -> StreamedRows {
+        let uri = file.uri.clone();
+        let request = Request::Rows {
+            file: file.clone(),
+            path: path.to_path_buf(),
+            options: WireOptions::of(options),
+        };
+        let mut rows = StreamedRows {
+            pool: Arc::clone(self),
+            uri,
+            worker: None,
+            ended: None,
+        };
+        let started = match (self.worker(), bincode::serialize(&request)) {
+            (Ok(mut worker), Ok(request)) => match write_frame(&mut worker.stdin, &request) {
+                Ok(()) => Ok(worker),
+                Err(_) => Err(Ended::Died(worker.last_words())),
+            },
+            (Err(e), _) => {
+                rows.ended = Some(Err(e.for_file(&rows.uri)));
+                return rows;
+            }
+            (_, Err(e)) => Err(Ended::Died(e.to_string())),
+        };
+        match started {
+            Ok(worker) => rows.worker = Some(worker),
+            Err(ended) => rows.ended = Some(Err(ended.error(&rows.uri, self.command.limits))),
+        }
+        rows
+    }
 }
 
-/// One file for a worker, with how to read it.
+/// A worker that could not be started.
+#[derive(Debug)]
+struct NoWorker(std::io::Error);
+
+impl NoWorker {
+    fn for_file(&self, uri: &str) -> IngestError {
+        let message = format!("no parser process could be started: {}", self.0);
+        IngestError::new(uri, kind::UNREADABLE, message)
+    }
+}
+
+/// A dataset's rows as a worker sends them ([`ParserPool::rows`]). Dropped
+/// before its end, the worker is stopped rather than given back mid-stream.
+#[derive(Debug)]
+pub struct StreamedRows {
+    pool: Arc<ParserPool>,
+    uri: String,
+    worker: Option<Worker>,
+    /// The last item, once the stream has ended badly.
+    ended: Option<Result<RawDocument, IngestError>>,
+}
+
+impl Iterator for StreamedRows {
+    type Item = Result<RawDocument, IngestError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let limits = self.pool.command.limits;
+        let Some(worker) = self.worker.as_mut() else {
+            return self.ended.take();
+        };
+        let row = worker.receive(limits).and_then(|frame| {
+            bincode::deserialize::<Option<WireResult>>(&frame)
+                .map_err(|e| Ended::Died(format!("its answer could not be read: {e}")))
+        });
+        match row {
+            Ok(Some(row)) => Some(row.into_parsed()),
+            Ok(None) => {
+                if let Some(worker) = self.worker.take() {
+                    self.pool.idle().push(worker);
+                }
+                None
+            }
+            Err(ended) => {
+                self.worker = None;
+                Some(Err(ended.error(&self.uri, limits)))
+            }
+        }
+    }
+}
+
+/// One file for a worker: its bytes to parse whole, or (a dataset) where
+/// it is, to send its rows one by one.
 #[derive(Debug, Serialize, Deserialize)]
-struct Request {
-    file: SourceFile,
-    bytes: Vec<u8>,
+enum Request {
+    Whole {
+        file: SourceFile,
+        bytes: Vec<u8>,
+        options: WireOptions,
+    },
+    Rows {
+        file: SourceFile,
+        path: PathBuf,
+        options: WireOptions,
+    },
+}
+
+/// [`ReadOptions`] as a worker gets them (it parses in its own process).
+#[derive(Debug, Serialize, Deserialize)]
+struct WireOptions {
     columns: crate::Columns,
     max_inflated_bytes: u64,
     max_record_bytes: u64,
+}
+
+impl WireOptions {
+    fn of(options: &ReadOptions) -> Self {
+        WireOptions {
+            columns: options.columns.clone(),
+            max_inflated_bytes: options.max_inflated_bytes,
+            max_record_bytes: options.max_record_bytes,
+        }
+    }
+
+    fn here(self) -> ReadOptions {
+        ReadOptions {
+            columns: self.columns,
+            max_inflated_bytes: self.max_inflated_bytes,
+            max_record_bytes: self.max_record_bytes,
+            parsers: crate::Parsers::default(),
+        }
+    }
 }
 
 /// A document or an error as a worker sends it (an error's kind by name).
@@ -262,6 +387,14 @@ impl Worker {
     /// Sends one request and reads its answer, killing the worker past the
     /// time limit.
     fn exchange(&mut self, request: &[u8], limits: ParseLimits) -> Result<Vec<u8>, Ended> {
+        match write_frame(&mut self.stdin, request) {
+            Ok(()) => self.receive(limits),
+            Err(_) => Err(Ended::Died(self.last_words())),
+        }
+    }
+
+    /// The worker's next frame, killing it past the time limit.
+    fn receive(&mut self, limits: ParseLimits) -> Result<Vec<u8>, Ended> {
         let (done, finished) = std::sync::mpsc::channel::<()>();
         let late = Arc::new(AtomicBool::new(false));
         let watchdog = {
@@ -273,8 +406,7 @@ impl Worker {
                 }
             })
         };
-        let answer = write_frame(&mut self.stdin, request)
-            .and_then(|()| read_frame(&mut self.stdout, limits.memory_bytes));
+        let answer = read_frame(&mut self.stdout, limits.memory_bytes);
         drop(done);
         let _ = watchdog.join();
         match answer {
@@ -310,6 +442,14 @@ impl Drop for Worker {
 
 fn lock(child: &Mutex<Child>) -> std::sync::MutexGuard<'_, Child> {
     child.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `value` as one frame.
+fn send(out: &mut impl Write, value: &impl Serialize) -> std::io::Result<()> {
+    write_frame(
+        out,
+        &bincode::serialize(value).map_err(std::io::Error::other)?,
+    )
 }
 
 /// A frame: its length (8 bytes, little-endian), then its bytes.
@@ -355,26 +495,40 @@ pub fn serve_worker(memory_bytes: u64) -> std::io::Result<()> {
     while let Some(frame) = read_frame(&mut input, memory_bytes)? {
         let request: Request = bincode::deserialize(&frame).map_err(std::io::Error::other)?;
         drop(frame);
-        let parse = move || {
-            let options = ReadOptions {
-                columns: request.columns,
-                max_inflated_bytes: request.max_inflated_bytes,
-                max_record_bytes: request.max_record_bytes,
-                parsers: crate::Parsers::default(),
+        // On a thread of its own stack; the rows go out as they are read.
+        let output = &mut output;
+        std::thread::scope(|scope| {
+            let parse = move || -> std::io::Result<()> {
+                match request {
+                    Request::Whole {
+                        file,
+                        bytes,
+                        options,
+                    } => {
+                        let parsed = crate::parse_here(&file, bytes, &options.here());
+                        let answer: Vec<WireResult> =
+                            parsed.into_iter().map(WireResult::of).collect();
+                        send(output, &answer)
+                    }
+                    Request::Rows {
+                        file,
+                        path,
+                        options,
+                    } => {
+                        for row in crate::read_rows_here(&file, &path, &options.here()) {
+                            send(output, &Some(WireResult::of(row)))?;
+                        }
+                        send(output, &None::<WireResult>)
+                    }
+                }
             };
-            crate::parse_here(&request.file, request.bytes, &options)
-        };
-        let parsed = std::thread::Builder::new()
-            .name("parse".into())
-            .stack_size(PARSE_STACK_BYTES)
-            .spawn(parse)?
-            .join()
-            .map_err(|_| std::io::Error::other("the parse thread panicked"))?;
-        let answer: Vec<WireResult> = parsed.into_iter().map(WireResult::of).collect();
-        write_frame(
-            &mut output,
-            &bincode::serialize(&answer).map_err(std::io::Error::other)?,
-        )?;
+            std::thread::Builder::new()
+                .name("parse".into())
+                .stack_size(PARSE_STACK_BYTES)
+                .spawn_scoped(scope, parse)?
+                .join()
+                .map_err(|_| std::io::Error::other("the parse thread panicked"))?
+        })?;
     }
     Ok(())
 }

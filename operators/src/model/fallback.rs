@@ -14,8 +14,8 @@ use super::{CallContext, MemoryModel, Reply, Step, StepError, StepResult, Task, 
 #[derive(Debug)]
 pub struct WithFallbacks<'m> {
     model: &'m dyn MemoryModel,
-    /// Per step that fell back: its task, its last reply, and what stood in.
-    fell_back: Mutex<Vec<(Task, String, &'static str)>>,
+    /// Per call that fell back: its task, and what stood in.
+    fell_back: Mutex<Vec<(Task, &'static str)>>,
 }
 
 impl<'m> WithFallbacks<'m> {
@@ -27,33 +27,33 @@ impl<'m> WithFallbacks<'m> {
     }
 
     /// One `llm_unparsable` row per task that fell back while building the
-    /// document `doc_id` read from `source`, naming the step, how many of
-    /// its calls fell back and to what. The same whatever order the calls
-    /// ended in: the reply shown is the least of the task's last replies.
+    /// document `doc_id` read from `source`, naming the step and what stood
+    /// in. Not how many calls fell back, nor what they said: a build from
+    /// the call cache can make a different number of them, and the row
+    /// must be the same.
     pub fn errors(self, source: &str, doc_id: &str) -> Vec<ErrorRow> {
         let mut fell_back = self
             .fell_back
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
         fell_back.sort();
-        let mut rows = Vec::new();
-        for group in fell_back.chunk_by(|a, b| a.0 == b.0) {
-            let (task, last_reply, stood_in) = &group[0];
-            let shown: String = last_reply.chars().take(160).collect();
-            let message = format!(
-                "{task}: {n} call(s) got no readable reply after their retries (one: {shown:?}); \
-                 each stood in with {stood_in}, and the rest of the document was built",
-                n = group.len(),
-            );
-            rows.push(ErrorRow::new(
-                "build",
-                source,
-                Some(doc_id.to_string()),
-                UNPARSABLE,
-                &message,
-            ));
-        }
-        rows
+        fell_back.dedup();
+        fell_back
+            .into_iter()
+            .map(|(task, stood_in)| {
+                let message = format!(
+                    "{task}: replies could not be read after their retries; the step stood in \
+                     with {stood_in}, and the rest of the document was built"
+                );
+                ErrorRow::new(
+                    "build",
+                    source,
+                    Some(doc_id.to_string()),
+                    UNPARSABLE,
+                    &message,
+                )
+            })
+            .collect()
     }
 }
 
@@ -71,9 +71,9 @@ impl MemoryModel for WithFallbacks<'_> {
         let task = step.task();
         let fallback = step.fallback();
         match (self.model.reply(cx, step).await, fallback) {
-            (Err(StepError::Unparsable { last_reply, .. }), Some((reply, stood_in))) => {
+            (Err(StepError::Unparsable { .. }), Some((reply, stood_in))) => {
                 let mut fell_back = self.fell_back.lock().unwrap_or_else(|e| e.into_inner());
-                fell_back.push((task, last_reply, stood_in));
+                fell_back.push((task, stood_in));
                 Ok(reply)
             }
             (replied, _) => replied,

@@ -290,8 +290,13 @@ impl Reader for Listing<'_> {
             Some(copy) => copy,
             None => self.runtime.block_on(self.source.local(file)).ok()?,
         };
-        // Opened at once: the file stays readable once its copy is removed.
-        let rows = ingest::read_rows(file, local.path(), self.read);
+        // The copy lives as long as its rows: a parser process opens it
+        // only once it takes the request.
+        let mut rows = ingest::read_rows(file, local.path(), self.read);
+        let rows = std::iter::from_fn(move || {
+            let _copy = &local;
+            rows.next()
+        });
         Some(Box::new(rows.filter_map(Result::ok)))
     }
 }

@@ -61,7 +61,23 @@ fn debug<R: std::fmt::Debug>(rows: &[R]) -> Vec<String> {
 }
 
 fn assert_sound(tables: &Path, expected: &memweave_tests::Tables, context: &str) {
-    let (got, want) = (comparable(&read_tables(tables)), comparable(expected));
+    assert_same_rows(&read_tables(tables), expected, context);
+    let keys: HashSet<String> = read_calls(tables).into_iter().map(|c| c.call_key).collect();
+    assert_eq!(
+        keys.len(),
+        read_calls(tables).len(),
+        "a model call was made twice ({context})"
+    );
+}
+
+/// The same rows in every table (clock times and versions aside), or which
+/// table differs and by what rows.
+pub(crate) fn assert_same_rows(
+    got: &memweave_tests::Tables,
+    want: &memweave_tests::Tables,
+    context: &str,
+) {
+    let (got, want) = (comparable(got), comparable(want));
     let differ = |name: &str, a: Vec<String>, b: Vec<String>| {
         let (a, b): (HashSet<String>, HashSet<String>) =
             (a.into_iter().collect(), b.into_iter().collect());
@@ -85,12 +101,15 @@ fn assert_sound(tables: &Path, expected: &memweave_tests::Tables, context: &str)
     differ("entities", debug(&got.entities), debug(&want.entities));
     differ("relations", debug(&got.relations), debug(&want.relations));
     differ("errors", debug(&got.errors), debug(&want.errors));
-    assert!(got == want, "{context}: the embeddings differ");
-    let keys: HashSet<String> = read_calls(tables).into_iter().map(|c| c.call_key).collect();
-    assert_eq!(
-        keys.len(),
-        read_calls(tables).len(),
-        "a model call was made twice ({context})"
+    differ(
+        "doc_states",
+        debug(&got.doc_states),
+        debug(&want.doc_states),
+    );
+    differ("lexicon", debug(&got.lexicon), debug(&want.lexicon));
+    assert!(
+        got == want,
+        "{context}: the embeddings or another table differ"
     );
 }
 

@@ -33,7 +33,9 @@ fn produce(broker: &KafkaBroker, messages: &[(String, String)]) {
 
 fn index_topic(broker: &KafkaBroker, tables: &Path) -> std::process::Output {
     let url = format!("kafka://{}/docs", broker.brokers);
-    let args = ["index", &url, "--group", "indexer"];
+    // The uri messages point into the tables' folder.
+    let allowed = tables.parent().unwrap().to_string_lossy().into_owned();
+    let args = ["index", &url, "--group", "indexer", "--allow-uri", &allowed];
     let output = memweave(
         args.iter()
             .map(|a| a.to_string())
