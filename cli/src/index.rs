@@ -77,8 +77,8 @@ pub struct IndexArgs {
     /// error, not read. Datasets (read a batch at a time) are not capped.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_DOCUMENT_BYTES >> 20)]
     max_document_mib: u64,
-    /// Longest one file or object may take to fetch; a slower one is a
-    /// timeout error.
+    /// Longest one file or object may take to fetch (a dataset object: the
+    /// longest wait for its next chunk); a slower one is a timeout error.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_FETCH_TIMEOUT.as_secs())]
     fetch_timeout: u64,
     /// A prefix a kafka:// message's `uri` may name: an object-store URL

@@ -43,7 +43,8 @@ pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What fetching one file or object may take. A dataset (Parquet, Arrow,
 /// JSON Lines) is copied to a local file and read a batch at a time, never
-/// whole, so its size is not capped; its time is.
+/// whole, so its size is not capped, and the timeout bounds each wait for
+/// its next chunk rather than the whole copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FetchLimits {
     pub max_bytes: u64,
@@ -348,18 +349,19 @@ impl Source {
     pub async fn local(&self, file: &SourceFile) -> Result<LocalFile, ReadError> {
         match &self.place {
             Place::Local(_) => Ok(LocalFile::Source(PathBuf::from(&file.uri))),
+            // A dataset may be larger than any timeout fits: the limit is on
+            // each wait (the request, every chunk), so only a stall fails.
             Place::Objects { store, prefix, .. } => {
-                self.in_time(async {
-                    let copy = tempfile::NamedTempFile::new()?;
-                    let mut out = tokio::fs::File::from_std(copy.reopen()?);
-                    let mut chunks = store.get(&object_at(prefix, file)).await?.into_stream();
-                    while let Some(chunk) = chunks.try_next().await? {
-                        tokio::io::AsyncWriteExt::write_all(&mut out, &chunk).await?;
-                    }
-                    tokio::io::AsyncWriteExt::flush(&mut out).await?;
-                    Ok(LocalFile::Copy(copy.into_temp_path()))
-                })
-                .await
+                let copy = tempfile::NamedTempFile::new()?;
+                let mut out = tokio::fs::File::from_std(copy.reopen()?);
+                let object = self.in_time(async { Ok(store.get(&object_at(prefix, file)).await?) });
+                let mut chunks = object.await?.into_stream();
+                while let Some(chunk) = self.in_time(async { Ok(chunks.try_next().await?) }).await?
+                {
+                    tokio::io::AsyncWriteExt::write_all(&mut out, &chunk).await?;
+                }
+                tokio::io::AsyncWriteExt::flush(&mut out).await?;
+                Ok(LocalFile::Copy(copy.into_temp_path()))
             }
         }
     }
