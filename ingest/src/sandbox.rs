@@ -490,45 +490,42 @@ pub fn serve_worker(memory_bytes: u64) -> std::io::Result<()> {
     std::panic::set_hook(Box::new(|_| {}));
     let protocol = std::fs::File::from(rustix::io::dup(std::io::stdout())?);
     rustix::stdio::dup2_stdout(std::fs::File::open("/dev/null")?)?;
-    let mut output = BufWriter::new(protocol);
-    let mut input = BufReader::new(std::io::stdin().lock());
-    while let Some(frame) = read_frame(&mut input, memory_bytes)? {
-        let request: Request = bincode::deserialize(&frame).map_err(std::io::Error::other)?;
-        drop(frame);
-        // On a thread of its own stack; the rows go out as they are read.
-        let output = &mut output;
-        std::thread::scope(|scope| {
-            let parse = move || -> std::io::Result<()> {
-                match request {
-                    Request::Whole {
-                        file,
-                        bytes,
-                        options,
-                    } => {
-                        let parsed = crate::parse_here(&file, bytes, &options.here());
-                        let answer: Vec<WireResult> =
-                            parsed.into_iter().map(WireResult::of).collect();
-                        send(output, &answer)
-                    }
-                    Request::Rows {
-                        file,
-                        path,
-                        options,
-                    } => {
-                        for row in crate::read_rows_here(&file, &path, &options.here()) {
-                            send(output, &Some(WireResult::of(row)))?;
-                        }
-                        send(output, &None::<WireResult>)
-                    }
+    // Every file is parsed on one thread of a fixed stack, made once.
+    let serve = move || -> std::io::Result<()> {
+        let mut output = BufWriter::new(protocol);
+        let mut input = BufReader::new(std::io::stdin().lock());
+        while let Some(frame) = read_frame(&mut input, memory_bytes)? {
+            let request: Request = bincode::deserialize(&frame).map_err(std::io::Error::other)?;
+            drop(frame);
+            match request {
+                Request::Whole {
+                    file,
+                    bytes,
+                    options,
+                } => {
+                    let parsed = crate::parse_here(&file, bytes, &options.here());
+                    let answer: Vec<WireResult> = parsed.into_iter().map(WireResult::of).collect();
+                    send(&mut output, &answer)?;
                 }
-            };
-            std::thread::Builder::new()
-                .name("parse".into())
-                .stack_size(PARSE_STACK_BYTES)
-                .spawn_scoped(scope, parse)?
-                .join()
-                .map_err(|_| std::io::Error::other("the parse thread panicked"))?
-        })?;
-    }
-    Ok(())
+                // The rows go out as they are read.
+                Request::Rows {
+                    file,
+                    path,
+                    options,
+                } => {
+                    for row in crate::read_rows_here(&file, &path, &options.here()) {
+                        send(&mut output, &Some(WireResult::of(row)))?;
+                    }
+                    send(&mut output, &None::<WireResult>)?;
+                }
+            }
+        }
+        Ok(())
+    };
+    std::thread::Builder::new()
+        .name("parse".into())
+        .stack_size(PARSE_STACK_BYTES)
+        .spawn(serve)?
+        .join()
+        .map_err(|_| std::io::Error::other("the parse thread panicked"))?
 }
