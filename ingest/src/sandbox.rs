@@ -156,13 +156,16 @@ impl ParserPool {
         let started = match (self.worker(), bincode::serialize(&request)) {
             (Ok(mut worker), Ok(request)) => match write_frame(&mut worker.stdin, &request) {
                 Ok(()) => Ok(worker),
-                Err(_) => Err(Ended::Died(worker.last_words())),
+                Err(_) => Err(worker.ended()),
             },
             (Err(e), _) => {
                 rows.ended = Some(Err(e.for_file(&rows.uri)));
                 return rows;
             }
-            (_, Err(e)) => Err(Ended::Died(e.to_string())),
+            (_, Err(e)) => Err(Ended::Died {
+                status: "not started".into(),
+                said: e.to_string(),
+            }),
         };
         match started {
             Ok(worker) => rows.worker = Some(worker),
@@ -203,8 +206,10 @@ impl Iterator for StreamedRows {
             return self.ended.take();
         };
         let row = worker.receive(limits).and_then(|frame| {
-            bincode::deserialize::<Option<WireResult>>(&frame)
-                .map_err(|e| Ended::Died(format!("its answer could not be read: {e}")))
+            bincode::deserialize::<Option<WireResult>>(&frame).map_err(|e| Ended::Died {
+                status: "an answer that could not be read".into(),
+                said: e.to_string(),
+            })
         });
         match row {
             Ok(Some(row)) => Some(row.into_parsed()),
@@ -321,45 +326,41 @@ struct Worker {
 enum Ended {
     /// Killed at the time limit.
     Late,
-    /// It died, saying this on stderr (with its exit status).
-    Died(String),
+    /// It died: how it ended, and what it said on stderr.
+    Died { status: String, said: String },
 }
 
 impl Ended {
+    /// The error row of `uri`: the same words whenever the same file ends a
+    /// worker the same way (what the worker said names threads and
+    /// addresses, so it goes to the log, not the row).
     fn error(&self, uri: &str, limits: ParseLimits) -> IngestError {
-        match self {
-            Ended::Late => IngestError::new(
-                uri,
-                kind::TIMEOUT,
-                format!("its parser took longer than {:?}; stopped", limits.time),
-            ),
-            Ended::Died(said) if said.contains("memory allocation of") => IngestError::new(
-                uri,
-                kind::TOO_LARGE,
-                format!(
-                    "parsing it needs more than the parser's {} MiB (it inflates past the limit)",
-                    limits.memory_bytes >> 20
-                ),
-            ),
-            // Safe Rust faults on its stack's guard page, and nowhere else
-            // when the parsers' C code behaves: a SIGSEGV is an overflow.
-            Ended::Died(said)
-                if said.contains("overflowed its stack") || said.contains("SIGSEGV") =>
-            {
-                IngestError::new(
-                    uri,
-                    kind::CORRUPT,
-                    format!(
-                        "its structure nests without end: the parser overflowed its stack ({said})"
-                    ),
-                )
+        let (status, said) = match self {
+            Ended::Late => {
+                let message = format!("its parser took longer than {:?}; stopped", limits.time);
+                return IngestError::new(uri, kind::TIMEOUT, message);
             }
-            Ended::Died(said) => IngestError::new(
-                uri,
-                kind::CORRUPT,
-                format!("its parser process died: {said}"),
-            ),
+            Ended::Died { status, said } => (status, said),
+        };
+        tracing::warn!(source = uri, %status, said = said.as_str(), "a parser process died");
+        if said.contains("memory allocation of") {
+            let message = format!(
+                "parsing it needs more than the parser's {} MiB (it inflates past the limit)",
+                limits.memory_bytes >> 20
+            );
+            return IngestError::new(uri, kind::TOO_LARGE, message);
         }
+        // Safe Rust faults on its stack's guard page, and nowhere else when
+        // the parsers' C code behaves: a SIGSEGV is an overflow too.
+        if said.contains("overflowed its stack") || status.contains("SIGSEGV") {
+            let message = "its structure nests without end: the parser overflowed its stack";
+            return IngestError::new(uri, kind::CORRUPT, message);
+        }
+        IngestError::new(
+            uri,
+            kind::CORRUPT,
+            format!("its parser process died ({status})"),
+        )
     }
 }
 
@@ -389,7 +390,7 @@ impl Worker {
     fn exchange(&mut self, request: &[u8], limits: ParseLimits) -> Result<Vec<u8>, Ended> {
         match write_frame(&mut self.stdin, request) {
             Ok(()) => self.receive(limits),
-            Err(_) => Err(Ended::Died(self.last_words())),
+            Err(_) => Err(self.ended()),
         }
     }
 
@@ -412,22 +413,20 @@ impl Worker {
         match answer {
             Ok(Some(answer)) => Ok(answer),
             _ if late.load(Ordering::SeqCst) => Err(Ended::Late),
-            _ => Err(Ended::Died(self.last_words())),
+            _ => Err(self.ended()),
         }
     }
 
-    /// What a dead worker said on stderr, and how it ended.
-    fn last_words(&mut self) -> String {
+    /// How a dead worker ended, and what it said on stderr.
+    fn ended(&mut self) -> Ended {
         let status = lock(&self.child)
             .wait()
             .map_or_else(|e| e.to_string(), |s| s.to_string());
         let mut said = String::new();
         let _ = (&mut self.stderr).take(64 << 10).read_to_string(&mut said);
-        let said = said.trim();
-        if said.is_empty() {
-            status
-        } else {
-            format!("{said} ({status})")
+        Ended::Died {
+            status,
+            said: said.trim().to_string(),
         }
     }
 }
