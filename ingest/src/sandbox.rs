@@ -109,18 +109,20 @@ impl ParserPool {
             Ok(worker) => worker,
             Err(e) => return vec![Err(e.for_file(&file.uri))],
         };
-        match worker.exchange(&request, limits) {
-            Ok(reply) => {
+        let reply = match worker.exchange(&request, limits) {
+            Ok(reply) => reply,
+            Err(ended) => return vec![Err(ended.error(&file.uri, limits))],
+        };
+        match bincode::deserialize::<Vec<WireResult>>(&reply) {
+            Ok(parsed) => {
+                // Only a worker whose answer could be read is in step to be reused.
                 self.idle().push(worker);
-                match bincode::deserialize::<Vec<WireResult>>(&reply) {
-                    Ok(parsed) => parsed.into_iter().map(WireResult::into_parsed).collect(),
-                    Err(e) => {
-                        let message = format!("its parser's answer could not be read: {e}");
-                        vec![Err(IngestError::new(&file.uri, kind::CORRUPT, message))]
-                    }
-                }
+                parsed.into_iter().map(WireResult::into_parsed).collect()
             }
-            Err(ended) => vec![Err(ended.error(&file.uri, limits))],
+            Err(e) => {
+                let message = format!("its parser's answer could not be read: {e}");
+                vec![Err(IngestError::new(&file.uri, kind::CORRUPT, message))]
+            }
         }
     }
 
