@@ -169,14 +169,14 @@ async fn limit_expensive(
 fn reply<T: Serialize>(served: Result<T, ApiError>) -> Response {
     match served {
         Ok(value) => Json(value).into_response(),
-        Err(ApiError::Busy) => {
-            let mut response = error(StatusCode::TOO_MANY_REQUESTS, &ApiError::Busy.to_string());
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        Err(failure) => {
+            let mut response = error(failure.status(), &failure.to_string());
+            if matches!(failure, ApiError::Busy) {
+                let again = header::HeaderValue::from_static("1");
+                response.headers_mut().insert(header::RETRY_AFTER, again);
+            }
             response
         }
-        Err(failure) => error(failure.status(), &failure.to_string()),
     }
 }
 
