@@ -382,21 +382,15 @@ fn parquet(uri: &str, input: Input, columns: &Columns) -> Result<Rows, IngestErr
 }
 
 fn arrow(uri: &str, format: Format, input: Input, columns: &Columns) -> Result<Rows, IngestError> {
-    use arrow_ipc::reader::{FileReader, StreamReader};
-    fn open<R: Read + std::io::Seek + Send + 'static>(
-        stream: bool,
-        reader: R,
-    ) -> Result<Batches, ArrowError> {
-        Ok(if stream {
-            Box::new(StreamReader::try_new(reader, None)?)
-        } else {
-            Box::new(FileReader::try_new(reader, None)?)
-        })
-    }
-    let stream = format == Format::ArrowStream;
     let batches = match input {
-        Input::Bytes(bytes) => open(stream, std::io::Cursor::new(bytes)),
-        Input::File(file) => open(stream, BufReader::new(file)),
+        Input::Bytes(bytes) => {
+            let len = bytes.len() as u64;
+            IpcBatches::open(format, std::io::Cursor::new(bytes), len)
+        }
+        Input::File(file) => match file.metadata() {
+            Ok(meta) => IpcBatches::open(format, BufReader::new(file), meta.len()),
+            Err(e) => Err(ArrowError::from(e)),
+        },
     }
     .map_err(|e| {
         IngestError::new(
@@ -405,7 +399,115 @@ fn arrow(uri: &str, format: Format, input: Input, columns: &Columns) -> Result<R
             format!("not a readable Arrow IPC file: {e}"),
         )
     })?;
-    Ok(batch_rows_of(uri, batches, columns))
+    Ok(batch_rows_of(uri, Box::new(batches), columns))
+}
+
+/// An Arrow IPC file's or stream's record batches, through arrow's push
+/// decoder fed the input a chunk at a time. Arrow's readers
+/// (`StreamReader`, `FileReader`) allocate the length a message or the
+/// footer declares before reading it, so a file of a few hundred bytes
+/// could ask for terabytes (found by the `arrow` fuzz target); the decoder
+/// holds only what the input holds.
+struct IpcBatches {
+    messages: Box<dyn Read + Send>,
+    decoder: arrow_ipc::reader::StreamDecoder,
+    pending: arrow_buffer::Buffer,
+    /// A batch decoded while looking for the schema.
+    first: Option<RecordBatch>,
+    finished: bool,
+}
+
+/// What the decoder is fed at a time.
+const IPC_CHUNK: u64 = 1 << 20;
+
+impl IpcBatches {
+    /// The batches of `reader` (`len` bytes), read up to the schema: bytes
+    /// that are not Arrow IPC fail here, as a whole.
+    fn open<R: Read + std::io::Seek + Send + 'static>(
+        format: Format,
+        mut reader: R,
+        len: u64,
+    ) -> Result<Self, ArrowError> {
+        let messages: Box<dyn Read + Send> = if format == Format::ArrowStream {
+            Box::new(reader)
+        } else {
+            // The file format is the stream format between an 8-byte head
+            // and a footer whose length the last ten bytes give.
+            let invalid = || ArrowError::ParseError("no Arrow file magic at its ends".into());
+            let mut head = [0; 6];
+            reader.read_exact(&mut head)?;
+            let tail_at = len.checked_sub(10).ok_or_else(invalid)?;
+            reader.seek(std::io::SeekFrom::Start(tail_at))?;
+            let mut tail = [0; 10];
+            reader.read_exact(&mut tail)?;
+            if &head != b"ARROW1" || &tail[4..] != b"ARROW1" {
+                return Err(invalid());
+            }
+            let footer = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+            let end = tail_at
+                .checked_sub(footer)
+                .filter(|&end| end >= 8)
+                .ok_or_else(|| {
+                    ArrowError::ParseError("its footer is longer than the file".into())
+                })?;
+            reader.seek(std::io::SeekFrom::Start(8))?;
+            Box::new(reader.take(end - 8))
+        };
+        let mut batches = IpcBatches {
+            messages,
+            decoder: arrow_ipc::reader::StreamDecoder::new(),
+            pending: arrow_buffer::Buffer::from(Vec::<u8>::new()),
+            first: None,
+            finished: false,
+        };
+        while batches.decoder.schema().is_none() {
+            match batches.decoded()? {
+                Some(batch) => batches.first = Some(batch),
+                None if batches.finished => break,
+                None => {}
+            }
+        }
+        Ok(batches)
+    }
+
+    /// The next batch decoded from what is pending, or from one more chunk
+    /// (`None`: none yet, or `finished`).
+    fn decoded(&mut self) -> Result<Option<RecordBatch>, ArrowError> {
+        if self.pending.is_empty() {
+            let mut chunk = Vec::new();
+            (&mut self.messages)
+                .take(IPC_CHUNK)
+                .read_to_end(&mut chunk)?;
+            if chunk.is_empty() {
+                self.finished = true;
+                self.decoder.finish()?;
+                return Ok(None);
+            }
+            self.pending = arrow_buffer::Buffer::from(chunk);
+        }
+        self.decoder.decode(&mut self.pending)
+    }
+}
+
+impl Iterator for IpcBatches {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(batch) = self.first.take() {
+            return Some(Ok(batch));
+        }
+        while !self.finished {
+            match self.decoded() {
+                Ok(Some(batch)) => return Some(Ok(batch)),
+                Ok(None) => {}
+                Err(e) => {
+                    self.finished = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+        None
+    }
 }
 
 type Batches = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;

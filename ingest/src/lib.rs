@@ -107,8 +107,8 @@ pub struct ReadOptions {
     /// The columns (or JSON fields) of a dataset's rows.
     pub columns: Columns,
     /// Most bytes one file's compressed parts may inflate to, all together:
-    /// a zip container's (DOCX, EPUB) members, a gzip or zstd JSON Lines
-    /// file's lines.
+    /// a zip container's (DOCX, EPUB) members, a PDF's streams (each filter
+    /// of a chain counted), a gzip or zstd JSON Lines file's lines.
     pub max_inflated_bytes: u64,
     /// Longest line of a JSON Lines file: one record.
     pub max_record_bytes: u64,
@@ -436,7 +436,7 @@ fn read_bytes(file: &SourceFile, bytes: Vec<u8>, options: &ReadOptions) -> Parse
     let fail = |kind, message: String| vec![Err(IngestError::new(source, kind, message))];
     if !file.format.is_text() {
         return match file.format {
-            Format::Pdf => pdf::read(file, &bytes),
+            Format::Pdf => pdf::read(file, &bytes, options.max_inflated_bytes),
             Format::Docx => office::read_docx(file, &bytes, options.max_inflated_bytes),
             Format::Epub => office::read_epub(file, &bytes, options.max_inflated_bytes),
             Format::Mbox => mail::read_mbox(file, &bytes),

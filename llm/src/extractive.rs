@@ -268,9 +268,9 @@ fn rank_pages(question: &str, pages: &[PageText], skip: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse;
     use crate::steps::extractive_reply as reply;
     use memweave_operators::model::Step;
+    use memweave_operators::model::parse;
     use memweave_operators::testing::PAINTING as TEXT;
 
     #[test]

@@ -11,7 +11,6 @@ pub mod config;
 pub mod embed;
 pub mod extractive;
 pub mod model;
-pub mod parse;
 mod placeholders;
 pub mod pool;
 pub mod prompts;

@@ -792,8 +792,8 @@ async fn metrics(State(sim): State<Arc<Sim>>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse;
     use memweave_operators::model::PageText;
+    use memweave_operators::model::parse;
 
     /// Drift changes the dress, never what the parsers read.
     #[test]

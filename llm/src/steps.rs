@@ -12,8 +12,9 @@ use std::collections::HashMap;
 use memweave_operators::model::PageText;
 use memweave_operators::model::{Reply, Step, Task};
 
+use crate::extractive;
 use crate::placeholders::*;
-use crate::{extractive, parse};
+use memweave_operators::model::parse;
 
 /// How a real model dresses a kind of reply: labels in another case or in
 /// markdown, a preamble, a list written in words. The simulator's drift

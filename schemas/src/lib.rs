@@ -8,11 +8,13 @@ pub mod ids;
 pub mod prometheus;
 pub mod rows;
 pub mod search;
+#[cfg(feature = "store")]
 pub mod store;
 pub mod tables;
 pub mod text;
 
 pub use ids::{content_id, hash128};
 pub use rows::*;
+#[cfg(feature = "store")]
 pub use store::{StoreError, TableStore, to_batch};
 pub use tables::{ColumnIndex, DEFAULT_VECTOR_WIDTH, MemoryRow, MemoryTables, Table};

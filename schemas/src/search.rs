@@ -16,18 +16,12 @@
 //! A corpus is a set of texts ranked against each other: the segments of one
 //! cut size, the nodes of one tree, the gist memories.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
-
-use arrow_array::builder::{ListBuilder, StringBuilder};
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
-use arrow_schema::{ArrowError, Field, Schema};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use crate::MemoryRow;
 use crate::rows::LexiconRow;
-use crate::tables::searched_column;
 use crate::text::{normalise, terms};
-use crate::{MemoryRow, Table};
 
 pub use crate::tables::{NAME_KEYS, TERMS};
 
@@ -62,54 +56,6 @@ pub fn lexicon_entry(corpus: &str, term: &str) -> String {
 pub fn name_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let keys: BTreeSet<String> = names.into_iter().map(normalise).collect();
     keys.into_iter().collect()
-}
-
-/// `batch` (rows of `table`, its row type's columns) with the derived columns
-/// appended, as `schema` declares them.
-pub(crate) fn with_derived_columns(
-    table: Table,
-    batch: &RecordBatch,
-    schema: Arc<Schema>,
-) -> Result<RecordBatch, ArrowError> {
-    let mut columns = batch.columns().to_vec();
-    if let Some(source) = searched_column(table) {
-        let texts = string_column(batch, source)?;
-        let derived: StringArray = texts
-            .iter()
-            .map(|text| Some(terms(text.unwrap_or_default()).join(" ")))
-            .collect();
-        columns.push(Arc::new(derived) as ArrayRef);
-    }
-    if table == Table::Entities {
-        let names = string_column(batch, "name")?;
-        let aliases = batch
-            .column_by_name("aliases")
-            .and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>())
-            .ok_or_else(|| ArrowError::SchemaError("entities have no aliases list".into()))?;
-        let field = Field::new_list_field(arrow_schema::DataType::Utf8, false);
-        let mut keys = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(field));
-        for row in 0..batch.num_rows() {
-            let row_aliases = aliases.value(row);
-            let row_aliases = row_aliases
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .ok_or_else(|| ArrowError::SchemaError("aliases are not strings".into()))?;
-            let names = std::iter::once(names.value(row)).chain(row_aliases.iter().flatten());
-            for key in name_keys(names) {
-                keys.values().append_value(key);
-            }
-            keys.append(true);
-        }
-        columns.push(Arc::new(keys.finish()));
-    }
-    RecordBatch::try_new(schema, columns)
-}
-
-fn string_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray, ArrowError> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-        .ok_or_else(|| ArrowError::SchemaError(format!("no string column {name}")))
 }
 
 /// The corpus a row's searched text belongs to, and that text.

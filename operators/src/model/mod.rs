@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 mod fallback;
+pub mod parse;
 mod step;
 pub use fallback::WithFallbacks;
 pub use step::{FromReply, PageText, Reply, Step, Task};

@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
-use arrow_array::{Array, RecordBatch, StringArray};
+use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_schema::{ArrowError, Field, Schema};
 
 use super::{Result, StoreError};
 use crate::rows::TableRow;
 use crate::search::{self};
-use crate::tables::{DEFAULT_VECTOR_WIDTH, EachTable, MemoryTables, Table};
+use crate::tables::{DEFAULT_VECTOR_WIDTH, EachTable, MemoryTables, Table, searched_column};
 
 /// Keys a predicate names at most: a few thousand keep each one quick to
 /// parse and plan.
@@ -73,10 +75,8 @@ pub fn rows_batch<R: TableRow>(rows: &[&R], vector_width: usize) -> Result<Recor
     let table = R::TABLE;
     let batch = serde_arrow::to_record_batch(&table.row_fields(vector_width), &rows)
         .map_err(|cause| StoreError::Rows { table, cause })?;
-    let schema = Arc::new(arrow_schema::Schema::new(
-        table.fields_of_width(vector_width),
-    ));
-    search::with_derived_columns(table, &batch, schema).map_err(|e| StoreError::Invalid {
+    let schema = Arc::new(Schema::new(table.fields_of_width(vector_width)));
+    with_derived_columns(table, &batch, schema).map_err(|e| StoreError::Invalid {
         table,
         message: format!("deriving the search columns: {e}"),
     })
@@ -108,4 +108,52 @@ impl MemoryTables {
         self.each_table(&mut batches)?;
         Ok(batches.made)
     }
+}
+
+/// `batch` (rows of `table`, its row type's columns) with the derived columns
+/// appended, as `schema` declares them.
+fn with_derived_columns(
+    table: Table,
+    batch: &RecordBatch,
+    schema: Arc<Schema>,
+) -> Result<RecordBatch, ArrowError> {
+    let mut columns = batch.columns().to_vec();
+    if let Some(source) = searched_column(table) {
+        let texts = string_column(batch, source)?;
+        let derived: StringArray = texts
+            .iter()
+            .map(|text| Some(crate::text::terms(text.unwrap_or_default()).join(" ")))
+            .collect();
+        columns.push(Arc::new(derived) as ArrayRef);
+    }
+    if table == Table::Entities {
+        let names = string_column(batch, "name")?;
+        let aliases = batch
+            .column_by_name("aliases")
+            .and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>())
+            .ok_or_else(|| ArrowError::SchemaError("entities have no aliases list".into()))?;
+        let field = Field::new_list_field(arrow_schema::DataType::Utf8, false);
+        let mut keys = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(field));
+        for row in 0..batch.num_rows() {
+            let row_aliases = aliases.value(row);
+            let row_aliases = row_aliases
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(|| ArrowError::SchemaError("aliases are not strings".into()))?;
+            let names = std::iter::once(names.value(row)).chain(row_aliases.iter().flatten());
+            for key in search::name_keys(names) {
+                keys.values().append_value(key);
+            }
+            keys.append(true);
+        }
+        columns.push(Arc::new(keys.finish()));
+    }
+    RecordBatch::try_new(schema, columns)
+}
+
+fn string_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray, ArrowError> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+        .ok_or_else(|| ArrowError::SchemaError(format!("no string column {name}")))
 }

@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use memweave_operators::model::{FactSummary, Judgement, Relation, Triage};
+use super::{FactSummary, Judgement, Relation, Triage};
 use regex::Regex;
 
 fn re(pattern: &str) -> Regex {
@@ -341,6 +341,22 @@ pub fn fact_summary(reply: &str) -> Option<FactSummary> {
     Some(FactSummary { summary, surprise })
 }
 
+/// `reply` read by every parser above, with arguments that reach each one's
+/// branches: what the property test and the `replies` fuzz target run.
+pub fn read_with_every_parser(reply: &str) {
+    let _ = free_text(reply);
+    let _ = section_start(reply);
+    let _ = same_entities(reply, 3);
+    let _ = triage(reply, 4);
+    let _ = judgement(reply);
+    let _ = break_point(reply, 3, &[0, 2, 5]);
+    let _ = pages(reply, &[1, 2, 7], 2);
+    let _ = next_page(reply, &[1, 2, 7], &[2]);
+    let _ = entities(reply);
+    let _ = relations(reply, &["A", "B", "İ"]);
+    let _ = fact_summary(reply);
+}
+
 #[cfg(test)]
 mod tests {
     //! A corpus of replies as real models write them, well-formed and not.
@@ -547,17 +563,7 @@ mod tests {
         /// Every reply parser is total: whatever a model says, it returns.
         #[test]
         fn no_reply_makes_a_parser_panic(reply in hostile_reply()) {
-            let _ = free_text(&reply);
-            let _ = section_start(&reply);
-            let _ = same_entities(&reply, 3);
-            let _ = triage(&reply, 4);
-            let _ = judgement(&reply);
-            let _ = break_point(&reply, 3, &[0, 2, 5]);
-            let _ = pages(&reply, &[1, 2, 7], 2);
-            let _ = next_page(&reply, &[1, 2, 7], &[2]);
-            let _ = entities(&reply);
-            let _ = relations(&reply, &["A", "B", "İ"]);
-            let _ = fact_summary(&reply);
+            read_with_every_parser(&reply);
         }
     }
 

@@ -1,0 +1,5 @@
+#![no_main]
+
+use memweave_ingest::Format;
+
+libfuzzer_sys::fuzz_target!(|bytes: &[u8]| memweave_fuzz::read(Format::Html, bytes));
