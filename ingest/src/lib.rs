@@ -35,8 +35,9 @@ pub mod kind {
     pub const UNSUPPORTED_TYPE: &str = "unsupported_type";
     /// A PDF that needs a password.
     pub const ENCRYPTED: &str = "encrypted";
-    /// A document whose earlier reading took the process down: skipped on
-    /// the next start instead of read again.
+    /// A document whose memory's build panicked (a bug its text or its
+    /// model replies reach): set aside, the run going on, until its text
+    /// changes.
     pub const QUARANTINED: &str = "quarantined";
     /// A PDF whose pages have no text (scanned images).
     pub const NO_TEXT_LAYER: &str = "no_text_layer";

@@ -10,8 +10,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -180,23 +181,74 @@ fn reply<T: Serialize>(served: Result<T, ApiError>) -> Response {
     }
 }
 
-/// A body or query axum could not parse: 400 (413 and 415 as they are).
-fn rejected(status: StatusCode, text: &str) -> Response {
-    let status = match status {
-        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => status,
+/// A part of a request (`Query`, `Path` or `Json`) as a handler asked for it;
+/// one it cannot parse is answered before the handler runs, as bad input:
+/// 400 with a JSON error (413 and 415 as they are).
+struct Asked<T>(T);
+
+/// What axum's extractors say when a part does not parse.
+trait Unparsed {
+    fn status(&self) -> StatusCode;
+    fn body_text(&self) -> String;
+}
+
+macro_rules! unparsed {
+    ($($rejection:ty),*) => {$(
+        impl Unparsed for $rejection {
+            fn status(&self) -> StatusCode {
+                self.status()
+            }
+            fn body_text(&self) -> String {
+                self.body_text()
+            }
+        }
+    )*};
+}
+unparsed!(QueryRejection, PathRejection, JsonRejection);
+
+fn rejected(rejection: &impl Unparsed) -> Response {
+    let status = match rejection.status() {
+        status @ (StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE) => status,
         _ => StatusCode::BAD_REQUEST,
     };
-    error(status, text)
+    error(status, &rejection.body_text())
+}
+
+impl<S: Send + Sync, T> FromRequestParts<S> for Asked<T>
+where
+    T: FromRequestParts<S, Rejection: Unparsed>,
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        T::from_request_parts(parts, state)
+            .await
+            .map(Asked)
+            .map_err(|rejection| rejected(&rejection))
+    }
+}
+
+impl<S: Send + Sync, T> FromRequest<S> for Asked<Json<T>>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+{
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        Json::<T>::from_request(request, state)
+            .await
+            .map(Asked)
+            .map_err(|rejection| rejected(&rejection))
+    }
 }
 
 async fn ask_handler(
     State(state): State<Arc<ServiceState>>,
-    body: Result<Json<AskRequest>, JsonRejection>,
+    body: Result<Asked<Json<AskRequest>>, Response>,
 ) -> Response {
     match body {
-        Ok(Json(request)) => reply(state.ask(&request).await),
-        Err(rejection) => {
-            let response = rejected(rejection.status(), &rejection.body_text());
+        Ok(Asked(Json(request))) => reply(state.ask(&request).await),
+        Err(response) => {
             state.count("invalid", response.status(), 0.0);
             response
         }
@@ -205,22 +257,16 @@ async fn ask_handler(
 
 async fn search_handler(
     State(state): State<Arc<ServiceState>>,
-    body: Result<Json<SearchRequest>, JsonRejection>,
+    Asked(Json(request)): Asked<Json<SearchRequest>>,
 ) -> Response {
-    match body {
-        Ok(Json(request)) => reply(state.search(&request).await),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.search(&request).await)
 }
 
 async fn documents_handler(
     State(state): State<Arc<ServiceState>>,
-    query: Result<Query<DocumentsRequest>, QueryRejection>,
+    Asked(Query(request)): Asked<Query<DocumentsRequest>>,
 ) -> Response {
-    match query {
-        Ok(Query(request)) => reply(state.documents(&request).await),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.documents(&request).await)
 }
 
 /// `/v1/documents/{id}/tree`'s query: the rest of a [`TreeRequest`].
@@ -236,28 +282,25 @@ struct TreeQuery {
 
 async fn tree_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(doc_id): Path<String>,
-    query: Result<Query<TreeQuery>, QueryRejection>,
+    Asked(Path(doc_id)): Asked<Path<String>>,
+    Asked(Query(TreeQuery {
+        tree,
+        depth,
+        under,
+        epoch,
+    })): Asked<Query<TreeQuery>>,
 ) -> Response {
-    match query {
-        Ok(Query(TreeQuery {
-            tree,
-            depth,
-            under,
-            epoch,
-        })) => reply(
-            state
-                .tree(&TreeRequest {
-                    doc_id,
-                    tree,
-                    depth,
-                    under,
-                    epoch,
-                })
-                .await,
-        ),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(
+        state
+            .tree(&TreeRequest {
+                doc_id,
+                tree,
+                depth,
+                under,
+                epoch,
+            })
+            .await,
+    )
 }
 
 /// The query of a route that takes nothing but the checkpoint.
@@ -269,59 +312,42 @@ struct AtQuery {
 
 async fn page_handler(
     State(state): State<Arc<ServiceState>>,
-    path: Result<Path<(String, u32)>, axum::extract::rejection::PathRejection>,
-    query: Result<Query<AtQuery>, QueryRejection>,
+    Asked(Path((doc_id, page))): Asked<Path<(String, u32)>>,
+    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
 ) -> Response {
-    match (path, query) {
-        (Ok(Path((doc_id, page))), Ok(Query(AtQuery { epoch }))) => reply(
-            state
-                .page(&PageRequest {
-                    doc_id,
-                    page,
-                    epoch,
-                })
-                .await,
-        ),
-        (Err(rejection), _) => rejected(rejection.status(), &rejection.body_text()),
-        (_, Err(rejection)) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(
+        state
+            .page(&PageRequest {
+                doc_id,
+                page,
+                epoch,
+            })
+            .await,
+    )
 }
 
 async fn node_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(node_id): Path<String>,
-    query: Result<Query<AtQuery>, QueryRejection>,
+    Asked(Path(node_id)): Asked<Path<String>>,
+    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
 ) -> Response {
-    match query {
-        Ok(Query(AtQuery { epoch })) => reply(state.node(&NodeRequest { node_id, epoch }).await),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.node(&NodeRequest { node_id, epoch }).await)
 }
 
 async fn document_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(doc_id): Path<String>,
-    query: Result<Query<AtQuery>, QueryRejection>,
+    Asked(Path(doc_id)): Asked<Path<String>>,
+    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
 ) -> Response {
-    match query {
-        Ok(Query(AtQuery { epoch })) => {
-            reply(state.document(&DocumentRequest { doc_id, epoch }).await)
-        }
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.document(&DocumentRequest { doc_id, epoch }).await)
 }
 
 async fn segment_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(seg_id): Path<String>,
-    query: Result<Query<AtQuery>, QueryRejection>,
+    Asked(Path(seg_id)): Asked<Path<String>>,
+    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
 ) -> Response {
-    match query {
-        Ok(Query(AtQuery { epoch })) => {
-            reply(state.segment(&SegmentRequest { seg_id, epoch }).await)
-        }
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.segment(&SegmentRequest { seg_id, epoch }).await)
 }
 
 /// `/v1/documents/{id}/text`'s query: the rest of a [`TextRequest`].
@@ -335,22 +361,19 @@ struct TextQuery {
 
 async fn text_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(doc_id): Path<String>,
-    query: Result<Query<TextQuery>, QueryRejection>,
+    Asked(Path(doc_id)): Asked<Path<String>>,
+    Asked(Query(TextQuery { start, end, epoch })): Asked<Query<TextQuery>>,
 ) -> Response {
-    match query {
-        Ok(Query(TextQuery { start, end, epoch })) => reply(
-            state
-                .text(&TextRequest {
-                    doc_id,
-                    start,
-                    end,
-                    epoch,
-                })
-                .await,
-        ),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(
+        state
+            .text(&TextRequest {
+                doc_id,
+                start,
+                end,
+                epoch,
+            })
+            .await,
+    )
 }
 
 /// `/v1/documents/{id}/pages`'s query: the rest of a [`PagesRequest`].
@@ -364,52 +387,40 @@ struct PagesQuery {
 
 async fn pages_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(doc_id): Path<String>,
-    query: Result<Query<PagesQuery>, QueryRejection>,
+    Asked(Path(doc_id)): Asked<Path<String>>,
+    Asked(Query(PagesQuery { from, limit, epoch })): Asked<Query<PagesQuery>>,
 ) -> Response {
-    match query {
-        Ok(Query(PagesQuery { from, limit, epoch })) => reply(
-            state
-                .pages(&PagesRequest {
-                    doc_id,
-                    from,
-                    limit,
-                    epoch,
-                })
-                .await,
-        ),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(
+        state
+            .pages(&PagesRequest {
+                doc_id,
+                from,
+                limit,
+                epoch,
+            })
+            .await,
+    )
 }
 
 async fn entities_handler(
     State(state): State<Arc<ServiceState>>,
-    query: Result<Query<EntitiesRequest>, QueryRejection>,
+    Asked(Query(request)): Asked<Query<EntitiesRequest>>,
 ) -> Response {
-    match query {
-        Ok(Query(request)) => reply(state.entities(&request).await),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.entities(&request).await)
 }
 
 async fn checkpoints_handler(
     State(state): State<Arc<ServiceState>>,
-    query: Result<Query<CheckpointsRequest>, QueryRejection>,
+    Asked(Query(request)): Asked<Query<CheckpointsRequest>>,
 ) -> Response {
-    match query {
-        Ok(Query(request)) => reply(state.checkpoints(&request).await),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.checkpoints(&request).await)
 }
 
 async fn overview_handler(
     State(state): State<Arc<ServiceState>>,
-    query: Result<Query<OverviewRequest>, QueryRejection>,
+    Asked(Query(request)): Asked<Query<OverviewRequest>>,
 ) -> Response {
-    match query {
-        Ok(Query(request)) => reply(state.overview(&request).await),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(state.overview(&request).await)
 }
 
 /// `/v1/entities/{id}`'s query: the rest of an [`EntityRequest`].
@@ -423,26 +434,23 @@ struct EntityQuery {
 
 async fn entity_handler(
     State(state): State<Arc<ServiceState>>,
-    Path(entity_id): Path<String>,
-    query: Result<Query<EntityQuery>, QueryRejection>,
+    Asked(Path(entity_id)): Asked<Path<String>>,
+    Asked(Query(EntityQuery {
+        limit,
+        offset,
+        epoch,
+    })): Asked<Query<EntityQuery>>,
 ) -> Response {
-    match query {
-        Ok(Query(EntityQuery {
-            limit,
-            offset,
-            epoch,
-        })) => reply(
-            state
-                .entity(&EntityRequest {
-                    entity_id,
-                    limit,
-                    offset,
-                    epoch,
-                })
-                .await,
-        ),
-        Err(rejection) => rejected(rejection.status(), &rejection.body_text()),
-    }
+    reply(
+        state
+            .entity(&EntityRequest {
+                entity_id,
+                limit,
+                offset,
+                epoch,
+            })
+            .await,
+    )
 }
 
 async fn ready_handler(State(state): State<Arc<ServiceState>>) -> Response {

@@ -177,7 +177,7 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
                 let made_by = made_by.clone();
                 async move {
                     let rows =
-                        build_document(&doc, &config, model.as_ref(), embedder.as_ref()).await;
+                        built_or_set_aside(&doc, &config, model.as_ref(), embedder.as_ref()).await;
                     let state = DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree);
                     rows.into_iter()
                         .map(Built::Row)
@@ -257,6 +257,30 @@ fn document_row(doc: &Document, seen: i64) -> DocumentRow {
     }
 }
 
+/// `doc`'s memory; or, when building it panics (a bug that this document's
+/// text or its model replies reach), the document set aside: one
+/// `quarantined` row naming the panic, no memory, and the run goes on. Any
+/// later build of the same text meets the same panic and sets it aside the
+/// same way, so a poison input never takes a start down.
+async fn built_or_set_aside(
+    doc: &Document,
+    config: &BuildConfig,
+    model: &dyn MemoryModel,
+    embedder: &dyn Embedder,
+) -> Vec<BuiltRow> {
+    let built =
+        memweave_process::panics::caught_async(build_document(doc, config, model, embedder));
+    built.await.unwrap_or_else(|panic| {
+        vec![BuiltRow::Error(memweave_schemas::ErrorRow::new(
+            "build",
+            &doc.source_uri,
+            Some(doc.doc_id.clone()),
+            memweave_ingest::kind::QUARANTINED,
+            &format!("building its memory panicked ({panic}); set aside until its text changes"),
+        ))]
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -267,7 +291,7 @@ mod tests {
     use memweave_operators::embed::HashingEmbedder;
     use memweave_operators::paginate::PageConfig;
     use memweave_operators::segment::SegmentConfig;
-    use memweave_schemas::{PageRow, SegmentRow, TableStore, TreeNodeRow};
+    use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TableStore, TreeNodeRow};
 
     use super::*;
     use crate::progress::StageProgress;
@@ -310,12 +334,17 @@ mod tests {
         segments: Vec<SegmentRow>,
         tree_nodes: Vec<TreeNodeRow>,
         pages: Vec<PageRow>,
+        errors: Vec<ErrorRow>,
     }
 
     /// Runs `rounds` of input changes through the dataflow on one worker,
     /// committing each round's staged rows to tables in a temporary folder,
     /// and reads the tables after the last.
     fn run(rounds: Vec<Vec<((Document, i64), isize)>>) -> Output {
+        run_with(Arc::new(TaskModel::extractive()), rounds)
+    }
+
+    fn run_with(model: Arc<dyn MemoryModel>, rounds: Vec<Vec<((Document, i64), isize)>>) -> Output {
         let dir = tempfile::tempdir().expect("a temporary folder");
         let store = TableStore::local(dir.path()).expect("a store");
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
@@ -323,7 +352,7 @@ mod tests {
         let stages = StageProgress::new();
         let writer = Arc::new(RoundWriter::new(store.clone(), 32, Arc::clone(&stages), 64));
         let services = Services {
-            model: Arc::new(TaskModel::extractive()),
+            model,
             embedder: Arc::new(HashingEmbedder::new(32)),
             tasks: Tasks {
                 runtime: handle.clone(),
@@ -371,6 +400,7 @@ mod tests {
                 segments: store.read_rows(None).await.expect("segments"),
                 tree_nodes: store.read_rows(None).await.expect("tree_nodes"),
                 pages: store.read_rows(None).await.expect("pages"),
+                errors: store.read_rows(None).await.expect("errors"),
             }
         })
     }
@@ -411,5 +441,64 @@ mod tests {
         assert!(output.segments.is_empty());
         assert!(output.tree_nodes.is_empty());
         assert!(output.pages.is_empty());
+    }
+
+    /// The extractive model, except that any step over text naming the
+    /// lighthouse panics: a bug that one document reaches.
+    #[derive(Debug)]
+    struct PanicsOnLighthouses(TaskModel);
+
+    #[async_trait::async_trait]
+    impl MemoryModel for PanicsOnLighthouses {
+        fn backend(&self) -> &str {
+            "panics-on-lighthouses"
+        }
+        fn is_remote(&self) -> bool {
+            false
+        }
+        async fn reply(
+            &self,
+            cx: &memweave_operators::model::CallContext,
+            step: memweave_operators::model::Step,
+        ) -> memweave_operators::model::StepResult<memweave_operators::model::Reply> {
+            assert!(
+                !format!("{step:?}").contains("lighthouse"),
+                "a bug met a lighthouse"
+            );
+            self.0.reply(cx, step).await
+        }
+    }
+
+    #[test]
+    fn a_document_whose_build_panics_is_set_aside_and_the_others_are_built() {
+        let harbours = document("a.txt", "a.txt", &prose("harbours"), 1);
+        let lighthouses = document("b.txt", "b.txt", &prose("lighthouses"), 1);
+        let (built, set_aside) = (harbours.doc_id.clone(), lighthouses.doc_id.clone());
+        let model = Arc::new(PanicsOnLighthouses(TaskModel::extractive()));
+        let output = run_with(model, vec![vec![((harbours, 0), 1), ((lighthouses, 0), 1)]]);
+        let [error] = output.errors.as_slice() else {
+            panic!("{:?}", output.errors);
+        };
+        assert_eq!(
+            (
+                error.kind.as_str(),
+                error.doc_id.as_deref(),
+                error.source.as_str()
+            ),
+            ("quarantined", Some(set_aside.as_str()), "b.txt")
+        );
+        assert!(
+            error.message.contains("a bug met a lighthouse"),
+            "{error:?}"
+        );
+        assert_eq!(output.documents.len(), 2, "both documents are listed");
+        assert!(output.segments.iter().all(|s| s.doc_id == built));
+        assert!(!output.tree_nodes.is_empty());
+        let node_docs: HashSet<Option<&str>> = output
+            .tree_nodes
+            .iter()
+            .map(|n| n.doc_id.as_deref())
+            .collect();
+        assert_eq!(node_docs, HashSet::from([Some(built.as_str())]));
     }
 }
