@@ -10,27 +10,27 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
-use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::extract::{
+    DefaultBodyLimit, FromRequest, FromRequestParts, RawPathParams, Request, State,
+};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use memweave_analytics::metrics::prometheus;
 use memweave_schemas::prometheus::{CONTENT_TYPE, Exposition, Kind, labels};
+use schemars::JsonSchema;
 use schemars::SchemaGenerator;
 use schemars::generate::SchemaSettings;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::request::{
-    AskRequest, CHECKPOINTS_PAGE, CheckpointsRequest, DOCUMENTS_PAGE, DocumentRequest,
-    DocumentsRequest, ENTITY_LIST, EntitiesRequest, EntityRequest, MAX_BODY_BYTES,
-    MAX_CHECKPOINTS_PAGE, MAX_DOCUMENTS_PAGE, MAX_ENTITY_LIST, MAX_TEXT_CHARS, NodeRequest,
-    OverviewRequest, PAGES_LIST, PageRequest, PagesRequest, SearchRequest, SegmentRequest,
-    TextRequest, TreeKind, TreeRequest,
+    AskRequest, CheckpointsRequest, DocumentRequest, DocumentsRequest, EntitiesRequest,
+    EntityRequest, MAX_BODY_BYTES, NodeRequest, OverviewRequest, PageRequest, PagesRequest,
+    SearchRequest, SegmentRequest, TextRequest, TreeRequest,
 };
 use crate::service::{ApiError, ServiceState};
 use crate::{mcp, ui};
@@ -41,21 +41,7 @@ use crate::{mcp, ui};
 /// the request timeout, and expensive ones share
 /// [`crate::service::Limits::expensive_in_flight`] permits.
 pub fn router(state: Arc<ServiceState>, hosts: mcp::AllowedHosts, explorer: bool) -> Router {
-    let api = Router::new()
-        .route("/v1/ask", post(ask_handler))
-        .route("/v1/search", post(search_handler))
-        .route("/v1/documents", get(documents_handler))
-        .route("/v1/documents/{id}", get(document_handler))
-        .route("/v1/documents/{id}/tree", get(tree_handler))
-        .route("/v1/documents/{id}/pages/{page}", get(page_handler))
-        .route("/v1/documents/{id}/text", get(text_handler))
-        .route("/v1/documents/{id}/pages", get(pages_handler))
-        .route("/v1/entities", get(entities_handler))
-        .route("/v1/segments/{id}", get(segment_handler))
-        .route("/v1/nodes/{id}", get(node_handler))
-        .route("/v1/entities/{id}", get(entity_handler))
-        .route("/v1/checkpoints", get(checkpoints_handler))
-        .route("/v1/overview", get(overview_handler))
+    let api = api_router()
         .route("/metrics", get(metrics_handler))
         .nest_service("/mcp", mcp::http_service(state.clone(), hosts.clone()))
         .route_layer(middleware::from_fn_with_state(
@@ -181,276 +167,150 @@ fn reply<T: Serialize>(served: Result<T, ApiError>) -> Response {
     }
 }
 
-/// A part of a request (`Query`, `Path` or `Json`) as a handler asked for it;
-/// one it cannot parse is answered before the handler runs, as bad input:
-/// 400 with a JSON error (413 and 415 as they are).
+/// The API's routes, each named once: method and path, the request type
+/// its path and query (GET) or JSON body (POST) are read into, the service
+/// call that answers it, what it does, and the errors it may answer beside
+/// those every route may ([`Operation`]). The router's routes and the
+/// OpenAPI document's paths are both made from this list.
+macro_rules! api_routes {
+    ($($method:ident $path:literal => $call:ident($request:ty) $(-> $answer:literal)? $(via $handler:ident)?:
+        $summary:literal $(, $status:literal $failure:literal)*;)*) => {
+        fn api_router() -> Router<Arc<ServiceState>> {
+            Router::new()$(.route($path, $method(api_routes!(@handler $call, $request $(, $handler)?))))*
+        }
+
+        /// Each route's path, method and OpenAPI operation.
+        fn api_operations(generator: &mut SchemaGenerator) -> Vec<(&'static str, &'static str, Value)> {
+            vec![$((
+                $path,
+                stringify!($method),
+                Operation {
+                    path: $path,
+                    method: stringify!($method),
+                    summary: $summary,
+                    answer: [$($answer)?].first().copied(),
+                    failures: &[$(($status, $failure)),*],
+                }
+                .document::<$request>(generator),
+            )),*]
+        }
+    };
+    (@handler $call:ident, $request:ty, $handler:ident) => { $handler };
+    (@handler $call:ident, $request:ty) => {
+        |State(state): State<Arc<ServiceState>>, Asked(request): Asked<$request>| async move {
+            reply(state.$call(&request).await)
+        }
+    };
+}
+
+api_routes! {
+    post "/v1/ask" => ask(AskRequest) -> "Answer" via ask_handler:
+        "Answer a question with one navigation strategy: the answer, its trace and supporting passages",
+        "400" "Invalid request: empty or too long question, unknown strategy or document, option out of range",
+        "413" "Body over the size limit";
+    post "/v1/search" => search(SearchRequest):
+        "The passages BM25 or the dense baseline ranks highest for a query, with their scores; no model is asked",
+        "400" "Invalid request", "413" "Body over the size limit";
+    get "/v1/documents" => documents(DocumentsRequest):
+        "The documents of the served checkpoint, a page at a time in id order: `next` is the `after` of the following page (null on the last); `total` counts them all",
+        "400" "limit out of range";
+    get "/v1/documents/{doc_id}" => document(DocumentRequest):
+        "One document: title, source, tokens, version and the sections citations name",
+        "404" "Unknown document";
+    get "/v1/documents/{doc_id}/tree" => tree(TreeRequest):
+        "A document's MemWalker (default) or RAPTOR tree (?tree=raptor), its top levels only with ?depth= (0: the root)",
+        "400" "Unknown tree", "404" "Unknown document or node";
+    get "/v1/documents/{doc_id}/pages/{page}" => page(PageRequest):
+        "A ReadAgent page of a document (from 0): its text and its gist",
+        "400" "Page not a number", "404" "Unknown document or page";
+    get "/v1/documents/{doc_id}/text" => text(TextRequest):
+        "A stretch of a document's text by character (what passages' start_char and end_char count), read from its pages",
+        "400" "start and end out of order or too far apart", "404" "Unknown document";
+    get "/v1/documents/{doc_id}/pages" => pages(PagesRequest):
+        "A document's ReadAgent pages with their gists (not their texts), a stretch at a time; `total` counts them",
+        "400" "limit out of range", "404" "Unknown document";
+    get "/v1/entities" => entities(EntitiesRequest):
+        "The graph's entities with a name or alias (normalised as the graph names them)",
+        "400" "No name";
+    get "/v1/segments/{seg_id}" => segment(SegmentRequest) -> "Passage":
+        "One segment as a passage: its document, characters, section and text",
+        "404" "Unknown segment";
+    get "/v1/nodes/{node_id}" => node(NodeRequest):
+        "One tree node",
+        "404" "Unknown node";
+    get "/v1/entities/{entity_id}" => entity(EntityRequest):
+        "One graph entity with its first relations (id order) and source segments, and how many there are of each",
+        "400" "limit out of range", "404" "Unknown entity";
+    get "/v1/checkpoints" => checkpoints(CheckpointsRequest):
+        "The checkpoints under the tables root, newest first, and the one served; `next` is the following page's `before`",
+        "400" "limit out of range";
+    get "/v1/overview" => overview(OverviewRequest):
+        "The memory's report at a checkpoint (what `memweave report --json` prints): documents, tokens, model tokens per corpus token, calls per task, tree shapes and depths, errors; made once per checkpoint";
+}
+
+/// What a handler asked for: its request, read from the path and the query
+/// of a GET (path parameters named as the request's fields), or from the
+/// JSON body of a POST. One that does not parse is answered before the
+/// handler runs, as bad input: 400 with a JSON error (413 and 415 as they
+/// are).
 struct Asked<T>(T);
 
-/// What axum's extractors say when a part does not parse.
-trait Unparsed {
-    fn status(&self) -> StatusCode;
-    fn body_text(&self) -> String;
-}
+impl<T: DeserializeOwned> FromRequest<Arc<ServiceState>> for Asked<T> {
+    type Rejection = Response;
 
-macro_rules! unparsed {
-    ($($rejection:ty),*) => {$(
-        impl Unparsed for $rejection {
-            fn status(&self) -> StatusCode {
-                self.status()
-            }
-            fn body_text(&self) -> String {
-                self.body_text()
-            }
+    async fn from_request(request: Request, state: &Arc<ServiceState>) -> Result<Self, Response> {
+        if request.method() != Method::GET {
+            return match Json::<T>::from_request(request, state).await {
+                Ok(Json(asked)) => Ok(Asked(asked)),
+                Err(rejection) => Err(rejected(rejection.status(), &rejection.body_text())),
+            };
         }
-    )*};
+        let (mut parts, _) = request.into_parts();
+        let path = RawPathParams::from_request_parts(&mut parts, state)
+            .await
+            .map_err(|rejection| rejected(rejection.status(), &rejection.body_text()))?;
+        // The path's parameters as query pairs before the query's own: one
+        // parser reads both, and a field given twice is refused.
+        let mut pairs = form_urlencoded::Serializer::new(String::new());
+        pairs.extend_pairs(&path);
+        let mut query = pairs.finish();
+        if let Some(own) = parts.uri.query().filter(|q| !q.is_empty()) {
+            if !query.is_empty() {
+                query.push('&');
+            }
+            query.push_str(own);
+        }
+        serde_urlencoded::from_str(&query).map(Asked).map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                &format!("Failed to deserialize query string: {e}"),
+            )
+        })
+    }
 }
-unparsed!(QueryRejection, PathRejection, JsonRejection);
 
-fn rejected(rejection: &impl Unparsed) -> Response {
-    let status = match rejection.status() {
-        status @ (StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE) => status,
+/// A body, path or query axum could not parse: 400 (413 and 415 as they are).
+fn rejected(status: StatusCode, text: &str) -> Response {
+    let status = match status {
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::UNSUPPORTED_MEDIA_TYPE => status,
         _ => StatusCode::BAD_REQUEST,
     };
-    error(status, &rejection.body_text())
+    error(status, text)
 }
 
-impl<S: Send + Sync, T> FromRequestParts<S> for Asked<T>
-where
-    T: FromRequestParts<S, Rejection: Unparsed>,
-{
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        T::from_request_parts(parts, state)
-            .await
-            .map(Asked)
-            .map_err(|rejection| rejected(&rejection))
-    }
-}
-
-impl<S: Send + Sync, T> FromRequest<S> for Asked<Json<T>>
-where
-    Json<T>: FromRequest<S, Rejection = JsonRejection>,
-{
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
-        Json::<T>::from_request(request, state)
-            .await
-            .map(Asked)
-            .map_err(|rejection| rejected(&rejection))
-    }
-}
-
+/// Questions are counted by strategy, and the ones that do not parse as
+/// `invalid`.
 async fn ask_handler(
     State(state): State<Arc<ServiceState>>,
-    body: Result<Asked<Json<AskRequest>>, Response>,
+    asked: Result<Asked<AskRequest>, Response>,
 ) -> Response {
-    match body {
-        Ok(Asked(Json(request))) => reply(state.ask(&request).await),
+    match asked {
+        Ok(Asked(request)) => reply(state.ask(&request).await),
         Err(response) => {
             state.count("invalid", response.status(), 0.0);
             response
         }
     }
-}
-
-async fn search_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Json(request)): Asked<Json<SearchRequest>>,
-) -> Response {
-    reply(state.search(&request).await)
-}
-
-async fn documents_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Query(request)): Asked<Query<DocumentsRequest>>,
-) -> Response {
-    reply(state.documents(&request).await)
-}
-
-/// `/v1/documents/{id}/tree`'s query: the rest of a [`TreeRequest`].
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TreeQuery {
-    #[serde(default)]
-    tree: TreeKind,
-    depth: Option<u32>,
-    under: Option<String>,
-    epoch: Option<u64>,
-}
-
-async fn tree_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path(doc_id)): Asked<Path<String>>,
-    Asked(Query(TreeQuery {
-        tree,
-        depth,
-        under,
-        epoch,
-    })): Asked<Query<TreeQuery>>,
-) -> Response {
-    reply(
-        state
-            .tree(&TreeRequest {
-                doc_id,
-                tree,
-                depth,
-                under,
-                epoch,
-            })
-            .await,
-    )
-}
-
-/// The query of a route that takes nothing but the checkpoint.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AtQuery {
-    epoch: Option<u64>,
-}
-
-async fn page_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path((doc_id, page))): Asked<Path<(String, u32)>>,
-    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
-) -> Response {
-    reply(
-        state
-            .page(&PageRequest {
-                doc_id,
-                page,
-                epoch,
-            })
-            .await,
-    )
-}
-
-async fn node_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path(node_id)): Asked<Path<String>>,
-    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
-) -> Response {
-    reply(state.node(&NodeRequest { node_id, epoch }).await)
-}
-
-async fn document_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path(doc_id)): Asked<Path<String>>,
-    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
-) -> Response {
-    reply(state.document(&DocumentRequest { doc_id, epoch }).await)
-}
-
-async fn segment_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path(seg_id)): Asked<Path<String>>,
-    Asked(Query(AtQuery { epoch })): Asked<Query<AtQuery>>,
-) -> Response {
-    reply(state.segment(&SegmentRequest { seg_id, epoch }).await)
-}
-
-/// `/v1/documents/{id}/text`'s query: the rest of a [`TextRequest`].
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TextQuery {
-    start: Option<u64>,
-    end: Option<u64>,
-    epoch: Option<u64>,
-}
-
-async fn text_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path(doc_id)): Asked<Path<String>>,
-    Asked(Query(TextQuery { start, end, epoch })): Asked<Query<TextQuery>>,
-) -> Response {
-    reply(
-        state
-            .text(&TextRequest {
-                doc_id,
-                start,
-                end,
-                epoch,
-            })
-            .await,
-    )
-}
-
-/// `/v1/documents/{id}/pages`'s query: the rest of a [`PagesRequest`].
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PagesQuery {
-    from: Option<u32>,
-    limit: Option<usize>,
-    epoch: Option<u64>,
-}
-
-async fn pages_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path(doc_id)): Asked<Path<String>>,
-    Asked(Query(PagesQuery { from, limit, epoch })): Asked<Query<PagesQuery>>,
-) -> Response {
-    reply(
-        state
-            .pages(&PagesRequest {
-                doc_id,
-                from,
-                limit,
-                epoch,
-            })
-            .await,
-    )
-}
-
-async fn entities_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Query(request)): Asked<Query<EntitiesRequest>>,
-) -> Response {
-    reply(state.entities(&request).await)
-}
-
-async fn checkpoints_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Query(request)): Asked<Query<CheckpointsRequest>>,
-) -> Response {
-    reply(state.checkpoints(&request).await)
-}
-
-async fn overview_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Query(request)): Asked<Query<OverviewRequest>>,
-) -> Response {
-    reply(state.overview(&request).await)
-}
-
-/// `/v1/entities/{id}`'s query: the rest of an [`EntityRequest`].
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EntityQuery {
-    limit: Option<usize>,
-    offset: Option<usize>,
-    epoch: Option<u64>,
-}
-
-async fn entity_handler(
-    State(state): State<Arc<ServiceState>>,
-    Asked(Path(entity_id)): Asked<Path<String>>,
-    Asked(Query(EntityQuery {
-        limit,
-        offset,
-        epoch,
-    })): Asked<Query<EntityQuery>>,
-) -> Response {
-    reply(
-        state
-            .entity(&EntityRequest {
-                entity_id,
-                limit,
-                offset,
-                epoch,
-            })
-            .await,
-    )
 }
 
 async fn ready_handler(State(state): State<Arc<ServiceState>>) -> Response {
@@ -565,25 +425,121 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
-/// The OpenAPI 3.1 description of every route.
+/// The routes served beside the API's, and what they answer: made by hand
+/// in [`router`], so listed here by hand.
+const SERVICE_ROUTES: [(&str, &str, &str, &str); 6] = [
+    (
+        "/mcp",
+        "post",
+        "The same as MCP tools (Model Context Protocol, streamable HTTP, stateless): ask, search, list_documents, document_tree, node, page, entity",
+        "A JSON-RPC response",
+    ),
+    (
+        "/",
+        "get",
+        "The web explorer (not served with --no-ui): asks and shows answers with their traces, the documents, trees, pages and graph, the report and earlier checkpoints, through this API",
+        "An HTML page",
+    ),
+    ("/healthz", "get", "Liveness", "ok"),
+    (
+        "/readyz",
+        "get",
+        "Readiness: the epoch served (503 before the first checkpoint)",
+        "The epoch, as JSON",
+    ),
+    (
+        "/metrics",
+        "get",
+        "Prometheus metrics (behind the bearer token when one is set)",
+        "Prometheus text format",
+    ),
+    (
+        "/openapi.json",
+        "get",
+        "This document",
+        "This document, as JSON",
+    ),
+];
+
+/// What any API route may answer beside its own errors.
+const EVERY_ROUTE_FAILS: [(&str, &str); 5] = [
+    ("401", "Missing or wrong bearer token"),
+    ("403", "A Host the service does not answer"),
+    (
+        "429",
+        "Too many expensive requests at once (questions, searches, the overview, earlier epochs); Retry-After says when to come back",
+    ),
+    ("503", "No checkpoint committed yet"),
+    ("504", "No answer within the request time limit"),
+];
+
+/// One API route as the OpenAPI document describes it.
+struct Operation {
+    path: &'static str,
+    method: &'static str,
+    summary: &'static str,
+    /// The component schema of what it answers (else an object).
+    answer: Option<&'static str>,
+    failures: &'static [(&'static str, &'static str)],
+}
+
+impl Operation {
+    /// The operation, its request type `T` read as [`Asked`] reads it: each
+    /// field a path parameter (named in the path) or a query parameter of a
+    /// GET, with its description and limits; the JSON body of a POST.
+    fn document<T: JsonSchema>(&self, generator: &mut SchemaGenerator) -> Value {
+        let reference = generator.subschema_for::<T>();
+        let mut operation = json!({ "summary": self.summary });
+        if self.method == "get" {
+            let fields = generator.definitions()[T::schema_name().as_ref()].clone();
+            let required = fields["required"].as_array().cloned().unwrap_or_default();
+            let parameters: Vec<Value> = (fields["properties"].as_object().into_iter().flatten())
+                .map(|(name, schema)| {
+                    let in_path = self.path.contains(&format!("{{{name}}}"));
+                    let mut schema = schema.clone();
+                    let description = schema.as_object_mut().and_then(|s| s.remove("description"));
+                    json!({
+                        "name": name,
+                        "in": if in_path { "path" } else { "query" },
+                        "required": in_path || required.contains(&json!(name)),
+                        "description": description,
+                        "schema": schema,
+                    })
+                })
+                .collect();
+            operation["parameters"] = Value::Array(parameters);
+        } else {
+            operation["requestBody"] = json!({ "required": true, "content": { "application/json": { "schema": reference } } });
+        }
+        let answer = self.answer.map_or_else(
+            || json!({ "type": "object" }),
+            |name| json!({ "$ref": format!("#/components/schemas/{name}") }),
+        );
+        let mut responses = json!({ "200": { "description": "The result", "content": { "application/json": { "schema": answer } } } });
+        for (status, description) in self.failures.iter().chain(&EVERY_ROUTE_FAILS) {
+            responses[*status] = json!({ "description": description, "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } } });
+        }
+        operation["responses"] = responses;
+        operation
+    }
+}
+
+/// The OpenAPI 3.1 description of every route: the API's made from
+/// [`api_routes!`]'s list and the request types (their limits with them,
+/// as the MCP tools' schemas are), the service's from [`SERVICE_ROUTES`].
 pub fn openapi() -> Value {
-    let error = json!({ "$ref": "#/components/schemas/Error" });
-    let json_body =
-        |schema: Value| json!({ "content": { "application/json": { "schema": schema } } });
-    let failure = |what: &str| json!({ "description": what, "content": { "application/json": { "schema": error } } });
-    // The request bodies' schemas, generated from the types the service
-    // reads (as the MCP tools' are), their limits with them.
-    let mut requests = SchemaGenerator::new(SchemaSettings::draft2020_12().with(|settings| {
+    let mut generator = SchemaGenerator::new(SchemaSettings::draft2020_12().with(|settings| {
         settings.definitions_path = "/components/schemas".into();
     }));
-    let (ask, search) = (
-        requests.subschema_for::<AskRequest>(),
-        requests.subschema_for::<SearchRequest>(),
-    );
-    let id = |what: &str| json!({ "name": "id", "in": "path", "required": true, "description": what, "schema": { "type": "string" } });
-    let at = json!({ "name": "epoch", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1 },
-        "description": "The checkpoint to read (default: the newest served); an earlier one reads the memory as that commit left it, while the tables keep its versions" });
-    let object = || json_body(json!({ "type": "object" }));
+    let mut paths = serde_json::Map::new();
+    for (path, method, operation) in api_operations(&mut generator) {
+        paths.entry(path).or_insert_with(|| json!({}))[method] = operation;
+    }
+    for (path, method, summary, answer) in SERVICE_ROUTES {
+        let operation =
+            json!({ "summary": summary, "responses": { "200": { "description": answer } } });
+        paths.entry(path).or_insert_with(|| json!({}))[method] = operation;
+    }
     let mut document = json!({
         "openapi": "3.1.0",
         "info": {
@@ -591,127 +547,7 @@ pub fn openapi() -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "Answers questions over memweave memory tables with the navigators of MemWalker, ReadAgent, QRMeM, RAPTOR and ILM-TR; every answer carries its trace and supporting passages."
         },
-        "paths": {
-            "/v1/ask": { "post": {
-                "summary": "Answer a question with one navigation strategy",
-                "requestBody": { "required": true, "content": { "application/json": { "schema": ask } } },
-                "responses": {
-                    "200": { "description": "The answer, its trace and supporting passages", "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Answer" } } } },
-                    "400": failure("Invalid request: empty or too long question, unknown strategy or document, option out of range"),
-                    "401": failure("Missing or wrong bearer token"),
-                    "413": failure("Body over the size limit"),
-                    "503": failure("No checkpoint committed yet"),
-                    "504": failure("No answer within the request time limit")
-                }
-            } },
-            "/v1/search": { "post": {
-                "summary": "The passages BM25 or the dense baseline ranks highest for a query, with their scores; no model is asked",
-                "requestBody": { "required": true, "content": { "application/json": { "schema": search } } },
-                "responses": { "200": json_body(json!({ "type": "object", "required": ["epoch", "method", "passages"] })), "400": failure("Invalid request"), "401": failure("Missing or wrong bearer token"), "503": failure("No checkpoint committed yet, or the query could not be embedded") }
-            } },
-            "/v1/documents": { "get": {
-                "summary": "The documents of the served checkpoint, a page at a time in id order: `next` is the `after` of the following page (null on the last); `total` counts them all",
-                "parameters": [
-                    { "name": "after", "in": "query", "required": false, "schema": { "type": "string" }, "description": "List the documents whose ids follow this one" },
-                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_DOCUMENTS_PAGE, "default": DOCUMENTS_PAGE } },
-                    { "name": "q", "in": "query", "required": false, "schema": { "type": "string" }, "description": "Only the documents whose id or title holds this text, in any case (`total` counts them)" },
-                    at
-                ],
-                "responses": { "200": json_body(json!({ "type": "object", "required": ["epoch", "total", "documents", "next"] })), "400": failure("limit out of range"), "401": failure("Missing or wrong bearer token") }
-            } },
-            "/v1/documents/{id}/tree": { "get": {
-                "summary": "A document's MemWalker (default) or RAPTOR tree (?tree=raptor), its top levels only with ?depth= (0: the root)",
-                "parameters": [
-                    { "name": "id", "in": "path", "required": true, "description": "Document id", "schema": { "type": "string" } },
-                    { "name": "tree", "in": "query", "required": false, "schema": { "type": "string", "enum": ["memwalker", "raptor"], "default": "memwalker" } },
-                    { "name": "depth", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 }, "description": "Levels below the root" },
-                    { "name": "under", "in": "query", "required": false, "schema": { "type": "string" }, "description": "Only this node's children, in order (what expanding it shows)" },
-                    at
-                ],
-                "responses": { "200": object(), "400": failure("Unknown tree"), "404": failure("Unknown document or node") }
-            } },
-            "/v1/documents/{id}": { "get": {
-                "summary": "One document: title, source, tokens, version and the sections citations name",
-                "parameters": [id("Document id"), at],
-                "responses": { "200": object(), "404": failure("Unknown document") }
-            } },
-            "/v1/documents/{id}/text": { "get": {
-                "summary": "A stretch of a document's text by character (what passages' start_char and end_char count), read from its pages",
-                "parameters": [
-                    id("Document id"),
-                    { "name": "start", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0, "default": 0 } },
-                    { "name": "end", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0 }, "description": format!("The character after the last; at most {MAX_TEXT_CHARS} past start") },
-                    at
-                ],
-                "responses": { "200": object(), "400": failure("start and end out of order or too far apart"), "404": failure("Unknown document") }
-            } },
-            "/v1/documents/{id}/pages": { "get": {
-                "summary": "A document's ReadAgent pages with their gists (not their texts), a stretch at a time; `total` counts them",
-                "parameters": [
-                    id("Document id"),
-                    { "name": "from", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0, "default": 0 } },
-                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_ENTITY_LIST, "default": PAGES_LIST } },
-                    at
-                ],
-                "responses": { "200": object(), "404": failure("Unknown document") }
-            } },
-            "/v1/documents/{id}/pages/{page}": { "get": {
-                "summary": "A ReadAgent page of a document (from 0): its text and its gist",
-                "parameters": [
-                    { "name": "id", "in": "path", "required": true, "description": "Document id", "schema": { "type": "string" } },
-                    { "name": "page", "in": "path", "required": true, "description": "Page number, from 0", "schema": { "type": "integer", "minimum": 0 } },
-                    at
-                ],
-                "responses": { "200": json_body(json!({ "type": "object" })), "400": failure("Page not a number"), "404": failure("Unknown document or page") }
-            } },
-            "/v1/nodes/{id}": { "get": {
-                "summary": "One tree node",
-                "parameters": [id("Node id"), at],
-                "responses": { "200": json_body(json!({ "type": "object" })), "404": failure("Unknown node") }
-            } },
-            "/v1/entities/{id}": { "get": {
-                "summary": "One graph entity with its first relations (id order) and source segments, and how many there are of each",
-                "parameters": [
-                    { "name": "id", "in": "path", "required": true, "description": "Entity id", "schema": { "type": "string" } },
-                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_ENTITY_LIST, "default": ENTITY_LIST } },
-                    { "name": "offset", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 0, "default": 0 }, "description": "Relations and segments to skip: a hub's next page" },
-                    at
-                ],
-                "responses": { "200": object(), "400": failure("limit out of range"), "404": failure("Unknown entity") }
-            } },
-            "/v1/entities": { "get": {
-                "summary": "The graph's entities with a name or alias (normalised as the graph names them)",
-                "parameters": [{ "name": "name", "in": "query", "required": true, "schema": { "type": "string" } }, at],
-                "responses": { "200": object(), "400": failure("No name") }
-            } },
-            "/v1/segments/{id}": { "get": {
-                "summary": "One segment as a passage: its document, characters, section and text",
-                "parameters": [id("Segment id"), at],
-                "responses": { "200": json_body(json!({ "$ref": "#/components/schemas/Passage" })), "404": failure("Unknown segment") }
-            } },
-            "/v1/checkpoints": { "get": {
-                "summary": "The checkpoints under the tables root, newest first, and the one served; `next` is the following page's `before`",
-                "parameters": [
-                    { "name": "before", "in": "query", "required": false, "schema": { "type": "integer" }, "description": "List the checkpoints older than this epoch" },
-                    { "name": "limit", "in": "query", "required": false, "schema": { "type": "integer", "minimum": 1, "maximum": MAX_CHECKPOINTS_PAGE, "default": CHECKPOINTS_PAGE } }
-                ],
-                "responses": { "200": object(), "400": failure("limit out of range"), "503": failure("No checkpoint yet") }
-            } },
-            "/v1/overview": { "get": {
-                "summary": "The memory's report at a checkpoint (what `memweave report --json` prints): documents, tokens, model tokens per corpus token, calls per task, tree shapes and depths, errors; made once per checkpoint",
-                "parameters": [at],
-                "responses": { "200": object(), "503": failure("No checkpoint yet, or the report could not be made") }
-            } },
-            "/mcp": { "post": {
-                "summary": "The same as MCP tools (Model Context Protocol, streamable HTTP, stateless): ask, search, list_documents, document_tree, node, page, entity",
-                "responses": { "200": { "description": "A JSON-RPC response" }, "401": failure("Missing or wrong bearer token") }
-            } },
-            "/": { "get": { "summary": "The web explorer (not served with --no-ui): asks and shows answers with their traces, the documents, trees, pages and graph, the report and earlier checkpoints, through this API", "responses": { "200": { "description": "An HTML page" } } } },
-            "/healthz": { "get": { "summary": "Liveness", "responses": { "200": { "description": "ok" } } } },
-            "/readyz": { "get": { "summary": "Readiness: the epoch served", "responses": { "200": json_body(json!({ "type": "object" })), "503": failure("No checkpoint yet") } } },
-            "/metrics": { "get": { "summary": "Prometheus metrics", "responses": { "200": { "description": "Prometheus text format" } } } },
-            "/openapi.json": { "get": { "summary": "This document", "responses": { "200": json_body(json!({ "type": "object" })) } } }
-        },
+        "paths": paths,
         "components": { "schemas": {
             "Error": { "type": "object", "required": ["error"], "properties": { "error": { "type": "string" } } },
             "Answer": { "type": "object", "required": ["answer", "strategy", "trace", "supporting"], "properties": {
@@ -751,7 +587,7 @@ pub fn openapi() -> Value {
         } }
     });
     let schemas = &mut document["components"]["schemas"];
-    for (name, schema) in requests.take_definitions(true) {
+    for (name, schema) in generator.take_definitions(true) {
         schemas[name] = schema;
     }
     document
@@ -816,5 +652,61 @@ mod tests {
                 .unwrap_or_else(|| panic!("{reference} is outside the components"));
             assert!(schemas.get(name).is_some(), "{reference} names no schema");
         }
+    }
+
+    /// A GET route's parameters are its request type's fields, each a path
+    /// parameter where the path names it: every name in a path is a field
+    /// (else the request could never be read), and the fields' limits and
+    /// descriptions are the parameters'.
+    #[test]
+    fn get_parameters_are_the_request_types_fields() {
+        let document = openapi();
+        for (path, operations) in document["paths"].as_object().unwrap() {
+            let Some(get) = operations.get("get") else {
+                continue;
+            };
+            let parameters = get["parameters"].as_array().cloned().unwrap_or_default();
+            for name in path.split('{').skip(1).map(|s| &s[..s.find('}').unwrap()]) {
+                let parameter = parameters.iter().find(|p| p["name"] == name);
+                let parameter = parameter.unwrap_or_else(|| panic!("{path}: no field {name}"));
+                assert_eq!(
+                    (&parameter["in"], &parameter["required"]),
+                    (&json!("path"), &json!(true))
+                );
+            }
+        }
+        let tree = &document["paths"]["/v1/documents/{doc_id}/tree"]["get"]["parameters"];
+        let names: Vec<&str> = tree
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["depth", "doc_id", "epoch", "tree", "under"]);
+        let documents = &document["paths"]["/v1/documents"]["get"]["parameters"];
+        let limit = documents
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap();
+        assert_eq!(
+            limit["schema"]["maximum"],
+            crate::request::MAX_DOCUMENTS_PAGE
+        );
+        assert_eq!(limit["in"], "query");
+        assert!(
+            limit["description"]
+                .as_str()
+                .unwrap()
+                .contains("Documents on the page")
+        );
+        let epoch = documents
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "epoch")
+            .unwrap();
+        assert_eq!(epoch["schema"]["minimum"], 1);
     }
 }

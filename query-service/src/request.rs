@@ -305,6 +305,7 @@ pub struct SearchRequest {
     pub documents: Option<Vec<String>>,
     /// The checkpoint to read (default: the newest served).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -341,6 +342,7 @@ pub struct DocumentsRequest {
     pub after: Option<String>,
     /// Documents on the page (default 1,000, at most 10,000).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_DOCUMENTS_PAGE), extend("default" = DOCUMENTS_PAGE))]
     pub limit: Option<usize>,
     /// Only the documents whose id or title holds this text (any case).
     #[serde(default)]
@@ -349,6 +351,7 @@ pub struct DocumentsRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -399,6 +402,7 @@ pub struct TreeRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -412,6 +416,7 @@ pub struct NodeRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -427,6 +432,7 @@ pub struct PageRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -438,6 +444,7 @@ pub struct DocumentRequest {
     pub doc_id: String,
     /// The checkpoint to read (default: the newest served).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -451,6 +458,7 @@ pub struct SegmentRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -475,6 +483,7 @@ pub struct TextRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -503,6 +512,7 @@ pub struct EntitiesRequest {
     pub name: String,
     /// The checkpoint to read (default: the newest served).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -518,9 +528,11 @@ pub struct PagesRequest {
     pub from: Option<u32>,
     /// Pages listed (default 100, at most 1,000).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_ENTITY_LIST), extend("default" = PAGES_LIST))]
     pub limit: Option<usize>,
     /// The checkpoint to read (default: the newest served).
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -547,6 +559,7 @@ pub struct CheckpointsRequest {
     pub before: Option<u64>,
     /// Checkpoints on the page (default 50, at most 1,000).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_CHECKPOINTS_PAGE), extend("default" = CHECKPOINTS_PAGE))]
     pub limit: Option<usize>,
 }
 
@@ -564,6 +577,7 @@ pub struct OverviewRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
@@ -581,6 +595,7 @@ pub struct EntityRequest {
     /// Relations and source segments listed, the first in id and source order
     /// (default 50, at most 1,000); the totals say how many there are.
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_ENTITY_LIST), extend("default" = ENTITY_LIST))]
     pub limit: Option<usize>,
     /// Relations and source segments to skip first: the next page of a hub's.
     #[serde(default)]
@@ -589,6 +604,7 @@ pub struct EntityRequest {
     /// epoch reads the memory as that commit left it, while its table
     /// versions are kept.
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub epoch: Option<u64>,
 }
 
