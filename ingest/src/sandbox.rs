@@ -126,10 +126,17 @@ impl ParserPool {
         }
     }
 
-    /// An idle worker, or a new one.
+    /// An idle worker still alive, or a new one: an idle worker killed from
+    /// outside (the OOM killer, an operator) costs no file.
     fn worker(&self) -> Result<Worker, NoWorker> {
-        let popped = self.idle().pop();
-        popped.map_or_else(|| Worker::start(&self.command).map_err(NoWorker), Ok)
+        loop {
+            let Some(worker) = self.idle().pop() else {
+                return Worker::start(&self.command).map_err(NoWorker);
+            };
+            if worker.is_alive() {
+                return Ok(worker);
+            }
+        }
     }
 
     /// The rows of the dataset `file` whose bytes are at `path`, read by a
@@ -367,6 +374,11 @@ impl Ended {
 }
 
 impl Worker {
+    /// Not yet exited: a worker that is may be given a file.
+    fn is_alive(&self) -> bool {
+        matches!(lock(&self.child).try_wait(), Ok(None))
+    }
+
     fn start(command: &ParserCommand) -> std::io::Result<Worker> {
         let mut child = Command::new(&command.program)
             .args(&command.args)
