@@ -39,15 +39,22 @@ pub fn index_measured(
     (started.elapsed(), output, peak)
 }
 
-/// Waits for `child`, polling its peak RSS; returns its stdout and the peak.
+/// Waits for `child`, a `memweave index`, polling the peak RSS of the
+/// indexer it supervises (its child, which builds the memory); returns its
+/// stdout and the peak.
 pub fn wait_measuring(mut child: Child) -> (String, Peak) {
     let stdout = child.stdout.take().expect("the child's stdout is piped");
     let reader =
         std::thread::spawn(move || std::io::read_to_string(stdout).expect("its stdout is UTF-8"));
-    let status = format!("/proc/{}/status", child.id());
+    let supervisor = child.id();
+    let indexers = format!("/proc/{supervisor}/task/{supervisor}/children");
     let mut peak = Peak::default();
     loop {
-        if let Ok(text) = std::fs::read_to_string(&status) {
+        let pids = std::fs::read_to_string(&indexers).unwrap_or_default();
+        for text in pids
+            .split_whitespace()
+            .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        {
             let bytes = |field: &str| {
                 text.lines()
                     .find_map(|l| l.strip_prefix(field))

@@ -27,6 +27,7 @@ use memweave_pipeline::index::{
 use memweave_pipeline::source::{
     AllowedUris, DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_DOCUMENT_BYTES, FetchLimits, SourceOptions,
 };
+use memweave_pipeline::supervise::Flights;
 use memweave_pipeline::{IndexError, UsageError};
 use memweave_process::{StorageArgs, parse_key_value};
 
@@ -215,11 +216,15 @@ struct BuildArgs {
 
 impl IndexArgs {
     /// Runs what the flags ask for: one index, a --watch, a Kafka topic, or a
-    /// cluster process's share; prints each committed round's summary.
-    pub fn run(self, interactive: bool) -> anyhow::Result<()> {
+    /// cluster process's share; prints each committed round's summary. The
+    /// builds are reported to `flights`, the supervising process's.
+    pub fn run(self, interactive: bool, flights: Flights) -> anyhow::Result<()> {
         let (watch_every, group, follow) = (self.watch, self.group.clone(), self.follow);
         let round_messages = self.round_messages;
-        let options = self.options(interactive)?;
+        let options = IndexOptions {
+            flights,
+            ..self.options(interactive)?
+        };
         let kafka = options.source.starts_with("kafka://");
         let run: Result<(), IndexError> = match watch_every {
             _ if follow && !kafka => Err(UsageError(
@@ -300,6 +305,7 @@ impl IndexArgs {
             metrics_listen: self.metrics_listen,
             write_batch_rows: self.write_batch_rows,
             max_model_tokens: self.max_model_tokens,
+            flights: Flights::default(),
         })
     }
 }

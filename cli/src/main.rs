@@ -15,6 +15,7 @@ mod tables;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use memweave_pipeline::supervise::{Flights, SUPERVISED_BY, supervise};
 use memweave_pipeline::{IndexError, UsageError};
 use memweave_process::{LogFormat, init_logging};
 
@@ -122,6 +123,21 @@ enum Command {
     ParseWorker { memory_bytes: u64 },
 }
 
+/// `memweave index` as the supervisor of the indexer, its child (see
+/// [`memweave_pipeline::supervise`]): ends as the child ended.
+#[allow(clippy::print_stderr)]
+fn supervise_index() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let supervised = std::env::current_exe().and_then(|program| supervise(&program, &args));
+    match supervised {
+        Ok(code) => ExitCode::from(code),
+        Err(err) => {
+            eprintln!("memweave: error: starting the indexer: {err}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 // The binary edge: the one place an error is printed rather than logged.
 #[allow(clippy::print_stderr)]
 fn main() -> ExitCode {
@@ -139,7 +155,13 @@ fn main() -> ExitCode {
     init_logging(cli.log_format);
     let interactive = matches!(cli.log_format, LogFormat::Text);
     let result = match cli.command {
-        Command::Index(args) => args.run(interactive),
+        Command::Index(args) => match std::env::var(SUPERVISED_BY) {
+            Ok(supervisor) => Flights::join(&supervisor)
+                .map_err(anyhow::Error::from)
+                .and_then(|flights| args.run(interactive, flights)),
+            // This process supervises; the indexer is its child.
+            Err(_) => return supervise_index(),
+        },
         Command::Sql(args) => args.run(),
         Command::Export(args) => args.run(),
         Command::Report(args) => args.run(),

@@ -20,6 +20,7 @@ use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
 use crate::positions::Positions;
 use crate::source::{Source, SourceOptions};
+use crate::supervise::Flights;
 
 mod commit;
 mod context;
@@ -62,6 +63,8 @@ pub struct IndexOptions {
     /// Model tokens (prompt and reply) this process may spend; past them no
     /// call is made, the round commits what is done and the run stops.
     pub max_model_tokens: Option<u64>,
+    /// What the supervising process is told of the builds, and has learnt.
+    pub flights: Flights,
 }
 
 impl IndexOptions {
@@ -84,6 +87,7 @@ impl IndexOptions {
             metrics_listen: None,
             write_batch_rows: DEFAULT_WRITE_BATCH_ROWS,
             max_model_tokens: None,
+            flights: Flights::default(),
         }
     }
 }

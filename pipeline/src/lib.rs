@@ -13,6 +13,7 @@ pub mod progress;
 pub mod source;
 mod spill;
 mod state;
+pub mod supervise;
 mod workers;
 mod write;
 

@@ -81,8 +81,10 @@ where
 
 /// Runs `command` to its end in a cgroup of the v1 memory controller capped
 /// at `bytes` (the process and whatever it starts): past the cap the kernel
-/// kills it. The cgroup is removed afterwards.
-pub fn output_within_memory(command: &mut Command, bytes: u64) -> Output {
+/// kills it. The cgroup is removed afterwards. The command joins the cgroup
+/// before it starts (a shell moves itself, then execs it), so that every
+/// process it starts is inside.
+pub fn output_within_memory(command: &Command, bytes: u64) -> Output {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let group = Path::new("/sys/fs/cgroup/memory")
@@ -94,14 +96,24 @@ pub fn output_within_memory(command: &mut Command, bytes: u64) -> Output {
         )
     });
     std::fs::write(group.join("memory.limit_in_bytes"), bytes.to_string()).expect("the limit");
-    let child = command
+    let mut inside = Command::new("sh");
+    inside
+        .args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+        .arg(group.join("cgroup.procs"))
+        .arg(command.get_program())
+        .args(command.get_args())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the command starts");
-    std::fs::write(group.join("cgroup.procs"), child.id().to_string())
-        .expect("moved into the cgroup");
-    let output = child.wait_with_output().expect("the command ends");
+        .stderr(std::process::Stdio::piped());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => inside.env(key, value),
+            None => inside.env_remove(key),
+        };
+    }
+    if let Some(dir) = command.get_current_dir() {
+        inside.current_dir(dir);
+    }
+    let output = inside.output().expect("the command ends");
     let _ = std::fs::remove_dir(&group);
     output
 }

@@ -25,6 +25,7 @@ use crate::async_map::{InFlight, MapAsync, Tasks};
 use crate::error::StagingError;
 use crate::spill::Spill;
 use crate::state::{self, DocState, StoredEntity};
+use crate::supervise::Flights;
 use crate::write::{RoundWriter, StagedPart};
 
 mod corpus;
@@ -88,14 +89,15 @@ impl std::fmt::Debug for Handles {
 }
 
 /// What the dataflow's stages call on, one value handed to every worker: the
-/// model, the embedder, where their futures run, and the writer that stages
-/// the rows.
+/// model, the embedder, where their futures run, the writer that stages
+/// the rows, and what the supervisor is told of the documents' builds.
 #[derive(Clone)]
 pub struct Services {
     pub model: Arc<dyn MemoryModel>,
     pub embedder: Arc<dyn Embedder>,
     pub tasks: Tasks,
     pub writer: Arc<RoundWriter>,
+    pub flights: Flights,
 }
 
 impl std::fmt::Debug for Services {
@@ -103,6 +105,7 @@ impl std::fmt::Debug for Services {
         f.debug_struct("Services")
             .field("embedder", &self.embedder.model())
             .field("tasks", &self.tasks)
+            .field("flights", &self.flights)
             .finish_non_exhaustive()
     }
 }
@@ -120,6 +123,7 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
         embedder,
         tasks,
         writer,
+        flights,
     } = services;
     let staged = Rc::new(RefCell::new(Vec::new()));
     let probe = ProbeHandle::new();
@@ -167,6 +171,7 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
         // calls run concurrently on the runtime, and many documents are in flight.
         let doc_embedder = Arc::clone(embedder);
         let doc_model = Arc::clone(model);
+        let doc_flights = flights.clone();
         let built = docs.map_async(
             tasks,
             "BuildMemory",
@@ -175,9 +180,10 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
                 let model = Arc::clone(&doc_model);
                 let embedder = Arc::clone(&doc_embedder);
                 let made_by = made_by.clone();
+                let flights = doc_flights.clone();
                 async move {
-                    let rows =
-                        built_or_set_aside(&doc, &config, model.as_ref(), embedder.as_ref()).await;
+                    let (model, embedder) = (model.as_ref(), embedder.as_ref());
+                    let rows = built_or_set_aside(&doc, &config, model, embedder, &flights).await;
                     let state = DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree);
                     rows.into_iter()
                         .map(Built::Row)
@@ -258,27 +264,36 @@ fn document_row(doc: &Document, seen: i64) -> DocumentRow {
 }
 
 /// `doc`'s memory; or, when building it panics (a bug that this document's
-/// text or its model replies reach), the document set aside: one
-/// `quarantined` row naming the panic, no memory, and the run goes on. Any
-/// later build of the same text meets the same panic and sets it aside the
-/// same way, so a poison input never takes a start down.
+/// text or its model replies reach) or killed a process before (see
+/// [`crate::supervise`]), the document set aside: one `quarantined` row
+/// saying why, no memory, and the run goes on. Any later build of the same
+/// text meets the same panic and sets it aside the same way, so a poison
+/// input never takes a start down.
 async fn built_or_set_aside(
     doc: &Document,
     config: &BuildConfig,
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
+    flights: &Flights,
 ) -> Vec<BuiltRow> {
-    let built =
-        memweave_process::panics::caught_async(build_document(doc, config, model, embedder));
-    built.await.unwrap_or_else(|panic| {
+    let set_aside = |why: &str| {
         vec![BuiltRow::Error(memweave_schemas::ErrorRow::new(
             "build",
             &doc.source_uri,
             Some(doc.doc_id.clone()),
             memweave_ingest::kind::QUARANTINED,
-            &format!("building its memory panicked ({panic}); set aside until its text changes"),
+            &format!("{why}; set aside until its text changes"),
         ))]
-    })
+    };
+    if let Some(why) = flights.quarantined(doc) {
+        return set_aside(why);
+    }
+    let build =
+        memweave_process::panics::caught_async(build_document(doc, config, model, embedder));
+    flights
+        .recorded(doc, build)
+        .await
+        .unwrap_or_else(|panic| set_aside(&format!("building its memory panicked ({panic})")))
 }
 
 #[cfg(test)]
@@ -359,6 +374,7 @@ mod tests {
                 stages,
             },
             writer: Arc::clone(&writer),
+            flights: Flights::default(),
         };
         let guards = timely::execute(timely::Config::thread(), move |worker| {
             let handles = build(worker, &services, config());

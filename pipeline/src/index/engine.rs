@@ -97,6 +97,7 @@ impl Engine {
                 stages: Arc::clone(&stages),
             },
             writer: Arc::clone(&writer),
+            flights: options.flights.clone(),
         };
         let workers = Workers::start(
             &options.cluster,
