@@ -15,10 +15,11 @@ use memweave_schemas::{CheckpointRow, StoreError, Table, TableStore, to_batch};
 pub enum CatalogError {
     #[error("no checkpoint under {root}: index into it first (memweave index SOURCE --out {root})")]
     NoCheckpoint { root: String },
-    #[error("no checkpoint {epoch} under {root}: its checkpoints are 1 to {newest}")]
+    #[error("no checkpoint {epoch} under {root}: {}", kept_checkpoints(*.oldest, *.newest))]
     NoSuchEpoch {
         root: String,
         epoch: u64,
+        oldest: u64,
         newest: u64,
     },
     #[error("{root}: version {version} of {table} is gone")]
@@ -33,6 +34,18 @@ pub enum CatalogError {
     /// Registering a table with the session failed.
     #[error(transparent)]
     Session(#[from] DataFusionError),
+}
+
+/// Which checkpoints a memory has, for a message about one it has not:
+/// those before `oldest` were removed by its retention policy.
+pub fn kept_checkpoints(oldest: u64, newest: u64) -> String {
+    match oldest {
+        1 => format!("its checkpoints are 1 to {newest}"),
+        _ => format!(
+            "its checkpoints are {oldest} to {newest} (the older ones were removed by the \
+             retention policy: --keep-checkpoints, --keep-for)"
+        ),
+    }
 }
 
 /// A session over one checkpoint's tables.
@@ -57,14 +70,16 @@ impl Catalog {
         let mut checkpoints: Vec<CheckpointRow> = store.read_rows(None).await?;
         checkpoints.sort_by_key(|c| c.epoch);
         let root = store.root().to_string();
-        let Some(newest) = checkpoints.last().map(|c| c.epoch) else {
+        let (Some(oldest), Some(newest)) = (checkpoints.first(), checkpoints.last()) else {
             return Err(CatalogError::NoCheckpoint { root });
         };
+        let (oldest, newest) = (oldest.epoch, newest.epoch);
         let epoch = epoch.unwrap_or(newest);
         let Some(at) = checkpoints.iter().position(|c| c.epoch == epoch) else {
             return Err(CatalogError::NoSuchEpoch {
                 root,
                 epoch,
+                oldest,
                 newest,
             });
         };

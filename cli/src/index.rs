@@ -30,6 +30,9 @@ use memweave_pipeline::source::{
 use memweave_pipeline::supervise::Flights;
 use memweave_pipeline::{IndexError, UsageError};
 use memweave_process::{StorageArgs, parse_key_value};
+use memweave_schemas::store::Collected;
+
+use crate::gc::{RetentionArgs, print_collected};
 
 // The flags of `memweave index`; its help is the `Index` command's doc.
 #[derive(Debug, clap::Args)]
@@ -123,6 +126,9 @@ pub struct IndexArgs {
     max_model_tokens: Option<u64>,
     #[command(flatten)]
     storage: StorageArgs,
+    /// After every commit, what the memory keeps of its history.
+    #[command(flatten)]
+    retention: RetentionArgs,
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
@@ -306,6 +312,7 @@ impl IndexArgs {
             write_batch_rows: self.write_batch_rows,
             max_model_tokens: self.max_model_tokens,
             flights: Flights::default(),
+            retention: self.retention.retention(),
         })
     }
 }
@@ -416,6 +423,9 @@ fn print_summary(s: &IndexSummary) {
         "  throughput  {:.1} documents/s",
         s.documents as f64 / secs.max(1e-3)
     );
+    if s.collected != Collected::default() {
+        print_collected("  retention  ", &s.collected);
+    }
 }
 
 #[allow(clippy::print_stdout)]

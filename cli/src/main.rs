@@ -6,6 +6,7 @@
 
 mod ask;
 mod export;
+mod gc;
 mod index;
 mod prompts;
 mod report;
@@ -21,6 +22,7 @@ use memweave_process::{LogFormat, init_logging};
 
 use crate::ask::AskArgs;
 use crate::export::ExportArgs;
+use crate::gc::GcArgs;
 use crate::index::IndexArgs;
 use crate::prompts::PromptsArgs;
 use crate::report::ReportArgs;
@@ -112,6 +114,11 @@ enum Command {
     /// density and the gists' compression rate. Every number is a SQL query over
     /// the tables (in --json's "queries"), to check or extend with memweave sql.
     Report(ReportArgs),
+    /// Remove old checkpoints, with the table versions and data files only
+    /// they need: keep the newest N (--keep-checkpoints) and/or those younger
+    /// than a duration (--keep-for). `memweave index` takes the same flags
+    /// and applies them after every commit.
+    Gc(GcArgs),
     /// Write the built-in prompt templates (the papers' prompts) into DIR, to edit
     /// and pass back with --prompts DIR.
     Prompts(PromptsArgs),
@@ -165,6 +172,7 @@ fn main() -> ExitCode {
         Command::Sql(args) => args.run(),
         Command::Export(args) => args.run(),
         Command::Report(args) => args.run(),
+        Command::Gc(args) => args.run(),
         Command::Prompts(args) => args.run(),
         Command::Ask(args) => args.run(),
         Command::ParseWorker { .. } => unreachable!("served above"),

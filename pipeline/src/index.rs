@@ -12,6 +12,7 @@ use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
 use memweave_llm::{EmbedConfig, LlmConfig};
 use memweave_operators::build::{BuildConfig, Document};
+use memweave_schemas::store::{Collected, Retention};
 use memweave_schemas::{CheckpointRow, ErrorRow};
 
 use crate::IndexError;
@@ -65,6 +66,9 @@ pub struct IndexOptions {
     pub max_model_tokens: Option<u64>,
     /// What the supervising process is told of the builds, and has learnt.
     pub flights: Flights,
+    /// What the memory keeps of its history: after each commit, the rest is
+    /// removed.
+    pub retention: Retention,
 }
 
 impl IndexOptions {
@@ -88,6 +92,7 @@ impl IndexOptions {
             write_batch_rows: DEFAULT_WRITE_BATCH_ROWS,
             max_model_tokens: None,
             flights: Flights::default(),
+            retention: Retention::default(),
         }
     }
 }
@@ -144,6 +149,8 @@ pub struct IndexSummary {
     pub cache: CacheReport,
     /// The pool's counters, with the openai backend.
     pub pool: Option<PoolReport>,
+    /// What the retention policy removed after the commit.
+    pub collected: Collected,
 }
 
 /// An embedder as its vectors name it.

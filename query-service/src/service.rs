@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use memweave_analytics::catalog::Catalog;
+use memweave_analytics::catalog::{Catalog, kept_checkpoints};
 use memweave_analytics::report::{Report, report};
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
@@ -238,9 +238,11 @@ impl ServiceState {
         }
         let checkpoints: Vec<CheckpointRow> = self.store.read_rows(None).await?;
         let Some(checkpoint) = checkpoints.iter().find(|c| c.epoch == epoch) else {
-            let newest = checkpoints.iter().map(|c| c.epoch).max().unwrap_or(0);
+            let epochs = || checkpoints.iter().map(|c| c.epoch);
+            let (oldest, newest) = (epochs().min().unwrap_or(1), epochs().max().unwrap_or(0));
             return Err(ApiError::NotFound(format!(
-                "no checkpoint {epoch}: the checkpoints are 1 to {newest}"
+                "no checkpoint {epoch}: {}",
+                kept_checkpoints(oldest, newest)
             )));
         };
         let snapshot = Arc::new(Snapshot::load(&self.store, checkpoint, self.cache.clone()).await?);

@@ -7,7 +7,7 @@ use std::time::Instant;
 use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type, UInt64Type};
 use memweave_operators::model::StepError;
-use memweave_schemas::store::strings;
+use memweave_schemas::store::{Collected, strings};
 use memweave_schemas::{
     CallStatRow, CheckpointRow, ErrorRow, LlmCallRow, Table, TableStore, TableVersion,
 };
@@ -189,7 +189,34 @@ impl Indexer {
             backend: self.engine.backend.clone(),
             cache: self.engine.cache.report(),
             pool: self.engine.pool.as_ref().map(|p| p.report()),
+            collected: Collected::default(),
         })
+    }
+
+    /// Removes what `--keep-checkpoints`/`--keep-for` keep no longer, but the
+    /// checkpoint the dataflow is still to be restored from. The round is
+    /// committed whatever this does: a failure is logged, and the next
+    /// commit tries again.
+    pub(super) fn collect_garbage(&self) -> Collected {
+        let retention = self.options.retention;
+        if !retention.removes() {
+            return Collected::default();
+        }
+        let pinned = self.restore_from.iter().map(|c| c.epoch).collect();
+        let store = &self.engine.store;
+        match self
+            .engine
+            .runtime
+            .block_on(store.collect_garbage(&retention, &pinned))
+        {
+            Ok(collected) => collected,
+            Err(e) => {
+                tracing::warn!(
+                    "removing the checkpoints the retention policy keeps no longer failed: {e:#}"
+                );
+                Collected::default()
+            }
+        }
     }
 }
 

@@ -307,6 +307,7 @@ impl Indexer {
         summary.deleted = deleted;
         summary.rows_written = changes.rows_written;
         summary.restored_bytes = bytes;
+        summary.collected = self.collect_garbage();
         summary.stages = Stages {
             read,
             build,

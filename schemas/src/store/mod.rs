@@ -22,12 +22,14 @@ use crate::rows::{CheckpointRow, TableVersion, now_micros};
 mod batches;
 mod index;
 mod read;
+mod retain;
 mod write;
 
 pub use batches::{
     KEYS_PER_PREDICATE, batch_rows, rows_batch, rows_of, sql_string, sql_strings, strings, to_batch,
 };
 pub use index::VECTOR_INDEX_MIN_ROWS;
+pub use retain::{Collected, Retention};
 pub use write::COMPACT_AT_FRAGMENTS;
 
 /// What reading or writing the tables failed with. Each message ends with

@@ -1,13 +1,14 @@
 //! `memweave sql` and `memweave export`: DataFusion over the tables of one
 //! checkpoint, and Parquet files other programs read back.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
 use memweave_schemas::Table;
 use memweave_tests::{
     S3_ACCESS_KEY, S3_SECRET_KEY, S3Server, Tables, index, memweave, memweave_ok, python,
-    read_calls, read_tables, stderr, stdout, tokens_spent,
+    read_calls, read_every_row, read_tables, stderr, stdout, tokens_spent,
 };
 
 use super::shared::{archive_of, essay, pg_essays};
@@ -581,4 +582,131 @@ fn http_get(address: &str, path: &str) -> String {
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     body.to_string()
+}
+
+/// Bytes of the files under `dir`.
+fn folder_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            match entry.file_type().unwrap().is_dir() {
+                true => folder_bytes(&entry.path()),
+                false => entry.metadata().unwrap().len(),
+            }
+        })
+        .sum()
+}
+
+const PYLANCE_VERSIONS: &str = r#"
+import json, os, sys, lance
+root = sys.argv[1]
+tables = sorted(n[:-6] for n in os.listdir(root) if n.endswith(".lance"))
+print(json.dumps({t: [v["version"] for v in lance.dataset(f"{root}/{t}.lance").versions()] for t in tables}))
+"#;
+
+/// Rounds of one edit each, indexed twice: keeping every checkpoint, and
+/// with --keep-checkpoints 3. The second keeps the three newest: each reads
+/// as the first memory's same epoch does, every table's versions are those
+/// they name (as pylance lists them) and older epochs say they were
+/// removed; its folder stays the size of a few rounds while the other grows
+/// with each. `memweave gc` applies a policy to the first afterwards.
+#[test]
+fn retention_keeps_the_newest_checkpoints_and_removes_the_rest() {
+    let (dir, source) = archive_of(&["gap.txt", "founders.txt"]);
+    let (every, kept) = (dir.path().join("every"), dir.path().join("kept"));
+    let keep = ["--keep-checkpoints", "3"];
+    for round in 0..8 {
+        if round > 0 {
+            let mut text = std::fs::read_to_string(source.join("gap.txt")).unwrap();
+            text.push_str(&format!("\n\nEdit number {round} adds a sentence.\n"));
+            std::fs::write(source.join("gap.txt"), text).unwrap();
+        }
+        index(&source, &every, &[]);
+        let output = index(&source, &kept, &keep);
+        if round >= 3 {
+            assert!(
+                stdout(&output).contains("removed 1 checkpoints"),
+                "{}",
+                stdout(&output)
+            );
+        }
+    }
+    let epochs = |tables: &Path| -> Vec<u64> {
+        sql(tables, "SELECT epoch FROM checkpoints ORDER BY epoch", &[])
+            .iter()
+            .map(|row| row["epoch"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(epochs(&kept), [6, 7, 8]);
+    assert_eq!(epochs(&every), Vec::from_iter(1..=8));
+    let query = "SELECT seg_id, doc_id, n_tokens FROM segments ORDER BY seg_id";
+    for epoch in ["6", "7", "8"] {
+        let at = ["--version", epoch];
+        assert_eq!(
+            sql(&kept, query, &at),
+            sql(&every, query, &at),
+            "epoch {epoch}"
+        );
+    }
+    let gone = memweave([
+        "sql",
+        "SELECT 1",
+        "--tables",
+        kept.to_str().unwrap(),
+        "--version",
+        "5",
+    ]);
+    assert_eq!(gone.status.code(), Some(2));
+    assert!(
+        stderr(&gone).contains("6 to 8") && stderr(&gone).contains("retention"),
+        "{}",
+        stderr(&gone)
+    );
+    // Every table keeps only the versions the kept checkpoints name, and
+    // what was written after the newest (model calls saved since).
+    let output = Command::new(python())
+        .args(["-c", PYLANCE_VERSIONS, kept.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let listed: BTreeMap<String, Vec<u64>> = serde_json::from_slice(&output.stdout).unwrap();
+    let checkpoints = read_every_row::<memweave_schemas::CheckpointRow>(&kept);
+    for (table, versions) in &listed {
+        let Some(table) = Table::ALL.iter().find(|t| t.name() == table) else {
+            continue;
+        };
+        let named: Vec<u64> = checkpoints
+            .iter()
+            .filter_map(|c| c.version_of(*table))
+            .collect();
+        let newest = named.iter().max().copied().unwrap_or(0);
+        for version in versions {
+            assert!(
+                named.contains(version) || *version >= newest || *table == Table::Checkpoints,
+                "{table}: version {version} is kept, named: {named:?}"
+            );
+        }
+    }
+    let (kept_bytes, every_bytes) = (folder_bytes(&kept), folder_bytes(&every));
+    assert!(
+        kept_bytes < every_bytes,
+        "{kept_bytes} kept, {every_bytes} keeping all"
+    );
+
+    let collected = memweave_ok([
+        "gc",
+        "--tables",
+        every.to_str().unwrap(),
+        "--keep-checkpoints",
+        "3",
+    ]);
+    assert!(
+        stdout(&collected).contains("removed 5 checkpoints")
+            && stdout(&collected).contains("keeps checkpoints 6 to 8"),
+        "{}",
+        stdout(&collected)
+    );
+    assert!(folder_bytes(&every) < every_bytes);
+    assert_eq!(sql(&every, query, &[]), sql(&kept, query, &[]));
 }
