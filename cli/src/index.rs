@@ -227,10 +227,7 @@ impl IndexArgs {
     pub fn run(self, interactive: bool, flights: Flights) -> anyhow::Result<()> {
         let (watch_every, group, follow) = (self.watch, self.group.clone(), self.follow);
         let round_messages = self.round_messages;
-        let options = IndexOptions {
-            flights,
-            ..self.options(interactive)?
-        };
+        let options = self.options(interactive, flights)?;
         let kafka = options.source.starts_with("kafka://");
         let run: Result<(), IndexError> = match watch_every {
             _ if follow && !kafka => Err(UsageError(
@@ -264,8 +261,9 @@ impl IndexArgs {
         Ok(run?)
     }
 
-    /// The run's options, once the cluster and the model flags are checked.
-    fn options(self, interactive: bool) -> anyhow::Result<IndexOptions> {
+    /// The run's options, once the cluster and the model flags are checked;
+    /// the builds reported to `flights`.
+    fn options(self, interactive: bool, flights: Flights) -> anyhow::Result<IndexOptions> {
         let cluster = self.cluster.resolve()?;
         let (llm, embed) = self.model.config().map_err(UsageError::of)?;
         Ok(IndexOptions {
@@ -311,7 +309,7 @@ impl IndexArgs {
             metrics_listen: self.metrics_listen,
             write_batch_rows: self.write_batch_rows,
             max_model_tokens: self.max_model_tokens,
-            flights: Flights::default(),
+            flights,
             retention: self.retention.retention(),
         })
     }

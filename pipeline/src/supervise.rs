@@ -243,18 +243,15 @@ fn run_child(
     // A child that fails before reading it (a usage error) closes the socket.
     let _ = (&ours).write_all(&header);
     let (done, finished) = mpsc::channel();
-    let reader = std::thread::Builder::new()
+    // Detached: past LAST_WORDS its reader is left to the socket's end.
+    std::thread::Builder::new()
         .name("supervise-flights".into())
         .spawn(move || {
-            let in_flight = read_flights(ours);
-            let _ = done.send(in_flight);
+            let _ = done.send(read_flights(ours));
         })?;
     let status = child.wait()?;
     child_pid.store(0, Ordering::SeqCst);
     let in_flight = finished.recv_timeout(LAST_WORDS).unwrap_or_default();
-    if reader.is_finished() {
-        let _ = reader.join();
-    }
     Ok((status, in_flight))
 }
 
