@@ -55,7 +55,7 @@ pub(crate) fn rows(uri: &str, format: Format, input: Input, options: &ReadOption
     let columns = &options.columns;
     let opened = match format {
         Format::JsonLines(compression) => json_lines(uri, compression, input, options),
-        Format::Parquet => parquet(uri, input, columns),
+        Format::Parquet => parquet(uri, input, options),
         Format::ArrowFile | Format::ArrowStream => arrow(uri, format, input, columns),
         _ => unreachable!("{format:?} is not a dataset"),
     };
@@ -341,33 +341,42 @@ fn json_type(value: &serde_json::Value) -> &'static str {
     }
 }
 
-fn parquet(uri: &str, input: Input, columns: &Columns) -> Result<Rows, IngestError> {
+fn parquet(uri: &str, input: Input, options: &ReadOptions) -> Result<Rows, IngestError> {
     use parquet::arrow::ProjectionMask;
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
     use parquet::file::reader::ChunkReader;
+
+    use crate::parquet_bounds::{self, Refusal};
     fn open<T: ChunkReader + 'static>(
         uri: &str,
         reader: T,
-        columns: &Columns,
+        options: &ReadOptions,
     ) -> Result<Batches, IngestError> {
-        let corrupt = |e: parquet::errors::ParquetError| {
-            IngestError::new(
-                uri,
-                kind::CORRUPT,
-                format!("not a readable Parquet file: {e}"),
-            )
+        let columns = &options.columns;
+        let refused = |refusal: Refusal| match refusal {
+            Refusal::Corrupt(why) => unreadable_parquet(uri, why),
+            Refusal::TooLarge(why) => IngestError::new(uri, kind::TOO_LARGE, why),
         };
-        let builder = ParquetRecordBatchReaderBuilder::try_new(reader).map_err(corrupt)?;
-        if let Some(error) = missing_columns(uri, builder.schema(), columns) {
+        let corrupt = |e: parquet::errors::ParquetError| unreadable_parquet(uri, e);
+        parquet_bounds::footer(&reader).map_err(refused)?;
+        let metadata = ArrowReaderMetadata::load(&reader, Default::default()).map_err(corrupt)?;
+        if let Some(error) = missing_columns(uri, metadata.schema(), columns) {
             return Err(error);
         }
         let names: Vec<&str> = [&columns.id, &columns.text, &columns.title]
             .into_iter()
             .map(String::as_str)
-            .filter(|name| builder.schema().field_with_name(name).is_ok())
+            .filter(|name| metadata.schema().field_with_name(name).is_ok())
             .collect();
-        let mask = ProjectionMask::columns(builder.parquet_schema(), names);
-        let reader = builder
+        let leaves: Vec<usize> = (metadata.parquet_schema().columns().iter().enumerate())
+            .filter(|(_, leaf)| names.contains(&leaf.path().parts()[0].as_str()))
+            .map(|(index, _)| index)
+            .collect();
+        let declared = metadata.metadata();
+        parquet_bounds::pages(&reader, declared, &leaves, options.max_inflated_bytes)
+            .map_err(refused)?;
+        let mask = ProjectionMask::columns(metadata.parquet_schema(), names);
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(reader, metadata)
             .with_projection(mask)
             .with_batch_size(BATCH_ROWS)
             .build()
@@ -375,10 +384,18 @@ fn parquet(uri: &str, input: Input, columns: &Columns) -> Result<Rows, IngestErr
         Ok(Box::new(reader))
     }
     let batches = match input {
-        Input::Bytes(bytes) => open(uri, bytes::Bytes::from(bytes), columns)?,
-        Input::File(file) => open(uri, file, columns)?,
+        Input::Bytes(bytes) => open(uri, bytes::Bytes::from(bytes), options)?,
+        Input::File(file) => open(uri, file, options)?,
     };
-    Ok(batch_rows_of(uri, batches, columns))
+    Ok(batch_rows_of(uri, batches, &options.columns))
+}
+
+fn unreadable_parquet(uri: &str, why: impl std::fmt::Display) -> IngestError {
+    IngestError::new(
+        uri,
+        kind::CORRUPT,
+        format!("not a readable Parquet file: {why}"),
+    )
 }
 
 fn arrow(uri: &str, format: Format, input: Input, columns: &Columns) -> Result<Rows, IngestError> {

@@ -15,6 +15,7 @@ mod mail;
 mod markup;
 mod office;
 mod outline;
+mod parquet_bounds;
 mod pdf;
 pub mod sandbox;
 mod zipped;
