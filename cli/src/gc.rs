@@ -10,7 +10,7 @@ use memweave_schemas::store::{Collected, Retention};
 
 /// What a memory keeps of its history: checkpoints outside both bounds are
 /// removed, with the table versions and data files only they need.
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct RetentionArgs {
     /// Keep the newest N checkpoints (time travel to them, `--version`,
     /// `?epoch=`); older ones are removed with what only they need.
@@ -20,6 +20,12 @@ pub struct RetentionArgs {
     /// --keep-checkpoints too, a checkpoint either bound keeps is kept.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     keep_for: Option<Duration>,
+    /// Keep a checkpoint for DURATION after a newer one is committed, so
+    /// that no query replica's is removed under it: at least its
+    /// --refresh-secs plus its --request-timeout-secs (1 s and 120 s by
+    /// default).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "3min")]
+    serving_grace: Duration,
 }
 
 impl RetentionArgs {
@@ -27,6 +33,7 @@ impl RetentionArgs {
         Retention {
             keep_checkpoints: self.keep_checkpoints.map(|n| n as usize),
             keep_for: self.keep_for,
+            serving_grace: self.serving_grace,
         }
     }
 }

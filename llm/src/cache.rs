@@ -11,13 +11,15 @@
 //! most that much finished work, and sooner by the call that brings the rows
 //! waiting past [`PENDING_BYTES`].
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memweave_operators::model::{CallContext, ModelCall, StepError};
-use memweave_schemas::{LlmCallRow, StoreError, Table, TableStore, content_id, hash128};
+use memweave_schemas::{
+    LlmCallRow, StoreError, Table, TableStore, content_id, hash128, now_micros,
+};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
 use crate::prompts::Prompt;
@@ -41,6 +43,10 @@ const LOOKUP_BATCH: usize = 512;
 /// slices of this size it stays a few MiB at any size, and a 100M-token
 /// build's index has about 26 segments, which a look-up searches in turn.
 const INDEX_EVERY_ROWS: u64 = 65_536;
+/// Documents' calls answered without a call that are remembered between
+/// evictions (as 8-byte hashes): a round that answers more (a restart
+/// replaying a large build) evicts nothing.
+const MAX_ANSWERED: usize = 1 << 20;
 
 /// Everything besides the prompt that decides a reply.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -131,6 +137,19 @@ pub struct CallCache {
     /// process started; and what [`CallCache::take_stats`] last returned up to.
     stats: Mutex<BTreeMap<(String, String), TaskStats>>,
     taken: Mutex<BTreeMap<(String, String), TaskStats>>,
+    /// Documents' calls answered without a call since the last eviction.
+    answered: Mutex<Answered>,
+    /// When the last eviction ran (microseconds since the Unix epoch): rows
+    /// made since are calls of this round.
+    evicted_at: AtomicI64,
+}
+
+/// Hashes of the keys of documents' calls answered from the cache.
+#[derive(Debug, Default)]
+struct Answered {
+    keys: HashSet<u64>,
+    /// More than [`MAX_ANSWERED`] were: the set is incomplete.
+    overflowed: bool,
 }
 
 /// What one stage's task asked of the model.
@@ -189,6 +208,8 @@ impl CallCache {
             in_flight: AtomicU64::new(0),
             stats: Mutex::new(BTreeMap::new()),
             taken: Mutex::new(BTreeMap::new()),
+            answered: Mutex::new(Answered::default()),
+            evicted_at: AtomicI64::new(now_micros()),
         }
     }
 
@@ -361,6 +382,9 @@ impl CallCache {
                 None => counts.cache_hits += 1,
             }
         }
+        if made.is_none() && cx.doc_id.is_some() && self.store.is_some() {
+            self.note_answered(key);
+        }
         if let Some(ledger) = &cx.ledger {
             ledger.note(made.unwrap_or_else(|| ModelCall {
                 task: task.to_string(),
@@ -499,6 +523,58 @@ impl CallCache {
             return Ok(None);
         };
         self.index_appended(store).await
+    }
+
+    fn note_answered(&self, key: &str) {
+        let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        if answered.keys.len() < MAX_ANSWERED {
+            answered.keys.insert(hash128(key.as_bytes()) as u64);
+        } else {
+            answered.overflowed = true;
+        }
+    }
+
+    /// Removes the calls of `superseded` documents (changed or gone since
+    /// the last eviction) that were not asked for since: made for a text
+    /// they no longer hold, no build of the memory as it is asks for them
+    /// again. A document's calls are all asked for when it is built, each
+    /// made anew or answered from the cache (and noted), so what is left
+    /// unasked is dead. The caller flushed first (`finish`). One process's
+    /// notes only: a cluster's other processes answer calls this one does
+    /// not see, so the caller evicts only when it is alone. A reply two
+    /// documents share (the same text in both) is kept under the first to
+    /// ask; when that one changes, the other asks again when it next
+    /// changes. Returns the rows removed.
+    pub async fn evict_superseded(&self, superseded: &[String]) -> Result<usize, CacheError> {
+        let answered =
+            std::mem::take(&mut *self.answered.lock().unwrap_or_else(|e| e.into_inner()));
+        let round_began = self.evicted_at.swap(now_micros(), Ordering::SeqCst);
+        let Some(store) = &self.store else {
+            return Ok(0);
+        };
+        let Some(version) = store.table_version(Table::LlmCalls).await? else {
+            return Ok(0);
+        };
+        if superseded.is_empty() || answered.overflowed {
+            return Ok(0);
+        }
+        let rows: Vec<LlmCallRow> = store.rows_where_in(version, "doc_id", superseded).await?;
+        let dead: Vec<String> = rows
+            .into_iter()
+            .filter(|row| {
+                row.created_at < round_began
+                    && !answered
+                        .keys
+                        .contains(&(hash128(row.call_key.as_bytes()) as u64))
+            })
+            .map(|row| row.call_key)
+            .collect();
+        if !dead.is_empty() {
+            store
+                .commit_staged(Table::LlmCalls, &dead, false, Vec::new())
+                .await?;
+        }
+        Ok(dead.len())
     }
 
     /// Flushed replies are found in the table from now on.
@@ -761,6 +837,53 @@ mod tests {
         let store = TableStore::local(dir).unwrap();
         let cache = CallCache::with(Some(store.clone()), false, None, BloomFilter::new(0));
         (store, cache)
+    }
+
+    /// A document's call as a build makes it: keyed, dated, its document named.
+    async fn build_call(cache: &CallCache, doc: &str, key: &str) -> String {
+        let made = || async move {
+            let mut made = row("answer", key);
+            made.call_key = key.to_string();
+            made.doc_id = Some(doc.to_string());
+            made.created_at = now_micros();
+            Ok(made)
+        };
+        let cx = CallContext::build("test", doc);
+        cache.reply(&cx, key, "answer", made).await.unwrap()
+    }
+
+    /// What a changed document's new build did not ask for is removed; what it
+    /// asked for (answered from the table), what it made anew and the other
+    /// documents' calls stay; a document gone loses every call.
+    #[tokio::test]
+    async fn a_changed_documents_calls_left_unasked_are_evicted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let first = CallCache::persistent(store.clone(), false).await.unwrap();
+        for (doc, key) in [("a", "k1"), ("a", "k2"), ("b", "k3")] {
+            build_call(&first, doc, key).await;
+        }
+        first.finish().await.unwrap();
+        // The next process: `a` changed, and asks for k1 again and for k4.
+        let second = CallCache::persistent(store.clone(), false).await.unwrap();
+        build_call(&second, "a", "k1").await;
+        build_call(&second, "a", "k4").await;
+        assert_eq!(second.report().hits, 1);
+        second.finish().await.unwrap();
+        let keys = || async {
+            let rows: Vec<LlmCallRow> = store.read_rows(None).await.unwrap();
+            let mut keys: Vec<String> = rows.into_iter().map(|r| r.call_key).collect();
+            keys.sort();
+            keys
+        };
+        assert_eq!(second.evict_superseded(&["a".into()]).await.unwrap(), 1);
+        assert_eq!(keys().await, ["k1", "k3", "k4"]);
+        // Then `b` is gone: nothing of it was asked for since.
+        assert_eq!(second.evict_superseded(&["b".into()]).await.unwrap(), 1);
+        assert_eq!(keys().await, ["k1", "k4"]);
+        // Evicting `a` again (nothing asked since the last eviction, its rows
+        // older than it): both go, as they would for a document gone.
+        assert_eq!(second.evict_superseded(&["a".into()]).await.unwrap(), 2);
     }
 
     /// Rows waiting past the limit are appended by the call that brought

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use memweave_schemas::search::LexiconDelta;
-use memweave_schemas::store::{Fragment, StoreError};
+use memweave_schemas::store::{Compaction, Fragment, StoreError};
 use memweave_schemas::{ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -236,6 +236,7 @@ impl RoundWriter {
         &self,
         replace: bool,
         parts: Vec<StagedPart>,
+        compaction: Compaction,
     ) -> Result<(Vec<TableVersion>, RoundChanges), StoreError> {
         let mut changes = RoundChanges::default();
         let mut tables: HashMap<Table, (Vec<Fragment>, Vec<String>)> = HashMap::new();
@@ -261,7 +262,7 @@ impl RoundWriter {
             self.store
                 .commit_staged(table, &removed, replace, fragments)
                 .await?;
-            let mut version = self.store.compact_if_fragmented(table).await?;
+            let mut version = self.store.compact(table, compaction).await?;
             if table == Table::Embeddings {
                 version = self.store.index_vectors(replace).await?.unwrap_or(version);
             }
@@ -277,6 +278,7 @@ impl RoundWriter {
         // The statistics the searched texts are scored with, as of the tables
         // just committed.
         self.store.apply_lexicon(&lexicon, replace).await?;
+        self.store.compact(Table::Lexicon, compaction).await?;
         let version = self.store.index_lookups(Table::Lexicon).await?;
         versions.push(TableVersion {
             table: Table::Lexicon.name().to_string(),

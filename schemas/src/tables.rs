@@ -231,7 +231,8 @@ impl Table {
             Table::Embeddings => &[("owner_id", BTree), ("owner_kind", Bitmap)],
             Table::Errors => &[("error_id", BTree)],
             Table::DocStates => &[("doc_id", BTree)],
-            Table::LlmCalls => &[("call_key", BTree)],
+            // doc_id: the calls of a changed document, found to evict.
+            Table::LlmCalls => &[("call_key", BTree), ("doc_id", BTree)],
             Table::Lexicon => &[("entry", BTree)],
             Table::CallStats | Table::Checkpoints => &[],
         }

@@ -306,6 +306,7 @@ mod tests {
     use memweave_operators::embed::HashingEmbedder;
     use memweave_operators::paginate::PageConfig;
     use memweave_operators::segment::SegmentConfig;
+    use memweave_schemas::store::Compaction;
     use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TableStore, TreeNodeRow};
 
     use super::*;
@@ -400,7 +401,7 @@ mod tests {
                     .collect::<Result<_, _>>()
                     .expect("rows staged");
                 handle
-                    .block_on(writer.commit(round == 0, parts))
+                    .block_on(writer.commit(round == 0, parts, Compaction::Tiered))
                     .expect("a commit");
             }
         })

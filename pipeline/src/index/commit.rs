@@ -7,7 +7,7 @@ use std::time::Instant;
 use arrow::array::{Array, AsArray, PrimitiveArray, RecordBatch};
 use arrow::datatypes::{ArrowPrimitiveType, TimestampMicrosecondType, UInt32Type, UInt64Type};
 use memweave_operators::model::StepError;
-use memweave_schemas::store::{Collected, strings};
+use memweave_schemas::store::{Collected, Compaction, strings};
 use memweave_schemas::{
     CallStatRow, CheckpointRow, ErrorRow, LlmCallRow, Table, TableStore, TableVersion,
 };
@@ -30,15 +30,28 @@ impl Indexer {
         positions: &Positions,
     ) -> Result<(CheckpointRow, RoundChanges), IndexError> {
         let store = &self.engine.store;
-        let (mut versions, changes) = self.engine.writer.commit(replace, parts).await?;
-        versions.push(match self.engine.cache.finish().await? {
-            Some(version) => TableVersion {
-                table: Table::LlmCalls.name().to_string(),
-                version,
-            },
-            None => TableVersion {
-                table: Table::LlmCalls.name().to_string(),
-                version: store.write_rows::<LlmCallRow>(&[]).await?,
+        let compaction = match self.options.retention.removes() {
+            true => Compaction::Tiered,
+            false => Compaction::WhenFragmented,
+        };
+        let writer = &self.engine.writer;
+        let (mut versions, changes) = writer.commit(replace, parts, compaction).await?;
+        let mut calls = self.engine.cache.finish().await?;
+        if compaction == Compaction::Tiered && calls.is_some() {
+            if self.options.cluster.processes() == 1 {
+                let superseded = self.superseded(&changes, replace);
+                let evicted = self.engine.cache.evict_superseded(&superseded).await?;
+                tracing::debug!(evicted, "calls of superseded texts removed from llm_calls");
+            }
+            // Appended a flush at a time: a ledger whose history retention
+            // removes is compacted like the memory (kept, it never is).
+            calls = Some(store.compact(Table::LlmCalls, compaction).await?);
+        }
+        versions.push(TableVersion {
+            table: Table::LlmCalls.name().to_string(),
+            version: match calls {
+                Some(version) => version,
+                None => store.write_rows::<LlmCallRow>(&[]).await?,
             },
         });
         // No checkpoint yet is no documents version yet.
@@ -72,16 +85,33 @@ impl Indexer {
                 tokens_out: stats.tokens_out,
             })
             .collect();
-        let version = match store.table_version(Table::CallStats).await? {
+        let mut version = match store.table_version(Table::CallStats).await? {
             Some(_) if whole => store.write_rows(&rows).await?,
             Some(version) if rows.is_empty() => version,
             Some(_) => store.append_rows(&rows).await?,
             None => store.write_rows(&rows).await?,
         };
+        if self.options.retention.removes() {
+            version = store.compact(Table::CallStats, Compaction::Tiered).await?;
+        }
         Ok(TableVersion {
             table: Table::CallStats.name().to_string(),
             version,
         })
+    }
+
+    /// The documents whose earlier text the round replaced or removed: what
+    /// [`Indexer::note_versions`] counts as changed and gone, but new ones.
+    fn superseded(&self, changes: &RoundChanges, replace: bool) -> Vec<String> {
+        if !replace {
+            return changes.documents_removed.clone();
+        }
+        let added = added_versions(changes);
+        self.versions
+            .iter()
+            .filter(|(id, known)| added.get(id.as_str()) != Some(*known))
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Notes the versions of the documents a round added and removed; returns
@@ -94,14 +124,7 @@ impl Indexer {
         changes: &RoundChanges,
         replace: bool,
     ) -> (usize, usize) {
-        let added: HashMap<&str, KnownVersion> = changes
-            .documents_added
-            .iter()
-            .map(|d| {
-                let known = KnownVersion::new(&d.content_hash, d.version, d.ingested_at);
-                (d.doc_id.as_str(), known)
-            })
-            .collect();
+        let added = added_versions(changes);
         let (changed, deleted) = if replace {
             let changed = added
                 .iter()
@@ -218,6 +241,18 @@ impl Indexer {
             }
         }
     }
+}
+
+/// The versions of the documents a round added, by id.
+fn added_versions(changes: &RoundChanges) -> HashMap<&str, KnownVersion> {
+    changes
+        .documents_added
+        .iter()
+        .map(|d| {
+            let known = KnownVersion::new(&d.content_hash, d.version, d.ingested_at);
+            (d.doc_id.as_str(), known)
+        })
+        .collect()
 }
 
 /// The newest checkpoint's documents and ingestion errors, after rolling back

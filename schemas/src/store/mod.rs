@@ -30,7 +30,7 @@ pub use batches::{
 };
 pub use index::VECTOR_INDEX_MIN_ROWS;
 pub use retain::{Collected, Retention};
-pub use write::COMPACT_AT_FRAGMENTS;
+pub use write::Compaction;
 
 /// What reading or writing the tables failed with. Each message ends with
 /// its cause's own, and names no `source()`: an error chain (`{:#}`, a
@@ -533,11 +533,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_fragmented_table_is_compacted_and_keeps_its_rows() {
+        const FRAGMENTS: usize = 20;
         let dir = tempfile::tempdir().unwrap();
         let store = TableStore::local(dir.path()).unwrap();
         store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
         let mut fragments = Vec::new();
-        for i in 0..=COMPACT_AT_FRAGMENTS {
+        for i in 0..FRAGMENTS {
             fragments.extend(stage(&store, &[&node(&format!("n{i:03}"), None)]).await);
         }
         let committed = store
@@ -555,12 +556,24 @@ mod tests {
                     .count_fragments()
             }
         };
-        assert!(count(committed).await > COMPACT_AT_FRAGMENTS);
-        let compacted = store.compact_if_fragmented(Table::TreeNodes).await.unwrap();
+        assert_eq!(count(committed).await, FRAGMENTS);
+        // Fragments of a row each are one tier: one fragment after.
+        let compacted = store
+            .compact(Table::TreeNodes, Compaction::Tiered)
+            .await
+            .unwrap();
         assert!(compacted > committed);
-        assert!(count(compacted).await < COMPACT_AT_FRAGMENTS);
+        assert_eq!(count(compacted).await, 1);
         let rows: Vec<TreeNodeRow> = store.read_rows(Some(compacted)).await.unwrap();
-        assert_eq!(rows.len(), COMPACT_AT_FRAGMENTS + 1);
+        assert_eq!(rows.len(), FRAGMENTS);
+        // Nothing left to do: no new version.
+        assert_eq!(
+            store
+                .compact(Table::TreeNodes, Compaction::Tiered)
+                .await
+                .unwrap(),
+            compacted
+        );
     }
 
     #[tokio::test]

@@ -28,6 +28,12 @@ pub struct Retention {
     pub keep_checkpoints: Option<usize>,
     /// Checkpoints younger than this are kept.
     pub keep_for: Option<Duration>,
+    /// A checkpoint is kept for this long after a newer one is committed: a
+    /// query replica serves the newest it has seen, loads a newer one every
+    /// `--refresh-secs` and answers a request within its timeout, so the
+    /// checkpoint it serves is never removed under it. Replicas write
+    /// nothing (they hold no lease to read back): this bound is the pin.
+    pub serving_grace: Duration,
 }
 
 impl Retention {
@@ -37,7 +43,8 @@ impl Retention {
     }
 
     /// The epochs of `checkpoints` kept at `now` (microseconds), `pinned`
-    /// ones and the newest always among them.
+    /// ones, those a replica may still serve and the newest always among
+    /// them.
     fn kept(
         &self,
         checkpoints: &[CheckpointRow],
@@ -51,11 +58,21 @@ impl Retention {
             self.keep_for
                 .is_some_and(|age| now.saturating_sub(c.created_at) < age.as_micros() as i64)
         };
+        // Newest until its successor was made: a replica may serve it until
+        // the grace after.
+        let served = |rank: usize| {
+            rank.checked_sub(1).is_some_and(|successor| {
+                let superseded = epochs[successor].created_at;
+                now.saturating_sub(superseded) < self.serving_grace.as_micros() as i64
+            })
+        };
         let bounded = self.removes();
         epochs
             .iter()
             .enumerate()
-            .filter(|(rank, c)| !bounded || *rank < newest || young(c) || pinned.contains(&c.epoch))
+            .filter(|(rank, c)| {
+                !bounded || *rank < newest || young(c) || served(*rank) || pinned.contains(&c.epoch)
+            })
             .map(|(_, c)| c.epoch)
             .collect()
     }
@@ -233,7 +250,7 @@ mod tests {
         let before = bytes_under(&errors_dir);
         let retention = Retention {
             keep_checkpoints: Some(2),
-            keep_for: None,
+            ..Retention::default()
         };
         let collected = store
             .collect_garbage(&retention, &BTreeSet::from([2]))
@@ -282,7 +299,7 @@ mod tests {
     }
 
     #[test]
-    fn a_checkpoint_is_kept_while_newest_young_or_pinned() {
+    fn a_checkpoint_is_kept_while_newest_young_pinned_or_still_served() {
         const SECOND: i64 = 1_000_000;
         let now = 100 * SECOND;
         // Epoch e was made e seconds after the start.
@@ -295,20 +312,21 @@ mod tests {
         assert_eq!(kept(Retention::default(), &[]), Vec::from_iter(1..=10));
         let newest_three = Retention {
             keep_checkpoints: Some(3),
-            keep_for: None,
+            ..Retention::default()
         };
         assert_eq!(kept(newest_three, &[]), [8, 9, 10]);
         assert_eq!(kept(newest_three, &[2]), [2, 8, 9, 10]);
         // Younger than 93.5 s: made after 6.5 s.
         let young = Retention {
-            keep_checkpoints: None,
             keep_for: Some(Duration::from_millis(93_500)),
+            ..Retention::default()
         };
         assert_eq!(kept(young, &[]), [7, 8, 9, 10]);
         // Either bound keeps; the newest is kept even when old.
         let both = Retention {
             keep_checkpoints: Some(1),
             keep_for: Some(Duration::from_secs(1)),
+            ..Retention::default()
         };
         assert_eq!(kept(both, &[]), [10]);
         assert_eq!(
@@ -321,5 +339,16 @@ mod tests {
             ),
             [6, 7, 8, 9, 10]
         );
+        // At 10.5 s, epoch 9 was superseded 0.5 s ago (by 10) and 8 1.5 s
+        // ago: a 2-second grace keeps both; at 12 s, neither.
+        let served = Retention {
+            keep_checkpoints: Some(1),
+            serving_grace: Duration::from_secs(2),
+            ..Retention::default()
+        };
+        let pinned = BTreeSet::new();
+        let at = |now: i64| Vec::from_iter(served.kept(&checkpoints, now, &pinned));
+        assert_eq!(at(10 * SECOND + SECOND / 2), [8, 9, 10]);
+        assert_eq!(at(12 * SECOND), [10]);
     }
 }

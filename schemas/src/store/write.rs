@@ -8,6 +8,8 @@ use arrow_array::{RecordBatch, RecordBatchIterator};
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::transaction::{Operation, TransactionBuilder};
 use lance::dataset::{CommitBuilder, Dataset, InsertBuilder, WriteMode, WriteParams};
+use lance::index::DatasetIndexExt;
+use lance_index::optimize::OptimizeOptions;
 
 use super::batches::{KEYS_PER_PREDICATE, key_in, to_batch};
 use super::{Fragment, Result, StoreError, TableStore};
@@ -18,10 +20,33 @@ use crate::search::LexiconDelta;
 use crate::tables::DEFAULT_VECTOR_WIDTH;
 use crate::tables::MemoryTables;
 
-/// Data files a table may have before a commit compacts it: few enough that
-/// a scan opens a handful of files per thousand rows, many enough that most
-/// commits compact nothing.
-pub const COMPACT_AT_FRAGMENTS: usize = 64;
+/// How much larger than the newer fragments after it an older fragment may
+/// be and still be merged with them. Merging the newest fragments while the
+/// next older one is at most twice their rows keeps fragment sizes
+/// geometric, as a size-tiered LSM tree does: a table of n rows has about
+/// log₂ n fragments, each row is rewritten about log₂ n times over the
+/// table's life, and a round that adds a few rows to a large table rewrites
+/// only its few small newest fragments.
+const TIER_RATIO: u64 = 2;
+/// The share of a fragment's rows deleted at which it is rewritten without
+/// them: what deleted rows may add to a table's bytes.
+const DELETED_SHARE: f32 = 0.1;
+/// Data files a table whose history is kept may have before a commit
+/// compacts it: few enough that a scan opens a handful of files per thousand
+/// rows, many enough that most commits compact nothing (each rewrite is kept
+/// with the history).
+const KEPT_HISTORY_FRAGMENTS: usize = 64;
+
+/// How a commit compacts a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compaction {
+    /// History is removed (a retention policy): tiers merged and deleted rows
+    /// rewritten away at every commit, so that the versions retention
+    /// removes take the data files only they need with them.
+    Tiered,
+    /// History is kept: a rewrite only once a table has many fragments.
+    WhenFragmented,
+}
 
 impl TableStore {
     /// Replaces the content of `R`'s table with `rows` (sorted by key), as a new
@@ -142,24 +167,88 @@ impl TableStore {
         Ok(committed.version().version)
     }
 
-    /// Rewrites `table`'s small data files into large ones once it has more
-    /// than [`COMPACT_AT_FRAGMENTS`] of them (rounds of a long `--watch` or
-    /// `--follow` add a few each), and drops rows deleted since. A new
-    /// version: earlier ones stay readable, so checkpoints keep their time
-    /// travel. Returns the table's version.
-    pub async fn compact_if_fragmented(&self, table: Table) -> Result<u64> {
+    /// Compacts `table` as `compaction` says. Tiered: merges its newest small
+    /// fragments (see [`TIER_RATIO`]), and rewrites any fragment with more
+    /// than [`DELETED_SHARE`] of its rows deleted: each round of a long
+    /// `--watch` or `--follow` adds a fragment and deletes rows, which would
+    /// otherwise stay in the table's files for good. A new version when anything is rewritten: earlier ones stay
+    /// readable (until retention removes them), so checkpoints keep their
+    /// time travel. Returns the table's version.
+    pub async fn compact(&self, table: Table, compaction: Compaction) -> Result<u64> {
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Err(StoreError::Invalid {
                 table,
                 message: "compacting a table that does not exist".into(),
             });
         };
-        if dataset.count_fragments() > COMPACT_AT_FRAGMENTS {
-            compact_files(&mut dataset, CompactionOptions::default(), None)
+        let sizes: Vec<FragmentSize> = dataset
+            .get_fragments()
+            .iter()
+            .map(|fragment| {
+                let meta = fragment.metadata();
+                FragmentSize {
+                    id: meta.id as u32,
+                    rows: meta.physical_rows.unwrap_or_default() as u64,
+                    deleted: meta
+                        .deletion_file
+                        .as_ref()
+                        .and_then(|file| file.num_deleted_rows)
+                        .unwrap_or_default() as u64,
+                }
+            })
+            .collect();
+        if compaction == Compaction::WhenFragmented {
+            if sizes.len() > KEPT_HISTORY_FRAGMENTS {
+                compact_files(&mut dataset, CompactionOptions::default(), None)
+                    .await
+                    .map_err(|e| self.lance_error(table, e))?;
+            }
+        } else if let Some(excluded_fragment_ids) = left_alone(&sizes) {
+            let merged: Vec<u32> = (sizes.iter().map(|f| f.id))
+                .filter(|id| !excluded_fragment_ids.contains(id))
+                .collect();
+            self.share_index_segments(&mut dataset, table, &merged)
+                .await?;
+            let options = CompactionOptions {
+                excluded_fragment_ids,
+                materialize_deletions_threshold: DELETED_SHARE,
+                ..CompactionOptions::default()
+            };
+            compact_files(&mut dataset, options, None)
                 .await
                 .map_err(|e| self.lance_error(table, e))?;
         }
         Ok(dataset.version().version)
+    }
+
+    /// Merges, per index of `table`, the segments that cover any of
+    /// `fragments` (the newest ones) and indexes the rows no segment covers
+    /// yet, into one: Lance compacts together only fragments that the same
+    /// index segments cover, and each commit adds a segment for its rows.
+    async fn share_index_segments(
+        &self,
+        dataset: &mut Dataset,
+        table: Table,
+        fragments: &[u32],
+    ) -> Result<()> {
+        let indices = dataset
+            .load_indices()
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        let mut covering: HashMap<String, usize> = HashMap::new();
+        for index in indices.iter() {
+            let covers = (index.fragment_bitmap.as_ref())
+                .is_some_and(|bitmap| fragments.iter().any(|id| bitmap.contains(*id)));
+            *covering.entry(index.name.clone()).or_default() += usize::from(covers);
+        }
+        for (name, segments) in covering {
+            let options = OptimizeOptions::merge(segments).index_names(vec![name]);
+            dataset
+                .optimize_indices(&options)
+                .await
+                .map_err(|e| self.lance_error(table, e))?;
+        }
+        Ok(())
     }
 
     /// Appends `rows` to `R`'s table (creating it), as a new version; returns it.
@@ -267,4 +356,131 @@ async fn delete_keys(dataset: &mut Dataset, table: Table, keys: &[String]) -> la
         dataset.delete(&key_in(table, keys)).await?;
     }
     Ok(())
+}
+
+/// A fragment's rows, and how many of them are deleted.
+#[derive(Debug, Clone, Copy)]
+struct FragmentSize {
+    id: u32,
+    rows: u64,
+    deleted: u64,
+}
+
+impl FragmentSize {
+    fn live(&self) -> u64 {
+        self.rows.saturating_sub(self.deleted)
+    }
+
+    fn mostly_deleted(&self) -> bool {
+        self.deleted as f64 > f64::from(DELETED_SHARE) * self.rows as f64
+    }
+}
+
+/// The fragments (oldest first) a compaction leaves alone, or `None` when it
+/// would rewrite nothing: the newest are merged while the next older one has
+/// at most [`TIER_RATIO`] times their live rows, and any fragment past the
+/// deleted share is rewritten.
+fn left_alone(fragments: &[FragmentSize]) -> Option<Vec<u32>> {
+    let mut tail_rows = 0u64;
+    let mut tail = 0;
+    for fragment in fragments.iter().rev() {
+        if tail > 0 && fragment.live() > TIER_RATIO * tail_rows {
+            break;
+        }
+        tail += 1;
+        tail_rows += fragment.live();
+    }
+    let merged = |index: usize| tail >= 2 && index >= fragments.len() - tail;
+    let rewritten: Vec<bool> = (0..fragments.len())
+        .map(|index| merged(index) || fragments[index].mostly_deleted())
+        .collect();
+    rewritten.contains(&true).then(|| {
+        (fragments.iter().zip(rewritten))
+            .filter(|(_, rewritten)| !rewritten)
+            .map(|(fragment, _)| fragment.id)
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes(rows: &[(u64, u64)]) -> Vec<FragmentSize> {
+        (rows.iter().enumerate())
+            .map(|(id, &(rows, deleted))| FragmentSize {
+                id: id as u32,
+                rows,
+                deleted,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_newest_small_fragments_merge_and_mostly_deleted_ones_are_rewritten() {
+        // A build's large fragment and a round's small one: nothing to do.
+        assert_eq!(left_alone(&sizes(&[(1_000_000, 0), (100, 0)])), None);
+        // Two rounds' alike: merged, the large one left alone.
+        assert_eq!(
+            left_alone(&sizes(&[(1_000_000, 0), (100, 0), (120, 0)])),
+            Some(vec![0])
+        );
+        // Growing tiers: 400 joins 100 + 150 (at most twice 250), 2,000 does not.
+        assert_eq!(
+            left_alone(&sizes(&[(2_000, 0), (400, 0), (150, 0), (100, 0)])),
+            Some(vec![0])
+        );
+        // A fragment with more than a tenth of its rows deleted is rewritten
+        // where it is; one with a tenth, not.
+        assert_eq!(
+            left_alone(&sizes(&[(1_000, 101), (1_000_000, 0), (10, 0)])),
+            Some(vec![1, 2])
+        );
+        assert_eq!(
+            left_alone(&sizes(&[(1_000, 100), (1_000_000, 0), (10, 0)])),
+            None
+        );
+        // Deleted rows do not count towards a fragment's tier.
+        assert_eq!(
+            left_alone(&sizes(&[(1_000, 900), (100, 0)])),
+            Some(Vec::new())
+        );
+        assert_eq!(left_alone(&[]), None);
+    }
+
+    /// Rounds of equal appends, each compacted as a commit would: the
+    /// fragments stay few (about log₂ of the rounds) and every row is
+    /// rewritten a few times, not once per round.
+    #[test]
+    fn equal_rounds_keep_few_fragments_and_rewrite_each_row_a_few_times() {
+        let mut fragments: Vec<FragmentSize> = Vec::new();
+        let mut rewritten_rows = 0u64;
+        let mut next_id = 0;
+        for _ in 0..1_000 {
+            fragments.push(FragmentSize {
+                id: next_id,
+                rows: 10,
+                deleted: 0,
+            });
+            next_id += 1;
+            if let Some(alone) = left_alone(&fragments) {
+                let (kept, merged): (Vec<FragmentSize>, Vec<FragmentSize>) =
+                    fragments.iter().partition(|f| alone.contains(&f.id));
+                let rows: u64 = merged.iter().map(|f| f.live()).sum();
+                rewritten_rows += rows;
+                fragments = kept;
+                fragments.push(FragmentSize {
+                    id: next_id,
+                    rows,
+                    deleted: 0,
+                });
+                next_id += 1;
+            }
+        }
+        assert!(fragments.len() <= 12, "{} fragments", fragments.len());
+        assert!(
+            rewritten_rows <= 12 * 10_000,
+            "{rewritten_rows} rows rewritten for 10,000 appended"
+        );
+    }
 }

@@ -1,7 +1,7 @@
 //! `memweave sql` and `memweave export`: DataFusion over the tables of one
 //! checkpoint, and Parquet files other programs read back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -615,7 +615,9 @@ print(json.dumps({t: [v["version"] for v in lance.dataset(f"{root}/{t}.lance").v
 fn retention_keeps_the_newest_checkpoints_and_removes_the_rest() {
     let (dir, source) = archive_of(&["gap.txt", "founders.txt"]);
     let (every, kept) = (dir.path().join("every"), dir.path().join("kept"));
-    let keep = ["--keep-checkpoints", "3"];
+    // No replica serves these memories: no grace after a checkpoint is
+    // superseded.
+    let keep = ["--keep-checkpoints", "3", "--serving-grace", "0s"];
     for round in 0..8 {
         if round > 0 {
             let mut text = std::fs::read_to_string(source.join("gap.txt")).unwrap();
@@ -700,6 +702,8 @@ fn retention_keeps_the_newest_checkpoints_and_removes_the_rest() {
         every.to_str().unwrap(),
         "--keep-checkpoints",
         "3",
+        "--serving-grace",
+        "0s",
     ]);
     assert!(
         stdout(&collected).contains("removed 5 checkpoints")
@@ -709,4 +713,67 @@ fn retention_keeps_the_newest_checkpoints_and_removes_the_rest() {
     );
     assert!(folder_bytes(&every) < every_bytes);
     assert_eq!(sql(&every, query, &[]), sql(&kept, query, &[]));
+}
+
+/// Rounds of edits under a retention policy leave the memory near the size
+/// of a fresh build of the final archive: the call cache holds every call
+/// such a build makes, and of the texts the edits replaced only the last
+/// (a document's retraction asks for its previous text's calls once more),
+/// where without a policy it keeps every call ever made.
+#[test]
+fn under_retention_edits_leave_the_calls_and_the_bytes_of_a_fresh_build() {
+    let (dir, source) = archive_of(&["gap.txt", "founders.txt", "apple.txt"]);
+    let (kept, every) = (dir.path().join("kept"), dir.path().join("every"));
+    for round in 0..6 {
+        if round > 0 {
+            let path = source.join(["gap.txt", "founders.txt"][round % 2]);
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            text.push_str(&format!("\n\nEdit number {round} adds a sentence.\n"));
+            std::fs::write(&path, text).unwrap();
+        }
+        let keep = ["--keep-checkpoints", "1", "--serving-grace", "0s"];
+        index(&source, &kept, &keep);
+        index(&source, &every, &[]);
+    }
+    let fresh = dir.path().join("fresh");
+    index(&source, &fresh, &[]);
+    let document_calls = |tables: &Path| -> BTreeSet<String> {
+        let query = "SELECT call_key FROM llm_calls WHERE doc_id IS NOT NULL";
+        let rows = sql(tables, query, &[]);
+        rows.iter()
+            .map(|row| row["call_key"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (wanted, held, ever) = (
+        document_calls(&fresh),
+        document_calls(&kept),
+        document_calls(&every),
+    );
+    assert!(held.is_superset(&wanted), "a call the memory needs is gone");
+    // Each edit replaced a segment's text: its calls, and those of the texts
+    // replaced before the last edit of each document, are gone.
+    assert!(
+        held.len() < ever.len(),
+        "{} held, {} ever",
+        held.len(),
+        ever.len()
+    );
+    assert!(
+        held.len() - wanted.len() < (ever.len() - wanted.len()) / 2,
+        "{} held, {} ever, {} needed",
+        held.len(),
+        ever.len(),
+        wanted.len()
+    );
+    let (kept_bytes, fresh_bytes) = (folder_bytes(&kept), folder_bytes(&fresh));
+    assert!(
+        kept_bytes * 10 <= fresh_bytes * 12,
+        "{kept_bytes} bytes after the rounds, {fresh_bytes} in a fresh build"
+    );
+    // With the default grace, the checkpoint a replica may still serve (the
+    // one just superseded) stays.
+    std::fs::write(source.join("apple.txt"), "A last edit.\n").unwrap();
+    index(&source, &kept, &["--keep-checkpoints", "1"]);
+    let epochs = sql(&kept, "SELECT epoch FROM checkpoints ORDER BY epoch", &[]);
+    assert_eq!(epochs.len(), 2, "{epochs:?}");
 }
