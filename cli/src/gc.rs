@@ -76,10 +76,14 @@ pub fn print_collected(label: &str, collected: &Collected) {
         Some((oldest, newest)) => format!("keeps checkpoints {oldest} to {newest}"),
         None => "no checkpoint yet".to_string(),
     };
+    let counted = |n: u64, noun: &str| match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    };
     println!(
-        "{label} removed {} checkpoints, {} table versions, {:.1} MB; {kept}",
-        collected.checkpoints,
-        collected.versions,
+        "{label} removed {}, {}, {:.1} MB; {kept}",
+        counted(collected.checkpoints as u64, "checkpoint"),
+        counted(collected.versions, "table version"),
         collected.bytes as f64 / 1e6
     );
 }

@@ -628,7 +628,7 @@ fn retention_keeps_the_newest_checkpoints_and_removes_the_rest() {
         let output = index(&source, &kept, &keep);
         if round >= 3 {
             assert!(
-                stdout(&output).contains("removed 1 checkpoints"),
+                stdout(&output).contains("removed 1 checkpoint,"),
                 "{}",
                 stdout(&output)
             );
