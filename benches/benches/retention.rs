@@ -20,32 +20,21 @@
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memweave_benches::archive::{dir_bytes, memweave_binary};
+use memweave_benches::measure::index_measured;
 use memweave_benches::{files_in, shared_data};
 
 fn env_number(name: &str, default: usize) -> usize {
     std::env::var(name).map_or(default, |v| v.parse().unwrap())
 }
 
+/// The wall of `memweave index` into `tables` (it fails the bench if the
+/// run fails).
 fn index(binary: &Path, source: &Path, tables: &Path, extra: &[String]) -> Duration {
-    let started = Instant::now();
-    let output = Command::new(binary)
-        .arg("index")
-        .arg(source)
-        .arg("--out")
-        .arg(tables)
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    started.elapsed()
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    index_measured(binary, source, tables, &extra).0
 }
 
 fn main() {

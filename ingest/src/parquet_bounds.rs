@@ -101,8 +101,12 @@ pub(crate) fn pages<R: ChunkReader>(
                     )));
                 }
                 if let Some(values) = page.dictionary_values {
+                    // A count from the file: its product may not fit.
                     let fits = value_bytes(column).is_some_and(|bytes| {
-                        values >= 0 && values as u64 * bytes <= page.uncompressed as u64
+                        u64::try_from(values)
+                            .ok()
+                            .and_then(|values| values.checked_mul(bytes))
+                            .is_some_and(|needed| needed <= page.uncompressed as u64)
                     });
                     if !fits {
                         return Err(Refusal::Corrupt(format!(
@@ -146,7 +150,6 @@ fn value_bytes(column: &parquet::file::metadata::ColumnChunkMetaData) -> Option<
 }
 
 /// What a page header declares.
-#[derive(Default)]
 struct Page {
     uncompressed: i64,
     compressed: i64,

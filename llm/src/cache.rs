@@ -552,12 +552,12 @@ impl CallCache {
         let Some(store) = &self.store else {
             return Ok(0);
         };
-        let Some(version) = store.table_version(Table::LlmCalls).await? else {
-            return Ok(0);
-        };
         if superseded.is_empty() || answered.overflowed {
             return Ok(0);
         }
+        let Some(version) = store.table_version(Table::LlmCalls).await? else {
+            return Ok(0);
+        };
         let rows: Vec<LlmCallRow> = store.rows_where_in(version, "doc_id", superseded).await?;
         let dead: Vec<String> = rows
             .into_iter()

@@ -30,10 +30,7 @@ impl Indexer {
         positions: &Positions,
     ) -> Result<(CheckpointRow, RoundChanges), IndexError> {
         let store = &self.engine.store;
-        let compaction = match self.options.retention.removes() {
-            true => Compaction::Tiered,
-            false => Compaction::WhenFragmented,
-        };
+        let compaction = self.options.retention.compaction();
         let writer = &self.engine.writer;
         let (mut versions, changes) = writer.commit(replace, parts, compaction).await?;
         let mut calls = self.engine.cache.finish().await?;
@@ -91,8 +88,9 @@ impl Indexer {
             Some(_) => store.append_rows(&rows).await?,
             None => store.write_rows(&rows).await?,
         };
-        if self.options.retention.removes() {
-            version = store.compact(Table::CallStats, Compaction::Tiered).await?;
+        let compaction = self.options.retention.compaction();
+        if compaction == Compaction::Tiered {
+            version = store.compact(Table::CallStats, compaction).await?;
         }
         Ok(TableVersion {
             table: Table::CallStats.name().to_string(),

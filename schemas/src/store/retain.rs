@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use lance::dataset::cleanup::CleanupPolicyBuilder;
 
-use super::{Result, StoreError, TableStore};
+use super::{Compaction, Result, StoreError, TableStore};
 use crate::Table;
 use crate::rows::{CheckpointRow, now_micros};
 
@@ -40,6 +40,15 @@ impl Retention {
     /// Whether this removes anything at all.
     pub fn removes(&self) -> bool {
         self.keep_checkpoints.is_some() || self.keep_for.is_some()
+    }
+
+    /// How a commit under this policy compacts: by tiers when the history is
+    /// removed, so what old versions alone reference goes with them.
+    pub fn compaction(&self) -> Compaction {
+        match self.removes() {
+            true => Compaction::Tiered,
+            false => Compaction::WhenFragmented,
+        }
     }
 
     /// The epochs of `checkpoints` kept at `now` (microseconds), `pinned`

@@ -171,9 +171,10 @@ impl TableStore {
     /// fragments (see [`TIER_RATIO`]), and rewrites any fragment with more
     /// than [`DELETED_SHARE`] of its rows deleted: each round of a long
     /// `--watch` or `--follow` adds a fragment and deletes rows, which would
-    /// otherwise stay in the table's files for good. A new version when anything is rewritten: earlier ones stay
-    /// readable (until retention removes them), so checkpoints keep their
-    /// time travel. Returns the table's version.
+    /// otherwise stay in the table's files for good. A new version when
+    /// anything is rewritten: earlier ones stay readable (until retention
+    /// removes them), so checkpoints keep their time travel. Returns the
+    /// table's version.
     pub async fn compact(&self, table: Table, compaction: Compaction) -> Result<u64> {
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Err(StoreError::Invalid {
@@ -181,42 +182,31 @@ impl TableStore {
                 message: "compacting a table that does not exist".into(),
             });
         };
-        let sizes: Vec<FragmentSize> = dataset
-            .get_fragments()
-            .iter()
-            .map(|fragment| {
-                let meta = fragment.metadata();
-                FragmentSize {
-                    id: meta.id as u32,
-                    rows: meta.physical_rows.unwrap_or_default() as u64,
-                    deleted: meta
-                        .deletion_file
-                        .as_ref()
-                        .and_then(|file| file.num_deleted_rows)
-                        .unwrap_or_default() as u64,
+        match compaction {
+            Compaction::WhenFragmented => {
+                if dataset.count_fragments() > KEPT_HISTORY_FRAGMENTS {
+                    compact_files(&mut dataset, CompactionOptions::default(), None)
+                        .await
+                        .map_err(|e| self.lance_error(table, e))?;
                 }
-            })
-            .collect();
-        if compaction == Compaction::WhenFragmented {
-            if sizes.len() > KEPT_HISTORY_FRAGMENTS {
-                compact_files(&mut dataset, CompactionOptions::default(), None)
-                    .await
-                    .map_err(|e| self.lance_error(table, e))?;
             }
-        } else if let Some(excluded_fragment_ids) = left_alone(&sizes) {
-            let merged: Vec<u32> = (sizes.iter().map(|f| f.id))
-                .filter(|id| !excluded_fragment_ids.contains(id))
-                .collect();
-            self.share_index_segments(&mut dataset, table, &merged)
-                .await?;
-            let options = CompactionOptions {
-                excluded_fragment_ids,
-                materialize_deletions_threshold: DELETED_SHARE,
-                ..CompactionOptions::default()
-            };
-            compact_files(&mut dataset, options, None)
-                .await
-                .map_err(|e| self.lance_error(table, e))?;
+            Compaction::Tiered => {
+                let sizes: Vec<FragmentSize> = (dataset.get_fragments().iter())
+                    .map(|fragment| FragmentSize::of(fragment.metadata()))
+                    .collect();
+                if let Some(plan) = plan(&sizes) {
+                    self.share_index_segments(&mut dataset, table, &plan.merged)
+                        .await?;
+                    let options = CompactionOptions {
+                        excluded_fragment_ids: plan.left_alone,
+                        materialize_deletions_threshold: DELETED_SHARE,
+                        ..CompactionOptions::default()
+                    };
+                    compact_files(&mut dataset, options, None)
+                        .await
+                        .map_err(|e| self.lance_error(table, e))?;
+                }
+            }
         }
         Ok(dataset.version().version)
     }
@@ -231,6 +221,9 @@ impl TableStore {
         table: Table,
         fragments: &[u32],
     ) -> Result<()> {
+        if fragments.is_empty() {
+            return Ok(());
+        }
         let indices = dataset
             .load_indices()
             .await
@@ -367,6 +360,18 @@ struct FragmentSize {
 }
 
 impl FragmentSize {
+    fn of(meta: &Fragment) -> Self {
+        let deleted = meta
+            .deletion_file
+            .as_ref()
+            .and_then(|file| file.num_deleted_rows);
+        FragmentSize {
+            id: meta.id as u32,
+            rows: meta.physical_rows.unwrap_or_default() as u64,
+            deleted: deleted.unwrap_or_default() as u64,
+        }
+    }
+
     fn live(&self) -> u64 {
         self.rows.saturating_sub(self.deleted)
     }
@@ -376,11 +381,22 @@ impl FragmentSize {
     }
 }
 
-/// The fragments (oldest first) a compaction leaves alone, or `None` when it
-/// would rewrite nothing: the newest are merged while the next older one has
-/// at most [`TIER_RATIO`] times their live rows, and any fragment past the
-/// deleted share is rewritten.
-fn left_alone(fragments: &[FragmentSize]) -> Option<Vec<u32>> {
+/// What a tiered compaction rewrites, of fragments listed oldest first.
+#[derive(Debug, PartialEq, Eq)]
+struct Plan {
+    /// The newest fragments, merged into one: the segments of their indexes
+    /// are merged first.
+    merged: Vec<u32>,
+    /// The fragments left as they are (rewritten besides `merged`: those
+    /// past the deleted share, each alone).
+    left_alone: Vec<u32>,
+}
+
+/// What a compaction of `fragments` (oldest first) rewrites, or `None` when
+/// nothing: the newest are merged while the next older one has at most
+/// [`TIER_RATIO`] times their live rows, and any fragment past the deleted
+/// share is rewritten.
+fn plan(fragments: &[FragmentSize]) -> Option<Plan> {
     let mut tail_rows = 0u64;
     let mut tail = 0;
     for fragment in fragments.iter().rev() {
@@ -390,21 +406,30 @@ fn left_alone(fragments: &[FragmentSize]) -> Option<Vec<u32>> {
         tail += 1;
         tail_rows += fragment.live();
     }
-    let merged = |index: usize| tail >= 2 && index >= fragments.len() - tail;
-    let rewritten: Vec<bool> = (0..fragments.len())
-        .map(|index| merged(index) || fragments[index].mostly_deleted())
+    let merged = if tail >= 2 {
+        &fragments[fragments.len() - tail..]
+    } else {
+        &[]
+    };
+    let rewritten =
+        |index: usize| index >= fragments.len() - merged.len() || fragments[index].mostly_deleted();
+    let left_alone: Vec<u32> = (0..fragments.len())
+        .filter(|&index| !rewritten(index))
+        .map(|index| fragments[index].id)
         .collect();
-    rewritten.contains(&true).then(|| {
-        (fragments.iter().zip(rewritten))
-            .filter(|(_, rewritten)| !rewritten)
-            .map(|(fragment, _)| fragment.id)
-            .collect()
+    (left_alone.len() < fragments.len()).then(|| Plan {
+        merged: merged.iter().map(|f| f.id).collect(),
+        left_alone,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn left_alone_of(fragments: &[FragmentSize]) -> Option<Vec<u32>> {
+        plan(fragments).map(|plan| plan.left_alone)
+    }
 
     fn sizes(rows: &[(u64, u64)]) -> Vec<FragmentSize> {
         (rows.iter().enumerate())
@@ -419,33 +444,44 @@ mod tests {
     #[test]
     fn the_newest_small_fragments_merge_and_mostly_deleted_ones_are_rewritten() {
         // A build's large fragment and a round's small one: nothing to do.
-        assert_eq!(left_alone(&sizes(&[(1_000_000, 0), (100, 0)])), None);
+        assert_eq!(left_alone_of(&sizes(&[(1_000_000, 0), (100, 0)])), None);
         // Two rounds' alike: merged, the large one left alone.
         assert_eq!(
-            left_alone(&sizes(&[(1_000_000, 0), (100, 0), (120, 0)])),
+            left_alone_of(&sizes(&[(1_000_000, 0), (100, 0), (120, 0)])),
             Some(vec![0])
+        );
+        // Only the newest are merged (their index segments first); a
+        // fragment past the deleted share is rewritten alone.
+        let merged = |rows: &[(u64, u64)]| plan(&sizes(rows)).map(|plan| plan.merged);
+        assert_eq!(
+            merged(&[(1_000_000, 0), (100, 0), (120, 0)]),
+            Some(vec![1, 2])
+        );
+        assert_eq!(
+            merged(&[(1_000, 101), (1_000_000, 0), (10, 0)]),
+            Some(Vec::new())
         );
         // Growing tiers: 400 joins 100 + 150 (at most twice 250), 2,000 does not.
         assert_eq!(
-            left_alone(&sizes(&[(2_000, 0), (400, 0), (150, 0), (100, 0)])),
+            left_alone_of(&sizes(&[(2_000, 0), (400, 0), (150, 0), (100, 0)])),
             Some(vec![0])
         );
         // A fragment with more than a tenth of its rows deleted is rewritten
         // where it is; one with a tenth, not.
         assert_eq!(
-            left_alone(&sizes(&[(1_000, 101), (1_000_000, 0), (10, 0)])),
+            left_alone_of(&sizes(&[(1_000, 101), (1_000_000, 0), (10, 0)])),
             Some(vec![1, 2])
         );
         assert_eq!(
-            left_alone(&sizes(&[(1_000, 100), (1_000_000, 0), (10, 0)])),
+            left_alone_of(&sizes(&[(1_000, 100), (1_000_000, 0), (10, 0)])),
             None
         );
         // Deleted rows do not count towards a fragment's tier.
         assert_eq!(
-            left_alone(&sizes(&[(1_000, 900), (100, 0)])),
+            left_alone_of(&sizes(&[(1_000, 900), (100, 0)])),
             Some(Vec::new())
         );
-        assert_eq!(left_alone(&[]), None);
+        assert_eq!(left_alone_of(&[]), None);
     }
 
     /// Rounds of equal appends, each compacted as a commit would: the
@@ -463,7 +499,7 @@ mod tests {
                 deleted: 0,
             });
             next_id += 1;
-            if let Some(alone) = left_alone(&fragments) {
+            if let Some(alone) = left_alone_of(&fragments) {
                 let (kept, merged): (Vec<FragmentSize>, Vec<FragmentSize>) =
                     fragments.iter().partition(|f| alone.contains(&f.id));
                 let rows: u64 = merged.iter().map(|f| f.live()).sum();
