@@ -11,7 +11,7 @@
 //! most that much finished work, and sooner by the call that brings the rows
 //! waiting past [`PENDING_BYTES`].
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -137,18 +137,22 @@ pub struct CallCache {
     /// process started; and what [`CallCache::take_stats`] last returned up to.
     stats: Mutex<BTreeMap<(String, String), TaskStats>>,
     taken: Mutex<BTreeMap<(String, String), TaskStats>>,
-    /// Documents' calls answered without a call since the last eviction.
+    /// Documents' and subjects' calls answered without a call, and the
+    /// subjects asked about, since the last eviction.
     answered: Mutex<Answered>,
     /// When the last eviction ran (microseconds since the Unix epoch): rows
     /// made since are calls of this round.
     evicted_at: AtomicI64,
 }
 
-/// Hashes of the keys of documents' calls answered from the cache.
+/// Hashes of the keys of documents' and subjects' calls answered from the
+/// cache, and the subjects asked about (made or answered).
 #[derive(Debug, Default)]
 struct Answered {
     keys: HashSet<u64>,
-    /// More than [`MAX_ANSWERED`] were: the set is incomplete.
+    subjects: BTreeSet<String>,
+    /// More than [`MAX_ANSWERED`] keys or subjects were: the sets are
+    /// incomplete.
     overflowed: bool,
 }
 
@@ -218,6 +222,7 @@ impl CallCache {
     /// With `cache_only`, a call not in the cache fails with `StepError::CacheMiss`
     /// instead of reaching a backend.
     pub async fn persistent(store: TableStore, cache_only: bool) -> Result<Arc<Self>, CacheError> {
+        store.add_missing_columns(Table::LlmCalls).await?;
         let mut keys = Vec::new();
         store
             .for_each_value(Table::LlmCalls, "call_key", |k| {
@@ -382,8 +387,8 @@ impl CallCache {
                 None => counts.cache_hits += 1,
             }
         }
-        if made.is_none() && cx.doc_id.is_some() && self.store.is_some() {
-            self.note_answered(key);
+        if self.store.is_some() && (cx.doc_id.is_some() || cx.subject.is_some()) {
+            self.note_asked(key, made.is_none(), cx.subject.as_deref());
         }
         if let Some(ledger) = &cx.ledger {
             ledger.note(made.unwrap_or_else(|| ModelCall {
@@ -525,21 +530,32 @@ impl CallCache {
         self.index_appended(store).await
     }
 
-    fn note_answered(&self, key: &str) {
+    /// Notes a document's or a subject's call `key`, answered from the cache
+    /// or made.
+    fn note_asked(&self, key: &str, answered_from_cache: bool, subject: Option<&str>) {
         let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
-        if answered.keys.len() < MAX_ANSWERED {
-            answered.keys.insert(hash128(key.as_bytes()) as u64);
-        } else {
+        if answered.keys.len() >= MAX_ANSWERED || answered.subjects.len() >= MAX_ANSWERED {
             answered.overflowed = true;
+            return;
+        }
+        if answered_from_cache {
+            answered.keys.insert(hash128(key.as_bytes()) as u64);
+        }
+        if let Some(subject) = subject
+            && !answered.subjects.contains(subject)
+        {
+            answered.subjects.insert(subject.to_string());
         }
     }
 
     /// Removes the calls of `superseded` documents (changed or gone since
-    /// the last eviction) that were not asked for since: made for a text
-    /// they no longer hold, no build of the memory as it is asks for them
-    /// again. A document's calls are all asked for when it is built, each
-    /// made anew or answered from the cache (and noted), so what is left
-    /// unasked is dead. The caller flushed first (`finish`). One process's
+    /// the last eviction), and of the subjects asked about since, that were
+    /// not asked for since: made for a text they no longer hold, no build of
+    /// the memory as it is asks for them again. A document's calls are all
+    /// asked for when it is built, and a subject's whenever its stage asks
+    /// about it, each made anew or answered from the cache (and noted), so
+    /// what is left unasked is dead. A subject no stage asks about any more
+    /// (a name gone from every document) keeps its calls. The caller flushed first (`finish`). One process's
     /// notes only: a cluster's other processes answer calls this one does
     /// not see, so the caller evicts only when it is alone. A reply two
     /// documents share (the same text in both) is kept under the first to
@@ -552,13 +568,19 @@ impl CallCache {
         let Some(store) = &self.store else {
             return Ok(0);
         };
-        if superseded.is_empty() || answered.overflowed {
+        if (superseded.is_empty() && answered.subjects.is_empty()) || answered.overflowed {
             return Ok(0);
         }
         let Some(version) = store.table_version(Table::LlmCalls).await? else {
             return Ok(0);
         };
-        let rows: Vec<LlmCallRow> = store.rows_where_in(version, "doc_id", superseded).await?;
+        let mut rows: Vec<LlmCallRow> = store.rows_where_in(version, "doc_id", superseded).await?;
+        let subjects: Vec<String> = answered.subjects.into_iter().collect();
+        rows.extend(
+            store
+                .rows_where_in::<LlmCallRow>(version, "subject", &subjects)
+                .await?,
+        );
         let dead: Vec<String> = rows
             .into_iter()
             .filter(|row| {
@@ -755,6 +777,7 @@ mod tests {
             tokens_out: 10,
             latency_ms: 7,
             created_at: 0,
+            subject: None,
         }
     }
 
@@ -841,15 +864,49 @@ mod tests {
 
     /// A document's call as a build makes it: keyed, dated, its document named.
     async fn build_call(cache: &CallCache, doc: &str, key: &str) -> String {
+        call_as(cache, &CallContext::build("test", doc), key).await
+    }
+
+    /// A call across documents about `subject`, as a corpus stage makes it.
+    async fn corpus_call(cache: &CallCache, subject: &str, key: &str) -> String {
+        let cx = CallContext::corpus("test").about(subject.to_string());
+        call_as(cache, &cx, key).await
+    }
+
+    async fn call_as(cache: &CallCache, cx: &CallContext, key: &str) -> String {
         let made = || async move {
             let mut made = row("answer", key);
             made.call_key = key.to_string();
-            made.doc_id = Some(doc.to_string());
+            made.doc_id = cx.doc_id.clone();
+            made.subject = cx.subject.clone();
             made.created_at = now_micros();
             Ok(made)
         };
-        let cx = CallContext::build("test", doc);
-        cache.reply(&cx, key, "answer", made).await.unwrap()
+        cache.reply(cx, key, "answer", made).await.unwrap()
+    }
+
+    /// A subject asked about again keeps what it asked for and loses the
+    /// rest; a subject not asked about keeps everything, with no document
+    /// named for either.
+    #[tokio::test]
+    async fn a_subject_asked_again_loses_its_calls_left_unasked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let first = CallCache::persistent(store.clone(), false).await.unwrap();
+        for (subject, key) in [("tree", "t1"), ("tree", "t2"), ("relation", "r1")] {
+            corpus_call(&first, subject, key).await;
+        }
+        first.finish().await.unwrap();
+        assert_eq!(first.evict_superseded(&[]).await.unwrap(), 0);
+        let second = CallCache::persistent(store.clone(), false).await.unwrap();
+        corpus_call(&second, "tree", "t1").await;
+        corpus_call(&second, "tree", "t3").await;
+        second.finish().await.unwrap();
+        assert_eq!(second.evict_superseded(&[]).await.unwrap(), 1);
+        let rows: Vec<LlmCallRow> = store.read_rows(None).await.unwrap();
+        let mut keys: Vec<String> = rows.into_iter().map(|r| r.call_key).collect();
+        keys.sort();
+        assert_eq!(keys, ["r1", "t1", "t3"]);
     }
 
     /// What a changed document's new build did not ask for is removed; what it

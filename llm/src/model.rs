@@ -127,6 +127,7 @@ impl TaskModel {
             task: step.task().name().to_string(),
             stage: cx.stage.to_string(),
             doc_id: cx.doc_id.clone(),
+            subject: cx.subject.clone(),
             inputs: text,
             reply,
             tokens_in,

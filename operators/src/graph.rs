@@ -659,14 +659,21 @@ impl Round<'_> {
         }
         let first = &self.mentions[self.first];
         let first_passage = first.passage();
-        let answers = all_in_order(members.iter().filter(|b| !b.is_empty()).map(|batch| {
+        let asked = members.iter().enumerate().filter(|(_, b)| !b.is_empty());
+        let answers = all_in_order(asked.map(|(b, batch)| {
             let passages: Vec<String> = (batch.iter())
                 .map(|&r| self.mentions[self.rest[r]].passage())
                 .collect();
-            let (cx, name, first) = (self.cx, &first.names[0], &first_passage);
+            // A batch is asked again, whole, whenever one of its members
+            // changes: the batch is the subject of its calls.
+            let cx = self.cx.about(format!(
+                "same_entity {} {} {b}/{batches}",
+                first.key, first.doc_id
+            ));
+            let (name, first) = (&first.names[0], &first_passage);
             async move {
                 let passages: Vec<&str> = passages.iter().map(String::as_str).collect();
-                self.model.same_entity(cx, name, first, &passages).await
+                self.model.same_entity(&cx, name, first, &passages).await
             }
         }))
         .await?;
@@ -1069,7 +1076,7 @@ pub async fn merge_relations_across<R: FoundRelation>(
     model: &dyn MemoryModel,
     config: &GraphConfig,
 ) -> StepResult<RelationRow> {
-    let cx = CallContext::corpus(STAGE);
+    let cx = CallContext::corpus(STAGE).about(format!("relation {source_id} {target_id}"));
     let summary = || found.first().map_or_else(|| Arc::from(""), R::summary);
     let items = found
         .iter()

@@ -150,7 +150,7 @@ pub async fn raptor_corpus_tree(
     embedder: &dyn Embedder,
     config: &RaptorConfig,
 ) -> StepResult<Vec<RaptorNode>> {
-    let cx = CallContext::corpus(TREE_RAPTOR);
+    let cx = CallContext::corpus(TREE_RAPTOR).about(TREE_RAPTOR_CORPUS.to_string());
     let leaves = roots
         .iter()
         .enumerate()

@@ -137,7 +137,7 @@ pub async fn corpus_tree(
     max_children: usize,
     parent_max_tokens: usize,
 ) -> StepResult<Vec<TreeNodeRow>> {
-    let cx = CallContext::corpus(TREE_MEMWALKER);
+    let cx = CallContext::corpus(TREE_MEMWALKER).about(TREE_MEMWALKER_CORPUS.to_string());
     let leaves = roots
         .iter()
         .enumerate()

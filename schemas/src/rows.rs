@@ -256,6 +256,14 @@ pub struct LlmCallRow {
     pub latency_ms: u32,
     /// When the reply arrived, microseconds since the Unix epoch.
     pub created_at: i64,
+    /// What a call across documents is about (a corpus tree, a relation, a
+    /// name's comparison batch): whenever its stage asks about the subject
+    /// again, it asks every call the subject still needs, so its older calls
+    /// left unasked are replaced. `None` for a document's calls (`doc_id`
+    /// says whose) and a question's. A column later than the others: tables
+    /// written before it read it as null.
+    #[serde(default)]
+    pub subject: Option<String>,
 }
 
 /// What one round asked the model for, by stage (memory kind) and task: calls

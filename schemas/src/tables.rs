@@ -231,8 +231,9 @@ impl Table {
             Table::Embeddings => &[("owner_id", BTree), ("owner_kind", Bitmap)],
             Table::Errors => &[("error_id", BTree)],
             Table::DocStates => &[("doc_id", BTree)],
-            // doc_id: the calls of a changed document, found to evict.
-            Table::LlmCalls => &[("call_key", BTree), ("doc_id", BTree)],
+            // doc_id, subject: the calls a document or a subject asked
+            // about again no longer needs, found to evict.
+            Table::LlmCalls => &[("call_key", BTree), ("doc_id", BTree), ("subject", BTree)],
             Table::Lexicon => &[("entry", BTree)],
             Table::CallStats | Table::Checkpoints => &[],
         }
@@ -355,6 +356,7 @@ impl Table {
                 Field::new("tokens_out", DataType::UInt32, false),
                 Field::new("latency_ms", DataType::UInt32, false),
                 timestamp("created_at"),
+                utf8_null("subject"),
             ],
             Table::CallStats => vec![
                 utf8("stat_id"),

@@ -35,6 +35,9 @@ pub struct CallContext {
     /// The memory or navigator the call serves: "memwalker", "readagent", "qrmem", "ilmtr".
     pub stage: &'static str,
     pub doc_id: Option<String>,
+    /// What a build call across documents is about (`llm_calls.subject`):
+    /// see [`CallContext::about`].
+    pub subject: Option<String>,
     pub priority: Priority,
     /// Where a question's calls are noted for its trace; builds note none.
     pub ledger: Option<CallLedger>,
@@ -45,6 +48,7 @@ impl CallContext {
         CallContext {
             stage,
             doc_id: Some(doc_id.to_string()),
+            subject: None,
             priority: Priority::Build,
             ledger: None,
         }
@@ -56,8 +60,21 @@ impl CallContext {
         CallContext {
             stage,
             doc_id: None,
+            subject: None,
             priority: Priority::Build,
             ledger: None,
+        }
+    }
+
+    /// The same corpus caller, its calls about `subject`: each time the
+    /// stage asks about a subject it asks every call the subject needs, so
+    /// the cache may drop the subject's older calls left unasked. The
+    /// subject names the stage's unit of work (a tree, a relation, a batch
+    /// of a name's comparisons), never its content, which the call key holds.
+    pub fn about(&self, subject: String) -> Self {
+        CallContext {
+            subject: Some(subject),
+            ..self.clone()
         }
     }
 
@@ -74,6 +91,7 @@ impl CallContext {
         CallContext {
             stage,
             doc_id: None,
+            subject: None,
             priority: Priority::Query,
             ledger: None,
         }

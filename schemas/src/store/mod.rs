@@ -531,6 +531,49 @@ mod tests {
         assert_eq!(old.len(), 2, "earlier versions stay readable");
     }
 
+    /// A table written before a column was declared gets it, null for its
+    /// rows, and takes rows that carry it.
+    #[tokio::test]
+    async fn a_column_declared_later_is_added_to_an_older_table_as_nulls() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let call = |key: &str, subject: Option<&str>| LlmCallRow {
+            call_key: key.into(),
+            backend: "b".into(),
+            model: "m".into(),
+            task: "t".into(),
+            stage: "s".into(),
+            doc_id: None,
+            inputs: "p".into(),
+            reply: "r".into(),
+            tokens_in: 1,
+            tokens_out: 1,
+            latency_ms: 1,
+            created_at: 1,
+            subject: subject.map(str::to_string),
+        };
+        let full = to_batch(&[&call("old", None)]).unwrap();
+        let without = full
+            .project(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+            .unwrap();
+        assert!(without.schema().field_with_name("subject").is_err());
+        store
+            .write_batch(Table::LlmCalls, without, WriteMode::Create)
+            .await
+            .unwrap();
+        let appended = store.append_rows(&[call("new", Some("tree"))]).await;
+        assert!(appended.is_err(), "the older table refuses the new column");
+        store.add_missing_columns(Table::LlmCalls).await.unwrap();
+        store.add_missing_columns(Table::LlmCalls).await.unwrap();
+        store
+            .append_rows(&[call("new", Some("tree"))])
+            .await
+            .unwrap();
+        let mut rows: Vec<LlmCallRow> = store.read_rows(None).await.unwrap();
+        rows.sort();
+        assert_eq!(rows, [call("new", Some("tree")), call("old", None)]);
+    }
+
     #[tokio::test]
     async fn a_fragmented_table_is_compacted_and_keeps_its_rows() {
         const FRAGMENTS: usize = 20;
@@ -752,6 +795,7 @@ mod tests {
                 tokens_out: 2,
                 latency_ms: 30,
                 created_at: 1_700_000_000_000_000,
+                subject: Some("relation a b".into()),
             }],
         )
         .await;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use arrow_array::{RecordBatch, RecordBatchIterator};
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::transaction::{Operation, TransactionBuilder};
-use lance::dataset::{CommitBuilder, Dataset, InsertBuilder, WriteMode, WriteParams};
+use lance::dataset::{
+    CommitBuilder, Dataset, InsertBuilder, NewColumnTransform, WriteMode, WriteParams,
+};
 use lance::index::DatasetIndexExt;
 use lance_index::optimize::OptimizeOptions;
 
@@ -117,6 +119,46 @@ impl TableStore {
         self.write_batch(table, RecordBatch::new_empty(schema), WriteMode::Create)
             .await
             .map(drop)
+    }
+
+    /// Adds to an existing `table` the columns its schema declares and its
+    /// data lacks (columns a later release added, all nullable), null for the
+    /// rows already there: a change of the table's metadata only, so a memory
+    /// written before them is appended to as it is, and reads of its older
+    /// versions find the column null. Each process of a cluster may do this
+    /// at once; the ones that lose the race find the columns there.
+    pub async fn add_missing_columns(&self, table: Table) -> Result<()> {
+        let Some(mut dataset) = self.dataset(table, None).await? else {
+            return Ok(());
+        };
+        let missing = |dataset: &Dataset| -> Vec<arrow_schema::FieldRef> {
+            let present = dataset.schema();
+            (table.fields().into_iter())
+                .filter(|f| present.field(f.name()).is_none())
+                .collect()
+        };
+        let absent = missing(&dataset);
+        if absent.is_empty() {
+            return Ok(());
+        }
+        if let Some(required) = absent.iter().find(|f| !f.is_nullable()) {
+            return Err(StoreError::Invalid {
+                table,
+                message: format!(
+                    "column {} is missing and cannot be added as nulls: this memory was \
+                     written by an older memweave; build it again",
+                    required.name()
+                ),
+            });
+        }
+        let nulls = NewColumnTransform::AllNulls(Arc::new(arrow_schema::Schema::new(absent)));
+        match dataset.add_columns(nulls, None, None).await {
+            Ok(()) => Ok(()),
+            Err(e) => match self.dataset(table, None).await? {
+                Some(now) if missing(&now).is_empty() => Ok(()),
+                _ => Err(self.lance_error(table, e)),
+            },
+        }
     }
 
     /// Applies a round to `table`: deletes the rows whose keys are `removed`
