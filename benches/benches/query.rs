@@ -28,9 +28,15 @@
 //! questions in process, one at a time: each one's first asking, then again.
 //!
 //! (d) Question sets with known answer passages (`benches/src/questions.rs`):
-//! pg-essays (16 questions) and Debian's python3.11-doc sources (15, installed
-//! when missing and possible), each indexed whole; per strategy, the questions
-//! whose answer passage the answer cites.
+//! pg-essays (16 questions), Debian's python3.11-doc sources (15, installed
+//! when missing and possible), and the same sources as an archive of short
+//! documents (passages of about 100 tokens, `archive::write_passages`), each
+//! indexed whole: model calls a document, model tokens a corpus token and
+//! table bytes a character of text, then per strategy the questions whose
+//! answer passage the answer cites. QUERY_QUESTION_SETS (names, comma
+//! separated) picks sets; QUERY_SHORTEN_SHORT_TEXTS=1 builds as the papers
+//! do (`--shorten-short-texts`), the way before short texts stood for
+//! themselves.
 //!
 //! Run: `cargo bench --workspace --bench query` (release). Needs
 //! ../shared/data/pg-essays. QUERY_BENCH=niah, questions, latency or scale
@@ -49,7 +55,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memweave_benches::archive::{PYTHON_DOCS, python_docs_installed};
+use memweave_benches::archive::{PYTHON_DOCS, dir_bytes, python_docs_installed, write_passages};
 use memweave_benches::questions;
 use memweave_llm::{CallCache, EmbedConfig, TaskModel};
 use memweave_operators::embed::Embedder;
@@ -167,11 +173,13 @@ fn embedder_name() -> &'static str {
 }
 
 fn index(source: &Path, tables: &Path) -> IndexSummary {
-    let options = IndexOptions {
+    let mut options = IndexOptions {
         workers: 2,
         embed: embed_config(),
         ..IndexOptions::new(source.display().to_string(), tables.display().to_string())
     };
+    // The papers' way: every segment summarised and every page gisted.
+    options.build.shorten_short_texts = std::env::var_os("QUERY_SHORTEN_SHORT_TEXTS").is_some();
     let summary = run_index(&options).unwrap();
     assert!(summary.errors.is_empty(), "{:?}", summary.errors);
     summary
@@ -384,12 +392,26 @@ fn question_sets(runtime: &tokio::runtime::Runtime) {
         memweave_benches::shared_data("pg-essays"),
         questions::PG_ESSAYS,
     )];
+    let passages = tempfile::tempdir().unwrap();
     if python_docs_installed() {
         sets.push((
             "python3.11-doc",
             PathBuf::from(PYTHON_DOCS),
             questions::PYTHON_DOCS,
         ));
+        let (count, bytes) = write_passages(
+            Path::new(PYTHON_DOCS),
+            &passages.path().join("passages.jsonl"),
+        );
+        println!("  python passages: {count} short documents, {bytes} bytes of text");
+        sets.push((
+            "python passages",
+            passages.path().to_path_buf(),
+            questions::PYTHON_DOCS,
+        ));
+    }
+    if let Ok(chosen) = std::env::var("QUERY_QUESTION_SETS") {
+        sets.retain(|(name, _, _)| chosen.split(',').any(|c| c.trim() == *name));
     }
     let navigator = Navigator::new(runtime);
     println!(
@@ -401,10 +423,16 @@ fn question_sets(runtime: &tokio::runtime::Runtime) {
         let dir = tempfile::tempdir().unwrap();
         let started = Instant::now();
         let summary = index(source, &dir.path().join("memory"));
+        let text_bytes = summary.chars.max(1) as f64;
         println!(
-            "  {name}: {} tokens, built in {:.0} s; {} questions",
+            "  {name}: {} documents, {} tokens, built in {:.0} s; {:.2} model calls a document, \
+             {:.2} model tokens a corpus token, tables {:.1} bytes a character of text; {} questions",
+            summary.documents,
             summary.tokens,
             started.elapsed().as_secs_f64(),
+            summary.cache.calls as f64 / summary.documents.max(1) as f64,
+            summary.cache.tokens as f64 / summary.tokens.max(1) as f64,
+            dir_bytes(&dir.path().join("memory")) as f64 / text_bytes,
             set.len()
         );
         let snapshot = load(runtime, &dir.path().join("memory"));
@@ -690,7 +718,7 @@ fn scale(runtime: &tokio::runtime::Runtime) {
         println!(
             "Scale {size}: {} ({:.0} MB of tables, the call cache left out), {}",
             tables.display(),
-            memweave_benches::archive::dir_bytes(&tables) as f64 / 1e6,
+            dir_bytes(&tables) as f64 / 1e6,
             binary.display()
         );
         let address = free_address();

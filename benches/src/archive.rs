@@ -65,6 +65,59 @@ pub fn python_docs_installed() -> bool {
     installed && Path::new(PYTHON_DOCS).exists()
 }
 
+/// Words a passage of [`write_passages`] reaches before it ends: about 100
+/// tokens, the short end of a mail, a ticket or a forum post.
+pub const PASSAGE_MIN_WORDS: usize = 75;
+
+/// The Python documentation as an archive of short documents: each file's
+/// paragraphs, consecutive ones joined until a passage has
+/// [`PASSAGE_MIN_WORDS`] words (a file's last passage may have fewer), one
+/// JSON Lines record each (`id`: the
+/// file's path and the passage's number) in `out`. Returns the passages
+/// and their bytes of text.
+pub fn write_passages(source: &Path, out: &Path) -> (usize, u64) {
+    let mut files = Vec::new();
+    let mut pending = vec![source.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let (mut lines, mut count, mut bytes) = (String::new(), 0, 0);
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let key = file.strip_prefix(source).unwrap().display().to_string();
+        let mut passage = String::new();
+        let paragraphs: Vec<&str> = (text.split("\n\n").map(str::trim))
+            .filter(|p| !p.is_empty())
+            .collect();
+        for (i, paragraph) in paragraphs.iter().enumerate() {
+            if !passage.is_empty() {
+                passage.push_str("\n\n");
+            }
+            passage.push_str(paragraph);
+            // A file's last passage is kept however short.
+            let last = i + 1 == paragraphs.len();
+            if passage.split_whitespace().count() >= PASSAGE_MIN_WORDS || last {
+                let record = serde_json::json!({"id": format!("{key}#{i}"), "text": passage});
+                writeln!(lines, "{record}").unwrap();
+                (count, bytes) = (count + 1, bytes + passage.len() as u64);
+                passage.clear();
+            }
+        }
+    }
+    std::fs::write(out, lines).unwrap();
+    (count, bytes)
+}
+
 /// Bytes of the files under `dir`.
 pub fn dir_bytes(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -186,6 +186,12 @@ struct BuildArgs {
     /// ("raptor-corpus", the roots clustered by their vectors).
     #[arg(long)]
     corpus_tree: bool,
+    /// Ask the model to summarise segments shorter than --min-tokens and to
+    /// gist pages shorter than --page-min-words, as the papers do for every
+    /// unit; by default such a text (a short document, or a long one's
+    /// tail) is its own leaf summary and gist, with no call.
+    #[arg(long)]
+    shorten_short_texts: bool,
     /// RAPTOR chunk size in tokens (RAPTOR used 100, ILM-TR 600). By default
     /// the chunks are the MemWalker segments (--segment-tokens), and one
     /// ILM-TR call per segment summarises it for both trees; another size
@@ -332,6 +338,7 @@ impl BuildArgs {
             memories: self.memories,
             parent_max_tokens: self.parent_max_tokens,
             corpus_tree: self.corpus_tree,
+            shorten_short_texts: self.shorten_short_texts,
             raptor: RaptorConfig {
                 chunk_tokens: self.chunk_tokens,
                 max_levels: self.raptor_max_levels,

@@ -87,6 +87,11 @@ pub struct BuildConfig {
     /// in a shorter passage ranks higher), kept as segments that no model call
     /// reads; 0 keeps none. See [`BuildConfig::passages`].
     pub passage_tokens: usize,
+    /// Ask the model to summarise and gist texts shorter than the smallest
+    /// unit the methods cut, as the papers do for every segment and page;
+    /// by default such a text stands for itself (see
+    /// [`BuildConfig::own_summary_below`]).
+    pub shorten_short_texts: bool,
 }
 
 impl BuildConfig {
@@ -126,7 +131,38 @@ impl BuildConfig {
         raptor: RaptorConfig::DEFAULT,
         graph: GraphConfig::DEFAULT,
         passage_tokens: DEFAULT_PASSAGE_TOKENS,
+        shorten_short_texts: false,
     };
+
+    /// Tokens under which a segment (or chunk) of `cut` is its own leaf
+    /// summary, in the MemWalker and the RAPTOR tree, with no surprise: the
+    /// segmenter's minimum, under which only a document's whole text or its
+    /// last segment falls. The methods summarise units they cut from long
+    /// texts; a text shorter than any unit they cut would be restated at
+    /// about its own length (RAPTOR's summaries average 131 tokens), and
+    /// the call would cost more tokens than the summary saves. 0 where every
+    /// segment is summarised.
+    pub fn own_summary_below(&self, cut: &SegmentConfig) -> usize {
+        if self.shorten_short_texts {
+            0
+        } else {
+            cut.min_tokens
+        }
+    }
+
+    /// Words under which a page is its own gist: ReadAgent's shortest page
+    /// (`--page-min-words`). Its gist memory compresses the pages it cuts
+    /// from a long text so that the whole fits a context; a page shorter
+    /// than any it cuts is a short document (or a document's tail), which
+    /// fits as it is, and looking it up would read the same words again.
+    /// 0 where every page is gisted.
+    pub fn own_gist_below(&self) -> usize {
+        if self.shorten_short_texts {
+            0
+        } else {
+            self.pages.min_words
+        }
+    }
 
     /// The segmentation RAPTOR chunks with: the segments' own unless another
     /// size is set, so both memories share one segmentation (and its leaf calls).
@@ -202,18 +238,36 @@ pub fn gist_memory(doc_id: &str, pages: &[PageRow]) -> GistMemoryRow {
     }
 }
 
+/// A page's gist: the page itself where it has fewer than `own_gist_below`
+/// words ([`BuildConfig::own_gist_below`]), else the model's.
+async fn gist_of(
+    model: &dyn MemoryModel,
+    cx: &CallContext,
+    page: &str,
+    own_gist_below: usize,
+) -> StepResult<String> {
+    if word_count(page) < own_gist_below {
+        return Ok(page.to_string());
+    }
+    model.gist_page(cx, page).await
+}
+
+/// A document's ReadAgent pages with their gists, pages under
+/// `own_gist_below` words their own.
 pub async fn page_rows(
     doc: &Document,
     config: &PageConfig,
+    own_gist_below: usize,
     model: &dyn MemoryModel,
 ) -> StepResult<Vec<PageRow>> {
     let cx = CallContext::build("readagent", &doc.doc_id);
     let mut pages = paginate_then(&doc.text, config, model, &cx, |span| {
-        model.gist_page(&cx, span.of(&doc.text))
+        gist_of(model, &cx, span.of(&doc.text), own_gist_below)
     })
     .await?;
     if config.gist_word_budget > 0 {
-        pages = merge_pages(&doc.text, pages, config.gist_word_budget, model, &cx).await?;
+        let budget = config.gist_word_budget;
+        pages = merge_pages(&doc.text, pages, budget, own_gist_below, model, &cx).await?;
     }
     let mut chars = CharOffsets::new(&doc.text);
     let mut ids = RepeatCounter::default();
@@ -244,6 +298,7 @@ async fn merge_pages(
     text: &str,
     mut pages: Vec<(Span, String)>,
     budget: usize,
+    own_gist_below: usize,
     model: &dyn MemoryModel,
     cx: &CallContext,
 ) -> StepResult<Vec<(Span, String)>> {
@@ -275,7 +330,7 @@ async fn merge_pages(
         pages = all_in_order(merged.into_iter().map(|(span, gist)| async move {
             let gist = match gist {
                 Some(gist) => gist,
-                None => model.gist_page(cx, span.of(text)).await?,
+                None => gist_of(model, cx, span.of(text), own_gist_below).await?,
             };
             Ok((span, gist))
         }))
@@ -347,6 +402,7 @@ pub async fn build_document(
                 &segments,
                 model,
                 leaves,
+                config.own_summary_below(&config.segments),
                 config.max_children,
                 config.parent_max_tokens,
             )
@@ -367,7 +423,7 @@ pub async fn build_document(
     };
     let pages = async {
         if memories.readagent {
-            page_rows(doc, &config.pages, model).await
+            page_rows(doc, &config.pages, config.own_gist_below(), model).await
         } else {
             Ok(Vec::new())
         }
@@ -384,7 +440,14 @@ pub async fn build_document(
         let cx = CallContext::build("embed", &doc.doc_id);
         let texts: Vec<&str> = segments.iter().map(|s| s.text.as_str()).collect();
         let (nodes, segment_vectors) = futures::future::join(
-            raptor_tree(&doc.doc_id, chunks, model, embedder, &config.raptor),
+            raptor_tree(
+                &doc.doc_id,
+                chunks,
+                config.own_summary_below(&chunk_config),
+                model,
+                embedder,
+                &config.raptor,
+            ),
             embed_all(embedder, &cx, &texts),
         )
         .await;
@@ -486,7 +549,7 @@ mod tests {
                 max_words: 150,
                 gist_word_budget: budget,
             };
-            futures::executor::block_on(page_rows(&doc(&text), &config, &model))
+            futures::executor::block_on(page_rows(&doc(&text), &config, 0, &model))
                 .expect("the stub answers")
         };
         let unmerged = pages_with(0);
@@ -628,6 +691,83 @@ mod tests {
         assert!(count(&rows, is_raptor) > 0);
         // The same rows whatever order the calls end in.
         assert_eq!(format!("{rows:?}"), format!("{:?}", build(unreadable())));
+    }
+
+    /// [`FirstSentence`], noting the steps it is asked.
+    #[derive(Debug, Default)]
+    struct Noting {
+        model: FirstSentence,
+        asked: std::sync::Mutex<Vec<crate::model::Task>>,
+    }
+
+    #[async_trait::async_trait]
+    impl MemoryModel for Noting {
+        fn backend(&self) -> &str {
+            "noting"
+        }
+        fn is_remote(&self) -> bool {
+            false
+        }
+        async fn reply(
+            &self,
+            cx: &CallContext,
+            step: crate::model::Step,
+        ) -> StepResult<crate::model::Reply> {
+            self.asked.lock().unwrap().push(step.task());
+            self.model.reply(cx, step).await
+        }
+    }
+
+    /// A document shorter than a segment's and a page's minimum is its own
+    /// leaf summary and its own gist; asked to shorten short texts, the
+    /// build summarises and gists it as the papers do.
+    #[test]
+    fn a_short_document_is_its_own_summary_and_gist() {
+        use crate::model::Task;
+        let text = crate::testing::PAINTING;
+        let embedder = crate::embed::HashingEmbedder::new(64);
+        let build = |config: BuildConfig| {
+            let model = Noting::default();
+            let rows =
+                futures::executor::block_on(build_document(&doc(text), &config, &model, &embedder));
+            (rows, model.asked.into_inner().unwrap())
+        };
+        let (rows, asked) = build(BuildConfig::DEFAULT);
+        assert!(!asked.contains(&Task::SummarizeWithFacts), "{asked:?}");
+        assert!(!asked.contains(&Task::GistPage), "{asked:?}");
+        assert!(asked.contains(&Task::ExtractEntities), "{asked:?}");
+        let leaves: Vec<&TreeNodeRow> = rows
+            .iter()
+            .filter_map(|r| match r {
+                BuiltRow::TreeNode(n) if n.level == 0 => Some(n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(leaves.len(), 2, "a MemWalker and a RAPTOR leaf");
+        assert!(
+            leaves
+                .iter()
+                .all(|n| n.summary == text && n.surprise.is_none())
+        );
+        let gists: Vec<&str> = rows
+            .iter()
+            .filter_map(|r| match r {
+                BuiltRow::Page(p) => Some(p.gist.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(gists, [text]);
+        let shortened = BuildConfig {
+            shorten_short_texts: true,
+            ..BuildConfig::DEFAULT
+        };
+        let (rows, asked) = build(shortened);
+        assert!(asked.contains(&Task::SummarizeWithFacts), "{asked:?}");
+        assert!(asked.contains(&Task::GistPage), "{asked:?}");
+        assert!(
+            rows.iter()
+                .any(|r| matches!(r, BuiltRow::Page(p) if p.gist != text))
+        );
     }
 
     #[test]

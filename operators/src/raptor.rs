@@ -90,20 +90,29 @@ pub fn node_text(row: &TreeNodeRow) -> String {
     }
 }
 
-/// The RAPTOR tree of one document over its chunks (in order).
+/// The RAPTOR tree of one document over its chunks (in order); a chunk under
+/// `own_summary_below` tokens is its own summary, with no surprise.
 pub async fn raptor_tree(
     doc_id: &str,
     chunks: &[SegmentRow],
+    own_summary_below: usize,
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
     config: &RaptorConfig,
 ) -> StepResult<Vec<RaptorNode>> {
     let cx = CallContext::build(TREE_RAPTOR, doc_id);
-    let facts = all_in_order(
-        chunks
-            .iter()
-            .map(|c| model.summarize_with_facts(&cx, &c.text)),
-    )
+    let facts = all_in_order(chunks.iter().map(|c| {
+        let cx = &cx;
+        async move {
+            if (c.n_tokens as usize) < own_summary_below {
+                return Ok(FactSummary {
+                    summary: c.text.clone(),
+                    surprise: String::new(),
+                });
+            }
+            model.summarize_with_facts(cx, &c.text).await
+        }
+    }))
     .await?;
     let leaves: Vec<TreeNodeRow> = chunks
         .iter()
@@ -403,6 +412,7 @@ mod tests {
         futures::executor::block_on(raptor_tree(
             "d",
             &chunks(n),
+            0,
             &FirstSentence::default(),
             &HashingEmbedder::new(64),
             config,

@@ -66,12 +66,14 @@ pub enum LeafSummaries {
 }
 
 /// The MemWalker tree of one document over its segments (in order). Leaves are
-/// summarised concurrently, then each level's parents concurrently.
+/// summarised concurrently (a segment under `own_summary_below` tokens is its
+/// own summary), then each level's parents concurrently.
 pub async fn memwalker_tree(
     doc_id: &str,
     segments: &[SegmentRow],
     model: &dyn MemoryModel,
     leaves: LeafSummaries,
+    own_summary_below: usize,
     max_children: usize,
     parent_max_tokens: usize,
 ) -> StepResult<Vec<TreeNodeRow>> {
@@ -80,6 +82,9 @@ pub async fn memwalker_tree(
     let summaries = all_in_order(segments.iter().map(|s| {
         let (cx, raptor) = (&cx, &raptor);
         async move {
+            if (s.n_tokens as usize) < own_summary_below {
+                return Ok(s.text.clone());
+            }
             match leaves {
                 LeafSummaries::Own => model.summarize_segment(cx, &s.text).await,
                 LeafSummaries::SharedWithRaptor => {
@@ -318,6 +323,7 @@ mod tests {
             &segments(n),
             &FirstSentence::default(),
             LeafSummaries::Own,
+            0,
             8,
             parent_max_tokens,
         ))
