@@ -14,6 +14,11 @@ pub enum Positions {
         source: String,
         files: usize,
         versions: BTreeMap<String, String>,
+        /// Other roots the archive was read from before (it moved) that
+        /// documents still carried over cite in their `source_uri`: a
+        /// document is read again only when it changes.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        earlier_roots: Vec<String>,
     },
     /// A Kafka topic: each partition's next offset.
     Kafka {
@@ -72,6 +77,13 @@ mod tests {
         let parsed = Positions::parse(files).unwrap();
         assert!(matches!(&parsed, Positions::Files { source, .. } if source == "/a"));
         assert_eq!(parsed.record(), files);
+        let moved =
+            r#"{"source":"/b","files":1,"versions":{"x.txt":"5@7"},"earlier_roots":["/a"]}"#;
+        let parsed = Positions::parse(moved).unwrap();
+        assert!(
+            matches!(&parsed, Positions::Files { earlier_roots, .. } if earlier_roots == &["/a"])
+        );
+        assert_eq!(parsed.record(), moved);
         let kafka = r#"{"source":"kafka://b:9092/docs","offsets":{"0":12,"3":4}}"#;
         let Some(Positions::Kafka { offsets, .. }) = Positions::parse(kafka) else {
             panic!("a Kafka position");

@@ -35,6 +35,8 @@ pub(super) struct FileRounds<'s> {
     files: Vec<SourceFile>,
     /// Its files' versions, by key.
     versions: BTreeMap<String, String>,
+    /// Roots the archive was read from before that carried documents cite.
+    earlier_roots: Vec<String>,
     /// Whether a round has committed.
     done: bool,
     /// With `--watch`: how long to wait between listings.
@@ -48,6 +50,7 @@ impl<'s> FileRounds<'s> {
             read,
             files: Vec::new(),
             versions: BTreeMap::new(),
+            earlier_roots: Vec::new(),
             done: false,
             watch: None,
         }
@@ -94,6 +97,9 @@ impl RoundSource for FileRounds<'_> {
         self.files = discovery.files;
         self.versions = versions;
         let (carried, updates) = file_updates(cx, &name, &self.files);
+        if let Some(previous) = cx.previous {
+            self.earlier_roots = roots_cited(previous, &name);
+        }
         let reading = updates
             .values()
             .filter(|u| matches!(u.input, Update::Read))
@@ -112,6 +118,7 @@ impl RoundSource for FileRounds<'_> {
                 source: name,
                 files: self.files.len(),
                 versions: self.versions.clone(),
+                earlier_roots: self.earlier_roots.clone(),
             },
             source_errors: Some(discovery.rejected.iter().map(error_row).collect()),
             reader: Some(Box::new(Listing {
@@ -320,23 +327,20 @@ fn stopped_within(cx: &SourceContext<'_>, every: Duration) -> bool {
 /// under their own URI, so that the round finds that origin gone. Errors the
 /// listing itself caused (files of a skipped type) cite no listed file and
 /// are not carried.
+///
+/// Files are known by their keys (paths relative to the source's root), so
+/// an archive read from another place (moved, restored, mounted elsewhere,
+/// copied to another bucket or machine with its files' versions) is the same
+/// archive: its unchanged files are carried over, not read again.
 fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: usize) -> Carried {
     let versions = match Positions::parse(&previous.checkpoint.source_positions) {
-        Some(Positions::Files {
-            source: recorded,
-            versions,
-            ..
-        }) if recorded == source => versions,
+        Some(Positions::Files { versions, .. }) => versions,
         _ => BTreeMap::new(),
     };
-    let by_uri: HashMap<&str, (usize, &SourceFile)> = files
-        .iter()
-        .enumerate()
-        .map(|(index, f)| (f.uri.as_str(), (index % feeds, f)))
-        .collect();
+    let listing = Listed::new(files, feeds, earlier_roots(previous, source));
     let mut carried = Carried::new();
     for d in &previous.documents {
-        let (key, peer, version) = match file_of(&d.source_uri, &by_uri) {
+        let (key, peer, version) = match listing.file_of(&d.source_uri) {
             Some((peer, file)) => (file.key.clone(), peer, versions.get(&file.key).cloned()),
             None => (file_uri(&d.source_uri).to_string(), 0, None),
         };
@@ -350,7 +354,7 @@ fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: 
         held.input.records.push(d.clone());
     }
     for e in &previous.ingest_errors {
-        if let Some((peer, file)) = file_of(&e.source, &by_uri) {
+        if let Some((peer, file)) = listing.file_of(&e.source) {
             let held = &mut carried.entry(file.key.clone()).or_insert_with(|| {
                 let held = Held {
                     version: versions.get(&file.key).cloned(),
@@ -364,13 +368,77 @@ fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: 
     carried
 }
 
-/// The listed file a document or error came from (with the worker that
-/// feeds it): its URI, or `URI:N` for an error of a file's Nth record.
-fn file_of<'a>(
-    uri: &str,
-    files: &HashMap<&str, (usize, &'a SourceFile)>,
-) -> Option<(usize, &'a SourceFile)> {
-    files.get(uri).or_else(|| files.get(file_uri(uri))).copied()
+/// The roots, other than `source`, the last checkpoint's source was read
+/// from (its own, and the ones before it that it still named).
+fn earlier_roots(previous: &Previous, source: &str) -> Vec<String> {
+    match Positions::parse(&previous.checkpoint.source_positions) {
+        Some(Positions::Files {
+            source: recorded,
+            earlier_roots,
+            ..
+        }) => std::iter::once(recorded)
+            .chain(earlier_roots)
+            .filter(|root| root != source)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Of [`earlier_roots`], those a carried document or error still cites:
+/// the next checkpoint's `earlier_roots`. A root goes once every document
+/// read under it has been read again under another.
+fn roots_cited(previous: &Previous, source: &str) -> Vec<String> {
+    let mut cited = earlier_roots(previous, source);
+    let uris: Vec<&str> = (previous.documents.iter().map(|d| d.source_uri.as_str()))
+        .chain(previous.ingest_errors.iter().map(|e| e.source.as_str()))
+        .collect();
+    cited.retain(|root| uris.iter().any(|uri| key_under(uri, root).is_some()));
+    cited.dedup();
+    cited
+}
+
+/// The key of the file at `uri` under `root`: the rest of the URI after the
+/// root and a separator.
+fn key_under<'u>(uri: &'u str, root: &str) -> Option<&'u str> {
+    let rest = uri.strip_prefix(root)?;
+    if root.ends_with('/') {
+        Some(rest)
+    } else {
+        rest.strip_prefix('/')
+    }
+}
+
+/// A listing, each file with the worker that feeds it, found by its URI or,
+/// under a root the archive was read from before, by its key.
+struct Listed<'a> {
+    by_uri: HashMap<&'a str, (usize, &'a SourceFile)>,
+    by_key: HashMap<&'a str, (usize, &'a SourceFile)>,
+    earlier_roots: Vec<String>,
+}
+
+impl<'a> Listed<'a> {
+    fn new(files: &'a [SourceFile], feeds: usize, earlier_roots: Vec<String>) -> Self {
+        let fed = || (files.iter().enumerate()).map(|(index, f)| (index % feeds, f));
+        Listed {
+            by_uri: fed().map(|(peer, f)| (f.uri.as_str(), (peer, f))).collect(),
+            by_key: fed().map(|(peer, f)| (f.key.as_str(), (peer, f))).collect(),
+            earlier_roots,
+        }
+    }
+
+    /// The listed file a document or error came from: its URI, or `URI:N`
+    /// for an error of a file's Nth record; or the file whose key the URI
+    /// names under a root the archive was read from before.
+    fn file_of(&self, uri: &str) -> Option<(usize, &'a SourceFile)> {
+        let file = file_uri(uri);
+        let by_uri = self.by_uri.get(uri).or_else(|| self.by_uri.get(file));
+        let by_key = || {
+            (self.earlier_roots.iter())
+                .filter_map(|root| key_under(file, root))
+                .find_map(|key| self.by_key.get(key))
+        };
+        by_uri.or_else(by_key).copied()
+    }
 }
 
 /// The URI of the file a document or error came from: `URI:N` names an

@@ -4,9 +4,9 @@
 use std::collections::HashSet;
 
 use memweave_schemas::Table;
-use memweave_tests::{Tables, index, read_tables, shared_data, stdout};
+use memweave_tests::{Tables, calls_made, index, read_tables, shared_data, stdout};
 
-use super::shared::{PG_ESSAYS_FLAGS, pg_essays};
+use super::shared::{PG_ESSAYS_FLAGS, archive_of, pg_essays};
 
 #[test]
 fn summary_names_every_count() {
@@ -110,6 +110,65 @@ fn reindexing_the_same_source_is_idempotent() {
     assert_eq!(comparable(&first), comparable(&second));
     let ids: HashSet<&str> = second.segments.iter().map(|s| s.seg_id.as_str()).collect();
     assert_eq!(ids.len(), second.segments.len(), "no duplicate rows");
+}
+
+/// An archive copied elsewhere with its memory (its files' times kept, as
+/// `cp -a`, `rsync -a` or a restore keep them) is the same archive: its
+/// files are known by their keys, so only what changed is read again, even
+/// two moves later, while documents still cite the first place.
+#[test]
+fn an_archive_that_moves_is_read_again_only_where_it_changed() {
+    let (dir, _) = archive_of(&["gap.txt", "founders.txt", "apple.txt"]);
+    let place = |name: &str| dir.path().join(name);
+    std::fs::create_dir(place("first")).unwrap();
+    std::fs::rename(place("archive"), place("first/archive")).unwrap();
+    let built = index(&place("first/archive"), &place("first/memory"), &[]);
+    assert!(calls_made(&built) > 0);
+    let copy = |from: &str, to: &str| {
+        let status = std::process::Command::new("cp")
+            .args(["-a"])
+            .arg(place(from))
+            .arg(place(to))
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    copy("first", "second");
+    let moved = index(&place("second/archive"), &place("second/memory"), &[]);
+    assert!(
+        stdout(&moved).contains("(0 new or changed, 3 unchanged, 0 deleted)"),
+        "{}",
+        stdout(&moved)
+    );
+    assert_eq!(calls_made(&moved), 0);
+    // Moved again, and one file edited there.
+    copy("second", "third");
+    let edited = place("third/archive/gap.txt");
+    let text = std::fs::read_to_string(&edited).unwrap();
+    std::fs::write(&edited, text + "\nOne more sentence after the move.\n").unwrap();
+    let again = index(&place("third/archive"), &place("third/memory"), &[]);
+    assert!(
+        stdout(&again).contains("(1 new or changed, 2 unchanged, 0 deleted)"),
+        "{}",
+        stdout(&again)
+    );
+    let documents = read_tables(&place("third/memory")).rows.documents;
+    let cited: Vec<&str> = documents.iter().map(|d| d.source_uri.as_str()).collect();
+    assert!(
+        cited
+            .iter()
+            .any(|uri| uri.contains("/third/archive/gap.txt")),
+        "{cited:?}"
+    );
+    // A file gone at the new place is gone from the memory.
+    std::fs::remove_file(place("third/archive/apple.txt")).unwrap();
+    copy("third", "fourth");
+    let gone = index(&place("fourth/archive"), &place("fourth/memory"), &[]);
+    assert!(
+        stdout(&gone).contains("(0 new or changed, 2 unchanged, 1 deleted)"),
+        "{}",
+        stdout(&gone)
+    );
 }
 
 #[test]
