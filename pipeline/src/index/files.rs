@@ -398,13 +398,28 @@ fn roots_cited(previous: &Previous, source: &str) -> Vec<String> {
 }
 
 /// The key of the file at `uri` under `root`: the rest of the URI after the
-/// root and a separator.
+/// root and a separator (an object's URI is its source's URL, `/`, its key,
+/// whether or not the URL ends in `/`).
 fn key_under<'u>(uri: &'u str, root: &str) -> Option<&'u str> {
     let rest = uri.strip_prefix(root)?;
-    if root.ends_with('/') {
-        Some(rest)
-    } else {
-        rest.strip_prefix('/')
+    match rest.strip_prefix('/') {
+        Some(key) => Some(key),
+        None if root.ends_with('/') => Some(rest),
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_under;
+
+    #[test]
+    fn a_key_is_what_follows_its_root_and_a_separator() {
+        assert_eq!(key_under("/a/src/x/y.txt", "/a/src"), Some("x/y.txt"));
+        assert_eq!(key_under("/a/srcx/y.txt", "/a/src"), None);
+        assert_eq!(key_under("/b/src/y.txt", "/a/src"), None);
+        assert_eq!(key_under("s3://b/p//y.txt", "s3://b/p/"), Some("y.txt"));
+        assert_eq!(key_under("s3://b/p/y.txt", "s3://b/p/"), Some("y.txt"));
     }
 }
 
