@@ -409,20 +409,6 @@ fn key_under<'u>(uri: &'u str, root: &str) -> Option<&'u str> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::key_under;
-
-    #[test]
-    fn a_key_is_what_follows_its_root_and_a_separator() {
-        assert_eq!(key_under("/a/src/x/y.txt", "/a/src"), Some("x/y.txt"));
-        assert_eq!(key_under("/a/srcx/y.txt", "/a/src"), None);
-        assert_eq!(key_under("/b/src/y.txt", "/a/src"), None);
-        assert_eq!(key_under("s3://b/p//y.txt", "s3://b/p/"), Some("y.txt"));
-        assert_eq!(key_under("s3://b/p/y.txt", "s3://b/p/"), Some("y.txt"));
-    }
-}
-
 /// A listing, each file with the worker that feeds it, found by its URI or,
 /// under a root the archive was read from before, by its key.
 struct Listed<'a> {
@@ -467,4 +453,18 @@ fn file_uri(uri: &str) -> &str {
 
 fn error_row(error: &IngestError) -> ErrorRow {
     ErrorRow::new("ingest", &error.source, None, error.kind, &error.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_under;
+
+    #[test]
+    fn a_key_is_what_follows_its_root_and_a_separator() {
+        assert_eq!(key_under("/a/src/x/y.txt", "/a/src"), Some("x/y.txt"));
+        assert_eq!(key_under("/a/srcx/y.txt", "/a/src"), None);
+        assert_eq!(key_under("/b/src/y.txt", "/a/src"), None);
+        assert_eq!(key_under("s3://b/p//y.txt", "s3://b/p/"), Some("y.txt"));
+        assert_eq!(key_under("s3://b/p/y.txt", "s3://b/p/"), Some("y.txt"));
+    }
 }
