@@ -555,12 +555,12 @@ impl CallCache {
     /// asked for when it is built, and a subject's whenever its stage asks
     /// about it, each made anew or answered from the cache (and noted), so
     /// what is left unasked is dead. A subject no stage asks about any more
-    /// (a name gone from every document) keeps its calls. The caller flushed first (`finish`). One process's
-    /// notes only: a cluster's other processes answer calls this one does
-    /// not see, so the caller evicts only when it is alone. A reply two
-    /// documents share (the same text in both) is kept under the first to
-    /// ask; when that one changes, the other asks again when it next
-    /// changes. Returns the rows removed.
+    /// (a name gone from every document) keeps its calls. The caller flushed
+    /// first (`finish`). One process's notes only: a cluster's other
+    /// processes answer calls this one does not see, so the caller evicts
+    /// only when it is alone. A reply two documents share (the same text in
+    /// both) is kept under the first to ask; when that one changes, the
+    /// other asks again when it next changes. Returns the rows removed.
     pub async fn evict_superseded(&self, superseded: &[String]) -> Result<usize, CacheError> {
         let answered =
             std::mem::take(&mut *self.answered.lock().unwrap_or_else(|e| e.into_inner()));
