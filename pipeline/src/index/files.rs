@@ -96,10 +96,15 @@ impl RoundSource for FileRounds<'_> {
         };
         self.files = discovery.files;
         self.versions = versions;
-        let (carried, updates) = file_updates(cx, &name, &self.files);
-        if let Some(previous) = cx.previous {
-            self.earlier_roots = roots_cited(previous, &name);
-        }
+        let carried = match cx.previous {
+            Some(previous) => {
+                let (carried, cited) = carried_over(previous, &name, &self.files, cx.feeds);
+                self.earlier_roots = cited;
+                carried
+            }
+            None => Carried::new(),
+        };
+        let updates = file_updates(cx, &carried, &self.files);
         let reading = updates
             .values()
             .filter(|u| matches!(u.input, Update::Read))
@@ -150,18 +155,13 @@ impl Indexer {
     }
 }
 
-/// What changed in `files` since the dataflow's last round: for a
-/// process's first round, every file of the checkpoint as it left them
-/// (later rounds hold them in the dataflow already), and the files new,
-/// changed or gone since. A file whose documents lost a shared id is read
-/// again at a first round: the checkpoint keeps only the documents that
-/// won theirs. Keys are sharded across workers by their place in the
-/// listing.
-fn file_updates(cx: &SourceContext<'_>, source: &str, files: &[SourceFile]) -> (Carried, Updates) {
-    let carried = match cx.previous {
-        Some(previous) => carried_over(previous, source, files, cx.feeds),
-        None => Carried::new(),
-    };
+/// What changed in `files` since the dataflow's last round: the files new,
+/// changed or gone since, against what the dataflow holds and (a process's
+/// first round) what is `carried` over from the checkpoint. A file whose
+/// documents lost a shared id is read again at a first round: the checkpoint
+/// keeps only the documents that won theirs. Keys are sharded across workers
+/// by their place in the listing.
+fn file_updates(cx: &SourceContext<'_>, carried: &Carried, files: &[SourceFile]) -> Updates {
     let held = |key: &str| carried.get(key).map(|c| &c.input).or(cx.origins.get(key));
     let unchanged = |file: &SourceFile| {
         held(&file.key).is_some_and(|held| {
@@ -183,7 +183,7 @@ fn file_updates(cx: &SourceContext<'_>, source: &str, files: &[SourceFile]) -> (
             updates.insert(key.clone(), Routed::to(0, Update::Gone));
         }
     }
-    (carried, updates)
+    updates
 }
 
 /// Where a round reads files: the source, and its listing by key.
@@ -320,10 +320,12 @@ fn stopped_within(cx: &SourceContext<'_>, every: Duration) -> bool {
     })
 }
 
-/// Every file of the checkpoint as it left it: its documents (without texts)
-/// and ingestion errors, with the version the checkpoint recorded for it when
-/// it was of this same source (a file of another version, or of another
-/// source, is read again). Documents of a file no longer listed are carried
+/// Every file of the checkpoint as it left it, for a process's first round
+/// (later rounds hold them in the dataflow already): its documents (without
+/// texts) and ingestion errors, with the version the checkpoint recorded for
+/// its key (a file of another version is read again); and the roots other
+/// than `source` that carried documents or errors cite, for the next
+/// checkpoint's `earlier_roots`. Documents of a file no longer listed are carried
 /// under their own URI, so that the round finds that origin gone. Errors the
 /// listing itself caused (files of a skipped type) cite no listed file and
 /// are not carried.
@@ -332,12 +334,26 @@ fn stopped_within(cx: &SourceContext<'_>, every: Duration) -> bool {
 /// an archive read from another place (moved, restored, mounted elsewhere,
 /// copied to another bucket or machine with its files' versions) is the same
 /// archive: its unchanged files are carried over, not read again.
-fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: usize) -> Carried {
-    let versions = match Positions::parse(&previous.checkpoint.source_positions) {
-        Some(Positions::Files { versions, .. }) => versions,
-        _ => BTreeMap::new(),
+fn carried_over(
+    previous: &Previous,
+    source: &str,
+    files: &[SourceFile],
+    feeds: usize,
+) -> (Carried, Vec<String>) {
+    let (versions, earlier_roots) = match Positions::parse(&previous.checkpoint.source_positions) {
+        Some(Positions::Files {
+            source: recorded,
+            versions,
+            earlier_roots,
+            ..
+        }) => {
+            // Its own root last time, and the ones before it still named.
+            let roots = std::iter::once(recorded).chain(earlier_roots);
+            (versions, roots.filter(|root| root != source).collect())
+        }
+        _ => (BTreeMap::new(), Vec::new()),
     };
-    let listing = Listed::new(files, feeds, earlier_roots(previous, source));
+    let listing = Listed::new(files, feeds, &earlier_roots);
     let mut carried = Carried::new();
     for d in &previous.documents {
         let (key, peer, version) = match listing.file_of(&d.source_uri) {
@@ -365,36 +381,15 @@ fn carried_over(previous: &Previous, source: &str, files: &[SourceFile], feeds: 
             held.input.errors.push(e.clone());
         }
     }
-    carried
-}
-
-/// The roots, other than `source`, the last checkpoint's source was read
-/// from (its own, and the ones before it that it still named).
-fn earlier_roots(previous: &Previous, source: &str) -> Vec<String> {
-    match Positions::parse(&previous.checkpoint.source_positions) {
-        Some(Positions::Files {
-            source: recorded,
-            earlier_roots,
-            ..
-        }) => std::iter::once(recorded)
-            .chain(earlier_roots)
-            .filter(|root| root != source)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// Of [`earlier_roots`], those a carried document or error still cites:
-/// the next checkpoint's `earlier_roots`. A root goes once every document
-/// read under it has been read again under another.
-fn roots_cited(previous: &Previous, source: &str) -> Vec<String> {
-    let mut cited = earlier_roots(previous, source);
+    // A root goes once every document read under it was read again elsewhere.
     let uris: Vec<&str> = (previous.documents.iter().map(|d| d.source_uri.as_str()))
         .chain(previous.ingest_errors.iter().map(|e| e.source.as_str()))
         .collect();
-    cited.retain(|root| uris.iter().any(|uri| key_under(uri, root).is_some()));
-    cited.dedup();
-    cited
+    let cited = (earlier_roots.iter())
+        .filter(|root| uris.iter().any(|uri| key_under(uri, root).is_some()))
+        .cloned()
+        .collect();
+    (carried, cited)
 }
 
 /// The key of the file at `uri` under `root`: the rest of the URI after the
@@ -414,11 +409,11 @@ fn key_under<'u>(uri: &'u str, root: &str) -> Option<&'u str> {
 struct Listed<'a> {
     by_uri: HashMap<&'a str, (usize, &'a SourceFile)>,
     by_key: HashMap<&'a str, (usize, &'a SourceFile)>,
-    earlier_roots: Vec<String>,
+    earlier_roots: &'a [String],
 }
 
 impl<'a> Listed<'a> {
-    fn new(files: &'a [SourceFile], feeds: usize, earlier_roots: Vec<String>) -> Self {
+    fn new(files: &'a [SourceFile], feeds: usize, earlier_roots: &'a [String]) -> Self {
         let fed = || (files.iter().enumerate()).map(|(index, f)| (index % feeds, f));
         Listed {
             by_uri: fed().map(|(peer, f)| (f.uri.as_str(), (peer, f))).collect(),
