@@ -43,9 +43,9 @@ const LOOKUP_BATCH: usize = 512;
 /// slices of this size it stays a few MiB at any size, and a 100M-token
 /// build's index has about 26 segments, which a look-up searches in turn.
 const INDEX_EVERY_ROWS: u64 = 65_536;
-/// Documents' calls answered without a call that are remembered between
-/// evictions (as 8-byte hashes): a round that answers more (a restart
-/// replaying a large build) evicts nothing.
+/// Documents' and subjects' calls answered without a call (as 8-byte
+/// hashes), and subjects asked about, remembered between evictions: a round
+/// that answers more (a restart replaying a large build) evicts nothing.
 const MAX_ANSWERED: usize = 1 << 20;
 
 /// Everything besides the prompt that decides a reply.

@@ -573,18 +573,19 @@ mod tests {
         assert_eq!(pages_with(1_000_000), unmerged);
     }
 
-    /// [`FirstSentence`], except that the replies to `unreadable` steps
-    /// never follow their format.
-    #[derive(Debug)]
-    struct Unreadable {
+    /// [`FirstSentence`], noting the steps it is asked, except that the
+    /// replies to `unreadable` steps never follow their format.
+    #[derive(Debug, Default)]
+    struct Probe {
         model: FirstSentence,
         unreadable: Vec<crate::model::Task>,
+        asked: std::sync::Mutex<Vec<crate::model::Task>>,
     }
 
     #[async_trait::async_trait]
-    impl MemoryModel for Unreadable {
+    impl MemoryModel for Probe {
         fn backend(&self) -> &str {
-            "unreadable"
+            "probe"
         }
         fn is_remote(&self) -> bool {
             false
@@ -594,6 +595,7 @@ mod tests {
             cx: &CallContext,
             step: crate::model::Step,
         ) -> StepResult<crate::model::Reply> {
+            self.asked.lock().unwrap().push(step.task());
             if self.unreadable.contains(&step.task()) {
                 return Err(StepError::Unparsable {
                     task: step.task().name().to_string(),
@@ -618,9 +620,9 @@ mod tests {
         let config = BuildConfig::DEFAULT;
         let embedder = crate::embed::HashingEmbedder::new(64);
         let build = |unreadable: Vec<Task>| {
-            let model = Unreadable {
-                model: FirstSentence::default(),
+            let model = Probe {
                 unreadable,
+                ..Probe::default()
             };
             futures::executor::block_on(build_document(&doc(&text), &config, &model, &embedder))
         };
@@ -693,31 +695,6 @@ mod tests {
         assert_eq!(format!("{rows:?}"), format!("{:?}", build(unreadable())));
     }
 
-    /// [`FirstSentence`], noting the steps it is asked.
-    #[derive(Debug, Default)]
-    struct Noting {
-        model: FirstSentence,
-        asked: std::sync::Mutex<Vec<crate::model::Task>>,
-    }
-
-    #[async_trait::async_trait]
-    impl MemoryModel for Noting {
-        fn backend(&self) -> &str {
-            "noting"
-        }
-        fn is_remote(&self) -> bool {
-            false
-        }
-        async fn reply(
-            &self,
-            cx: &CallContext,
-            step: crate::model::Step,
-        ) -> StepResult<crate::model::Reply> {
-            self.asked.lock().unwrap().push(step.task());
-            self.model.reply(cx, step).await
-        }
-    }
-
     /// A document shorter than a segment's and a page's minimum is its own
     /// leaf summary and its own gist; asked to shorten short texts, the
     /// build summarises and gists it as the papers do.
@@ -727,7 +704,7 @@ mod tests {
         let text = crate::testing::PAINTING;
         let embedder = crate::embed::HashingEmbedder::new(64);
         let build = |config: BuildConfig| {
-            let model = Noting::default();
+            let model = Probe::default();
             let rows =
                 futures::executor::block_on(build_document(&doc(text), &config, &model, &embedder));
             (rows, model.asked.into_inner().unwrap())

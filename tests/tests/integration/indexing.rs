@@ -133,25 +133,26 @@ fn an_archive_that_moves_is_read_again_only_where_it_changed() {
             .unwrap();
         assert!(status.success());
     };
+    // Indexes the archive at `place` into the memory beside it, which
+    // counts `documents` as new or changed, unchanged and deleted.
+    let index_at = |place_name: &str, documents: &str| {
+        let output = index(
+            &place(&format!("{place_name}/archive")),
+            &place(&format!("{place_name}/memory")),
+            &[],
+        );
+        assert!(stdout(&output).contains(documents), "{}", stdout(&output));
+        output
+    };
     copy("first", "second");
-    let moved = index(&place("second/archive"), &place("second/memory"), &[]);
-    assert!(
-        stdout(&moved).contains("(0 new or changed, 3 unchanged, 0 deleted)"),
-        "{}",
-        stdout(&moved)
-    );
+    let moved = index_at("second", "(0 new or changed, 3 unchanged, 0 deleted)");
     assert_eq!(calls_made(&moved), 0);
     // Moved again, and one file edited there.
     copy("second", "third");
     let edited = place("third/archive/gap.txt");
     let text = std::fs::read_to_string(&edited).unwrap();
     std::fs::write(&edited, text + "\nOne more sentence after the move.\n").unwrap();
-    let again = index(&place("third/archive"), &place("third/memory"), &[]);
-    assert!(
-        stdout(&again).contains("(1 new or changed, 2 unchanged, 0 deleted)"),
-        "{}",
-        stdout(&again)
-    );
+    index_at("third", "(1 new or changed, 2 unchanged, 0 deleted)");
     let documents = read_tables(&place("third/memory")).rows.documents;
     let cited: Vec<&str> = documents.iter().map(|d| d.source_uri.as_str()).collect();
     assert!(
@@ -163,12 +164,7 @@ fn an_archive_that_moves_is_read_again_only_where_it_changed() {
     // A file gone at the new place is gone from the memory.
     std::fs::remove_file(place("third/archive/apple.txt")).unwrap();
     copy("third", "fourth");
-    let gone = index(&place("fourth/archive"), &place("fourth/memory"), &[]);
-    assert!(
-        stdout(&gone).contains("(0 new or changed, 2 unchanged, 1 deleted)"),
-        "{}",
-        stdout(&gone)
-    );
+    index_at("fourth", "(0 new or changed, 2 unchanged, 1 deleted)");
 }
 
 #[test]
