@@ -66,6 +66,11 @@ pub struct LlmArgs {
     /// called, and a step not in the cache becomes an errors row.
     #[arg(long)]
     pub cache_only: bool,
+    /// Keep each model call's prompt in llm_calls.inputs, for audits and prompt
+    /// work. By default the cache keeps a call's key (a hash of its prompt) and
+    /// its reply: the prompts repeat the text the other tables hold.
+    #[arg(long)]
+    pub keep_prompts: bool,
 }
 
 impl LlmArgs {
@@ -83,6 +88,7 @@ impl LlmArgs {
             max_tokens: self.llm_max_tokens,
             prompts: self.prompts.clone(),
             cache_only: self.cache_only,
+            keep_prompts: self.keep_prompts,
         })
     }
 

@@ -22,6 +22,7 @@ use memweave_schemas::{
 };
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
+use crate::config::LlmConfig;
 use crate::prompts::Prompt;
 
 /// How often new calls are appended to `llm_calls`.
@@ -102,6 +103,8 @@ pub struct CacheReport {
 pub struct CallCache {
     store: Option<TableStore>,
     cache_only: bool,
+    /// Keep the prompts of the rows appended (`LlmConfig::keep_prompts`).
+    keep_prompts: bool,
     /// False for a long-running server: replies are shared only among identical
     /// calls in flight at once, and nothing is kept after.
     retain: bool,
@@ -192,6 +195,7 @@ impl CallCache {
         CallCache {
             store,
             cache_only,
+            keep_prompts: false,
             retain: true,
             stored: Mutex::new(stored),
             cells: Mutex::new(HashMap::new()),
@@ -219,10 +223,13 @@ impl CallCache {
 
     /// The cache persisted under `store`; reads the keys it holds into a Bloom
     /// filter and spawns its lookup and flush tasks on the current tokio runtime.
-    /// With `cache_only`, a call not in the cache fails with `StepError::CacheMiss`
-    /// instead of reaching a backend.
-    pub async fn persistent(store: TableStore, cache_only: bool) -> Result<Arc<Self>, CacheError> {
-        store.add_missing_columns(Table::LlmCalls).await?;
+    /// With `config.cache_only`, a call not in the cache fails with
+    /// `StepError::CacheMiss` instead of reaching a backend.
+    pub async fn persistent(
+        store: TableStore,
+        config: &LlmConfig,
+    ) -> Result<Arc<Self>, CacheError> {
+        store.upgrade_columns(Table::LlmCalls).await?;
         let mut keys = Vec::new();
         store
             .for_each_value(Table::LlmCalls, "call_key", |k| {
@@ -232,12 +239,10 @@ impl CallCache {
         let mut stored = BloomFilter::new(keys.len());
         keys.iter().for_each(|&h| stored.insert(h));
         let (sender, receiver) = mpsc::unbounded_channel();
-        let cache = Arc::new(Self::with(
-            Some(store.clone()),
-            cache_only,
-            Some(sender),
-            stored,
-        ));
+        let cache = Arc::new(CallCache {
+            keep_prompts: config.keep_prompts,
+            ..Self::with(Some(store.clone()), config.cache_only, Some(sender), stored)
+        });
         memweave_process::task::spawn("call_cache_lookups", serve_lookups(store, receiver));
         let weak = Arc::downgrade(&cache);
         memweave_process::task::spawn("call_cache_flush", async move {
@@ -336,7 +341,10 @@ impl CallCache {
                     .as_ref()
                     .map(|row| row.reply.clone())
                     .map_err(Clone::clone);
-                if let Ok(row) = row {
+                if let Ok(mut row) = row {
+                    if !self.keep_prompts {
+                        row.inputs = None;
+                    }
                     self.calls.fetch_add(1, Ordering::Relaxed);
                     self.tokens.fetch_add(
                         u64::from(row.tokens_in) + u64::from(row.tokens_out),
@@ -637,7 +645,7 @@ pub enum CacheError {
 
 /// What a pending row holds that grows with the call: its prompt and reply.
 fn row_bytes(row: &LlmCallRow) -> u64 {
-    (row.inputs.len() + row.reply.len()) as u64
+    (row.inputs.as_ref().map_or(0, String::len) + row.reply.len()) as u64
 }
 
 impl CallCache {
@@ -771,7 +779,7 @@ mod tests {
             task: task.into(),
             stage: "test".into(),
             doc_id: None,
-            inputs: String::new(),
+            inputs: Some("prompt".into()),
             reply: reply.into(),
             tokens_in: 40,
             tokens_out: 10,
@@ -885,6 +893,29 @@ mod tests {
         cache.reply(cx, key, "answer", made).await.unwrap()
     }
 
+    /// The table keeps a made call's prompt only when asked to, and its
+    /// reply either way: the next process finds the call by its key alone.
+    #[tokio::test]
+    async fn a_calls_prompt_is_kept_only_when_asked() {
+        for keep_prompts in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = TableStore::local(dir.path()).unwrap();
+            let config = LlmConfig {
+                keep_prompts,
+                ..LlmConfig::default()
+            };
+            let first = CallCache::persistent(store.clone(), &config).await.unwrap();
+            build_call(&first, "a", "k1").await;
+            first.finish().await.unwrap();
+            let rows: Vec<LlmCallRow> = store.read_rows(None).await.unwrap();
+            let kept: Vec<Option<&str>> = rows.iter().map(|r| r.inputs.as_deref()).collect();
+            assert_eq!(kept, [keep_prompts.then_some("prompt")]);
+            let second = CallCache::persistent(store.clone(), &config).await.unwrap();
+            assert_eq!(build_call(&second, "a", "k1").await, "k1");
+            assert_eq!((second.report().hits, second.report().calls), (1, 0));
+        }
+    }
+
     /// A subject asked about again keeps what it asked for and loses the
     /// rest; a subject not asked about keeps everything, with no document
     /// named for either.
@@ -892,13 +923,17 @@ mod tests {
     async fn a_subject_asked_again_loses_its_calls_left_unasked() {
         let dir = tempfile::tempdir().unwrap();
         let store = TableStore::local(dir.path()).unwrap();
-        let first = CallCache::persistent(store.clone(), false).await.unwrap();
+        let first = CallCache::persistent(store.clone(), &LlmConfig::default())
+            .await
+            .unwrap();
         for (subject, key) in [("tree", "t1"), ("tree", "t2"), ("relation", "r1")] {
             corpus_call(&first, subject, key).await;
         }
         first.finish().await.unwrap();
         assert_eq!(first.evict_superseded(&[]).await.unwrap(), 0);
-        let second = CallCache::persistent(store.clone(), false).await.unwrap();
+        let second = CallCache::persistent(store.clone(), &LlmConfig::default())
+            .await
+            .unwrap();
         corpus_call(&second, "tree", "t1").await;
         corpus_call(&second, "tree", "t3").await;
         second.finish().await.unwrap();
@@ -916,13 +951,17 @@ mod tests {
     async fn a_changed_documents_calls_left_unasked_are_evicted() {
         let dir = tempfile::tempdir().unwrap();
         let store = TableStore::local(dir.path()).unwrap();
-        let first = CallCache::persistent(store.clone(), false).await.unwrap();
+        let first = CallCache::persistent(store.clone(), &LlmConfig::default())
+            .await
+            .unwrap();
         for (doc, key) in [("a", "k1"), ("a", "k2"), ("b", "k3")] {
             build_call(&first, doc, key).await;
         }
         first.finish().await.unwrap();
         // The next process: `a` changed, and asks for k1 again and for k4.
-        let second = CallCache::persistent(store.clone(), false).await.unwrap();
+        let second = CallCache::persistent(store.clone(), &LlmConfig::default())
+            .await
+            .unwrap();
         build_call(&second, "a", "k1").await;
         build_call(&second, "a", "k4").await;
         assert_eq!(second.report().hits, 1);
@@ -1016,8 +1055,10 @@ mod tests {
         cache.pending_limit = 1_000;
         let mut waiting = row("answer", &"x".repeat(1_200));
         waiting.call_key = "waiting".into();
+        cache
+            .pending_bytes
+            .store(row_bytes(&waiting), Ordering::SeqCst);
         cache.pending.lock().unwrap().push(waiting);
-        cache.pending_bytes.store(1_200, Ordering::SeqCst);
         let mut made = row("answer", "y");
         made.call_key = "new".into();
         cache

@@ -73,6 +73,9 @@ pub struct LlmConfig {
     pub prompts: Option<PathBuf>,
     /// Replay: every step from the call cache; the pool is never called.
     pub cache_only: bool,
+    /// The call cache keeps each call's prompt (`llm_calls.inputs`), not
+    /// only its key and reply.
+    pub keep_prompts: bool,
 }
 
 impl Default for LlmConfig {
@@ -83,6 +86,7 @@ impl Default for LlmConfig {
             max_tokens: DEFAULT_MAX_TOKENS,
             prompts: None,
             cache_only: false,
+            keep_prompts: false,
         }
     }
 }

@@ -75,7 +75,7 @@ impl OpenAiEmbedder {
             stage: cx.stage.to_string(),
             doc_id: cx.doc_id.clone(),
             subject: cx.subject.clone(),
-            inputs: serde_json::to_string(&inputs).unwrap_or_default(),
+            inputs: Some(serde_json::to_string(&inputs).unwrap_or_default()),
             reply: serde_json::to_string(&vectors).unwrap_or_default(),
             tokens_in: texts.iter().map(|t| count_tokens(t) as u32).sum(),
             tokens_out: 0,

@@ -128,7 +128,7 @@ impl TaskModel {
             stage: cx.stage.to_string(),
             doc_id: cx.doc_id.clone(),
             subject: cx.subject.clone(),
-            inputs: text,
+            inputs: Some(text),
             reply,
             tokens_in,
             tokens_out,

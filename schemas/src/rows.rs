@@ -248,8 +248,11 @@ pub struct LlmCallRow {
     pub task: String,
     pub stage: String,
     pub doc_id: Option<String>,
-    /// The prompt as sent (system message, then the user message).
-    pub inputs: String,
+    /// The prompt as sent (system message, then the user message), kept
+    /// only with `--keep-prompts`: `call_key` is its hash, which is all the
+    /// cache looks up by, and the prompts repeat the text the other tables
+    /// hold (they were six sevenths of its text). Null otherwise.
+    pub inputs: Option<String>,
     pub reply: String,
     pub tokens_in: u32,
     pub tokens_out: u32,

@@ -350,7 +350,7 @@ impl Table {
                 utf8("task"),
                 utf8("stage"),
                 utf8_null("doc_id"),
-                utf8("inputs"),
+                utf8_null("inputs"),
                 utf8("reply"),
                 Field::new("tokens_in", DataType::UInt32, false),
                 Field::new("tokens_out", DataType::UInt32, false),

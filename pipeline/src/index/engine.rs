@@ -56,7 +56,7 @@ impl Engine {
             .enable_all()
             .build()?;
         let cache = runtime
-            .block_on(CallCache::persistent(store.clone(), options.llm.cache_only))
+            .block_on(CallCache::persistent(store.clone(), &options.llm))
             .map_err(|source| IndexError::CallCache {
                 root: store.root().to_string(),
                 source,

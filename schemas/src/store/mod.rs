@@ -531,20 +531,21 @@ mod tests {
         assert_eq!(old.len(), 2, "earlier versions stay readable");
     }
 
-    /// A table written before a column was declared gets it, null for its
-    /// rows, and takes rows that carry it.
+    /// A table written before a column was declared, and before another
+    /// became nullable, gets the one (null for its rows) and lets null into
+    /// the other; then it takes rows that need both.
     #[tokio::test]
-    async fn a_column_declared_later_is_added_to_an_older_table_as_nulls() {
+    async fn an_older_table_is_upgraded_to_the_declared_columns() {
         let dir = tempfile::tempdir().unwrap();
         let store = TableStore::local(dir.path()).unwrap();
-        let call = |key: &str, subject: Option<&str>| LlmCallRow {
+        let call = |key: &str, inputs: Option<&str>, subject: Option<&str>| LlmCallRow {
             call_key: key.into(),
             backend: "b".into(),
             model: "m".into(),
             task: "t".into(),
             stage: "s".into(),
             doc_id: None,
-            inputs: "p".into(),
+            inputs: inputs.map(str::to_string),
             reply: "r".into(),
             tokens_in: 1,
             tokens_out: 1,
@@ -552,26 +553,42 @@ mod tests {
             created_at: 1,
             subject: subject.map(str::to_string),
         };
-        let full = to_batch(&[&call("old", None)]).unwrap();
+        let full = to_batch(&[&call("old", Some("p"), None)]).unwrap();
         let without = full
             .project(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
             .unwrap();
-        assert!(without.schema().field_with_name("subject").is_err());
+        let older_fields: Vec<arrow_schema::Field> = (without.schema().fields().iter())
+            .map(|f| {
+                f.as_ref()
+                    .clone()
+                    .with_nullable(f.is_nullable() && f.name() != "inputs")
+            })
+            .collect();
+        let older = RecordBatch::try_new(
+            Arc::new(arrow_schema::Schema::new(older_fields)),
+            without.columns().to_vec(),
+        )
+        .unwrap();
+        assert!(older.schema().field_with_name("subject").is_err());
         store
-            .write_batch(Table::LlmCalls, without, WriteMode::Create)
+            .write_batch(Table::LlmCalls, older, WriteMode::Create)
             .await
             .unwrap();
-        let appended = store.append_rows(&[call("new", Some("tree"))]).await;
-        assert!(appended.is_err(), "the older table refuses the new column");
-        store.add_missing_columns(Table::LlmCalls).await.unwrap();
-        store.add_missing_columns(Table::LlmCalls).await.unwrap();
+        let newer = call("new", None, Some("tree"));
+        let appended = store.append_rows(std::slice::from_ref(&newer)).await;
+        assert!(appended.is_err(), "the older table refuses the new row");
+        store.upgrade_columns(Table::LlmCalls).await.unwrap();
+        store.upgrade_columns(Table::LlmCalls).await.unwrap();
+        let dataset = store.dataset(Table::LlmCalls, None).await.unwrap().unwrap();
+        let inputs = dataset.schema().field("inputs").unwrap();
+        assert!(inputs.nullable, "inputs lets null in");
         store
-            .append_rows(&[call("new", Some("tree"))])
+            .append_rows(std::slice::from_ref(&newer))
             .await
             .unwrap();
         let mut rows: Vec<LlmCallRow> = store.read_rows(None).await.unwrap();
         rows.sort();
-        assert_eq!(rows, [call("new", Some("tree")), call("old", None)]);
+        assert_eq!(rows, [newer, call("old", Some("p"), None)]);
     }
 
     #[tokio::test]
@@ -789,7 +806,7 @@ mod tests {
                 task: "summarize".into(),
                 stage: "tree".into(),
                 doc_id: None,
-                inputs: "{}".into(),
+                inputs: Some("{}".into()),
                 reply: "ok".into(),
                 tokens_in: 10,
                 tokens_out: 2,

@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchIterator};
+use arrow_schema::FieldRef;
 use lance::dataset::optimize::{CompactionOptions, compact_files};
 use lance::dataset::transaction::{Operation, TransactionBuilder};
 use lance::dataset::{
-    CommitBuilder, Dataset, InsertBuilder, NewColumnTransform, WriteMode, WriteParams,
+    ColumnAlteration, CommitBuilder, Dataset, InsertBuilder, NewColumnTransform, WriteMode,
+    WriteParams,
 };
 use lance::index::DatasetIndexExt;
 use lance_index::optimize::OptimizeOptions;
@@ -121,26 +123,33 @@ impl TableStore {
             .map(drop)
     }
 
-    /// Adds to an existing `table` the columns its schema declares and its
-    /// data lacks (columns a later release added, all nullable), null for the
-    /// rows already there: a change of the table's metadata only, so a memory
-    /// written before them is appended to as it is, and reads of its older
-    /// versions find the column null. Each process of a cluster may do this
-    /// at once; the ones that lose the race find the columns there.
-    pub async fn add_missing_columns(&self, table: Table) -> Result<()> {
+    /// Brings an existing `table`'s schema up to the one it declares, for a
+    /// memory a release before wrote: adds the columns its data lacks (all
+    /// nullable), null for the rows already there, and lets null into the
+    /// columns that have become nullable. Both change the table's metadata
+    /// only, so the memory is appended to as it is and reads of its older
+    /// versions find the new columns null. Each process of a cluster may do
+    /// this at once; the ones that lose the race find the schema upgraded.
+    pub async fn upgrade_columns(&self, table: Table) -> Result<()> {
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
-        let missing = |dataset: &Dataset| -> Vec<arrow_schema::FieldRef> {
+        let behind = |dataset: &Dataset| -> (Vec<FieldRef>, Vec<String>) {
             let present = dataset.schema();
-            (table.fields().into_iter())
-                .filter(|f| present.field(f.name()).is_none())
-                .collect()
+            let mut absent = Vec::new();
+            let mut relaxed = Vec::new();
+            for declared in table.fields() {
+                match present.field(declared.name()) {
+                    None => absent.push(declared),
+                    Some(old) if declared.is_nullable() && !old.nullable => {
+                        relaxed.push(declared.name().clone())
+                    }
+                    Some(_) => {}
+                }
+            }
+            (absent, relaxed)
         };
-        let absent = missing(&dataset);
-        if absent.is_empty() {
-            return Ok(());
-        }
+        let (absent, relaxed) = behind(&dataset);
         if let Some(required) = absent.iter().find(|f| !f.is_nullable()) {
             return Err(StoreError::Invalid {
                 table,
@@ -151,11 +160,24 @@ impl TableStore {
                 ),
             });
         }
-        let nulls = NewColumnTransform::AllNulls(Arc::new(arrow_schema::Schema::new(absent)));
-        match dataset.add_columns(nulls, None, None).await {
+        let upgraded = async {
+            if !relaxed.is_empty() {
+                let alterations: Vec<ColumnAlteration> = (relaxed.iter())
+                    .map(|name| ColumnAlteration::new(name.clone()).set_nullable(true))
+                    .collect();
+                dataset.alter_columns(&alterations).await?;
+            }
+            if !absent.is_empty() {
+                let nulls =
+                    NewColumnTransform::AllNulls(Arc::new(arrow_schema::Schema::new(absent)));
+                dataset.add_columns(nulls, None, None).await?;
+            }
+            Ok::<_, lance::Error>(())
+        };
+        match upgraded.await {
             Ok(()) => Ok(()),
             Err(e) => match self.dataset(table, None).await? {
-                Some(now) if missing(&now).is_empty() => Ok(()),
+                Some(now) if behind(&now) == (Vec::new(), Vec::new()) => Ok(()),
                 _ => Err(self.lance_error(table, e)),
             },
         }
