@@ -173,9 +173,9 @@ pub fn is_memwalker_root(node: &TreeNodeRow) -> bool {
 }
 
 /// What a state holds and how its row keeps it, and what else a restore
-/// reads (3: `name_states`): a memory of another format (older, or newer)
-/// restores nothing and is rebuilt.
-const STATE_FORMAT: u32 = 3;
+/// reads (3: `name_states`; 4: vectors rounded to half floats): a memory of
+/// another format (older, or newer) restores nothing and is rebuilt.
+const STATE_FORMAT: u32 = 4;
 
 /// What makes a document's state: its format, the build's sizes and
 /// memories, the kind of model and the embedder. A memory continued with

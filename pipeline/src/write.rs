@@ -17,9 +17,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use memweave_schemas::search::LexiconDelta;
-use memweave_schemas::store::{Compaction, Fragment, StoreError};
+use memweave_schemas::store::{Compaction, Fragment, StoreError, with_single_float_vectors};
 use memweave_schemas::{ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -109,6 +110,9 @@ pub struct RoundWriter {
     store: TableStore,
     /// Components of the embedder's vectors: the `embeddings` table's width.
     vector_width: usize,
+    /// The `embeddings` table was written before vectors were half floats
+    /// (read at [`RoundWriter::prepare`]): its rows are staged as it stores them.
+    single_float_vectors: AtomicBool,
     permits: Arc<Semaphore>,
     stages: Arc<StageProgress>,
     batch_rows: usize,
@@ -124,6 +128,7 @@ impl RoundWriter {
         RoundWriter {
             store,
             vector_width,
+            single_float_vectors: AtomicBool::new(false),
             permits: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
             stages,
             batch_rows,
@@ -146,6 +151,8 @@ impl RoundWriter {
                 .create_if_missing(table, self.vector_width)
                 .await?;
         }
+        let single = self.store.vectors_are_single_floats().await?;
+        self.single_float_vectors.store(single, Ordering::SeqCst);
         Ok(())
     }
 
@@ -211,7 +218,11 @@ impl RoundWriter {
             lexicon,
         };
         added.sort_by_key();
-        for (table, batch, rows) in added.batches(width)? {
+        let single = self.single_float_vectors.load(Ordering::SeqCst);
+        for (table, mut batch, rows) in added.batches(width)? {
+            if table == Table::Embeddings && single {
+                batch = with_single_float_vectors(&batch)?;
+            }
             part.tables.push(StagedTable {
                 table,
                 fragments: self.store.stage_batch(table, batch).await?,

@@ -191,12 +191,18 @@ pub struct EmbeddingRow {
 }
 
 impl EmbeddingRow {
+    /// The row of `owner_id`'s `vector`, its components rounded to the half
+    /// floats the table stores them as: so the row a build carries is the
+    /// row a restart reads back, and two builds write the same bits.
     pub fn new(owner_id: &str, owner_kind: &str, model: &str, vector: Vec<f32>) -> Self {
         EmbeddingRow {
             owner_id: owner_id.to_string(),
             model: model.to_string(),
             owner_kind: owner_kind.to_string(),
-            vector,
+            vector: vector
+                .into_iter()
+                .map(|v| half::f16::from_f32(v).to_f32())
+                .collect(),
         }
     }
 

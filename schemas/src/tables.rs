@@ -412,7 +412,12 @@ pub const VECTOR_COVERS: &str = "the owner's whole text: an embedder with an inp
     (all-MiniLM-L6-v2: 256 word pieces) reads it in overlapping windows and keeps their \
     mean weighted by each window's tokens";
 
-/// Fields of an embeddings table whose vectors have `dim` components.
+/// Fields of an embeddings table whose vectors have `dim` components, each
+/// a half float: half the bytes of single ones, which were four fifths of
+/// the memory's vectors and a half of its bytes. Cosine rankings barely move
+/// (`docs/internals.md` has the recall against single floats), and a search
+/// re-ranks by exact cosine over these same values. Tables written before
+/// keep their single floats ([`crate::TableStore::stage_batch`] casts to them).
 fn embeddings_fields(dim: i32) -> Vec<FieldRef> {
     vec![
         utf8("owner_id"),
@@ -421,7 +426,7 @@ fn embeddings_fields(dim: i32) -> Vec<FieldRef> {
         Field::new(
             "vector",
             DataType::FixedSizeList(
-                Arc::new(Field::new_list_field(DataType::Float32, false)),
+                Arc::new(Field::new_list_field(DataType::Float16, false)),
                 dim,
             ),
             false,

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{ListBuilder, StringBuilder};
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
-use arrow_schema::{ArrowError, Field, Schema};
+use arrow_array::{
+    Array, ArrayRef, FixedSizeListArray, Float16Array, Float32Array, RecordBatch, StringArray,
+};
+use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use super::{Result, StoreError};
 use crate::rows::TableRow;
@@ -132,7 +134,7 @@ fn with_derived_columns(
             .column_by_name("aliases")
             .and_then(|c| c.as_any().downcast_ref::<arrow_array::ListArray>())
             .ok_or_else(|| ArrowError::SchemaError("entities have no aliases list".into()))?;
-        let field = Field::new_list_field(arrow_schema::DataType::Utf8, false);
+        let field = Field::new_list_field(DataType::Utf8, false);
         let mut keys = ListBuilder::new(StringBuilder::new()).with_field(Arc::new(field));
         for row in 0..batch.num_rows() {
             let row_aliases = aliases.value(row);
@@ -149,6 +151,37 @@ fn with_derived_columns(
         columns.push(Arc::new(keys.finish()));
     }
     RecordBatch::try_new(schema, columns)
+}
+
+/// `batch` of `embeddings` rows with its vectors' components as single
+/// floats, for a table written before they were stored as half floats.
+pub fn with_single_float_vectors(batch: &RecordBatch) -> Result<RecordBatch> {
+    let table = Table::Embeddings;
+    let invalid = |message: String| StoreError::Invalid { table, message };
+    let index = (batch.schema().index_of("vector")).map_err(|e| invalid(e.to_string()))?;
+    let vectors = (batch.column(index).as_any())
+        .downcast_ref::<FixedSizeListArray>()
+        .ok_or_else(|| invalid("vector is not a fixed-size list".into()))?;
+    let halves = (vectors.values().as_any())
+        .downcast_ref::<Float16Array>()
+        .ok_or_else(|| invalid("vector components are not half floats".into()))?;
+    let singles: Float32Array = halves.iter().map(|v| v.map(f32::from)).collect();
+    let component = Arc::new(Field::new_list_field(DataType::Float32, false));
+    let widened = FixedSizeListArray::try_new(
+        component,
+        vectors.value_length(),
+        Arc::new(singles),
+        vectors.nulls().cloned(),
+    )
+    .map_err(|e| invalid(e.to_string()))?;
+    let schema = batch.schema();
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields[index] = fields[index]
+        .clone()
+        .with_data_type(widened.data_type().clone());
+    let mut columns = batch.columns().to_vec();
+    columns[index] = Arc::new(widened);
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| invalid(e.to_string()))
 }
 
 fn string_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray, ArrowError> {

@@ -26,7 +26,8 @@ mod retain;
 mod write;
 
 pub use batches::{
-    KEYS_PER_PREDICATE, batch_rows, rows_batch, rows_of, sql_string, sql_strings, strings, to_batch,
+    KEYS_PER_PREDICATE, batch_rows, rows_batch, rows_of, sql_string, sql_strings, strings,
+    to_batch, with_single_float_vectors,
 };
 pub use index::VECTOR_INDEX_MIN_ROWS;
 pub use retain::{Collected, Retention};
@@ -591,6 +592,66 @@ mod tests {
         assert_eq!(rows, [newer, call("old", Some("p"), None)]);
     }
 
+    /// Vectors are stored as half floats, and a row reads back bit for bit;
+    /// an `embeddings` table written with single floats takes the same rows
+    /// widened, and reads them back the same.
+    #[tokio::test]
+    async fn vectors_are_half_floats_and_older_tables_keep_single_ones() {
+        let row =
+            |id: &str| EmbeddingRow::new(id, "segment", "hashing", vec![0.1, -1.0 / 3.0, 7.0, 0.0]);
+        assert_ne!(row("a").vector[0], 0.1, "rounded to a half float");
+        let component = |store: &TableStore| {
+            let store = store.clone();
+            async move {
+                let dataset = store
+                    .dataset(Table::Embeddings, None)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                match dataset.schema().field("vector").unwrap().data_type() {
+                    arrow_schema::DataType::FixedSizeList(c, 4) => c.data_type().clone(),
+                    other => panic!("{other}"),
+                }
+            }
+        };
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        store.create_if_missing(Table::Embeddings, 4).await.unwrap();
+        assert_eq!(component(&store).await, arrow_schema::DataType::Float16);
+        assert!(!store.vectors_are_single_floats().await.unwrap());
+        let batch = rows_batch(&[&row("a")], 4).unwrap();
+        store
+            .write_batch(Table::Embeddings, batch, WriteMode::Append)
+            .await
+            .unwrap();
+        let read: Vec<EmbeddingRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(read, [row("a")]);
+
+        let older = tempfile::tempdir().unwrap();
+        let store = TableStore::local(older.path()).unwrap();
+        let widened =
+            |id: &str| with_single_float_vectors(&rows_batch(&[&row(id)], 4).unwrap()).unwrap();
+        store
+            .write_batch(Table::Embeddings, widened("a"), WriteMode::Create)
+            .await
+            .unwrap();
+        assert_eq!(component(&store).await, arrow_schema::DataType::Float32);
+        assert!(store.vectors_are_single_floats().await.unwrap());
+        let half = rows_batch(&[&row("b")], 4).unwrap();
+        let refused = store
+            .write_batch(Table::Embeddings, half, WriteMode::Append)
+            .await;
+        assert!(refused.is_err(), "half floats do not append to single ones");
+        store
+            .write_batch(Table::Embeddings, widened("b"), WriteMode::Append)
+            .await
+            .unwrap();
+        let mut read: Vec<EmbeddingRow> = store.read_rows(None).await.unwrap();
+        read.sort();
+        assert_eq!(read, [row("a"), row("b")]);
+    }
+
     #[tokio::test]
     async fn a_fragmented_table_is_compacted_and_keeps_its_rows() {
         const FRAGMENTS: usize = 20;
@@ -789,12 +850,12 @@ mod tests {
         .await;
         round_trip(
             &store,
-            vec![EmbeddingRow {
-                owner_id: "s".into(),
-                model: "hashing".into(),
-                owner_kind: "segment".into(),
-                vector: (0..DEFAULT_VECTOR_WIDTH).map(|i| i as f32 / 7.0).collect(),
-            }],
+            vec![EmbeddingRow::new(
+                "s",
+                "segment",
+                "hashing",
+                (0..DEFAULT_VECTOR_WIDTH).map(|i| i as f32 / 7.0).collect(),
+            )],
         )
         .await;
         round_trip(

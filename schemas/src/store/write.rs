@@ -123,6 +123,22 @@ impl TableStore {
             .map(drop)
     }
 
+    /// Whether the `embeddings` table stores its vectors as single floats,
+    /// as tables written before half floats do (`false` where it does not
+    /// exist: [`TableStore::create_if_missing`] makes it with half floats).
+    pub async fn vectors_are_single_floats(&self) -> Result<bool> {
+        let Some(dataset) = self.dataset(Table::Embeddings, None).await? else {
+            return Ok(false);
+        };
+        Ok(dataset.schema().field("vector").is_some_and(|vector| {
+            matches!(
+                vector.data_type(),
+                arrow_schema::DataType::FixedSizeList(component, _)
+                    if *component.data_type() == arrow_schema::DataType::Float32
+            )
+        }))
+    }
+
     /// Brings an existing `table`'s schema up to the one it declares, for a
     /// memory a release before wrote: adds the columns its data lacks (all
     /// nullable), null for the rows already there, and lets null into the
