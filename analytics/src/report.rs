@@ -1,6 +1,8 @@
 //! `memweave report`: what a memory holds and what it cost, from the tables
-//! alone. Every number is the result of one of [`QUERIES`], run over the
-//! checkpoint's tables, so anyone can check (or extend) it with `memweave sql`.
+//! alone. Every number but the storage section's is the result of one of
+//! [`QUERIES`], run over the checkpoint's tables, so anyone can check (or
+//! extend) it with `memweave sql`; the bytes each table holds come from
+//! listing its files in the object store.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -10,6 +12,9 @@ use datafusion::error::DataFusionError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use memweave_schemas::store::StoredBytes;
+use memweave_schemas::{StoreError, Table, TableStore};
+
 use crate::catalog::Catalog;
 
 /// Each section of the report and the SQL that defines it. Sections whose
@@ -17,7 +22,8 @@ use crate::catalog::Catalog;
 pub const QUERIES: [(&str, &str); 12] = [
     (
         "overview",
-        "SELECT count(*) AS documents, coalesce(sum(n_tokens), 0) AS tokens FROM documents",
+        "SELECT count(*) AS documents, coalesce(sum(n_tokens), 0) AS tokens, \
+                coalesce(sum(octet_length(text)), 0) AS text_bytes FROM documents",
     ),
     (
         "density",
@@ -151,6 +157,8 @@ pub struct Report {
     pub trees: Vec<TreeShape>,
     pub tree_depths: Vec<TreeDepth>,
     pub calls_over_time: Vec<MinuteCalls>,
+    /// Bytes each table holds in storage, largest first.
+    pub storage: Vec<TableStorage>,
     pub queries: BTreeMap<String, String>,
 }
 
@@ -158,6 +166,19 @@ pub struct Report {
 pub struct Overview {
     pub documents: u64,
     pub tokens: u64,
+    /// Bytes of the documents' text (UTF-8).
+    pub text_bytes: u64,
+}
+
+/// What one table's files hold in storage, of every version the retention
+/// policy keeps, and that over the bytes of the documents' text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableStorage {
+    pub table: String,
+    #[serde(flatten)]
+    pub bytes: StoredBytes,
+    pub total: u64,
+    pub per_text_byte: Option<f64>,
 }
 
 /// The graph's size per 1,000 tokens (none for an empty corpus).
@@ -278,6 +299,9 @@ pub enum ReportError {
     /// a type changed).
     #[error("the report's sections: {0}")]
     Shape(serde_json::Error),
+    /// Listing a table's files failed.
+    #[error("the report's storage section: {0}")]
+    Storage(StoreError),
 }
 
 impl Report {
@@ -320,12 +344,40 @@ pub async fn report(catalog: &Catalog) -> Result<Report, ReportError> {
         };
         out.insert(name.into(), section);
     }
+    let text_bytes = out["overview"]["text_bytes"].as_u64().unwrap_or(0);
+    let storage = storage(catalog.store(), text_bytes).await?;
+    out.insert(
+        "storage".into(),
+        serde_json::to_value(storage).map_err(ReportError::Shape)?,
+    );
     let queries: Map<String, Value> = QUERIES
         .iter()
         .map(|(name, sql)| ((*name).to_string(), (*sql).into()))
         .collect();
     out.insert("queries".into(), Value::Object(queries));
     serde_json::from_value(Value::Object(out)).map_err(ReportError::Shape)
+}
+
+/// The bytes each table holds in storage, largest first.
+async fn storage(store: &TableStore, text_bytes: u64) -> Result<Vec<TableStorage>, ReportError> {
+    let mut tables = Vec::new();
+    for &table in Table::ALL {
+        let Some(bytes) = store
+            .stored_bytes(table)
+            .await
+            .map_err(ReportError::Storage)?
+        else {
+            continue;
+        };
+        tables.push(TableStorage {
+            table: table.name().to_string(),
+            total: bytes.total(),
+            per_text_byte: (text_bytes > 0).then(|| bytes.total() as f64 / text_bytes as f64),
+            bytes,
+        });
+    }
+    tables.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.table.cmp(&b.table)));
+    Ok(tables)
 }
 
 /// A query's rows as JSON objects (as `memweave sql --format json` writes them).
@@ -452,6 +504,29 @@ pub fn text(report: &Report) -> String {
         errors.join(", ")
     };
     let _ = writeln!(out, "  errors      {errors}");
+    let stored: u64 = report.storage.iter().map(|t| t.total).sum();
+    let text_bytes = report.overview.text_bytes;
+    let _ = writeln!(
+        out,
+        "  storage     {stored} bytes for {text_bytes} bytes of text: {} bytes a byte of text",
+        decimal((text_bytes > 0).then(|| stored as f64 / text_bytes as f64))
+    );
+    let _ = writeln!(
+        out,
+        "              table                 total       data    indexes    history  per text byte"
+    );
+    for t in &report.storage {
+        let _ = writeln!(
+            out,
+            "              {:<15} {:>11} {:>10} {:>10} {:>10} {:>14}",
+            t.table,
+            t.total,
+            t.bytes.data,
+            t.bytes.indexes,
+            t.bytes.history,
+            decimal(t.per_text_byte)
+        );
+    }
     out
 }
 

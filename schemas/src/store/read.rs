@@ -13,7 +13,58 @@ use super::{Result, StoreError, TableStore};
 use crate::rows::{CheckpointRow, TableRow};
 use crate::tables::{EachTable, MemoryTables, Table};
 
+/// The bytes a table's files hold in storage, of every version still kept
+/// (not only the newest's): what a memory costs on disk or in a bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredBytes {
+    /// Data files: the rows.
+    pub data: u64,
+    /// Index files.
+    pub indexes: u64,
+    /// Versions' manifests, transactions and deletion files.
+    pub history: u64,
+}
+
+impl StoredBytes {
+    pub fn total(&self) -> u64 {
+        self.data + self.indexes + self.history
+    }
+}
+
 impl TableStore {
+    /// What `table`'s files hold in storage, listed from the object store;
+    /// `None` where the table does not exist.
+    pub async fn stored_bytes(&self, table: Table) -> Result<Option<StoredBytes>> {
+        let Some(dataset) = self.dataset(table, None).await? else {
+            return Ok(None);
+        };
+        let lance_error = |e| self.lance_error(table, e);
+        let files = dataset.object_store(None).await.map_err(lance_error)?;
+        let under = |dir: object_store::path::Path| {
+            let files = std::sync::Arc::clone(&files);
+            async move {
+                files
+                    .read_dir_all(&dir, None)
+                    .try_fold(0, |sum, file| async move { Ok(sum + file.size) })
+                    .await
+            }
+        };
+        let history = [
+            dataset.versions_dir(),
+            dataset.transactions_dir(),
+            dataset.deletions_dir(),
+        ];
+        let mut bytes = StoredBytes {
+            data: under(dataset.data_dir()).await.map_err(lance_error)?,
+            indexes: under(dataset.indices_dir()).await.map_err(lance_error)?,
+            history: 0,
+        };
+        for dir in history {
+            bytes.history += under(dir).await.map_err(lance_error)?;
+        }
+        Ok(Some(bytes))
+    }
+
     /// The newest version of `table`, if it exists.
     pub async fn table_version(&self, table: Table) -> Result<Option<u64>> {
         Ok(self

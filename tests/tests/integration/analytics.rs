@@ -396,6 +396,47 @@ fn report_numbers_are_the_sql_that_defines_them() {
         "{rate}"
     );
     assert_eq!(report["errors"], serde_json::json!([]));
+    // Storage: each table's files, as the folder holds them, over the text.
+    let text_bytes: usize = t.documents.iter().map(|d| d.text.len()).sum();
+    assert_eq!(report["overview"]["text_bytes"], text_bytes);
+    let storage = report["storage"].as_array().unwrap();
+    let mut listed: Vec<&str> = storage
+        .iter()
+        .map(|s| s["table"].as_str().unwrap())
+        .collect();
+    listed.sort_unstable();
+    let mut folders: Vec<String> = std::fs::read_dir(&built.tables)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .replace(".lance", "")
+        })
+        .collect();
+    folders.sort_unstable();
+    assert_eq!(listed, folders);
+    for stored in storage {
+        let table = stored["table"].as_str().unwrap();
+        let folder = built.tables.join(format!("{table}.lance"));
+        assert_eq!(stored["total"], folder_bytes(&folder), "{table}");
+        let parts = ["data", "indexes", "history"].map(|p| stored[p].as_u64().unwrap());
+        assert_eq!(stored["total"], parts.iter().sum::<u64>(), "{table}");
+        let ratio = stored["per_text_byte"].as_f64().unwrap();
+        let total = stored["total"].as_u64().unwrap();
+        assert!(
+            (ratio - total as f64 / text_bytes as f64).abs() < 1e-9,
+            "{table}"
+        );
+    }
+    let totals: Vec<u64> = storage
+        .iter()
+        .map(|s| s["total"].as_u64().unwrap())
+        .collect();
+    assert!(
+        totals.windows(2).all(|w| w[0] >= w[1]),
+        "largest first: {totals:?}"
+    );
 
     let text = memweave_ok(["report", "--tables", root]);
     let text = stdout(&text);
@@ -404,6 +445,13 @@ fn report_numbers_are_the_sql_that_defines_them() {
         "{text}"
     );
     assert!(text.contains("compression rate"), "{text}");
+    let stored: u64 = totals.iter().sum();
+    assert!(
+        text.contains(&format!(
+            "storage     {stored} bytes for {text_bytes} bytes of text"
+        )),
+        "{text}"
+    );
     let per_token = format!(
         "{:.2} model tokens per corpus token",
         spent as f64 / tokens as f64
