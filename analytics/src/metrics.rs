@@ -81,6 +81,15 @@ pub fn prometheus(report: &Report) -> String {
         "Rows per table.",
         labelled(&report.rows, |r| [("table", &r.table)], |r| count(r.rows)),
     );
+    gauge(
+        "stored_bytes",
+        "Bytes of each table's files in storage, every version kept.",
+        labelled(
+            &report.storage,
+            |t| [("table", &t.table)],
+            |t| count(t.total),
+        ),
+    );
     let calls = report.calls_per();
     for (by, rows) in [("task", calls.task), ("memory", calls.memory)] {
         let per = |value: fn(&Calls) -> Option<f64>| {

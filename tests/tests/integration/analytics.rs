@@ -614,6 +614,12 @@ fn the_indexer_serves_metrics_while_it_runs() {
     );
     assert_eq!(value("memweave_llm_calls_in_flight"), Some(0.0));
     assert_eq!(value("memweave_index_queue_depth"), Some(0.0));
+    for table in ["documents", "embeddings", "llm_calls", "checkpoints"] {
+        let stored = value(&format!(
+            "memweave_memory_stored_bytes{{table=\"{table}\"}}"
+        ));
+        assert!(stored.is_some_and(|b| b > 0.0), "{table}: {metrics}");
+    }
 }
 
 /// A plain HTTP/1.1 GET on loopback; the body.
