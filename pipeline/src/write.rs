@@ -17,13 +17,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use memweave_schemas::search::LexiconDelta;
 use memweave_schemas::store::{Compaction, Fragment, StoreError, with_single_float_vectors};
 use memweave_schemas::{ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion};
 use serde::{Deserialize, Serialize};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
 use crate::IndexError;
 use crate::progress::StageProgress;
@@ -110,9 +109,11 @@ pub struct RoundWriter {
     store: TableStore,
     /// Components of the embedder's vectors: the `embeddings` table's width.
     vector_width: usize,
-    /// The `embeddings` table was written before vectors were half floats
-    /// (read at [`RoundWriter::prepare`]): its rows are staged as it stores them.
-    single_float_vectors: AtomicBool,
+    /// The `embeddings` table was written before vectors were half floats:
+    /// its rows are staged as it stores them. Read by the first batch with
+    /// vectors that this process stages (every process of a cluster stages;
+    /// a table never changes its type).
+    single_float_vectors: OnceCell<bool>,
     permits: Arc<Semaphore>,
     stages: Arc<StageProgress>,
     batch_rows: usize,
@@ -128,7 +129,7 @@ impl RoundWriter {
         RoundWriter {
             store,
             vector_width,
-            single_float_vectors: AtomicBool::new(false),
+            single_float_vectors: OnceCell::new(),
             permits: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
             stages,
             batch_rows,
@@ -151,8 +152,6 @@ impl RoundWriter {
                 .create_if_missing(table, self.vector_width)
                 .await?;
         }
-        let single = self.store.vectors_are_single_floats().await?;
-        self.single_float_vectors.store(single, Ordering::SeqCst);
         Ok(())
     }
 
@@ -218,7 +217,14 @@ impl RoundWriter {
             lexicon,
         };
         added.sort_by_key();
-        let single = self.single_float_vectors.load(Ordering::SeqCst);
+        let single = match added.embeddings.is_empty() {
+            true => false,
+            false => {
+                *(self.single_float_vectors)
+                    .get_or_try_init(|| self.store.vectors_are_single_floats())
+                    .await?
+            }
+        };
         for (table, mut batch, rows) in added.batches(width)? {
             if table == Table::Embeddings && single {
                 batch = with_single_float_vectors(&batch)?;
@@ -296,5 +302,42 @@ impl RoundWriter {
             version: version.unwrap_or_default(),
         });
         Ok((versions, changes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use memweave_schemas::store::rows_batch;
+    use memweave_schemas::{EmbeddingRow, StoreError};
+
+    use super::*;
+
+    /// A writer that was never prepared (a cluster's process other than 0)
+    /// stages vectors into an `embeddings` table written with single floats
+    /// as that table stores them, and the rows read back.
+    #[tokio::test]
+    async fn vectors_are_staged_as_an_older_table_stores_them() -> Result<(), StoreError> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path())?;
+        let row = |id: &str| EmbeddingRow::new(id, "segment", "hashing", vec![0.1, -2.0, 0.0, 3.5]);
+        let older = with_single_float_vectors(&rows_batch(&[&row("a")], 4)?)?;
+        let schema = older.schema();
+        let batches = arrow::record_batch::RecordBatchIterator::new([Ok(older)], schema);
+        let uri = dir.path().join("embeddings.lance");
+        lance::Dataset::write(batches, uri.to_str().unwrap(), None)
+            .await
+            .expect("an older embeddings table");
+        let writer = RoundWriter::new(store.clone(), 4, StageProgress::new(), 64);
+        let batch: Batch = HashMap::from([(MemoryRow::Embedding(row("b")), 1)]);
+        let part = writer.stage(batch).await.expect("staged");
+        let fragments = part.tables.into_iter().flat_map(|t| t.fragments).collect();
+        store
+            .commit_staged(Table::Embeddings, &[], false, fragments)
+            .await?;
+        let mut read: Vec<EmbeddingRow> = store.read_rows(None).await?;
+        read.sort();
+        assert_eq!(read, [row("a"), row("b")]);
+        assert!(store.vectors_are_single_floats().await?);
+        Ok(())
     }
 }
