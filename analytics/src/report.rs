@@ -344,7 +344,9 @@ pub async fn report(catalog: &Catalog) -> Result<Report, ReportError> {
         };
         out.insert(name.into(), section);
     }
-    let text_bytes = out["overview"]["text_bytes"].as_u64().unwrap_or(0);
+    let text_bytes = (out.get("overview"))
+        .and_then(|overview| overview["text_bytes"].as_u64())
+        .unwrap_or(0);
     let storage = storage(catalog.store(), text_bytes).await?;
     out.insert(
         "storage".into(),
@@ -372,12 +374,17 @@ async fn storage(store: &TableStore, text_bytes: u64) -> Result<Vec<TableStorage
         tables.push(TableStorage {
             table: table.name().to_string(),
             total: bytes.total(),
-            per_text_byte: (text_bytes > 0).then(|| bytes.total() as f64 / text_bytes as f64),
+            per_text_byte: per_byte_of_text(bytes.total(), text_bytes),
             bytes,
         });
     }
     tables.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.table.cmp(&b.table)));
     Ok(tables)
+}
+
+/// `bytes` over the bytes of the documents' text (none without text).
+fn per_byte_of_text(bytes: u64, text_bytes: u64) -> Option<f64> {
+    (text_bytes > 0).then(|| bytes as f64 / text_bytes as f64)
 }
 
 /// A query's rows as JSON objects (as `memweave sql --format json` writes them).
@@ -509,7 +516,7 @@ pub fn text(report: &Report) -> String {
     let _ = writeln!(
         out,
         "  storage     {stored} bytes for {text_bytes} bytes of text: {} bytes a byte of text",
-        decimal((text_bytes > 0).then(|| stored as f64 / text_bytes as f64))
+        decimal(per_byte_of_text(stored, text_bytes))
     );
     let _ = writeln!(
         out,
