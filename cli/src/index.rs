@@ -43,6 +43,13 @@ pub struct IndexArgs {
     /// File, directory, object-store URL or kafka:// topic to index.
     #[arg(env = "MEMWEAVE_SOURCE")]
     source: String,
+    /// What SOURCE is called in a memory that other sources share (each
+    /// indexed with its own name, one run at a time): its documents are
+    /// keyed by NAME and their place under SOURCE, and a run leaves the
+    /// other sources' documents alone. Without a name, SOURCE is the
+    /// memory's only source, and a run retracts whatever it no longer holds.
+    #[arg(long, value_name = "NAME", value_parser = parse_source_name)]
+    source_name: Option<String>,
     /// Endpoint of an S3-compatible server for an s3:// SOURCE (http:// allowed).
     #[arg(long, env = "MEMWEAVE_S3_ENDPOINT")]
     s3_endpoint: Option<String>,
@@ -274,6 +281,7 @@ impl IndexArgs {
         let (llm, embed) = self.model.config().map_err(UsageError::of)?;
         Ok(IndexOptions {
             source: self.source,
+            source_name: self.source_name.unwrap_or_default(),
             source_options: SourceOptions {
                 s3_endpoint: self.s3_endpoint,
                 options: self.source_options,
@@ -467,4 +475,12 @@ fn print_model(backend: &str, cache: &CacheReport, pool: Option<&PoolReport>) {
             pool.peak_in_flight
         );
     }
+}
+
+/// A source's name: printable, and short enough to read in a checkpoint.
+fn parse_source_name(name: &str) -> Result<String, String> {
+    if name.is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
+        return Err("a source name is 1 to 200 bytes of printable characters".into());
+    }
+    Ok(name.to_string())
 }

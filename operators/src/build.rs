@@ -45,9 +45,15 @@ pub struct Document {
 }
 
 impl Document {
+    /// A document of a memory's one unnamed source.
     pub fn new(raw: RawDocument, version: u64) -> Self {
+        Document::in_source("", raw, version)
+    }
+
+    /// A document of the source named `source` (see [`doc_id_in`]).
+    pub fn in_source(source: &str, raw: RawDocument, version: u64) -> Self {
         Document {
-            doc_id: doc_id_of(&raw.key),
+            doc_id: doc_id_in(source, &raw.key),
             version,
             content_hash: document_hash(&raw.text, &raw.sections),
             source_uri: raw.source_uri,
@@ -62,6 +68,16 @@ impl Document {
 /// across versions, so an edit replaces the document instead of adding one.
 pub fn doc_id_of(key: &str) -> String {
     content_id("doc", &[key.as_bytes()])
+}
+
+/// The id of the document known by `key` in the source named `source`
+/// (`--source-name`), so that sources sharing a memory may share keys. A
+/// source given no name (empty) keeps the ids of its keys alone.
+pub fn doc_id_in(source: &str, key: &str) -> String {
+    match source {
+        "" => doc_id_of(key),
+        named => content_id("doc", &[named.as_bytes(), key.as_bytes()]),
+    }
 }
 
 impl Default for Memories {
@@ -753,5 +769,14 @@ mod tests {
         let b = doc("another text");
         assert_eq!(a.doc_id, b.doc_id);
         assert_ne!(a.content_hash, b.content_hash);
+    }
+
+    #[test]
+    fn named_sources_may_share_keys() {
+        assert_eq!(doc_id_in("", "a/b.md"), doc_id_of("a/b.md"));
+        assert_ne!(doc_id_in("wiki", "a/b.md"), doc_id_in("mail", "a/b.md"));
+        // The name and the key are told apart, whatever their characters.
+        assert_ne!(doc_id_in("a", "b.md"), doc_id_of("a/b.md"));
+        assert_ne!(doc_id_in("a", "b.md"), doc_id_in("a/", "b.md"));
     }
 }

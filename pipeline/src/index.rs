@@ -19,7 +19,7 @@ use crate::IndexError;
 use crate::cluster::Cluster;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Held, Origins, Record};
-use crate::positions::Positions;
+use crate::positions::{Positions, SourcePositions};
 use crate::source::{Source, SourceOptions};
 use crate::supervise::Flights;
 
@@ -30,12 +30,14 @@ mod files;
 pub mod kafka;
 mod pending;
 mod round;
+mod shared;
 
 use context::SourceContext;
 use engine::Engine;
 pub use engine::{ComputeSummary, compute};
 use files::FileRounds;
 use pending::Documents;
+use shared::OtherSources;
 
 /// Longest an interrupted build waits for the model calls in flight.
 const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
@@ -44,6 +46,11 @@ const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
 pub struct IndexOptions {
     /// A path, or an object-store URL (s3://, gs://, az://, file://).
     pub source: String,
+    /// What the source is called in a memory other sources share
+    /// (`--source-name`): its documents are keyed under it, and its runs
+    /// leave the other sources' documents alone. Empty: the memory's one
+    /// source, which owns every document.
+    pub source_name: String,
     pub source_options: SourceOptions,
     pub tables: String,
     pub storage_options: HashMap<String, String>,
@@ -79,6 +86,7 @@ impl IndexOptions {
     pub fn new(source: impl Into<String>, tables: impl Into<String>) -> Self {
         IndexOptions {
             source: source.into(),
+            source_name: String::new(),
             source_options: SourceOptions::default(),
             tables: tables.into(),
             storage_options: HashMap::new(),
@@ -291,6 +299,11 @@ pub struct Indexer {
     documents_version: Option<u64>,
     /// The source's own errors, of no origin (files skipped for their type).
     source_errors: Vec<ErrorRow>,
+    /// Where every source of the memory stands: the last checkpoint's, this
+    /// source's updated as each round commits.
+    positions: SourcePositions,
+    /// What the memory holds of other sources than this run's.
+    others: OtherSources,
     previous: Option<Previous>,
     /// The checkpoint whose documents' states the dataflow is still to be
     /// restored from: at the first round with changes.

@@ -14,7 +14,6 @@ use memweave_schemas::{
 
 use super::{EmbedderName, IndexSummary, Indexer, KnownVersion, Previous, Stages, TreeShape};
 use crate::origins::Record;
-use crate::positions::Positions;
 use crate::write::{RoundChanges, StagedPart};
 use crate::{IndexError, UsageError};
 
@@ -22,12 +21,12 @@ impl Indexer {
     /// Commits the round: every memory table's staged rows and deletes (see
     /// [`RoundWriter::commit`]; `replace` replaces each table's rows), the
     /// model's calls and their counts, then a checkpoint naming every table's
-    /// version; returns its epoch and what changed.
+    /// version and where the memory's sources stand; returns it and what
+    /// changed.
     pub(super) async fn commit(
         &self,
         replace: bool,
         parts: Vec<StagedPart>,
-        positions: &Positions,
     ) -> Result<(CheckpointRow, RoundChanges), IndexError> {
         let store = &self.engine.store;
         let compaction = self.options.retention.compaction();
@@ -55,7 +54,7 @@ impl Indexer {
         let first = self.documents_version.is_none();
         versions.push(self.write_call_stats(first).await?);
         let checkpoint = store
-            .commit_checkpoint(positions.record(), versions)
+            .commit_checkpoint(self.positions.record(), versions)
             .await?;
         Ok((checkpoint, changes))
     }

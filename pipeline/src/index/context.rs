@@ -1,6 +1,6 @@
 //! What a source sees of the indexing process while it makes a round.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use memweave_llm::cache::CallCache;
 use memweave_operators::build::{Document, RawDocument};
@@ -22,7 +22,13 @@ pub(super) struct SourceContext<'a> {
     pub(super) cache: &'a CallCache,
     /// Workers that take input: this process's.
     pub(super) feeds: usize,
+    /// The source's name in a memory sources share (empty: its only source).
+    pub(super) source_name: &'a str,
     pub(super) previous: Option<&'a Previous>,
+    /// Where the source stood at the last checkpoint, until the first round.
+    pub(super) positions: Option<&'a Positions>,
+    /// The origins of other sources' documents, which this source never names.
+    pub(super) other_origins: &'a HashSet<String>,
     pub(super) origins: &'a Origins,
     pub(super) versions: &'a HashMap<String, KnownVersion>,
 }
@@ -40,16 +46,6 @@ impl SourceContext<'_> {
     /// Runs `future` on the indexer's runtime.
     pub(super) fn block_on<F: Future>(&self, future: F) -> F::Output {
         self.runtime.block_on(future)
-    }
-
-    #[cfg_attr(
-        not(feature = "kafka"),
-        allow(dead_code, reason = "only the Kafka source streams")
-    )]
-    /// The last checkpoint's source positions, until the first round.
-    pub(super) fn previous_positions(&self) -> Option<Positions> {
-        let previous = self.previous?;
-        Positions::parse(&previous.checkpoint.source_positions)
     }
 
     #[cfg_attr(
@@ -86,7 +82,7 @@ impl SourceContext<'_> {
     /// A re-read document keeps its version and first-seen time when its content
     /// is unchanged, and gets the next version when it changed.
     pub(super) fn versioned(&self, raw: RawDocument, now: i64) -> (Document, i64) {
-        let mut doc = Document::new(raw, 1);
+        let mut doc = Document::in_source(self.source_name, raw, 1);
         match self.versions.get(&doc.doc_id) {
             Some(known) if known.content_hash == doc.content_hash => {
                 doc.version = known.version;

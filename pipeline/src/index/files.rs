@@ -19,7 +19,7 @@ use super::{
 };
 use crate::IndexError;
 use crate::origins::{Held, Record};
-use crate::positions::Positions;
+use crate::positions::{Positions, file_uri, key_under};
 use crate::source::{LocalFile, ReadError, Source};
 
 /// Files read at once.
@@ -98,7 +98,8 @@ impl RoundSource for FileRounds<'_> {
         self.versions = versions;
         let carried = match cx.previous {
             Some(previous) => {
-                let (carried, cited) = carried_over(previous, &name, &self.files, cx.feeds);
+                let (carried, cited) =
+                    carried_over(previous, cx.positions, &name, &self.files, cx.feeds);
                 self.earlier_roots = cited;
                 carried
             }
@@ -179,7 +180,7 @@ fn file_updates(cx: &SourceContext<'_>, carried: &Carried, files: &[SourceFile])
     }
     let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
     for key in cx.origins.keys().chain(carried.keys()) {
-        if !listed.contains(key.as_str()) {
+        if !listed.contains(key.as_str()) && !cx.other_origins.contains(key) {
             updates.insert(key.clone(), Routed::to(0, Update::Gone));
         }
     }
@@ -336,11 +337,12 @@ fn stopped_within(cx: &SourceContext<'_>, every: Duration) -> bool {
 /// archive: its unchanged files are carried over, not read again.
 fn carried_over(
     previous: &Previous,
+    positions: Option<&Positions>,
     source: &str,
     files: &[SourceFile],
     feeds: usize,
 ) -> (Carried, Vec<String>) {
-    let (versions, earlier_roots) = match Positions::parse(&previous.checkpoint.source_positions) {
+    let (versions, earlier_roots) = match positions.cloned() {
         Some(Positions::Files {
             source: recorded,
             versions,
@@ -392,18 +394,6 @@ fn carried_over(
     (carried, cited)
 }
 
-/// The key of the file at `uri` under `root`: the rest of the URI after the
-/// root and a separator (an object's URI is its source's URL, `/`, its key,
-/// whether or not the URL ends in `/`).
-fn key_under<'u>(uri: &'u str, root: &str) -> Option<&'u str> {
-    let rest = uri.strip_prefix(root)?;
-    match rest.strip_prefix('/') {
-        Some(key) => Some(key),
-        None if root.ends_with('/') => Some(rest),
-        None => None,
-    }
-}
-
 /// A listing, each file with the worker that feeds it, found by its URI or,
 /// under a root the archive was read from before, by its key.
 struct Listed<'a> {
@@ -437,29 +427,6 @@ impl<'a> Listed<'a> {
     }
 }
 
-/// The URI of the file a document or error came from: `URI:N` names an
-/// error of its Nth record or message, `URI#page=N` of its Nth page.
-fn file_uri(uri: &str) -> &str {
-    match uri.rsplit_once(':') {
-        Some((file, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => file,
-        _ => uri,
-    }
-}
-
 fn error_row(error: &IngestError) -> ErrorRow {
     ErrorRow::new("ingest", &error.source, None, error.kind, &error.message)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::key_under;
-
-    #[test]
-    fn a_key_is_what_follows_its_root_and_a_separator() {
-        assert_eq!(key_under("/a/src/x/y.txt", "/a/src"), Some("x/y.txt"));
-        assert_eq!(key_under("/a/srcx/y.txt", "/a/src"), None);
-        assert_eq!(key_under("/b/src/y.txt", "/a/src"), None);
-        assert_eq!(key_under("s3://b/p//y.txt", "s3://b/p/"), Some("y.txt"));
-        assert_eq!(key_under("s3://b/p/y.txt", "s3://b/p/"), Some("y.txt"));
-    }
 }

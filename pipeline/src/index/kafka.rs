@@ -17,6 +17,8 @@
 
 use std::num::NonZeroUsize;
 
+use crate::UsageError;
+
 #[cfg(feature = "kafka")]
 mod consumer;
 #[cfg(feature = "kafka")]
@@ -26,6 +28,49 @@ pub use consumer::index_kafka;
 /// memory and on the work a crash makes a restart repeat (model calls
 /// excepted: they are cached).
 pub const DEFAULT_ROUND_MESSAGES: NonZeroUsize = NonZeroUsize::new(1000).unwrap();
+
+/// `kafka://BROKERS/TOPIC`, BROKERS being `host:port[,host:port…]`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TopicUrl {
+    pub(crate) brokers: String,
+    pub(crate) topic: String,
+}
+
+impl TopicUrl {
+    pub(crate) fn parse(url: &str) -> Result<TopicUrl, UsageError> {
+        let usage = || {
+            UsageError(format!(
+                "{url} is not a Kafka source: expected kafka://HOST:PORT[,HOST:PORT…]/TOPIC"
+            ))
+        };
+        let rest = url.strip_prefix("kafka://").ok_or_else(usage)?;
+        let (brokers, topic) = rest
+            .trim_end_matches('/')
+            .split_once('/')
+            .ok_or_else(usage)?;
+        if brokers.is_empty() || topic.is_empty() || topic.contains('/') {
+            return Err(usage());
+        }
+        Ok(TopicUrl {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+        })
+    }
+
+    /// The source as checkpoints name it: the topic, wherever its brokers are.
+    pub(crate) fn name(&self) -> String {
+        format!("kafka:{}", self.topic)
+    }
+
+    /// Where one message came from, as documents and errors cite it.
+    #[cfg_attr(
+        not(feature = "kafka"),
+        allow(dead_code, reason = "only consumed messages cite it")
+    )]
+    pub(crate) fn position(&self, partition: i32, offset: i64) -> String {
+        format!("kafka:{}/{partition}/{offset}", self.topic)
+    }
+}
 
 /// How to consume the topic.
 #[derive(Debug, Clone)]
@@ -51,4 +96,25 @@ pub fn index_kafka(
         options.source
     ))
     .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_brokers_and_one_topic() {
+        let url = TopicUrl::parse("kafka://a:9092,b:9092/docs").unwrap();
+        assert_eq!(url.brokers, "a:9092,b:9092");
+        assert_eq!(url.topic, "docs");
+        assert_eq!(url.position(2, 17), "kafka:docs/2/17");
+        for bad in [
+            "kafka://a:9092",
+            "kafka:///docs",
+            "kafka://a/b/c",
+            "s3://a/b",
+        ] {
+            assert!(TopicUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -61,6 +61,8 @@ impl<'r> Pending<'r> {
 /// The documents to insert from one origin, found as its documents are read
 /// again, each with the retraction of the version it replaces.
 pub(super) struct ReadLater<'r> {
+    /// The name of the source its documents are keyed under.
+    source_name: String,
     source_uri: String,
     documents: Documents<'r>,
     /// The versions to insert, by document id (an origin's documents have
@@ -71,8 +73,9 @@ pub(super) struct ReadLater<'r> {
 }
 
 impl<'r> ReadLater<'r> {
-    pub(super) fn new(source_uri: String, documents: Documents<'r>) -> Self {
+    pub(super) fn new(source_name: &str, source_uri: String, documents: Documents<'r>) -> Self {
         ReadLater {
+            source_name: source_name.to_string(),
             source_uri,
             documents,
             wanted: HashMap::new(),
@@ -110,7 +113,7 @@ impl Iterator for ReadLater<'_> {
             return None;
         }
         for raw in self.documents.by_ref() {
-            let doc = Document::new(raw, 0);
+            let doc = Document::in_source(&self.source_name, raw, 0);
             let Some(record) = self.wanted.remove(&doc.doc_id) else {
                 continue;
             };
@@ -238,7 +241,7 @@ mod tests {
             .clone()
             .into_iter()
             .inspect(|_| read.set(read.get() + 1));
-        let mut later = ReadLater::new("rows.parquet".into(), Box::new(counted));
+        let mut later = ReadLater::new("", "rows.parquet".into(), Box::new(counted));
         let record = |i: usize| Record::of(&Document::new(rows[i].clone(), 2), 7);
         // Rows 1 and 4 changed: 4 replaces a version, 1 is new.
         later.want(record(1));
@@ -266,6 +269,7 @@ mod tests {
     #[test]
     fn a_document_changed_since_it_was_read_stops_the_round() {
         let mut later = ReadLater::new(
+            "",
             "rows.parquet".into(),
             Box::new(std::iter::once(raw("row0", "edited since"))),
         );

@@ -15,9 +15,11 @@ use memweave_schemas::{
 };
 
 use super::commit::previous_tables;
+use super::shared::source_root;
 use super::{
     Carried, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion,
-    Reader, RoundInput, RoundSource, Routed, SourceContext, Stages, Update, Updates,
+    OtherSources, Reader, RoundInput, RoundSource, Routed, SourceContext, SourcePositions, Stages,
+    Update, Updates,
 };
 use crate::IndexError;
 use crate::dataflow::Fed;
@@ -52,13 +54,26 @@ impl Indexer {
             });
         }
         let engine = Engine::start(options)?;
-        let previous = engine
+        let mut previous = engine
             .runtime
             .block_on(previous_tables(&engine.store, &engine.made_by))
             .map_err(|e| IndexError::Checkpoint {
                 root: engine.store.root().to_string(),
                 source: Box::new(e),
             })?;
+        let mut positions = (previous.as_ref())
+            .map(|p| SourcePositions::parse(&p.checkpoint.source_positions))
+            .unwrap_or_default();
+        let others = match &mut previous {
+            Some(previous) => OtherSources::take(
+                previous,
+                &mut positions,
+                &options.source_name,
+                &source_root(options)?,
+                engine.workers.feeds(),
+            ),
+            None => OtherSources::default(),
+        };
         let versions = previous
             .iter()
             .flat_map(|p| &p.documents)
@@ -95,6 +110,8 @@ impl Indexer {
             origins: Origins::default(),
             documents_version,
             source_errors: Vec::new(),
+            positions,
+            others,
             round: 0,
             versions,
         })
@@ -134,7 +151,11 @@ impl Indexer {
             runtime: &self.engine.runtime,
             cache: &self.engine.cache,
             feeds: self.engine.workers.feeds(),
+            source_name: &self.options.source_name,
             previous: self.previous.as_ref(),
+            positions: (self.previous.as_ref())
+                .and_then(|_| self.positions.of(&self.options.source_name)),
+            other_origins: &self.others.origins,
             origins: &self.origins,
             versions: &self.versions,
         }
@@ -145,7 +166,7 @@ impl Indexer {
     fn round(&mut self, input: RoundInput<'_>) -> Result<IndexSummary, IndexError> {
         let RoundInput {
             mut updates,
-            carried,
+            mut carried,
             positions,
             source_errors,
             reader,
@@ -153,6 +174,7 @@ impl Indexer {
         } = input;
         let reader = reader.as_deref();
         let round = self.round;
+        carried.append(&mut self.others.carried);
         // A process's first round rebuilds every document, its rows replacing
         // the tables', unless it can restore the last checkpoint's states.
         let replace = round == 0 && !self.previous.as_ref().is_some_and(|p| p.restorable);
@@ -278,10 +300,11 @@ impl Indexer {
         }
         self.previous = None;
         tracing::info!(round, "committing the round");
+        self.positions.set(&self.options.source_name, positions);
         let (checkpoint, changes) = self
             .engine
             .runtime
-            .block_on(self.commit(replace, parts, &positions))
+            .block_on(self.commit(replace, parts))
             .map_err(|e| IndexError::Commit {
                 root: self.engine.store.root().to_string(),
                 source: Box::new(e),
@@ -585,7 +608,11 @@ impl Indexer {
             if !later.contains_key(origin) {
                 let documents = (reader.and_then(|r| r.documents(origin))).ok_or_else(no_text)?;
                 let source_uri = record.source_uri.clone();
-                later.insert(origin.to_string(), ReadLater::new(source_uri, documents));
+                let name = &self.options.source_name;
+                later.insert(
+                    origin.to_string(),
+                    ReadLater::new(name, source_uri, documents),
+                );
             }
             later.get_mut(origin).expect("added").want(record);
         }

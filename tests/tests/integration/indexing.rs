@@ -2,11 +2,14 @@
 //! idempotence, formats.
 
 use std::collections::HashSet;
+use std::path::Path;
 
+use memweave_pipeline::index::{IndexOptions, Indexer};
+use memweave_pipeline::source::{Source, SourceOptions};
 use memweave_schemas::Table;
-use memweave_tests::{Tables, calls_made, index, read_tables, shared_data, stdout};
+use memweave_tests::{Tables, calls_made, index, read_calls, read_tables, shared_data, stdout};
 
-use super::shared::{PG_ESSAYS_FLAGS, archive_of, pg_essays};
+use super::shared::{PG_ESSAYS_FLAGS, archive_of, essay, pg_essays};
 
 #[test]
 fn summary_names_every_count() {
@@ -165,6 +168,95 @@ fn an_archive_that_moves_is_read_again_only_where_it_changed() {
     std::fs::remove_file(place("third/archive/apple.txt")).unwrap();
     copy("third", "fourth");
     index_at("fourth", "(0 new or changed, 2 unchanged, 1 deleted)");
+}
+
+/// Two folders under names share a memory: the same key in both is two
+/// documents, a run of one keeps the other's, and a memory built from one
+/// unnamed folder takes a name for it by rebuilding from the call cache.
+#[test]
+fn named_folders_share_a_memory() {
+    let (dir, first) = archive_of(&["gap.txt", "founders.txt"]);
+    let (tables, second) = (dir.path().join("memory"), dir.path().join("second"));
+    std::fs::create_dir(&second).unwrap();
+    std::fs::write(second.join("gap.txt"), essay("apple.txt")).unwrap();
+    let run = |source: &Path, name: &[&str], counts: &str| {
+        let output = index(source, &tables, name);
+        assert!(stdout(&output).contains(counts), "{}", stdout(&output));
+        output
+    };
+    // Built without a name, then named: the documents are keyed anew (new
+    // ids, the old retracted) and rebuilt from the cache, but for MemWalker
+    // parents whose groups (cut where node ids, and so document ids, hash
+    // to a boundary) changed.
+    let built = run(&first, &[], "(2 new or changed, 0 unchanged, 0 deleted)");
+    let unnamed = read_tables(&tables).rows.documents;
+    let cached: HashSet<String> = read_calls(&tables)
+        .into_iter()
+        .map(|c| c.call_key)
+        .collect();
+    let named = run(
+        &first,
+        &["--source-name", "first"],
+        "(2 new or changed, 0 unchanged, 2 deleted)",
+    );
+    let asked: Vec<String> = (read_calls(&tables).into_iter())
+        .filter(|c| !cached.contains(&c.call_key))
+        .map(|c| c.task)
+        .collect();
+    assert_eq!(asked.len() as u64, calls_made(&named));
+    assert!(asked.len() * 10 < calls_made(&built) as usize, "{asked:?}");
+    assert!(
+        asked.iter().all(|task| task == "compress_summaries"),
+        "{asked:?}"
+    );
+    let renamed = read_tables(&tables).rows.documents;
+    assert_eq!(renamed.len(), 2);
+    assert!(
+        renamed
+            .iter()
+            .all(|d| unnamed.iter().all(|u| u.doc_id != d.doc_id))
+    );
+    run(
+        &second,
+        &["--source-name", "second"],
+        "(1 new or changed, 2 unchanged, 0 deleted)",
+    );
+    let both = read_tables(&tables).rows.documents;
+    assert_eq!(both.len(), 3, "gap.txt of each folder, and founders.txt");
+    let again = run(
+        &first,
+        &["--source-name", "first"],
+        "(0 new or changed, 3 unchanged, 0 deleted)",
+    );
+    assert_eq!(calls_made(&again), 0);
+    assert_eq!(read_tables(&tables).rows.documents, both);
+    // A long-lived indexer (as `--watch` runs one) keeps the other folder's
+    // documents through its later rounds too.
+    let options = IndexOptions {
+        source_name: "first".into(),
+        ..IndexOptions::new(first.to_string_lossy(), tables.to_string_lossy())
+    };
+    let source = Source::open(&options.source, &SourceOptions::default()).unwrap();
+    let mut indexer = Indexer::open(&options).unwrap();
+    indexer.index_files(&source).unwrap();
+    let edited = essay("founders.txt") + "\nOne more line, read by a later round.\n";
+    std::fs::write(first.join("founders.txt"), edited).unwrap();
+    let later = indexer.index_files(&source).unwrap();
+    assert_eq!((later.changed, later.deleted, later.documents), (1, 0, 3));
+    drop(indexer);
+    // Each folder retracts only its own.
+    std::fs::remove_file(second.join("gap.txt")).unwrap();
+    run(
+        &second,
+        &["--source-name", "second"],
+        "(0 new or changed, 2 unchanged, 1 deleted)",
+    );
+    let left = read_tables(&tables).rows.documents;
+    assert_eq!(left.len(), 2);
+    assert!(
+        left.iter()
+            .all(|d| d.source_uri.starts_with(&*first.to_string_lossy()))
+    );
 }
 
 #[test]

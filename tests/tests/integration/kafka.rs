@@ -183,6 +183,100 @@ fn kafka_upserts_deletes_and_bad_messages_reach_the_tables() {
     assert_eq!(memories(&read_tables(&tables)), memories(&second));
 }
 
+/// A folder and a topic share one memory under their names: each run keeps
+/// the other source's documents (it neither retracts nor rebuilds them),
+/// the same key in both is two documents, and the checkpoint records where
+/// each source stands.
+#[test]
+fn named_sources_share_a_memory_and_leave_each_other_alone() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("docs", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let (wiki, tables) = (dir.path().join("wiki"), dir.path().join("memory"));
+    std::fs::create_dir(&wiki).unwrap();
+    for name in ["gap.txt", "founders.txt"] {
+        std::fs::write(wiki.join(name), essay(name)).unwrap();
+    }
+    let run = |source: &str, name: &str, counts: &str| {
+        let output = index(Path::new(source), &tables, &["--source-name", name]);
+        assert!(stdout(&output).contains(counts), "{}", stdout(&output));
+        output
+    };
+    let topic = format!("kafka://{}/docs", broker.brokers);
+    let wiki = wiki.to_string_lossy().into_owned();
+    run(&wiki, "wiki", "(2 new or changed, 0 unchanged, 0 deleted)");
+    // The topic holds a document under a key the folder holds too.
+    produce(
+        &broker,
+        &[
+            upsert("gap.txt", &essay("apple.txt")),
+            upsert("want.txt", &essay("want.txt")),
+        ],
+    );
+    run(&topic, "mail", "(2 messages)");
+    let both = read_tables(&tables);
+    assert_eq!(
+        keys(&both),
+        [
+            ("founders.txt", false),
+            ("gap.txt", false),
+            ("gap.txt", true),
+            ("want.txt", true)
+        ]
+    );
+    let positions: serde_json::Value =
+        serde_json::from_str(&both.checkpoint.source_positions).unwrap();
+    assert_eq!(positions["sources"]["wiki"]["source"], wiki.as_str());
+    assert_eq!(positions["sources"]["mail"]["source"], "kafka:docs");
+
+    // The folder again, unchanged: nothing of the topic's is touched.
+    let again = run(&wiki, "wiki", "(0 new or changed, 4 unchanged, 0 deleted)");
+    assert_eq!(calls_made(&again), 0);
+    assert_eq!(read_tables(&tables).documents, both.documents);
+    // A file removed from the folder is one document gone, not three.
+    std::fs::remove_file(Path::new(&wiki).join("gap.txt")).unwrap();
+    run(&wiki, "wiki", "(0 new or changed, 3 unchanged, 1 deleted)");
+    // The topic deletes its own gap.txt and no other.
+    produce(&broker, &[delete("gap.txt")]);
+    run(&topic, "mail", "(1 messages)");
+    let last = read_tables(&tables);
+    assert_eq!(keys(&last), [("founders.txt", false), ("want.txt", true)]);
+    let documents: HashSet<&str> = last.documents.iter().map(|d| d.doc_id.as_str()).collect();
+    let built: HashSet<&str> = (last.segments.iter().map(|s| s.doc_id.as_str()))
+        .chain(last.pages.iter().map(|p| p.doc_id.as_str()))
+        .collect();
+    assert_eq!(built, documents, "each document's rows, and no other's");
+    // The topic under another name would key its documents anew: refused.
+    let tables = tables.to_string_lossy();
+    let renamed = memweave([
+        "index",
+        &topic,
+        "--out",
+        &tables,
+        "--source-name",
+        "letters",
+    ]);
+    assert_eq!(renamed.status.code(), Some(2), "{}", stderr(&renamed));
+    assert!(
+        stderr(&renamed).contains("under another source name"),
+        "{}",
+        stderr(&renamed)
+    );
+}
+
+/// Each document's key (a file's name, a message's title, which is its
+/// `doc_id` here) and whether it came from the topic, in order.
+fn keys(t: &Tables) -> Vec<(&str, bool)> {
+    let mut keys: Vec<(&str, bool)> = (t.documents.iter())
+        .map(|d| match d.source_uri.starts_with("kafka:") {
+            true => (d.title.as_str(), true),
+            false => (d.source_uri.rsplit('/').next().unwrap(), false),
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
 /// A topic that does not exist is a one-line usage error.
 #[test]
 fn a_missing_topic_is_a_clear_error() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use memweave_ingest::{self as ingest, Format, SourceFile};
 use memweave_operators::build::RawDocument;
-use memweave_operators::build::doc_id_of;
+use memweave_operators::build::doc_id_in;
 use memweave_schemas::{ErrorRow, now_micros};
 use rdkafka::Message;
 use rdkafka::config::ClientConfig;
@@ -15,7 +15,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::KafkaOptions;
+use super::{KafkaOptions, TopicUrl};
 use crate::index::{
     Carried, Fresh, IndexOptions, IndexSummary, Indexer, RoundInput, RoundSource, Routed,
     SourceContext, Update, Updates,
@@ -29,45 +29,6 @@ use crate::{IndexError, UsageError};
 const IDLE: Duration = Duration::from_millis(500);
 /// Longest a metadata or offset request to the brokers may take.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// `kafka://BROKERS/TOPIC`, BROKERS being `host:port[,host:port…]`.
-#[derive(Debug, Clone, PartialEq)]
-struct TopicUrl {
-    brokers: String,
-    topic: String,
-}
-
-impl TopicUrl {
-    fn parse(url: &str) -> Result<TopicUrl, UsageError> {
-        let usage = || {
-            UsageError(format!(
-                "{url} is not a Kafka source: expected kafka://HOST:PORT[,HOST:PORT…]/TOPIC"
-            ))
-        };
-        let rest = url.strip_prefix("kafka://").ok_or_else(usage)?;
-        let (brokers, topic) = rest
-            .trim_end_matches('/')
-            .split_once('/')
-            .ok_or_else(usage)?;
-        if brokers.is_empty() || topic.is_empty() || topic.contains('/') {
-            return Err(usage());
-        }
-        Ok(TopicUrl {
-            brokers: brokers.to_string(),
-            topic: topic.to_string(),
-        })
-    }
-
-    /// The source as checkpoints name it: the topic, wherever its brokers are.
-    fn name(&self) -> String {
-        format!("kafka:{}", self.topic)
-    }
-
-    /// Where one message came from, as documents and errors cite it.
-    fn position(&self, partition: i32, offset: i64) -> String {
-        format!("kafka:{}/{partition}/{offset}", self.topic)
-    }
-}
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -160,9 +121,23 @@ impl<'o> KafkaRounds<'o> {
             ))
             .into());
         }
+        // A topic's documents are keyed by their messages' ids, which may be
+        // gone from it: they cannot be keyed anew under a name.
+        let holds_documents = cx.previous.is_some_and(|p| !p.documents.is_empty());
+        if !cx.source_name.is_empty() && cx.positions.is_none() && holds_documents {
+            return Err(UsageError(format!(
+                "{}: the memory holds this topic's documents, indexed under another source \
+                 name or none; index it as before (its documents' ids follow the name), or \
+                 into a new memory",
+                options.source
+            ))
+            .into());
+        }
         // Positions come from the last checkpoint written from this topic.
-        let previous = match cx.previous_positions() {
-            Some(Positions::Kafka { source, offsets }) if source == url.name() => Some(offsets),
+        let previous = match cx.positions {
+            Some(Positions::Kafka { source, offsets }) if *source == url.name() => {
+                Some(offsets.clone())
+            }
             _ => None,
         };
         let mut next: BTreeMap<i32, i64> = partitions
@@ -320,7 +295,7 @@ fn read_message(
             );
         }
     };
-    let doc_id = doc_id_of(&change.doc_id);
+    let doc_id = doc_id_in(cx.source_name, &change.doc_id);
     let text = match (change.op, change.text, change.uri) {
         (Op::Delete, None, None) => return (doc_id, Update::Gone),
         (Op::Delete, ..) => {
@@ -394,26 +369,5 @@ fn read_uri(
         Some(Ok(raw)) => Ok((raw.text, raw.sections)),
         Some(Err(e)) => Err((e.kind, format!("{uri}: {}", e.message))),
         None => Err(("empty", format!("{uri}: no text"))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_name_brokers_and_one_topic() {
-        let url = TopicUrl::parse("kafka://a:9092,b:9092/docs").unwrap();
-        assert_eq!(url.brokers, "a:9092,b:9092");
-        assert_eq!(url.topic, "docs");
-        assert_eq!(url.position(2, 17), "kafka:docs/2/17");
-        for bad in [
-            "kafka://a:9092",
-            "kafka:///docs",
-            "kafka://a/b/c",
-            "s3://a/b",
-        ] {
-            assert!(TopicUrl::parse(bad).is_err(), "{bad}");
-        }
     }
 }
