@@ -4,40 +4,41 @@
 //! dataflow, applies the rows it changed to the tables (deletes, then appends)
 //! and commits a checkpoint naming every table's version.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
 use memweave_llm::{EmbedConfig, LlmConfig};
 use memweave_operators::build::{BuildConfig, Document};
+use memweave_schemas::ErrorRow;
 use memweave_schemas::store::{Collected, Retention};
-use memweave_schemas::{CheckpointRow, ErrorRow};
 
 use crate::IndexError;
 use crate::cluster::Cluster;
-use crate::metrics::IndexMetrics;
-use crate::origins::{Held, Origins, Record};
-use crate::positions::{Positions, SourcePositions};
+use crate::origins::{Held, Record};
+use crate::positions::Positions;
 use crate::source::{Source, SourceOptions};
 use crate::supervise::Flights;
 
+mod checkpoint;
 mod commit;
 mod context;
 mod engine;
 mod files;
+mod indexer;
 pub mod kafka;
 mod pending;
-mod round;
+mod restore;
 mod shared;
+mod summary;
+mod versions;
 
 use context::SourceContext;
-use engine::Engine;
 pub use engine::{ComputeSummary, compute};
 use files::FileRounds;
+pub use indexer::Indexer;
 use pending::Documents;
-use shared::OtherSources;
 
 /// Longest an interrupted build waits for the model calls in flight.
 const INTERRUPT_PATIENCE: Duration = Duration::from_secs(30);
@@ -248,78 +249,6 @@ type Updates = BTreeMap<String, Routed<Update>>;
 /// (a memory's first build by this version, or by another configuration) it
 /// feeds them all, and its rows replace the tables'.
 type Carried = BTreeMap<String, Routed<Held>>;
-
-/// What the indexer knows of a document's newest version: a re-read with the
-/// same content keeps its number and first-seen time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct KnownVersion {
-    content_hash: String,
-    version: u64,
-    /// When this version was first seen (µs since the epoch).
-    seen: i64,
-}
-
-impl KnownVersion {
-    fn new(content_hash: &str, version: u64, seen: i64) -> Self {
-        KnownVersion {
-            content_hash: content_hash.to_string(),
-            version,
-            seen,
-        }
-    }
-}
-
-/// What the last checkpoint held, until the process's first round has used it:
-/// the documents (without their texts) and ingestion errors the source's
-/// files or messages carry over.
-#[derive(Debug)]
-struct Previous {
-    checkpoint: CheckpointRow,
-    documents: Vec<Record>,
-    ingest_errors: Vec<ErrorRow>,
-    /// Whether its documents' states were built as this process builds them:
-    /// then the first round restores them rather than rebuild every document.
-    restorable: bool,
-    /// Documents whose build met a model failure a new run may not meet:
-    /// a restoring round builds them again.
-    unfinished: BTreeSet<String>,
-}
-
-/// An indexing process: the model, the running dataflow workers, and what the
-/// tables hold.
-pub struct Indexer {
-    engine: Engine,
-    /// What `/metrics` shows, with `--metrics-listen`.
-    metrics: Option<Arc<IndexMetrics>>,
-    options: IndexOptions,
-    /// What the dataflow holds, by origin.
-    origins: Origins,
-    /// The `documents` table's version at the last checkpoint: where texts to
-    /// retract or carry over are read.
-    documents_version: Option<u64>,
-    /// The source's own errors, of no origin (files skipped for their type).
-    source_errors: Vec<ErrorRow>,
-    /// Where every source of the memory stands: the last checkpoint's, this
-    /// source's updated as each round commits.
-    positions: SourcePositions,
-    /// What the memory holds of other sources than this run's.
-    others: OtherSources,
-    previous: Option<Previous>,
-    /// The checkpoint whose documents' states the dataflow is still to be
-    /// restored from: at the first round with changes.
-    restore_from: Option<CheckpointRow>,
-    round: u64,
-    versions: HashMap<String, KnownVersion>,
-}
-
-impl std::fmt::Debug for Indexer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Indexer")
-            .field("tables", &self.engine.store.root())
-            .field("round", &self.round)
-            .finish_non_exhaustive()
-    }
-}
 
 /// Where a round reads the origins a source names with [`Update::Read`]
 /// (a listing of files; a stream's updates carry their texts).

@@ -116,7 +116,7 @@ impl Workers {
     /// In a process other than 0: waits for the rounds process 0 feeds, calling
     /// `finished` once per round this process's workers have all seen end, and
     /// returns when process 0 closes the input (or a worker fails).
-    pub fn follow_rounds(&mut self, mut finished: impl FnMut()) -> Result<(), IndexError> {
+    pub fn follow_rounds(&self, mut finished: impl FnMut()) -> Result<(), IndexError> {
         let mut reports = 0;
         // Each worker drops its sender when its dataflow completes.
         while let Ok(report) = self.outputs.recv() {
@@ -134,7 +134,7 @@ impl Workers {
     /// complete). Blocks while the worker has too much in flight (backpressure
     /// on reading).
     pub fn send(
-        &mut self,
+        &self,
         round: u64,
         epoch: u64,
         worker: usize,
@@ -153,7 +153,7 @@ impl Workers {
     /// Sends epoch `epoch` of `round`'s restore to `worker`: what the last
     /// process held, which goes before every change of the round.
     pub fn restore(
-        &mut self,
+        &self,
         round: u64,
         epoch: u64,
         worker: usize,
@@ -170,7 +170,7 @@ impl Workers {
 
     /// Seals `round` on every worker and returns what every worker of every
     /// process staged, once all of it is.
-    pub fn finish_round(&mut self, round: u64) -> Result<Vec<StagedPart>, IndexError> {
+    pub fn finish_round(&self, round: u64) -> Result<Vec<StagedPart>, IndexError> {
         let time = round_start(round + 1);
         for sender in &self.senders {
             sender

@@ -1,11 +1,13 @@
 //! What a source sees of the indexing process while it makes a round.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use memweave_llm::cache::CallCache;
 use memweave_operators::build::{Document, RawDocument};
 
-use super::{Carried, KnownVersion, Previous, Routed};
+use super::checkpoint::Previous;
+use super::versions::DocumentVersions;
+use super::{Carried, Routed};
 use crate::origins::{Held, Origins};
 use crate::positions::Positions;
 
@@ -30,7 +32,7 @@ pub(super) struct SourceContext<'a> {
     /// The origins of other sources' documents, which this source never names.
     pub(super) other_origins: &'a HashSet<String>,
     pub(super) origins: &'a Origins,
-    pub(super) versions: &'a HashMap<String, KnownVersion>,
+    pub(super) versions: &'a DocumentVersions,
 }
 
 impl SourceContext<'_> {
@@ -79,20 +81,9 @@ impl SourceContext<'_> {
             .collect()
     }
 
-    /// A re-read document keeps its version and first-seen time when its content
-    /// is unchanged, and gets the next version when it changed.
+    /// `raw` as this source's document, versioned against what the process
+    /// has seen (see [`DocumentVersions::versioned`]).
     pub(super) fn versioned(&self, raw: RawDocument, now: i64) -> (Document, i64) {
-        let mut doc = Document::in_source(self.source_name, raw, 1);
-        match self.versions.get(&doc.doc_id) {
-            Some(known) if known.content_hash == doc.content_hash => {
-                doc.version = known.version;
-                (doc, known.seen)
-            }
-            Some(known) => {
-                doc.version = known.version + 1;
-                (doc, now)
-            }
-            None => (doc, now),
-        }
+        self.versions.versioned(self.source_name, raw, now)
     }
 }

@@ -11,35 +11,48 @@ use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::TableStore;
 
-use super::{INTERRUPT_PATIENCE, IndexOptions};
+use memweave_schemas::TableVersion;
+use memweave_schemas::store::Compaction;
+
+use super::{EmbedderName, INTERRUPT_PATIENCE, IndexOptions};
 use crate::async_map::Tasks;
-use crate::dataflow::Services;
+use crate::dataflow::{Fed, Services};
 use crate::metrics::IndexMetrics;
 use crate::progress::{Progress, StageProgress};
 use crate::state;
-use crate::workers::Workers;
-use crate::write::RoundWriter;
+use crate::workers::{InputChange, Workers};
+use crate::write::{Batch, RoundChanges, RoundWriter, StagedPart};
 use crate::{IndexError, UsageError};
 
 /// What every indexing process runs: the tables' store, the model behind its
-/// call cache, the embedder, and the dataflow workers.
+/// call cache, the embedder, and the dataflow workers. The indexer reaches
+/// them through what a round does with them (begin, send, stage, finish),
+/// never through its parts.
 pub(super) struct Engine {
     /// First, so the workers stop (dropped in field order) before the runtime
     /// their futures run on.
-    pub(super) workers: Workers,
-    pub(super) runtime: tokio::runtime::Runtime,
-    pub(super) store: TableStore,
-    pub(super) cache: Arc<CallCache>,
-    pub(super) embedder: Arc<dyn Embedder>,
-    pub(super) pool: Option<Arc<PoolClient>>,
-    pub(super) backend: String,
+    workers: Workers,
+    runtime: tokio::runtime::Runtime,
+    store: TableStore,
+    cache: Arc<CallCache>,
+    embedder: Arc<dyn Embedder>,
+    pool: Option<Arc<PoolClient>>,
+    backend: String,
     /// What this process's documents' states are built by ([`state::fingerprint`]).
-    pub(super) made_by: String,
-    pub(super) progress: Arc<Mutex<Arc<Progress>>>,
+    made_by: String,
+    progress: Arc<Mutex<Arc<Progress>>>,
     /// Each stage's work in the round, reported while any is pending.
-    pub(super) stages: Arc<StageProgress>,
+    stages: Arc<StageProgress>,
     /// Stages this process's rows; process 0's commits the rounds.
-    pub(super) writer: Arc<RoundWriter>,
+    writer: Arc<RoundWriter>,
+}
+
+/// What a process's model and embedder did and are, for its summary.
+pub(super) struct ModelReport {
+    pub(super) backend: String,
+    pub(super) cache: CacheReport,
+    pub(super) pool: Option<PoolReport>,
+    pub(super) embedder: EmbedderName,
 }
 
 impl Engine {
@@ -120,6 +133,111 @@ impl Engine {
             writer,
         })
     }
+
+    /// Runs `future` on the process's runtime.
+    pub(super) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    pub(super) fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.runtime
+    }
+
+    pub(super) fn store(&self) -> &TableStore {
+        &self.store
+    }
+
+    pub(super) fn cache(&self) -> &CallCache {
+        &self.cache
+    }
+
+    /// What this process's documents' states are built by.
+    pub(super) fn made_by(&self) -> &str {
+        &self.made_by
+    }
+
+    /// Workers that take input: this process's, in process 0.
+    pub(super) fn feeds(&self) -> usize {
+        self.workers.feeds()
+    }
+
+    /// Serves `/metrics` on `address`: this process's model calls and its
+    /// round's progress; the memory's figures are the caller's to add.
+    pub(super) fn serve_metrics(
+        &self,
+        address: std::net::SocketAddr,
+    ) -> Result<Arc<IndexMetrics>, IndexError> {
+        let metrics = IndexMetrics::new(Arc::clone(&self.cache), Arc::clone(&self.progress));
+        let served = Arc::clone(&metrics);
+        self.block_on(crate::metrics::serve(address, served))?;
+        Ok(metrics)
+    }
+
+    /// A round begins: its progress is the one shown, each stage's work is
+    /// counted from nothing, and the writer knows the tables it stages into.
+    pub(super) fn begin_round(&self, progress: Arc<Progress>) -> Result<(), IndexError> {
+        *self.progress.lock().unwrap_or_else(|e| e.into_inner()) = progress;
+        self.stages.reset();
+        Ok(self.block_on(self.writer.prepare())?)
+    }
+
+    /// Sends one epoch of a round's changes to `worker` (see [`Workers::send`]).
+    pub(super) fn send(
+        &self,
+        round: u64,
+        epoch: u64,
+        worker: usize,
+        origins: usize,
+        changes: Vec<InputChange>,
+    ) -> Result<(), IndexError> {
+        self.workers.send(round, epoch, worker, origins, changes)
+    }
+
+    /// Sends one epoch of a round's restore to `worker` (see [`Workers::restore`]).
+    pub(super) fn restore(
+        &self,
+        round: u64,
+        epoch: u64,
+        worker: usize,
+        restored: Vec<Fed>,
+    ) -> Result<(), IndexError> {
+        self.workers.restore(round, epoch, worker, restored)
+    }
+
+    /// Seals `round` and returns what every worker staged.
+    pub(super) fn finish_round(&self, round: u64) -> Result<Vec<StagedPart>, IndexError> {
+        self.workers.finish_round(round)
+    }
+
+    /// Stages rows of the round that no worker built (ingestion errors,
+    /// retractions of what the tables hold).
+    pub(super) fn stage(&self, batch: Batch) -> Result<StagedPart, IndexError> {
+        self.block_on(self.writer.stage(batch))
+    }
+
+    /// Commits what the round staged into every memory table (see
+    /// [`RoundWriter::commit`]).
+    pub(super) async fn commit_rows(
+        &self,
+        replace: bool,
+        parts: Vec<StagedPart>,
+        compaction: Compaction,
+    ) -> Result<(Vec<TableVersion>, RoundChanges), IndexError> {
+        Ok(self.writer.commit(replace, parts, compaction).await?)
+    }
+
+    /// What this process's model and embedder did and are.
+    pub(super) fn model_report(&self) -> ModelReport {
+        ModelReport {
+            backend: self.backend.clone(),
+            cache: self.cache.report(),
+            pool: self.pool.as_ref().map(|p| p.report()),
+            embedder: EmbedderName {
+                model: self.embedder.model().to_string(),
+                width: self.embedder.dim(),
+            },
+        }
+    }
 }
 
 /// What a process other than 0 of a cluster did.
@@ -142,7 +260,7 @@ pub struct ComputeSummary {
 /// saved to the shared `llm_calls` table at the end of every round.
 pub fn compute(options: &IndexOptions) -> Result<ComputeSummary, IndexError> {
     let started = Instant::now();
-    let mut engine = Engine::start(options)?;
+    let engine = Engine::start(options)?;
     tracing::info!(
         process = options.cluster.process,
         processes = options.cluster.processes(),
@@ -150,10 +268,7 @@ pub fn compute(options: &IndexOptions) -> Result<ComputeSummary, IndexError> {
     );
     // This process's model calls; the round and the memory are process 0's.
     if let Some(address) = options.metrics_listen {
-        let metrics = IndexMetrics::new(Arc::clone(&engine.cache), Arc::clone(&engine.progress));
-        engine
-            .runtime
-            .block_on(crate::metrics::serve(address, metrics))?;
+        engine.serve_metrics(address)?;
     }
     let (runtime, cache) = (&engine.runtime, &engine.cache);
     let mut rounds = 0;

@@ -13,9 +13,10 @@ use memweave_operators::build::RawDocument;
 use memweave_schemas::{ErrorRow, now_micros};
 use rayon::prelude::*;
 
+use super::checkpoint::Previous;
 use super::{
-    Carried, Documents, Fresh, IndexSummary, Indexer, Previous, Reader, RoundInput, RoundSource,
-    Routed, SourceContext, Update, Updates,
+    Carried, Documents, Fresh, IndexSummary, Reader, RoundInput, RoundSource, Routed,
+    SourceContext, Update, Updates,
 };
 use crate::IndexError;
 use crate::origins::{Held, Record};
@@ -142,17 +143,6 @@ impl RoundSource for FileRounds<'_> {
         self.done = true;
         summary.source = self.source.name();
         summary.files = self.files.len();
-    }
-}
-
-impl Indexer {
-    /// One round over a file or object-store source: files whose version is the
-    /// one last indexed are not read again; changed and new files are read and
-    /// their documents replace the old; removed files' documents are retracted.
-    pub fn index_files(&mut self, source: &Source) -> Result<IndexSummary, IndexError> {
-        let read = self.options.source_options.read.clone();
-        let summary = self.run(&mut FileRounds::once(source, read), |_| {})?;
-        Ok(summary.expect("a listing makes one round"))
     }
 }
 

@@ -91,7 +91,7 @@ pub fn index_kafka(
     _: &KafkaOptions,
     _: impl FnMut(&super::IndexSummary),
 ) -> Result<(), crate::IndexError> {
-    Err(crate::UsageError(format!(
+    Err(UsageError(format!(
         "{}: this build has no Kafka source; build with `--features kafka` (e.g. cargo build --release --features kafka)",
         options.source
     ))

@@ -6,8 +6,9 @@ use std::collections::{BTreeSet, HashSet};
 
 use memweave_schemas::hash128;
 
+use super::checkpoint::Previous;
 use super::kafka::TopicUrl;
-use super::{Carried, IndexOptions, Previous, Routed};
+use super::{Carried, IndexOptions, Routed};
 use crate::IndexError;
 use crate::origins::Held;
 use crate::positions::{SourcePositions, file_uri};

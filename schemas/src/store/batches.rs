@@ -4,8 +4,11 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{ListBuilder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::ArrowPrimitiveType;
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float16Array, Float32Array, RecordBatch, StringArray,
+    Array, ArrayRef, FixedSizeListArray, Float16Array, Float32Array, PrimitiveArray, RecordBatch,
+    StringArray,
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
@@ -64,6 +67,16 @@ pub fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Option<&'a StringArray
     batch
         .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+}
+
+/// The column `name` of `batch` as values of `T`, if it has one.
+pub fn primitives<'a, T: ArrowPrimitiveType>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> Option<&'a PrimitiveArray<T>> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_primitive_opt::<T>())
 }
 
 /// `rows` as one Arrow batch with their table's declared schema.

@@ -26,8 +26,8 @@ mod retain;
 mod write;
 
 pub use batches::{
-    KEYS_PER_PREDICATE, batch_rows, rows_batch, rows_of, sql_string, sql_strings, strings,
-    to_batch, with_single_float_vectors,
+    KEYS_PER_PREDICATE, batch_rows, primitives, rows_batch, rows_of, sql_string, sql_strings,
+    strings, to_batch, with_single_float_vectors,
 };
 pub use index::VECTOR_INDEX_MIN_ROWS;
 pub use read::StoredBytes;

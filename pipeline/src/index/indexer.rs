@@ -1,36 +1,37 @@
-//! A round: the dataflow fed what changed, epoch by epoch; the rows it staged
-//! committed with the model's calls and a checkpoint; the summary read back
-//! from the tables.
+//! An indexing process (process 0 of a cluster): it opens the memory where
+//! its last checkpoint left it, then runs rounds. A round feeds the dataflow
+//! what changed, epoch by epoch, commits the rows it staged with the model's
+//! calls and a checkpoint, and reads its summary back from the tables.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use memweave_analytics::metrics::memory_gauges;
-use memweave_operators::build::BuiltRow;
 use memweave_operators::build::Document;
-use memweave_schemas::store::batch_rows;
-use memweave_schemas::{
-    CheckpointRow, DocStateRow, DocumentRow, EmbeddingRow, ErrorRow, GistMemoryRow, MemoryRow,
-    NameStateRow, PageRow, SegmentRow, Table, TableRow, TableStore, TreeNodeRow,
-};
+use memweave_schemas::{CheckpointRow, DocumentRow, ErrorRow, MemoryRow, Table};
 
-use super::commit::previous_tables;
-use super::shared::source_root;
+use super::checkpoint::{Previous, previous_tables};
+use super::commit::{RoundCommit, collect_garbage, commit};
+use super::engine::Engine;
+use super::files::FileRounds;
+use super::pending::{Pending, ReadLater};
+use super::restore::{restore, stored_rows};
+use super::shared::{OtherSources, source_root};
+use super::summary::summary;
+use super::versions::DocumentVersions;
 use super::{
-    Carried, Engine, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Indexer, KnownVersion,
-    OtherSources, Reader, RoundInput, RoundSource, Routed, SourceContext, SourcePositions, Stages,
-    Update, Updates,
+    Carried, Fresh, INTERRUPT_PATIENCE, IndexOptions, IndexSummary, Reader, RoundInput,
+    RoundSource, Routed, SourceContext, Stages, Update, Updates,
 };
 use crate::IndexError;
 use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
 use crate::origins::{Body, Held, Origins, Record};
+use crate::positions::SourcePositions;
 use crate::progress::Progress;
-use crate::state::{DocState, NameStates, StoredEntity};
+use crate::source::Source;
 use crate::workers::InputChange;
-
-use super::pending::{Pending, ReadLater};
-use crate::write::{Batch, StagedPart};
+use crate::write::StagedPart;
 
 /// Files (or messages) each worker gets per input epoch: small enough that
 /// progress is smooth and memory stays bounded, large enough that epochs are cheap.
@@ -39,9 +40,41 @@ const ORIGINS_PER_EPOCH: usize = 8;
 /// mailbox) is spread over epochs and workers as a folder of files would be,
 /// so that one file does not put all its documents in flight at once.
 const DOCUMENTS_PER_EPOCH: usize = ORIGINS_PER_EPOCH;
-/// Documents' states per restore epoch: a message to a worker holds their
-/// texts (a few kilobytes each) until the worker spills them.
-const STATES_PER_EPOCH: usize = 64;
+/// An indexing process: the model, the running dataflow workers, and what the
+/// tables hold.
+pub struct Indexer {
+    engine: Engine,
+    /// What `/metrics` shows, with `--metrics-listen`.
+    metrics: Option<Arc<IndexMetrics>>,
+    options: IndexOptions,
+    /// What the dataflow holds, by origin.
+    origins: Origins,
+    /// The `documents` table's version at the last checkpoint: where texts to
+    /// retract or carry over are read.
+    documents_version: Option<u64>,
+    /// The source's own errors, of no origin (files skipped for their type).
+    source_errors: Vec<ErrorRow>,
+    /// Where every source of the memory stands: the last checkpoint's, this
+    /// source's updated as each round commits.
+    positions: SourcePositions,
+    /// What the memory holds of other sources than this run's.
+    others: OtherSources,
+    previous: Option<Previous>,
+    /// The checkpoint whose documents' states the dataflow is still to be
+    /// restored from: at the first round with changes.
+    restore_from: Option<CheckpointRow>,
+    round: u64,
+    versions: DocumentVersions,
+}
+
+impl std::fmt::Debug for Indexer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Indexer")
+            .field("tables", &self.engine.store().root())
+            .field("round", &self.round)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Indexer {
     /// Opens the tables (rolling back what a crashed run wrote after its last
@@ -55,10 +88,9 @@ impl Indexer {
         }
         let engine = Engine::start(options)?;
         let mut previous = engine
-            .runtime
-            .block_on(previous_tables(&engine.store, &engine.made_by))
+            .block_on(previous_tables(engine.store(), engine.made_by()))
             .map_err(|e| IndexError::Checkpoint {
-                root: engine.store.root().to_string(),
+                root: engine.store().root().to_string(),
                 source: Box::new(e),
             })?;
         let mut positions = (previous.as_ref())
@@ -70,31 +102,16 @@ impl Indexer {
                 &mut positions,
                 &options.source_name,
                 &source_root(options)?,
-                engine.workers.feeds(),
+                engine.feeds(),
             ),
             None => OtherSources::default(),
         };
-        let versions = previous
-            .iter()
-            .flat_map(|p| &p.documents)
-            .map(|d| {
-                let known = KnownVersion::new(&d.content_hash, d.version, d.seen);
-                (d.doc_id.clone(), known)
-            })
-            .collect();
+        let versions = DocumentVersions::of(previous.iter().flat_map(|p| &p.documents));
         let documents_version = previous
             .as_ref()
             .and_then(|p| p.checkpoint.version_of(Table::Documents));
         let metrics = match options.metrics_listen {
-            Some(address) => {
-                let metrics =
-                    IndexMetrics::new(Arc::clone(&engine.cache), Arc::clone(&engine.progress));
-                let served = Arc::clone(&metrics);
-                engine
-                    .runtime
-                    .block_on(crate::metrics::serve(address, served))?;
-                Some(metrics)
-            }
+            Some(address) => Some(engine.serve_metrics(address)?),
             None => None,
         };
         let restore_from = previous
@@ -115,6 +132,15 @@ impl Indexer {
             round: 0,
             versions,
         })
+    }
+
+    /// One round over a file or object-store source: files whose version is the
+    /// one last indexed are not read again; changed and new files are read and
+    /// their documents replace the old; removed files' documents are retracted.
+    pub fn index_files(&mut self, source: &Source) -> Result<IndexSummary, IndexError> {
+        let read = self.options.source_options.read.clone();
+        let summary = self.run(&mut FileRounds::once(source, read), |_| {})?;
+        Ok(summary.expect("a listing makes one round"))
     }
 
     /// Rounds until `source` has no more, each reported once committed;
@@ -148,9 +174,9 @@ impl Indexer {
     /// What a source sees of this process while it makes a round.
     pub(super) fn source_context(&self) -> SourceContext<'_> {
         SourceContext {
-            runtime: &self.engine.runtime,
-            cache: &self.engine.cache,
-            feeds: self.engine.workers.feeds(),
+            runtime: self.engine.runtime(),
+            cache: self.engine.cache(),
+            feeds: self.engine.feeds(),
             source_name: &self.options.source_name,
             previous: self.previous.as_ref(),
             positions: (self.previous.as_ref())
@@ -195,17 +221,11 @@ impl Indexer {
             self.source_errors = source_errors;
         }
         let progress = Progress::new(updates.len() as u64, self.options.interactive);
-        *self
-            .engine
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&progress);
-        self.engine.stages.reset();
-        self.engine.runtime.block_on(self.engine.writer.prepare())?;
+        self.engine.begin_round(Arc::clone(&progress))?;
         // Epoch by epoch, every worker: one left behind would hold back
         // everyone's progress, and with it their flow control. Each epoch's
         // files are read as it is fed, so texts are held only while in flight.
-        let feeds = self.engine.workers.feeds();
+        let feeds = self.engine.feeds();
         let mut queues: Vec<Vec<(String, Update)>> = (0..feeds).map(|_| Vec::new()).collect();
         for (
             key,
@@ -274,16 +294,14 @@ impl Indexer {
             self.send(round, fed)?;
         }
         let Restored { bytes, retracted } = restored;
-        let mut parts = self.engine.workers.finish_round(round)?;
+        let mut parts = self.engine.finish_round(round)?;
         parts.extend(retracted);
         let build = started.elapsed() - read;
         progress.finish();
-        if self.engine.cache.is_closing() {
+        if self.engine.cache().is_closing() {
             // Interrupted: documents whose calls were refused are not built, so
             // this round must not be committed. Save the calls and stop.
-            self.engine
-                .runtime
-                .block_on(self.engine.cache.close(INTERRUPT_PATIENCE))?;
+            (self.engine).block_on(self.engine.cache().close(INTERRUPT_PATIENCE))?;
             return Err(IndexError::Interrupted);
         }
         ingest_errors.retain(|_, diff| *diff != 0);
@@ -292,21 +310,25 @@ impl Indexer {
                 .into_iter()
                 .map(|(row, diff)| (MemoryRow::Error(row), diff))
                 .collect();
-            parts.push(
-                self.engine
-                    .runtime
-                    .block_on(self.engine.writer.stage(batch))?,
-            );
+            parts.push(self.engine.stage(batch)?);
         }
         self.previous = None;
         tracing::info!(round, "committing the round");
         self.positions.set(&self.options.source_name, positions);
-        let (checkpoint, changes) = self
-            .engine
-            .runtime
-            .block_on(self.commit(replace, parts))
+        let committing = RoundCommit {
+            replace,
+            parts,
+            retention: self.options.retention,
+            evicts: self.options.cluster.processes() == 1,
+            // No checkpoint yet is no documents version yet.
+            first: self.documents_version.is_none(),
+            versions: &self.versions,
+            positions: self.positions.record(),
+        };
+        let (checkpoint, changes) = (self.engine)
+            .block_on(commit(&self.engine, committing))
             .map_err(|e| IndexError::Commit {
-                root: self.engine.store.root().to_string(),
+                root: self.engine.store().root().to_string(),
                 source: Box::new(e),
             })?;
         self.round += 1;
@@ -314,23 +336,22 @@ impl Indexer {
         for error in &changes.errors_added {
             tracing::warn!(source = %error.source, kind = %error.kind, "{}", error.message);
         }
-        let (changed, deleted) = self.note_versions(&changes, replace);
+        let (changed, deleted) = self.versions.note(&changes, replace);
         if let Some(metrics) = &self.metrics {
-            let memory = self
-                .engine
-                .runtime
-                .block_on(memory_gauges(&self.engine.store, checkpoint.epoch));
+            let memory =
+                (self.engine).block_on(memory_gauges(self.engine.store(), checkpoint.epoch));
             match memory {
                 Ok(memory) => metrics.committed(checkpoint.epoch, memory),
                 Err(e) => tracing::warn!("the memory's report for /metrics failed: {e:#}"),
             }
         }
-        let mut summary = self.summary(&checkpoint, started)?;
+        let mut summary = summary(&self.engine, &checkpoint, started)?;
         summary.changed = changed;
         summary.deleted = deleted;
         summary.rows_written = changes.rows_written;
         summary.restored_bytes = bytes;
-        summary.collected = self.collect_garbage();
+        let pinned = self.restore_from.as_ref().map(|c| c.epoch);
+        summary.collected = collect_garbage(&self.engine, &self.options.retention, pinned);
         summary.stages = Stages {
             read,
             build,
@@ -387,17 +408,14 @@ impl Indexer {
         let Some(checkpoint) = self.restore_from.take() else {
             return Ok(Restored::default());
         };
-        let (bytes, unfinished) = self.restore(round, &checkpoint)?;
+        let unfinished = (self.previous.as_ref()).map(|p| &p.unfinished);
+        let (bytes, unfinished) = restore(&self.engine, round, &checkpoint, unfinished)?;
         let mut retracted = Vec::new();
         if let (false, Some(previous)) = (unfinished.is_empty(), &self.previous) {
-            let Engine {
-                runtime,
-                store,
-                writer,
-                ..
-            } = &self.engine;
-            let rows = runtime.block_on(stored_rows(store, &previous.checkpoint, &unfinished))?;
-            retracted.push(runtime.block_on(writer.stage(rows))?);
+            let store = self.engine.store();
+            let rows =
+                (self.engine).block_on(stored_rows(store, &previous.checkpoint, &unfinished))?;
+            retracted.push(self.engine.stage(rows)?);
         }
         if let Some(first) = sent.first_mut() {
             let states = unfinished.into_iter().map(|s| (Fed::Restored(s), -1));
@@ -413,103 +431,7 @@ impl Indexer {
             origins,
             changes,
         } = fed;
-        self.engine
-            .workers
-            .send(round, epoch, peer, origins, changes)
-    }
-
-    /// Feeds what the checkpoint's cross-document stages held at `round`'s
-    /// restore time: its entities with its names' states (see
-    /// [`crate::state`]) first, then every document's state, spread over
-    /// this process's workers. Returns the bytes of states read, and the
-    /// states of the documents the checkpoint left unfinished.
-    fn restore(
-        &mut self,
-        round: u64,
-        checkpoint: &CheckpointRow,
-    ) -> Result<(u64, Vec<DocStateRow>), IndexError> {
-        let unfinished = (self.previous.as_ref()).map(|p| &p.unfinished);
-        let mut states_of_unfinished = Vec::new();
-        let Engine {
-            runtime,
-            store,
-            workers,
-            ..
-        } = &mut self.engine;
-        let feeds = workers.feeds();
-        let (mut sent, mut bytes, mut failed) = (0, 0, None);
-        let mut names = NameStates::default();
-        let scan = store.scan_at(Table::NameStates, checkpoint, &["name", "asked"], |batch| {
-            match batch_rows::<NameStateRow>(Table::NameStates, batch) {
-                Ok(rows) => rows.into_iter().for_each(|r| names.insert(r)),
-                Err(e) => failed = Some(e.into()),
-            }
-        });
-        runtime.block_on(scan)?;
-        // Worker 0's first epoch, ahead of the states: each epoch of a
-        // worker's input is one message.
-        let mut entities = Vec::new();
-        let columns = ["entity_id", "seg_ids"];
-        let scan = store.scan_at(Table::Entities, checkpoint, &columns, |batch| {
-            if failed.is_some() {
-                return;
-            }
-            match batch_rows::<EntitySegments>(Table::Entities, batch) {
-                Ok(rows) => entities.push(Fed::Entities(
-                    (rows.iter())
-                        .map(|r| StoredEntity::new(&r.entity_id, &r.seg_ids, &names))
-                        .collect(),
-                )),
-                Err(e) => failed = Some(e.into()),
-            }
-        });
-        runtime.block_on(scan)?;
-        let columns = ["doc_id", "build", "state"];
-        let scan = store.scan_at(Table::DocStates, checkpoint, &columns, |batch| {
-            if failed.is_some() {
-                return;
-            }
-            let rows: Vec<DocStateRow> = match batch_rows(Table::DocStates, batch) {
-                Ok(rows) => rows,
-                Err(e) => {
-                    failed = Some(e.into());
-                    return;
-                }
-            };
-            states_of_unfinished.extend(
-                (rows.iter())
-                    .filter(|r| unfinished.is_some_and(|u| u.contains(&r.doc_id)))
-                    .cloned(),
-            );
-            let mut rows = rows.into_iter().peekable();
-            while rows.peek().is_some() && failed.is_none() {
-                let mut chunk: Vec<Fed> = std::mem::take(&mut entities);
-                chunk.extend(
-                    (rows.by_ref().take(STATES_PER_EPOCH))
-                        .inspect(|r| bytes += r.state.len() as u64)
-                        .map(Fed::Restored),
-                );
-                let (worker, epoch) = (sent % feeds, (sent / feeds) as u64);
-                if let Err(e) = workers.restore(round, epoch, worker, chunk) {
-                    failed = Some(e);
-                }
-                sent += 1;
-            }
-        });
-        runtime.block_on(scan)?;
-        if failed.is_none() && !entities.is_empty() {
-            failed = workers.restore(round, 0, 0, entities).err();
-        }
-        if let Some(error) = failed {
-            return Err(error);
-        }
-        tracing::info!(
-            epoch = checkpoint.epoch,
-            bytes,
-            unfinished = states_of_unfinished.len(),
-            "restored the dataflow from the documents' states"
-        );
-        Ok((bytes, states_of_unfinished))
+        self.engine.send(round, epoch, peer, origins, changes)
     }
 
     /// One epoch's share of a round: reads its files, updates the origins, and
@@ -570,12 +492,10 @@ impl Indexer {
             .collect();
         let stored: HashMap<String, DocumentRow> = match (wanted.is_empty(), self.documents_version)
         {
-            (false, Some(version)) => self
-                .engine
-                .runtime
+            (false, Some(version)) => (self.engine)
                 .block_on(
                     self.engine
-                        .store
+                        .store()
                         .rows_with_keys::<DocumentRow>(version, &wanted),
                 )?
                 .into_iter()
@@ -678,69 +598,4 @@ fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) 
     for row in rows {
         *errors.entry(row.clone()).or_insert(0) += diff;
     }
-}
-
-/// The rows the tables hold at `checkpoint` of the documents whose `states`
-/// are given, each with multiplicity -1: every row their builds made but
-/// those the states themselves give the dataflow (which retracts those).
-async fn stored_rows(
-    store: &TableStore,
-    checkpoint: &CheckpointRow,
-    states: &[DocStateRow],
-) -> Result<Batch, IndexError> {
-    async fn rows<R: TableRow>(
-        store: &TableStore,
-        checkpoint: &CheckpointRow,
-        column: &str,
-        values: &[String],
-    ) -> Result<Vec<R>, IndexError> {
-        Ok(match checkpoint.version_of(R::TABLE) {
-            Some(version) => store.rows_where_in(version, column, values).await?,
-            None => Vec::new(),
-        })
-    }
-    let ids: Vec<String> = states.iter().map(|s| s.doc_id.clone()).collect();
-    let given: HashSet<String> = states
-        .iter()
-        .filter_map(|s| DocState::of_row(s).ok())
-        .flat_map(DocState::into_built_rows)
-        .filter_map(|row| match row {
-            BuiltRow::TreeNode(node) => Some(node.node_id),
-            _ => None,
-        })
-        .collect();
-    let segments: Vec<SegmentRow> = rows(store, checkpoint, "doc_id", &ids).await?;
-    let nodes: Vec<TreeNodeRow> = rows(store, checkpoint, "doc_id", &ids).await?;
-    let owners: Vec<String> = (segments.iter().map(|s| s.seg_id.clone()))
-        .chain(nodes.iter().map(|n| n.node_id.clone()))
-        .collect();
-    let vectors: Vec<EmbeddingRow> = rows(store, checkpoint, "owner_id", &owners).await?;
-    let documents: Vec<DocumentRow> = rows(store, checkpoint, "doc_id", &ids).await?;
-    let pages: Vec<PageRow> = rows(store, checkpoint, "doc_id", &ids).await?;
-    let gists: Vec<GistMemoryRow> = rows(store, checkpoint, "doc_id", &ids).await?;
-    let errors: Vec<ErrorRow> = rows(store, checkpoint, "doc_id", &ids).await?;
-    let stored = (documents.into_iter().map(MemoryRow::Document))
-        .chain(segments.into_iter().map(MemoryRow::Segment))
-        .chain(
-            (nodes.into_iter())
-                .filter(|n| !given.contains(&n.node_id))
-                .map(MemoryRow::TreeNode),
-        )
-        .chain(vectors.into_iter().map(MemoryRow::Embedding))
-        .chain(pages.into_iter().map(MemoryRow::Page))
-        .chain(gists.into_iter().map(MemoryRow::GistMemory))
-        .chain(
-            (errors.into_iter())
-                .filter(|e| e.stage != "ingest")
-                .map(MemoryRow::Error),
-        )
-        .chain(states.iter().cloned().map(MemoryRow::DocState));
-    Ok(stored.map(|row| (row, -1)).collect())
-}
-
-/// The columns of an entity's row the restore reads.
-#[derive(serde::Deserialize)]
-struct EntitySegments {
-    entity_id: String,
-    seg_ids: Vec<String>,
 }

@@ -1,0 +1,117 @@
+//! What the indexer knows of each document's newest version: a re-read with
+//! the same content keeps its number and first-seen time, and a commit says
+//! which documents are new, changed and gone against it.
+
+use std::collections::{HashMap, HashSet};
+
+use memweave_operators::build::{Document, RawDocument};
+
+use crate::origins::Record;
+use crate::write::RoundChanges;
+
+/// A document's newest version as the memory holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KnownVersion {
+    content_hash: String,
+    version: u64,
+    /// When this version was first seen (µs since the epoch).
+    seen: i64,
+}
+
+impl KnownVersion {
+    fn new(content_hash: &str, version: u64, seen: i64) -> Self {
+        KnownVersion {
+            content_hash: content_hash.to_string(),
+            version,
+            seen,
+        }
+    }
+}
+
+/// Every document's newest version, by id.
+#[derive(Debug, Default)]
+pub(super) struct DocumentVersions(HashMap<String, KnownVersion>);
+
+impl DocumentVersions {
+    /// The versions of the documents a checkpoint holds.
+    pub(super) fn of<'r>(records: impl IntoIterator<Item = &'r Record>) -> Self {
+        let known = records.into_iter().map(|d| {
+            let known = KnownVersion::new(&d.content_hash, d.version, d.seen);
+            (d.doc_id.clone(), known)
+        });
+        DocumentVersions(known.collect())
+    }
+
+    /// `raw` as the document of the source named `source`, versioned: the
+    /// same content keeps its version and first-seen time, changed content
+    /// gets the next version, first seen `now`.
+    pub(super) fn versioned(&self, source: &str, raw: RawDocument, now: i64) -> (Document, i64) {
+        let mut doc = Document::in_source(source, raw, 1);
+        match self.0.get(&doc.doc_id) {
+            Some(known) if known.content_hash == doc.content_hash => {
+                doc.version = known.version;
+                (doc, known.seen)
+            }
+            Some(known) => {
+                doc.version = known.version + 1;
+                (doc, now)
+            }
+            None => (doc, now),
+        }
+    }
+
+    /// The documents whose earlier text the round replaced or removed: what
+    /// [`DocumentVersions::note`] counts as changed and gone, but new ones.
+    pub(super) fn superseded(&self, changes: &RoundChanges, replace: bool) -> Vec<String> {
+        if !replace {
+            return changes.documents_removed.clone();
+        }
+        let added = added_versions(changes);
+        (self.0.iter())
+            .filter(|(id, known)| added.get(id.as_str()) != Some(*known))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Notes the versions of the documents a round added and removed; returns
+    /// how many documents are new or changed, and how many are gone. A
+    /// `replace` round (a process's first) added every document: against the
+    /// last checkpoint's versions, only those whose version changed count, and
+    /// the checkpoint's documents it did not add are gone.
+    pub(super) fn note(&mut self, changes: &RoundChanges, replace: bool) -> (usize, usize) {
+        let added = added_versions(changes);
+        let (changed, deleted) = if replace {
+            let changed = (added.iter())
+                .filter(|(id, known)| self.0.get(**id) != Some(known))
+                .count();
+            let deleted = (self.0.keys())
+                .filter(|id| !added.contains_key(id.as_str()))
+                .count();
+            self.0.clear();
+            (changed, deleted)
+        } else {
+            let removed: HashSet<&str> = (changes.documents_removed.iter())
+                .map(String::as_str)
+                .filter(|id| !added.contains_key(id))
+                .collect();
+            for id in &removed {
+                self.0.remove(*id);
+            }
+            (added.len(), removed.len())
+        };
+        for (id, known) in added {
+            self.0.insert(id.to_string(), known);
+        }
+        (changed, deleted)
+    }
+}
+
+/// The versions of the documents a round added, by id.
+fn added_versions(changes: &RoundChanges) -> HashMap<&str, KnownVersion> {
+    (changes.documents_added.iter())
+        .map(|d| {
+            let known = KnownVersion::new(&d.content_hash, d.version, d.ingested_at);
+            (d.doc_id.as_str(), known)
+        })
+        .collect()
+}
