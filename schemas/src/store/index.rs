@@ -9,8 +9,8 @@ use lance_index::IndexType;
 use lance_index::optimize::OptimizeOptions;
 use lance_index::scalar::inverted::tokenizer::Language;
 use lance_index::scalar::{BuiltinIndexType, InvertedIndexParams, ScalarIndexParams};
+use lance_index::vector::bq::RQBuildParams;
 use lance_index::vector::ivf::IvfBuildParams;
-use lance_index::vector::sq::builder::SQBuildParams;
 use lance_linalg::distance::DistanceType;
 
 use super::{Result, TableStore};
@@ -25,11 +25,13 @@ pub const VECTOR_INDEX_MIN_ROWS: usize = 1024;
 /// up to 65,536 (256·√n ≥ n), and the training time with them.
 const VECTOR_TRAINING_PER_PARTITION: usize = 64;
 
-/// Vectors sampled per 8-bit level to find each dimension's range for scalar
-/// quantization: 4,096 in all. Lance's default (256 a level, 65,536 vectors)
-/// loads a whole 10M-token build's vectors, and a copy to normalise them, at
-/// the round's end: the largest allocation of its commit.
-const VECTOR_SQ_TRAINING_PER_LEVEL: usize = 16;
+/// Bits per dimension of the index's RaBitQ codes: 128 bytes for a
+/// 1,024-wide vector. A search re-ranks its candidates with the table's own
+/// vectors, so more bits buy no recall there: over python3.11-doc's 19,553
+/// vectors, the re-ranked top 5 and top 10 were those of 8-bit scalar
+/// quantization (99.5% of the exact ones) at 157 bytes of index per vector
+/// against 1,041 (`scripts/vector-index-recall`).
+const VECTOR_RQ_BITS: u8 = 1;
 
 /// Segments an index may have (one per commit that appended rows) before a
 /// commit merges them: a lookup reads each segment, and a long `--watch` or
@@ -44,11 +46,12 @@ impl TableStore {
     /// are enough of them that an index beats a scan, and trains it anew with
     /// `retrain` (a rebuild replaced every vector); later appends join it as
     /// segments ([`TableStore::index_lookups`]). Returns the version. The
-    /// partitions hold 8-bit scalar-quantized vectors: building an IVF_FLAT
-    /// index, whose partitions copy the vectors whole, held about five times
-    /// the table's vectors at once (pylance, 50K vectors: +255 MiB, IVF_SQ
-    /// +165 MiB), and a search can re-rank its candidates with the table's
-    /// own vectors (`refine_factor`).
+    /// partitions hold 1-bit RaBitQ codes of the vectors (randomly rotated,
+    /// so each bit carries as much as any other), not the vectors: an
+    /// IVF_FLAT index copies them whole (building one held about five times
+    /// the table's vectors at once: pylance, 50K vectors, +255 MiB), and a
+    /// search re-ranks its candidates with the table's own vectors
+    /// (`refine_factor`).
     pub async fn index_vectors(&self, retrain: bool) -> Result<Option<u64>> {
         let table = Table::Embeddings;
         let Some(mut dataset) = self.dataset(table, None).await? else {
@@ -74,12 +77,12 @@ impl TableStore {
             sample_rate: VECTOR_TRAINING_PER_PARTITION,
             ..IvfBuildParams::new(partitions)
         };
-        let params = VectorIndexParams::with_ivf_sq_params(
+        let params = VectorIndexParams::with_ivf_rq_params(
             DistanceType::Cosine,
             ivf,
-            SQBuildParams {
-                sample_rate: VECTOR_SQ_TRAINING_PER_LEVEL,
-                ..SQBuildParams::default()
+            RQBuildParams {
+                num_bits: VECTOR_RQ_BITS,
+                ..RQBuildParams::default()
             },
         );
         dataset

@@ -83,7 +83,7 @@ fn pylance_and_duckdb_read_the_same_counts() {
     }
     // Enough vectors for an index: pylance finds it and searches through it.
     assert!(t.embeddings.len() >= memweave_schemas::store::VECTOR_INDEX_MIN_ROWS);
-    assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_SQ"]));
+    assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_RQ"]));
     assert_eq!(seen["nearest_is_itself"], true);
     // The schema says what a vector stands for.
     assert_eq!(
