@@ -45,7 +45,8 @@
 //! LATENCY_DOCS (default 10000) the store's size, LATENCY_SECONDS (default 10)
 //! the HTTP run per strategy, QUERY_STRATEGIES (names, comma separated) the
 //! strategies the latency parts ask. QUERY_BENCH_EMBEDDER=minilm embeds with
-//! all-MiniLM-L6-v2 from MEMWEAVE_MINILM_DIR instead of the hashing embedder.
+//! all-MiniLM-L6-v2 from MEMWEAVE_MINILM_DIR instead of the hashing embedder,
+//! and hashing-N with the hashing embedder N wide (1,024 by default).
 //! The 10,000-document store is built once and kept under the target directory.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used)]
@@ -153,10 +154,18 @@ fn essay_sentences() -> Vec<String> {
         .collect()
 }
 
-/// The embedder QUERY_BENCH_EMBEDDER names: hashing (the default) or minilm.
+/// The embedder QUERY_BENCH_EMBEDDER names: hashing (the default), hashing-N
+/// (N wide) or minilm.
 fn embed_config() -> EmbedConfig {
-    match std::env::var("QUERY_BENCH_EMBEDDER").as_deref() {
-        Ok("minilm") => EmbedConfig::MiniLm {
+    let chosen = std::env::var("QUERY_BENCH_EMBEDDER").unwrap_or_default();
+    if let Some(width) = chosen.strip_prefix("hashing-") {
+        let width = width
+            .parse()
+            .expect("QUERY_BENCH_EMBEDDER=hashing-N: N a width");
+        return EmbedConfig::Hashing { width };
+    }
+    match chosen.as_str() {
+        "minilm" => EmbedConfig::MiniLm {
             dir: std::env::var_os("MEMWEAVE_MINILM_DIR")
                 .expect("QUERY_BENCH_EMBEDDER=minilm needs MEMWEAVE_MINILM_DIR")
                 .into(),
