@@ -24,7 +24,7 @@ use crate::request::{
     EntityRequest, NodeRequest, OverviewRequest, PageRequest, PagesRequest, RequestError,
     SearchRequest, SegmentRequest, TextRequest, TreeRequest,
 };
-use crate::snapshot::{Document, Snapshot};
+use crate::snapshot::{Document, Page, Snapshot};
 
 /// Limits every request runs under.
 #[derive(Debug, Clone)]
@@ -391,7 +391,8 @@ impl ServiceState {
         let snapshot = self.at(request.epoch).await?;
         let document = known_document(&snapshot, &request.doc_id).await?;
         let pages = snapshot.pages_of(&request.doc_id).await?;
-        let Some(page) = pages.iter().find(|p| p.ordinal == request.page) else {
+        let Some(Page { row: page, text }) = pages.iter().find(|p| p.row.ordinal == request.page)
+        else {
             return Err(ApiError::NotFound(format!(
                 "document {:?} has no page {}; it has {} (0 to {})",
                 request.doc_id,
@@ -403,7 +404,7 @@ impl ServiceState {
         Ok(json!({
             "doc_id": page.doc_id, "title": document.title, "page": page.ordinal,
             "pages": pages.len(), "page_id": page.page_id, "start_char": page.start_char,
-            "end_char": page.end_char, "gist": page.gist, "text": page.text,
+            "end_char": page.end_char, "gist": page.gist, "text": text,
         }))
     }
 
@@ -504,7 +505,7 @@ impl ServiceState {
             .iter()
             .skip(from)
             .take(limit)
-            .map(|p| {
+            .map(|Page { row: p, .. }| {
                 json!({
                     "page": p.ordinal, "page_id": p.page_id, "start_char": p.start_char,
                     "end_char": p.end_char, "gist": p.gist,
@@ -514,14 +515,14 @@ impl ServiceState {
         Ok(json!({ "doc_id": request.doc_id, "total": pages.len(), "from": from, "pages": listed }))
     }
 
-    /// A stretch of a document's text by character, read from its pages.
+    /// A stretch of a document's text by character.
     pub async fn text(&self, request: &TextRequest) -> Served {
         let chars = request.range()?;
         let snapshot = self.at(request.epoch).await?;
         let document = known_document(&snapshot, &request.doc_id).await?;
         let Some((start, text)) = snapshot.text_of(&request.doc_id, chars).await? else {
             return Err(ApiError::NotFound(format!(
-                "document {:?} has no pages to read its text from",
+                "unknown document {:?}",
                 request.doc_id
             )));
         };
@@ -771,7 +772,7 @@ mod tests {
         let stored = &snapshot.pages_of("paint").await.unwrap()[1];
         assert_eq!(
             (page["text"].as_str(), page["gist"].as_str()),
-            (Some(stored.text.as_str()), Some(stored.gist.as_str()))
+            (Some(stored.text.as_str()), Some(stored.row.gist.as_str()))
         );
         let past = PageRequest {
             doc_id: "paint".into(),

@@ -112,6 +112,9 @@ pub struct TreeNodeRow {
     pub n_tokens: u32,
 }
 
+/// One of ReadAgent's pages: the characters `start_char..end_char` of its
+/// document's text (a document's pages tile it, so the text is kept once,
+/// in `documents`: [`PageRow::text_in`]), and its gist.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct PageRow {
     pub page_id: String,
@@ -119,8 +122,18 @@ pub struct PageRow {
     pub ordinal: u32,
     pub start_char: u64,
     pub end_char: u64,
-    pub text: String,
     pub gist: String,
+}
+
+impl PageRow {
+    /// The page's text, out of its document's `text`.
+    pub fn text_in(&self, text: &str) -> String {
+        let length = self.end_char.saturating_sub(self.start_char) as usize;
+        text.chars()
+            .skip(self.start_char as usize)
+            .take(length)
+            .collect()
+    }
 }
 
 /// What one document gives the stages that see many documents at once

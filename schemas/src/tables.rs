@@ -316,7 +316,6 @@ impl Table {
                 Field::new("ordinal", DataType::UInt32, false),
                 Field::new("start_char", DataType::UInt64, false),
                 Field::new("end_char", DataType::UInt64, false),
-                utf8("text"),
                 utf8("gist"),
             ],
             Table::GistMemories => vec![utf8("doc_id"), utf8("gists")],

@@ -222,6 +222,12 @@ pub struct Tables {
 }
 
 impl Tables {
+    /// A page's text, cut out of its document's.
+    pub fn page_text(&self, page: &memweave_schemas::PageRow) -> String {
+        let document = self.rows.documents.iter().find(|d| d.doc_id == page.doc_id);
+        page.text_in(document.map_or("", |d| d.text.as_str()))
+    }
+
     /// The lexicon counted afresh from the rows: what the kept one must equal.
     pub fn recounted_lexicon(&self) -> Vec<LexiconRow> {
         let mut delta = LexiconDelta::default();

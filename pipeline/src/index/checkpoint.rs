@@ -49,6 +49,11 @@ pub(super) async fn previous_tables(
             "rolled back table versions a stopped run wrote after the last checkpoint"
         );
     }
+    // Rows are staged with the columns each table declares now: an older
+    // memory's tables are brought to them first (their metadata only).
+    for &table in Table::MEMORY {
+        store.upgrade_columns(table).await?;
+    }
     let documents = document_records(store, &checkpoint)
         .await
         .map_err(|e| IndexError::OlderTables(Box::new(e)))?;

@@ -267,7 +267,7 @@ fn rows() -> MemoryTables {
             summary,
         ));
     }
-    // Each page is one segment's text (by its place in SEGMENTS) with a gist.
+    // Each page is one segment's stretch of text (by its place in SEGMENTS) with a gist.
     for (doc_id, page_id, ordinal, gist, segment) in [
         (
             "paint",
@@ -285,14 +285,13 @@ fn rows() -> MemoryTables {
         ),
         ("startup", "g-s1", 0, "Startups, growth and investors.", 2),
     ] {
-        let text = SEGMENTS[segment].2;
+        let segment = &rows.segments[segment];
         rows.pages.push(PageRow {
             page_id: page_id.into(),
             doc_id: doc_id.into(),
             ordinal,
-            start_char: 0,
-            end_char: text.chars().count() as u64,
-            text: text.into(),
+            start_char: segment.start_char,
+            end_char: segment.end_char,
             gist: gist.into(),
         });
     }

@@ -3,9 +3,9 @@
 //! place among the gists, and answers from that.
 
 use memweave_operators::model::PageView;
-use memweave_schemas::PageRow;
 
 use super::{Navigation, Navigator, Signal, Walked, navigator_over_context};
+use crate::snapshot::Page;
 
 /// Pages ReadAgent may look up when a request does not say.
 const DEFAULT_MAX_PAGES: usize = 3;
@@ -134,10 +134,10 @@ impl ReadAgent<'_, '_> {
         self.answer_from_pages(&pages, &read).await
     }
 
-    fn record_lookup(&mut self, pages: &[PageRow], number: u32, how: &str) {
+    fn record_lookup(&mut self, pages: &[Page], number: u32, how: &str) {
         self.recorder.depth = 1;
-        if let Some(page) = pages.iter().find(|p| p.ordinal == number) {
-            let id = page.page_id.clone();
+        if let Some(page) = pages.iter().find(|p| p.row.ordinal == number) {
+            let id = page.row.page_id.clone();
             self.by(Signal::Model).record(
                 "lookup",
                 &id,
@@ -153,7 +153,7 @@ impl ReadAgent<'_, '_> {
 
     /// The gists with the pages read expanded in place, as the model answers from
     /// them; the pages read are the citation.
-    async fn answer_from_pages(&mut self, pages: &[PageRow], read: &[u32]) -> Walked {
+    async fn answer_from_pages(&mut self, pages: &[Page], read: &[u32]) -> Walked {
         let context = memory(pages, read)
             .iter()
             .map(|p| format!("<Page {}>\n{}", p.number, p.text))
@@ -162,10 +162,12 @@ impl ReadAgent<'_, '_> {
         let mut passages = Vec::new();
         for p in read
             .iter()
-            .filter_map(|n| pages.iter().find(|p| p.ordinal == *n))
+            .filter_map(|n| pages.iter().find(|p| p.row.ordinal == *n))
         {
+            let row = &p.row;
+            let (start, end) = (row.start_char, row.end_char);
             passages.push(
-                self.passage(&p.doc_id, &p.page_id, &p.text, p.start_char, p.end_char)
+                self.passage(&row.doc_id, &row.page_id, &p.text, start, end)
                     .await?,
             );
         }
@@ -175,15 +177,15 @@ impl ReadAgent<'_, '_> {
 }
 
 /// The gists, with the pages in `expanded` in full.
-fn memory<'a>(pages: &'a [PageRow], expanded: &[u32]) -> Vec<PageView<'a>> {
+fn memory<'a>(pages: &'a [Page], expanded: &[u32]) -> Vec<PageView<'a>> {
     pages
         .iter()
         .map(|p| PageView {
-            number: p.ordinal,
-            text: if expanded.contains(&p.ordinal) {
+            number: p.row.ordinal,
+            text: if expanded.contains(&p.row.ordinal) {
                 &p.text
             } else {
-                &p.gist
+                &p.row.gist
             },
         })
         .collect()

@@ -64,6 +64,13 @@ pub struct DocumentPage {
     pub total: usize,
 }
 
+/// One of ReadAgent's pages with its text, cut out of its document's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page {
+    pub row: PageRow,
+    pub text: String,
+}
+
 /// A relation without its description and sources: what choosing among a
 /// hub's relations needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -81,6 +88,7 @@ const BY_ID: &str = "id";
 const ROOT_OF: &str = "root";
 const TREE_OF: &str = "tree";
 const PAGES_OF: &str = "pages";
+const TEXT_OF: &str = "text";
 #[cfg(test)]
 const RELATIONS_OF: &str = "relations";
 const RELATION_ENDS_OF: &str = "relation ends";
@@ -210,28 +218,65 @@ impl Snapshot {
         Ok(root.await?.as_ref().clone())
     }
 
-    pub async fn pages_of(&self, doc_id: &str) -> Read<Arc<[PageRow]>> {
+    /// A document's ReadAgent pages in order, each with its text (cut out of
+    /// the document's: pages point into it).
+    pub async fn pages_of(&self, doc_id: &str) -> Read<Arc<[Page]>> {
         let filter = format!("doc_id = {}", sql_string(doc_id));
         let read = async {
-            let mut pages: Vec<PageRow> = self.select(Table::Pages, &[], &filter, None).await?;
-            pages.sort_by_key(|p| p.ordinal);
-            Ok(Arc::<[PageRow]>::from(pages))
+            let mut rows: Vec<PageRow> = self.select(Table::Pages, &[], &filter, None).await?;
+            rows.sort_by_key(|p| p.ordinal);
+            let text = match rows.is_empty() {
+                true => None,
+                false => self.document_text(doc_id).await?,
+            };
+            let text = text.as_deref().map_or("", |t| t.as_str());
+            // One pass over the text finds every page's bytes.
+            let bounds = rows.iter().flat_map(|p| [p.start_char, p.end_char]);
+            let bytes = byte_offsets(text, bounds);
+            let pages = (rows.into_iter().zip(bytes.chunks(2))).map(|(row, at)| Page {
+                text: text[at[0]..at[1].max(at[0])].to_string(),
+                row,
+            });
+            Ok(Arc::<[Page]>::from(pages.collect::<Vec<_>>()))
         };
         let pages = self.cached(Table::Pages, PAGES_OF, doc_id, read, |pages| {
-            rows_bytes(pages.iter())
+            pages.iter().map(|p| p.text.len()).sum::<usize>()
+                + rows_bytes(pages.iter().map(|p| &p.row))
         });
         Ok(pages.await?.as_ref().clone())
     }
 
+    /// A document's text, read once: `None` for a document the snapshot
+    /// does not hold.
+    async fn document_text(&self, doc_id: &str) -> Read<Option<Arc<String>>> {
+        #[derive(Deserialize)]
+        struct Text {
+            text: String,
+        }
+        let filter = format!("doc_id = {}", sql_string(doc_id));
+        let read = async {
+            let texts: Vec<Text> = self
+                .select(Table::Documents, &["text"], &filter, Some(1))
+                .await?;
+            Ok(texts.into_iter().next().map(|t| Arc::new(t.text)))
+        };
+        let text = self.cached(Table::Documents, TEXT_OF, doc_id, read, |text| {
+            text.as_ref().map_or(0, |t| t.len())
+        });
+        Ok(text.await?.as_ref().clone())
+    }
+
     /// The characters `chars` of a document's text, as far as its text goes,
-    /// and where they start; `None` for a document without pages. Read from its
-    /// ReadAgent pages, which tile the text: no read of the whole document.
+    /// and where they start; `None` for a document the snapshot does not hold.
     pub async fn text_of(
         &self,
         doc_id: &str,
         chars: std::ops::Range<u64>,
     ) -> Read<Option<(u64, String)>> {
-        Ok(text_within(&self.pages_of(doc_id).await?, chars))
+        let Some(text) = self.document_text(doc_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(text_within(&text, chars)))
     }
 
     /// Entities whose name or an alias normalises to `name`'s normal form, in
@@ -432,20 +477,29 @@ impl Snapshot {
     }
 }
 
-/// The characters `chars` of the text `pages` tile (in order), clipped to
-/// its end, and where they start; `None` without pages.
-fn text_within(pages: &[PageRow], chars: std::ops::Range<u64>) -> Option<(u64, String)> {
-    let start = chars.start.min(pages.last()?.end_char);
-    let mut text = String::new();
-    for page in pages
-        .iter()
-        .filter(|p| p.end_char > start && p.start_char < chars.end)
-    {
-        let from = start.saturating_sub(page.start_char) as usize;
-        let to = (chars.end.min(page.end_char) - page.start_char) as usize;
-        text.extend(page.text.chars().skip(from).take(to - from));
-    }
-    Some((start, text))
+/// The characters `chars` of `text`, clipped to its end, and where they start.
+fn text_within(text: &str, chars: std::ops::Range<u64>) -> (u64, String) {
+    let at = byte_offsets(text, [chars.start, chars.end.max(chars.start)]);
+    let start = text[..at[0]].chars().count() as u64;
+    (start, text[at[0]..at[1]].to_string())
+}
+
+/// The byte offsets in `text` of the character offsets `chars` (in
+/// ascending order), each clipped to the text's end: one pass for them all.
+fn byte_offsets(text: &str, chars: impl IntoIterator<Item = u64>) -> Vec<usize> {
+    let ends = std::iter::once(text.len());
+    let mut bytes = (text.char_indices().map(|(byte, _)| byte).chain(ends)).peekable();
+    let mut at = 0;
+    chars
+        .into_iter()
+        .map(|wanted| {
+            while at < wanted && bytes.peek().is_some() {
+                bytes.next();
+                at += 1;
+            }
+            bytes.peek().copied().unwrap_or(text.len())
+        })
+        .collect()
 }
 
 /// The trees a walk reads nodes of.
@@ -512,34 +566,28 @@ mod tests {
         assert_eq!((unknown.len(), total), (0, 0));
     }
 
-    /// A stretch of a document's text comes from the pages that tile it,
-    /// across a page's end, counted in characters (not bytes), clipped to
-    /// the text's end.
+    /// A stretch of a document's text is counted in characters (not
+    /// bytes), clipped to the text's end.
     #[test]
-    fn a_documents_text_is_read_from_its_pages_by_character() {
+    fn a_stretch_of_text_is_cut_by_character() {
         let whole = "Très bien. Ça va — oui. Fin.";
-        let cut = [0, 11, 24, whole.chars().count()];
-        let pages: Vec<PageRow> = cut
-            .windows(2)
-            .enumerate()
-            .map(|(ordinal, w)| PageRow {
-                page_id: format!("p{ordinal}"),
-                doc_id: "d".into(),
-                ordinal: ordinal as u32,
-                start_char: w[0] as u64,
-                end_char: w[1] as u64,
-                text: whole.chars().skip(w[0]).take(w[1] - w[0]).collect(),
-                gist: String::new(),
-            })
-            .collect();
         let chars = |range: std::ops::Range<usize>| -> String {
             whole.chars().skip(range.start).take(range.len()).collect()
         };
-        assert_eq!(text_within(&pages, 8..14), Some((8, chars(8..14))));
-        assert_eq!(text_within(&pages, 5..27), Some((5, chars(5..27))));
-        assert_eq!(text_within(&pages, 0..100), Some((0, whole.to_string())));
-        assert_eq!(text_within(&pages, 26..90), Some((26, chars(26..28))));
-        assert_eq!(text_within(&pages, 90..95), Some((28, String::new())));
-        assert_eq!(text_within(&[], 0..5), None);
+        assert_eq!(text_within(whole, 8..14), (8, chars(8..14)));
+        assert_eq!(text_within(whole, 5..27), (5, chars(5..27)));
+        assert_eq!(text_within(whole, 0..100), (0, whole.to_string()));
+        assert_eq!(text_within(whole, 26..90), (26, chars(26..28)));
+        assert_eq!(text_within(whole, 90..95), (28, String::new()));
+        assert_eq!(text_within("", 0..5), (0, String::new()));
+        let page = PageRow {
+            page_id: "p".into(),
+            doc_id: "d".into(),
+            ordinal: 1,
+            start_char: 11,
+            end_char: 24,
+            gist: String::new(),
+        };
+        assert_eq!(page.text_in(whole), chars(11..24));
     }
 }

@@ -39,7 +39,7 @@ use memweave_schemas::{CheckpointRow, LexiconRow, StoreError, Table, TableStore}
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-pub use lookup::{ById, Document, DocumentPage};
+pub use lookup::{ById, Document, DocumentPage, Page};
 
 use crate::cache::{ReadCache, RowCacheStats};
 use crate::request::{AskRequest, RequestError};

@@ -593,6 +593,53 @@ mod tests {
         assert_eq!(rows, [newer, call("old", Some("p"), None)]);
     }
 
+    /// Pages written when they kept their text: the table refuses pages
+    /// without it until the upgrade drops the column, and the older rows
+    /// read back as pages.
+    #[tokio::test]
+    async fn a_column_no_longer_declared_is_dropped_from_an_older_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let page = |id: &str| PageRow {
+            page_id: id.into(),
+            doc_id: "d".into(),
+            ordinal: 0,
+            start_char: 0,
+            end_char: 3,
+            gist: "g".into(),
+        };
+        let current = to_batch(&[&page("old")]).unwrap();
+        let text = arrow_array::StringArray::from(vec!["old"]);
+        let mut fields: Vec<arrow_schema::Field> = (current.schema().fields().iter())
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.insert(
+            5,
+            arrow_schema::Field::new("text", arrow_schema::DataType::Utf8, false),
+        );
+        let mut columns = current.columns().to_vec();
+        columns.insert(5, Arc::new(text));
+        let older =
+            RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), columns).unwrap();
+        store
+            .write_batch(Table::Pages, older, WriteMode::Create)
+            .await
+            .unwrap();
+        let appended = store.append_rows(&[page("new")]).await;
+        assert!(
+            appended.is_err(),
+            "the older table refuses a page without text"
+        );
+        store.upgrade_columns(Table::Pages).await.unwrap();
+        store.upgrade_columns(Table::Pages).await.unwrap();
+        let dataset = store.dataset(Table::Pages, None).await.unwrap().unwrap();
+        assert!(dataset.schema().field("text").is_none());
+        store.append_rows(&[page("new")]).await.unwrap();
+        let mut rows: Vec<PageRow> = store.read_rows(None).await.unwrap();
+        rows.sort();
+        assert_eq!(rows, [page("new"), page("old")]);
+    }
+
     /// Vectors are stored as half floats, and a row reads back bit for bit;
     /// an `embeddings` table written with single floats takes the same rows
     /// widened, and reads them back the same.
@@ -821,7 +868,6 @@ mod tests {
                 ordinal: 0,
                 start_char: 0,
                 end_char: 10,
-                text: "ten chars!".into(),
                 gist: "ten".into(),
             }],
         )

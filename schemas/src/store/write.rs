@@ -141,31 +141,38 @@ impl TableStore {
 
     /// Brings an existing `table`'s schema up to the one it declares, for a
     /// memory a release before wrote: adds the columns its data lacks (all
-    /// nullable), null for the rows already there, and lets null into the
-    /// columns that have become nullable. Both change the table's metadata
-    /// only, so the memory is appended to as it is and reads of its older
-    /// versions find the new columns null. Each process of a cluster may do
+    /// nullable), null for the rows already there, lets null into the
+    /// columns that have become nullable, and drops the columns it no longer
+    /// declares (pages kept their text before it was their document's).
+    /// Each changes the table's metadata only, so the memory is appended to
+    /// as it is, and reads of its older versions find the new columns null
+    /// and the dropped ones still there. Each process of a cluster may do
     /// this at once; the ones that lose the race find the schema upgraded.
     pub async fn upgrade_columns(&self, table: Table) -> Result<()> {
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
-        let behind = |dataset: &Dataset| -> (Vec<FieldRef>, Vec<String>) {
+        let behind = |dataset: &Dataset| -> (Vec<FieldRef>, Vec<String>, Vec<String>) {
             let present = dataset.schema();
+            let declared = table.fields();
             let mut absent = Vec::new();
             let mut relaxed = Vec::new();
-            for declared in table.fields() {
+            for declared in &declared {
                 match present.field(declared.name()) {
-                    None => absent.push(declared),
+                    None => absent.push(Arc::clone(declared)),
                     Some(old) if declared.is_nullable() && !old.nullable => {
                         relaxed.push(declared.name().clone())
                     }
                     Some(_) => {}
                 }
             }
-            (absent, relaxed)
+            let undeclared = (present.fields.iter())
+                .filter(|old| !declared.iter().any(|f| f.name() == &old.name))
+                .map(|old| old.name.clone())
+                .collect();
+            (absent, relaxed, undeclared)
         };
-        let (absent, relaxed) = behind(&dataset);
+        let (absent, relaxed, undeclared) = behind(&dataset);
         if let Some(required) = absent.iter().find(|f| !f.is_nullable()) {
             return Err(StoreError::Invalid {
                 table,
@@ -188,12 +195,16 @@ impl TableStore {
                     NewColumnTransform::AllNulls(Arc::new(arrow_schema::Schema::new(absent)));
                 dataset.add_columns(nulls, None, None).await?;
             }
+            if !undeclared.is_empty() {
+                let names: Vec<&str> = undeclared.iter().map(String::as_str).collect();
+                dataset.drop_columns(&names).await?;
+            }
             Ok::<_, lance::Error>(())
         };
         match upgraded.await {
             Ok(()) => Ok(()),
             Err(e) => match self.dataset(table, None).await? {
-                Some(now) if behind(&now) == (Vec::new(), Vec::new()) => Ok(()),
+                Some(now) if behind(&now) == (Vec::new(), Vec::new(), Vec::new()) => Ok(()),
                 _ => Err(self.lance_error(table, e)),
             },
         }

@@ -388,7 +388,7 @@ fn report_numbers_are_the_sql_that_defines_them() {
         assert_eq!(tree["max_depth"], depth, "{name}");
     }
     let words = |text: &str| text.split_whitespace().count() as f64;
-    let page_words: f64 = t.pages.iter().map(|p| words(&p.text)).sum();
+    let page_words: f64 = t.pages.iter().map(|p| words(&t.page_text(p))).sum();
     let gist_words: f64 = t.pages.iter().map(|p| words(&p.gist)).sum();
     let rate = report["gists"]["compression_rate"].as_f64().unwrap();
     assert!(

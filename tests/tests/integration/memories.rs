@@ -61,8 +61,9 @@ pub fn assert_invariants(t: &Tables) {
     // page too short to shorten) the page itself.
     let mut pages: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for p in &t.pages {
+        let text = t.page_text(p);
         assert!(
-            !p.gist.is_empty() && (p.gist.len() < p.text.len() || p.gist == p.text),
+            !p.gist.is_empty() && (p.gist.len() < text.len() || p.gist == text),
             "gist of {}",
             p.page_id
         );

@@ -355,7 +355,7 @@ fn unparsable_replies_are_asked_again_then_recorded() {
             leaf.seg_id.as_deref().and_then(|s| segments.get(s))
         );
     }
-    assert!(read.pages.iter().all(|p| p.gist == p.text));
+    assert!(read.pages.iter().all(|p| p.gist == read.page_text(p)));
     let build_errors: Vec<_> = read.errors.iter().filter(|e| e.stage == "build").collect();
     assert!(
         read.errors.iter().all(|e| e.kind == "llm_unparsable"),
