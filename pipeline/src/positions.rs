@@ -79,8 +79,11 @@ impl Positions {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SourcePositions(BTreeMap<String, Positions>);
 
-/// The JSON of a memory that named sources share.
+/// The JSON of a memory that named sources share. Its one field, denied
+/// any other, makes a memory of one source's JSON fail at its first key
+/// rather than after a parse of every file's version.
 #[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Named {
     sources: BTreeMap<String, Positions>,
 }

@@ -332,7 +332,8 @@ fn carried_over(
     files: &[SourceFile],
     feeds: usize,
 ) -> (Carried, Vec<String>) {
-    let (versions, earlier_roots) = match positions.cloned() {
+    let no_versions = BTreeMap::new();
+    let (versions, earlier_roots) = match positions {
         Some(Positions::Files {
             source: recorded,
             versions,
@@ -341,9 +342,12 @@ fn carried_over(
         }) => {
             // Its own root last time, and the ones before it still named.
             let roots = std::iter::once(recorded).chain(earlier_roots);
-            (versions, roots.filter(|root| root != source).collect())
+            (
+                versions,
+                roots.filter(|root| *root != source).cloned().collect(),
+            )
         }
-        _ => (BTreeMap::new(), Vec::new()),
+        _ => (&no_versions, Vec::new()),
     };
     let listing = Listed::new(files, feeds, &earlier_roots);
     let mut carried = Carried::new();

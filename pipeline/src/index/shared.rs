@@ -28,9 +28,8 @@ pub(super) struct OtherSources {
 impl OtherSources {
     /// Takes the documents and ingestion errors that sources other than
     /// `name`, read from `root`, own (see [`SourcePositions::other_owner`])
-    /// out of `previous`,
-    /// each routed to one of `feeds` workers by its origin; `positions`
-    /// keeps only the sources that still own one.
+    /// out of `previous`, each routed to one of `feeds` workers by its
+    /// origin; `positions` keeps only the sources that still own one.
     pub(super) fn take(
         previous: &mut Previous,
         positions: &mut SourcePositions,
