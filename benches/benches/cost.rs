@@ -31,6 +31,7 @@ use std::process::{Command, Stdio};
 use memweave_benches::archive::{
     Markov, PYTHON_DOCS, generate, memweave_binary, parse_size, python_docs_installed,
 };
+use memweave_benches::spend::{Cost, report};
 use memweave_benches::{json_output, shared_data};
 use serde_json::Value;
 
@@ -108,103 +109,6 @@ fn main() {
     edit_cost(&binary, &essays, &markov, &out);
 }
 
-/// One task's (or memory's) calls and model tokens.
-#[derive(Debug, Clone, Copy, Default)]
-struct Spend {
-    calls: f64,
-    tokens_in: f64,
-    tokens_out: f64,
-}
-
-impl Spend {
-    fn of(row: &Value) -> Spend {
-        let number = |key: &str| row[key].as_f64().unwrap_or(0.0);
-        Spend {
-            calls: number("calls"),
-            tokens_in: number("tokens_in"),
-            tokens_out: number("tokens_out"),
-        }
-    }
-
-    fn total(&self) -> f64 {
-        self.tokens_in + self.tokens_out
-    }
-}
-
-/// What a build's report says it cost.
-#[derive(Debug, Default)]
-struct Cost {
-    corpus_tokens: f64,
-    memories: BTreeMap<String, Spend>,
-    tasks: BTreeMap<String, Spend>,
-}
-
-impl Cost {
-    fn of(report: &Value) -> Cost {
-        let rows = |section: &str, key: &str| -> BTreeMap<String, Spend> {
-            report[section]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|row| (row[key].as_str().unwrap().to_string(), Spend::of(row)))
-                .collect()
-        };
-        Cost {
-            corpus_tokens: report["overview"]["tokens"].as_f64().unwrap(),
-            memories: rows("calls_by_memory", "memory"),
-            tasks: rows("calls_by_task", "task"),
-        }
-    }
-
-    fn all(&self) -> Spend {
-        self.tasks.values().fold(Spend::default(), |sum, t| Spend {
-            calls: sum.calls + t.calls,
-            tokens_in: sum.tokens_in + t.tokens_in,
-            tokens_out: sum.tokens_out + t.tokens_out,
-        })
-    }
-
-    fn calls_per_token(&self) -> f64 {
-        self.all().calls / self.corpus_tokens
-    }
-
-    fn tokens_per_token(&self) -> f64 {
-        self.all().total() / self.corpus_tokens
-    }
-
-    fn print(&self, name: &str) {
-        let all = self.all();
-        println!();
-        println!(
-            "{name}: {:.0} corpus tokens, {:.0} calls, {:.2}M model tokens: {:.2} per corpus token",
-            self.corpus_tokens,
-            all.calls,
-            all.total() / 1e6,
-            self.tokens_per_token()
-        );
-        println!(
-            "  {:<22} {:>12} {:>10} {:>10} {:>10}",
-            "per corpus token", "calls/1k", "in", "out", "in+out"
-        );
-        let line = |label: &str, spend: &Spend| {
-            println!(
-                "  {label:<22} {:>12.2} {:>10.3} {:>10.3} {:>10.3}",
-                spend.calls * 1000.0 / self.corpus_tokens,
-                spend.tokens_in / self.corpus_tokens,
-                spend.tokens_out / self.corpus_tokens,
-                spend.total() / self.corpus_tokens
-            );
-        };
-        line("all", &all);
-        for (memory, spend) in &self.memories {
-            line(&format!("memory {memory}"), spend);
-        }
-        for (task, spend) in &self.tasks {
-            line(task, spend);
-        }
-    }
-}
-
 /// `memweave index SOURCE --out TABLES`, its summary discarded.
 fn index(binary: &Path, source: &Path, tables: &Path) {
     let status = Command::new(binary)
@@ -221,16 +125,6 @@ fn index(binary: &Path, source: &Path, tables: &Path) {
         "memweave index {} failed",
         source.display()
     );
-}
-
-fn report(binary: &Path, tables: &Path) -> Value {
-    json_output(
-        Command::new(binary)
-            .arg("report")
-            .arg("--tables")
-            .arg(tables)
-            .arg("--json"),
-    )
 }
 
 /// pg-essays built, then edited (a paragraph into the middle of the largest

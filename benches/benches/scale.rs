@@ -2,8 +2,8 @@
 //! binary a user runs (release, embedded default: local files in, Lance tables
 //! out, extractive backend, hashing embedder).
 //!
-//! Archives:
-//! - generated, at the sizes in SCALE_SIZES (default `1M,10M`; `100M` too for
+//! Archives, on two axes:
+//! - tokens axis, generated, at the sizes in SCALE_SIZES (default `1M,10M`; `100M` too for
 //!   the full run): documents of 400 to 6,000 words written by a word-level
 //!   Markov chain over pg-essays, each seeded by its number, with people and
 //!   places drawn from a pool that grows with the archive (names recur across
@@ -12,10 +12,23 @@
 //!   reused by later runs.
 //! - real: the reStructuredText sources of the Python 3.11 documentation (497
 //!   files, 12 MB; Debian's `python3.11-doc`, installed here when missing and
-//!   run as root). SCALE_REAL=0 skips it.
+//!   run as root). SCALE_REAL=0 skips it, and the real archive below.
+//! - documents axis: archives of short documents (a mail, a ticket, a forum
+//!   post), generated at the counts in SCALE_DOCS (default `100k,1M`;
+//!   `100k,1M,3M` for the full run): a subject line and 75 to 230 words each
+//!   by the same Markov chain, naming people from a pool a tenth of the count,
+//!   as JSON Lines files of 100,000 records; and real, the Python 3.11
+//!   documentation's paragraphs joined into passages of about 100 tokens
+//!   (14,633 documents). One build each: wall, documents/s, peak RSS and per
+//!   document, model calls per document and model tokens per corpus token
+//!   (from `memweave report`), and the memory folder's bytes per byte of text;
+//!   then between generated counts the peak's growth per added document and
+//!   the documents/s ratio, and 10M documents on paper from that slope.
+//!   SCALE_SIZES= (empty) runs this axis alone, SCALE_DOCS= skips it.
 //!
-//! For each archive, one build into fresh tables (three under 10 MB of text:
-//! the one of median peak RSS, with all three peaks listed): wall, corpus
+//! For each archive of the tokens axis, one build into fresh tables (three
+//! under 10 MB of text: the one of median peak RSS, with all three peaks
+//! listed): wall, corpus
 //! tokens per second, peak RSS of each process (VmHWM, polled) and its
 //! anonymous part (RssAnon: RSS less the executable's pages), bytes of the
 //! tables, the write stage's share of the wall (from the summary's `time`
@@ -44,9 +57,10 @@ use std::time::{Duration, Instant};
 
 use memweave_benches::archive::{
     Markov, PYTHON_DOCS, change_one_in_a_thousand, dir_bytes, generate, generate_again,
-    memweave_binary, parse_size, python_docs_installed,
+    generate_short, memweave_binary, parse_size, python_docs_installed, write_passages,
 };
 use memweave_benches::measure::{Peak, index_measured, wait_measuring};
+use memweave_benches::spend::{Cost, report};
 
 /// Builds of an archive under 10 MB of text, of which the median is reported.
 const SMALL_REPEATS: usize = 3;
@@ -60,16 +74,18 @@ fn main() {
         PathBuf::from,
     );
     std::fs::create_dir_all(&work).unwrap();
-    let sizes: Vec<(String, u64)> = std::env::var("SCALE_SIZES")
-        .unwrap_or_else(|_| "1M,10M".into())
-        .split(',')
-        .map(|s| (s.trim().to_string(), parse_size(s.trim())))
-        .collect();
+    let sizes = sizes_in("SCALE_SIZES", "1M,10M");
+    let counts = sizes_in("SCALE_DOCS", "100k,1M");
     println!("memweave: {}", binary.display());
     println!("archives and tables under {}", work.display());
 
-    let mut archives: Vec<(String, PathBuf)> = Vec::new();
     let model = Markov::train(&memweave_benches::shared_data("pg-essays"));
+    documents_axis(&binary, &work, &model, &counts);
+    if sizes.is_empty() {
+        return;
+    }
+
+    let mut archives: Vec<(String, PathBuf)> = Vec::new();
     for (name, tokens) in &sizes {
         let dir = work.join(format!("generated-{name}"));
         generate(&model, &dir, *tokens);
@@ -209,6 +225,108 @@ fn main() {
         print_restart(
             &format!("1 -> 2 processes over generated {size}, {changed} documents changed back"),
             &rescaled,
+        );
+    }
+}
+
+/// The sizes in the variable `name` (`default` when unset; none when empty).
+fn sizes_in(name: &str, default: &str) -> Vec<(String, u64)> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| (s.to_string(), parse_size(s)))
+        .collect()
+}
+
+/// The documents axis: one build of each archive of short documents
+/// (generated at `counts`, and the Python documentation's passages), then
+/// how peak memory and throughput move with the count.
+fn documents_axis(binary: &Path, work: &Path, model: &Markov, counts: &[(String, u64)]) {
+    let mut archives: Vec<(String, PathBuf, u64)> = Vec::new();
+    for (name, count) in counts {
+        let dir = work.join(format!("short-{name}"));
+        let text = generate_short(model, &dir, *count as usize);
+        archives.push((format!("short {name}"), dir, text));
+    }
+    if std::env::var("SCALE_REAL").as_deref() != Ok("0") && python_docs_installed() {
+        let dir = work.join("python-passages");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (_, text) = write_passages(Path::new(PYTHON_DOCS), &dir.join("passages.jsonl"));
+        archives.push(("python passages".into(), dir, text));
+    }
+    if archives.is_empty() {
+        return;
+    }
+    println!();
+    println!("documents axis: archives of short documents, one build each");
+    println!(
+        "{:<16} {:>9} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>11}",
+        "archive",
+        "docs",
+        "text MB",
+        "wall s",
+        "docs/s",
+        "peak RSS",
+        "RSS/doc",
+        "calls/doc",
+        "tok/token",
+        "tables/text"
+    );
+    let mut generated: Vec<(String, f64, Run)> = Vec::new();
+    for (name, dir, text) in archives {
+        let tables = work.join(format!("tables-{}", name.replace(' ', "-")));
+        let _ = std::fs::remove_dir_all(&tables);
+        let run = index(binary, &dir, &tables, &[]);
+        let cost = Cost::of(&report(binary, &tables));
+        let documents = run.summary.get("documents").copied().unwrap_or(0.0);
+        let wall = run.wall.as_secs_f64();
+        println!(
+            "{:<16} {:>9.0} {:>8.1} {:>9.1} {:>8.0} {:>9} {:>7.0} B {:>9.2} {:>10.2} {:>10.1}x",
+            name,
+            documents,
+            text as f64 / 1e6,
+            wall,
+            documents / wall,
+            mib(run.peak_rss()),
+            run.peak_rss() as f64 / documents,
+            cost.all().calls / documents,
+            cost.tokens_per_token(),
+            run.tables_bytes as f64 / text as f64
+        );
+        if name.starts_with("short") {
+            generated.push((name, documents, run));
+        }
+    }
+    for pair in generated.windows(2) {
+        let [
+            (small, small_docs, small_run),
+            (large, large_docs, large_run),
+        ] = pair
+        else {
+            continue;
+        };
+        let added = large_docs - small_docs;
+        println!(
+            "{small} -> {large}: peak RSS {:+.0} bytes per added document; documents/s {:.2}x",
+            (large_run.peak_rss() as f64 - small_run.peak_rss() as f64) / added,
+            (large_docs / large_run.wall.as_secs_f64())
+                / (small_docs / small_run.wall.as_secs_f64())
+        );
+    }
+    if let [
+        (small, small_docs, small_run),
+        ..,
+        (large, large_docs, large_run),
+    ] = generated.as_slice()
+    {
+        let slope =
+            (large_run.peak_rss() as f64 - small_run.peak_rss() as f64) / (large_docs - small_docs);
+        let on_paper = large_run.peak_rss() as f64 + slope * (1e7 - large_docs);
+        println!(
+            "10M short documents on paper, from the slope {small} -> {large}: peak RSS {}",
+            mib(on_paper.max(0.0) as u64)
         );
     }
 }

@@ -307,6 +307,62 @@ pub fn generate(model: &Markov, dir: &Path, tokens: u64) {
     std::fs::write(&done, documents.to_string()).unwrap();
 }
 
+/// Short document `n` of a generated archive of short documents (a mail, a
+/// ticket, a forum post): a subject line and 75 to 230 words (about 100 to
+/// 300 tokens), log-uniform, naming one to three of the pool's people.
+pub fn short_document(model: &Markov, pool: &[String], n: usize) -> String {
+    let mut rng = fastrand::Rng::with_seed(n as u64 * 104_729 + 17);
+    let words = (75.0 * (230.0f64 / 75.0).powf(rng.f64())) as usize;
+    let names: Vec<String> = (0..1 + rng.usize(..3))
+        .map(|_| {
+            let skew = rng.f64() * rng.f64();
+            pool[(skew * pool.len() as f64) as usize].clone()
+        })
+        .collect();
+    let subject = model.write(&mut rng, 5, &[]);
+    let body = model.write(&mut rng, words, &names);
+    format!("{}\n\n{body}\n", subject.trim_end_matches('.'))
+}
+
+/// Records of one JSON Lines file of [`generate_short`]: files of a size a
+/// mail export or a dataset's shards come in.
+const SHORT_DOCUMENTS_A_FILE: usize = 100_000;
+
+/// Writes a generated archive of `documents` short documents into `dir`, as
+/// JSON Lines files of [`SHORT_DOCUMENTS_A_FILE`] records (`id`, `text`),
+/// unless a complete one is there. Returns its bytes of text.
+pub fn generate_short(model: &Markov, dir: &Path, documents: usize) -> u64 {
+    let done = dir.join(".complete");
+    if let Ok(bytes) = std::fs::read_to_string(&done) {
+        return bytes.trim().parse().unwrap();
+    }
+    println!(
+        "writing {documents} generated short documents into {}",
+        dir.display()
+    );
+    std::fs::create_dir_all(dir).unwrap();
+    // Names recur across documents as in a mail archive: a pool a tenth of
+    // the documents' count, so each name is in tens of them.
+    let pool = name_pool(documents / 40);
+    let mut bytes = 0;
+    for first in (0..documents).step_by(SHORT_DOCUMENTS_A_FILE) {
+        let mut lines = String::new();
+        for n in first..documents.min(first + SHORT_DOCUMENTS_A_FILE) {
+            let text = short_document(model, &pool, n);
+            bytes += text.len() as u64;
+            let record = serde_json::json!({"id": format!("msg{n:08}"), "text": text});
+            writeln!(lines, "{record}").unwrap();
+        }
+        let file = dir.join(format!(
+            "messages-{:04}.jsonl",
+            first / SHORT_DOCUMENTS_A_FILE
+        ));
+        std::fs::write(file, lines).unwrap();
+    }
+    std::fs::write(&done, bytes.to_string()).unwrap();
+    bytes
+}
+
 /// Documents of a generated archive written by [`generate`].
 pub fn documents_in(dir: &Path) -> usize {
     std::fs::read_to_string(dir.join(".complete"))

@@ -9,6 +9,7 @@ use memweave_llm::{LlmConfig, PoolConfig};
 pub mod archive;
 pub mod measure;
 pub mod questions;
+pub mod spend;
 
 /// A corpus under `../shared/data` beside the checkout (never copied into the
 /// repository). Cargo sets `CARGO_MANIFEST_DIR` when it runs a benchmark; that
