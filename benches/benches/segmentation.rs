@@ -7,7 +7,7 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use memweave_llm::TaskModel;
 use memweave_operators::build::RawDocument;
-use memweave_operators::build::{BuildConfig, Document, build_document, segment_rows};
+use memweave_operators::build::{BuildConfig, Document, build_document, segments_of};
 use memweave_operators::embed::HashingEmbedder;
 
 fn essays() -> Vec<Document> {
@@ -41,7 +41,7 @@ fn build(c: &mut Criterion) {
     group.bench_function("segment", |b| {
         b.iter(|| {
             docs.iter()
-                .map(|d| segment_rows(d, &config.segments).len())
+                .map(|d| segments_of(d, &config.segments).len())
                 .sum::<usize>()
         })
     });

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 
 use memweave_schemas::ids::document_hash;
 use memweave_schemas::{
-    EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, Section, SegmentRow, TreeNodeRow, content_id,
+    EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, Section, Segment, SegmentRow, TreeNodeRow,
+    content_id,
 };
 use serde::{Deserialize, Serialize};
 
@@ -221,7 +222,8 @@ impl RepeatCounter {
     }
 }
 
-pub fn segment_rows(doc: &Document, config: &SegmentConfig) -> Vec<SegmentRow> {
+/// `doc` cut into segments of `config`'s size, each with its text.
+pub fn segments_of(doc: &Document, config: &SegmentConfig) -> Vec<Segment> {
     let mut chars = CharOffsets::new(&doc.text);
     let mut ids = RepeatCounter::default();
     let target = config.target_tokens as u32;
@@ -230,16 +232,17 @@ pub fn segment_rows(doc: &Document, config: &SegmentConfig) -> Vec<SegmentRow> {
         .enumerate()
         .map(|(ordinal, s)| {
             let text = s.span.of(&doc.text);
-            SegmentRow {
+            let row = SegmentRow {
                 seg_id: ids.id("seg", &doc.doc_id, &target.to_le_bytes(), text),
                 doc_id: doc.doc_id.clone(),
                 ordinal: ordinal as u32,
                 start_char: chars.at(s.span.start),
                 end_char: chars.at(s.span.end),
-                text: text.to_string(),
                 n_tokens: s.n_tokens as u32,
                 target_tokens: target,
-            }
+                terms: String::new(),
+            };
+            Segment::new(row, text.to_string())
         })
         .collect()
 }
@@ -395,12 +398,12 @@ pub async fn build_document(
     let fallbacks = WithFallbacks::new(model);
     let model: &dyn MemoryModel = &fallbacks;
     let memories = config.memories;
-    let segments = segment_rows(doc, &config.segments);
+    let segments = segments_of(doc, &config.segments);
     let chunk_config = config.chunks();
     let chunks = if !memories.raptor || chunk_config == config.segments {
         Vec::new()
     } else {
-        segment_rows(doc, &chunk_config)
+        segments_of(doc, &chunk_config)
     };
     let leaves = if memories.raptor && chunks.is_empty() {
         LeafSummaries::SharedWithRaptor
@@ -409,7 +412,7 @@ pub async fn build_document(
     };
     let passages = config
         .passages()
-        .map_or_else(Vec::new, |cut| segment_rows(doc, &cut));
+        .map_or_else(Vec::new, |cut| segments_of(doc, &cut));
     let tree_and_graph = async {
         let nodes = if memories.memwalker {
             memwalker_tree(
@@ -478,9 +481,9 @@ pub async fn build_document(
             rows.extend(segment_vectors.into_iter().zip(&segments).map(|(v, s)| {
                 BuiltRow::Embedding(EmbeddingRow::new(&s.seg_id, "segment", model, v))
             }));
-            rows.extend(segments.into_iter().map(BuiltRow::Segment));
-            rows.extend(chunks.into_iter().map(BuiltRow::Segment));
-            rows.extend(passages.into_iter().map(BuiltRow::Segment));
+            rows.extend(segments.into_iter().map(|s| BuiltRow::Segment(s.row)));
+            rows.extend(chunks.into_iter().map(|s| BuiltRow::Segment(s.row)));
+            rows.extend(passages.into_iter().map(|s| BuiltRow::Segment(s.row)));
             rows.extend(nodes.into_iter().map(BuiltRow::TreeNode));
             for node in raptor_nodes {
                 let vector = EmbeddingRow::new(&node.row.node_id, "node", model, node.vector);
@@ -533,13 +536,13 @@ mod tests {
     #[test]
     fn repeated_text_gets_distinct_stable_ids() {
         let text = "Same sentence here. ".repeat(400);
-        let rows = segment_rows(&doc(&text), &SegmentConfig::around(60));
+        let rows = segments_of(&doc(&text), &SegmentConfig::around(60));
         let mut ids: Vec<&str> = rows.iter().map(|r| r.seg_id.as_str()).collect();
         let n = ids.len();
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), n);
-        assert_eq!(rows, segment_rows(&doc(&text), &SegmentConfig::around(60)));
+        assert_eq!(rows, segments_of(&doc(&text), &SegmentConfig::around(60)));
     }
 
     #[test]
@@ -678,10 +681,10 @@ mod tests {
         };
         let is_page = |r: &BuiltRow| matches!(r, BuiltRow::Page(_));
         assert!(count(&rows, is_page) > 1);
-        let segments: HashMap<&str, &str> = rows
+        let segments: HashMap<&str, String> = rows
             .iter()
             .filter_map(|r| match r {
-                BuiltRow::Segment(s) => Some((s.seg_id.as_str(), s.text.as_str())),
+                BuiltRow::Segment(s) => Some((s.seg_id.as_str(), s.text_in(&text))),
                 _ => None,
             })
             .collect();

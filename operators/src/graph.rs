@@ -21,7 +21,7 @@ use std::cell::OnceCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use memweave_schemas::{EntityRow, RelationRow, SegmentRow, content_id};
+use memweave_schemas::{EntityRow, RelationRow, Segment, content_id};
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, cosine, embed_all};
@@ -214,7 +214,7 @@ fn alias_targets(keys: &BTreeSet<String>) -> HashMap<String, String> {
 pub async fn document_graph(
     doc_id: &str,
     background: &str,
-    segments: &[SegmentRow],
+    segments: &[Segment],
     model: &dyn MemoryModel,
     config: &GraphConfig,
 ) -> StepResult<(Vec<DocEntity>, Vec<DocRelation>)> {
@@ -1117,6 +1117,7 @@ mod tests {
     use super::*;
     use crate::embed::HashingEmbedder;
     use crate::testing::FirstSentence;
+    use memweave_schemas::SegmentRow;
 
     /// A band that settles nothing: the model is asked about every two mentions.
     const ASK_ALWAYS: GraphConfig = GraphConfig {
@@ -1125,17 +1126,18 @@ mod tests {
         ..GraphConfig::DEFAULT
     };
 
-    fn segment(doc: &str, ordinal: u32, text: &str) -> SegmentRow {
-        SegmentRow {
+    fn segment(doc: &str, ordinal: u32, text: &str) -> Segment {
+        let row = SegmentRow {
             seg_id: format!("{doc}-{ordinal}"),
             doc_id: doc.to_string(),
             ordinal,
             start_char: 0,
             end_char: text.chars().count() as u64,
-            text: text.to_string(),
             n_tokens: 1,
             target_tokens: 1000,
-        }
+            terms: String::new(),
+        };
+        Segment::new(row, text.to_string())
     }
 
     fn graph(
@@ -1143,7 +1145,7 @@ mod tests {
         texts: &[&str],
         model: &FirstSentence,
     ) -> (Vec<DocEntity>, Vec<DocRelation>) {
-        let segments: Vec<SegmentRow> = texts
+        let segments: Vec<Segment> = texts
             .iter()
             .enumerate()
             .map(|(i, t)| segment(doc, i as u32, t))

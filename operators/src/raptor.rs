@@ -4,7 +4,7 @@
 //! one root.
 
 use crate::config::BuildConfigError;
-use memweave_schemas::{SegmentRow, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow, content_id};
+use memweave_schemas::{Segment, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow, content_id};
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, embed_all};
@@ -94,7 +94,7 @@ pub fn node_text(row: &TreeNodeRow) -> String {
 /// `own_summary_below` tokens is its own summary, with no surprise.
 pub async fn raptor_tree(
     doc_id: &str,
-    chunks: &[SegmentRow],
+    chunks: &[Segment],
     own_summary_below: usize,
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
@@ -380,8 +380,9 @@ mod tests {
     use super::*;
     use crate::embed::HashingEmbedder;
     use crate::testing::FirstSentence;
+    use memweave_schemas::SegmentRow;
 
-    fn chunks(n: usize) -> Vec<SegmentRow> {
+    fn chunks(n: usize) -> Vec<Segment> {
         let topics = [
             "harbours and ships",
             "violins and music",
@@ -394,16 +395,17 @@ mod tests {
                 let text = format!(
                     "Chunk {i} talks about {topic}. More on {topic} follows here, {topic} again. The end of chunk {i}."
                 );
-                SegmentRow {
+                let row = SegmentRow {
                     seg_id: format!("s{i}"),
                     doc_id: "d".into(),
                     ordinal: i as u32,
                     start_char: 0,
                     end_char: 1,
                     n_tokens: count_tokens(&text) as u32,
-                    text,
                     target_tokens: 100,
-                }
+                    terms: String::new(),
+                };
+                Segment::new(row, text)
             })
             .collect()
     }

@@ -6,7 +6,7 @@
 
 use memweave_schemas::ids::content_draw;
 use memweave_schemas::{
-    SegmentRow, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TREE_RAPTOR, TreeNodeRow, content_id,
+    Segment, TREE_MEMWALKER, TREE_MEMWALKER_CORPUS, TREE_RAPTOR, TreeNodeRow, content_id,
 };
 
 use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
@@ -70,7 +70,7 @@ pub enum LeafSummaries {
 /// own summary), then each level's parents concurrently.
 pub async fn memwalker_tree(
     doc_id: &str,
-    segments: &[SegmentRow],
+    segments: &[Segment],
     model: &dyn MemoryModel,
     leaves: LeafSummaries,
     own_summary_below: usize,
@@ -260,6 +260,7 @@ async fn parent_summary(
 mod tests {
     use super::*;
     use crate::testing::FirstSentence;
+    use memweave_schemas::SegmentRow;
 
     fn ids(n: usize, tag: &str) -> Vec<String> {
         (0..n)
@@ -299,20 +300,24 @@ mod tests {
         assert!(changed <= 2, "{changed} groups changed");
     }
 
-    fn segments(n: usize) -> Vec<SegmentRow> {
+    fn segments(n: usize) -> Vec<Segment> {
         (0..n)
-            .map(|i| SegmentRow {
-                seg_id: format!("s{i:03}"),
-                doc_id: "d".into(),
-                ordinal: i as u32,
-                start_char: i as u64 * 10,
-                end_char: i as u64 * 10 + 10,
-                text: format!(
+            .map(|i| {
+                let row = SegmentRow {
+                    seg_id: format!("s{i:03}"),
+                    doc_id: "d".into(),
+                    ordinal: i as u32,
+                    start_char: i as u64 * 10,
+                    end_char: i as u64 * 10 + 10,
+                    n_tokens: 12,
+                    target_tokens: 1000,
+                    terms: String::new(),
+                };
+                let text = format!(
                     "Segment {i} is about topic {}. It has two sentences.",
                     i % 5
-                ),
-                n_tokens: 12,
-                target_tokens: 1000,
+                );
+                Segment::new(row, text)
             })
             .collect()
     }

@@ -65,6 +65,9 @@ impl Section {
     }
 }
 
+/// A segment of a document: the characters `start_char..end_char` of its
+/// text (kept once, in `documents`: a document's segments of one size tile
+/// it, and it is cut two or three ways), and the terms it is searched by.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SegmentRow {
     pub seg_id: String,
@@ -73,11 +76,46 @@ pub struct SegmentRow {
     /// Character (Unicode scalar value) offsets into the document's text, end exclusive.
     pub start_char: u64,
     pub end_char: u64,
-    pub text: String,
     pub n_tokens: u32,
     /// The segmentation's target size: a document is segmented once per size its
     /// memories ask for (MemWalker segments, RAPTOR chunks), once when they agree.
     pub target_tokens: u32,
+    /// The text's [`crate::text::terms`], one space apart: what its full-text
+    /// index and the lexicon count, kept with the row so that a row read
+    /// back (to retract it) counts out what it counted in.
+    pub terms: String,
+}
+
+/// A segment and its text, cut out of its document's: what the stages that
+/// read segments (summaries, extraction, retrieval) work on. It dereferences
+/// to its row, which is what the table keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub row: SegmentRow,
+    pub text: String,
+}
+
+impl Segment {
+    /// The segment of `text` described by `row` (whose `terms` it fills).
+    pub fn new(mut row: SegmentRow, text: String) -> Self {
+        row.terms = crate::text::terms(&text).join(" ");
+        Segment { row, text }
+    }
+}
+
+impl SegmentRow {
+    /// The segment's text, out of its document's `text`.
+    pub fn text_in(&self, text: &str) -> String {
+        chars_of(text, self.start_char, self.end_char)
+    }
+}
+
+impl std::ops::Deref for Segment {
+    type Target = SegmentRow;
+
+    fn deref(&self) -> &SegmentRow {
+        &self.row
+    }
 }
 
 /// Name of the MemWalker summary tree in `tree_nodes.tree`.
@@ -128,12 +166,14 @@ pub struct PageRow {
 impl PageRow {
     /// The page's text, out of its document's `text`.
     pub fn text_in(&self, text: &str) -> String {
-        let length = self.end_char.saturating_sub(self.start_char) as usize;
-        text.chars()
-            .skip(self.start_char as usize)
-            .take(length)
-            .collect()
+        chars_of(text, self.start_char, self.end_char)
     }
+}
+
+/// The characters `start..end` of `text`.
+fn chars_of(text: &str, start: u64, end: u64) -> String {
+    let length = end.saturating_sub(start) as usize;
+    text.chars().skip(start as usize).take(length).collect()
 }
 
 /// What one document gives the stages that see many documents at once

@@ -1,8 +1,9 @@
 //! What the memory is searched by, derived from the rows as they are written,
 //! so a reader finds texts through Lance's indexes instead of holding them:
 //!
-//! - a `terms` column beside each searched text (segments' text, tree nodes'
-//!   summaries, documents' gist memories): its [`terms`], one space apart.
+//! - a `terms` column beside each searched text (tree nodes' summaries,
+//!   documents' gist memories; a segment's row keeps its text's terms and not
+//!   the text): its [`terms`], one space apart.
 //!   Lance's full-text index reads it with a whitespace tokenizer and nothing
 //!   else (no lower-casing, stemming or stop words), so the index's tokens,
 //!   frequencies and lengths are exactly those BM25 scores with here;
@@ -58,12 +59,16 @@ pub fn name_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     keys.into_iter().collect()
 }
 
-/// The corpus a row's searched text belongs to, and that text.
-fn searched_text(row: &MemoryRow) -> Option<(String, &str)> {
+/// The corpus a row's searched text belongs to, and that text's terms.
+fn searched_terms(row: &MemoryRow) -> Option<(String, Vec<String>)> {
     match row {
-        MemoryRow::Segment(s) => Some((segments_corpus(s.target_tokens), &s.text)),
-        MemoryRow::TreeNode(n) => Some((tree_corpus(&n.tree), &n.summary)),
-        MemoryRow::GistMemory(g) => Some((GIST_CORPUS.to_string(), &g.gists)),
+        // A segment keeps its terms, not its text.
+        MemoryRow::Segment(s) => Some((
+            segments_corpus(s.target_tokens),
+            s.terms.split_whitespace().map(str::to_string).collect(),
+        )),
+        MemoryRow::TreeNode(n) => Some((tree_corpus(&n.tree), terms(&n.summary))),
+        MemoryRow::GistMemory(g) => Some((GIST_CORPUS.to_string(), terms(&g.gists))),
         _ => None,
     }
 }
@@ -78,10 +83,9 @@ pub struct LexiconDelta {
 impl LexiconDelta {
     /// Counts `row`'s searched text in (`sign` 1) or out (`sign` -1).
     pub fn count(&mut self, row: &MemoryRow, sign: i64) {
-        let Some((corpus, text)) = searched_text(row) else {
+        let Some((corpus, terms)) = searched_terms(row) else {
             return;
         };
-        let terms = terms(text);
         let mut counts: HashMap<String, i64> = HashMap::new();
         for term in &terms {
             *counts.entry(term.clone()).or_default() += 1;
@@ -166,19 +170,20 @@ pub struct BelowZero {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rows::{GistMemoryRow, SegmentRow};
+    use crate::rows::{GistMemoryRow, Segment, SegmentRow};
 
     fn segment(text: &str, target_tokens: u32) -> MemoryRow {
-        MemoryRow::Segment(SegmentRow {
+        let row = SegmentRow {
             seg_id: text.into(),
             doc_id: "d".into(),
             ordinal: 0,
             start_char: 0,
             end_char: 0,
-            text: text.into(),
             n_tokens: 0,
             target_tokens,
-        })
+            terms: String::new(),
+        };
+        MemoryRow::Segment(Segment::new(row, text.into()).row)
     }
 
     #[test]

@@ -15,7 +15,6 @@ pub const NAME_KEYS: &str = "name_keys";
 /// The column of `table` whose text is searched, if any.
 pub(crate) fn searched_column(table: Table) -> Option<&'static str> {
     match table {
-        Table::Segments => Some("text"),
         Table::TreeNodes => Some("summary"),
         Table::GistMemories => Some("gists"),
         _ => None,
@@ -293,9 +292,10 @@ impl Table {
                 Field::new("ordinal", DataType::UInt32, false),
                 Field::new("start_char", DataType::UInt64, false),
                 Field::new("end_char", DataType::UInt64, false),
-                utf8("text"),
                 Field::new("n_tokens", DataType::UInt32, false),
                 Field::new("target_tokens", DataType::UInt32, false),
+                // Last, where it was when it was derived from a text column.
+                utf8(TERMS),
             ],
             Table::TreeNodes => vec![
                 utf8("node_id"),

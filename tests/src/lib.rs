@@ -224,8 +224,17 @@ pub struct Tables {
 impl Tables {
     /// A page's text, cut out of its document's.
     pub fn page_text(&self, page: &memweave_schemas::PageRow) -> String {
-        let document = self.rows.documents.iter().find(|d| d.doc_id == page.doc_id);
-        page.text_in(document.map_or("", |d| d.text.as_str()))
+        page.text_in(self.document_text(&page.doc_id))
+    }
+
+    /// A segment's text, cut out of its document's.
+    pub fn segment_text(&self, segment: &memweave_schemas::SegmentRow) -> String {
+        segment.text_in(self.document_text(&segment.doc_id))
+    }
+
+    fn document_text(&self, doc_id: &str) -> &str {
+        let document = self.rows.documents.iter().find(|d| d.doc_id == doc_id);
+        document.map_or("", |d| d.text.as_str())
     }
 
     /// The lexicon counted afresh from the rows: what the kept one must equal.

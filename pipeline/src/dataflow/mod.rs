@@ -302,7 +302,7 @@ mod tests {
 
     use memweave_llm::TaskModel;
     use memweave_operators::build::RawDocument;
-    use memweave_operators::build::segment_rows;
+    use memweave_operators::build::segments_of;
     use memweave_operators::embed::HashingEmbedder;
     use memweave_operators::paginate::PageConfig;
     use memweave_operators::segment::SegmentConfig;
@@ -431,9 +431,10 @@ mod tests {
             vec![((old, 0), -1), ((new.clone(), 5), 1)],
         ]);
         // The MemWalker segments and the RAPTOR chunks, both of the new version.
-        let expected: HashSet<SegmentRow> = segment_rows(&new, &config().segments)
+        let expected: HashSet<SegmentRow> = segments_of(&new, &config().segments)
             .into_iter()
-            .chain(segment_rows(&new, &config().chunks()))
+            .chain(segments_of(&new, &config().chunks()))
+            .map(|s| s.row)
             .collect();
         let got: HashSet<SegmentRow> = output.segments.iter().cloned().collect();
         assert_eq!(got, expected);

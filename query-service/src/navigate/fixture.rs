@@ -7,7 +7,7 @@ use memweave_operators::build::gist_memory;
 use memweave_operators::embed::HashingEmbedder;
 use memweave_operators::lexical::hashing_embedding;
 use memweave_schemas::{
-    DocumentRow, EmbeddingRow, EntityRow, MemoryTables, PageRow, RelationRow, SegmentRow,
+    DocumentRow, EmbeddingRow, EntityRow, MemoryTables, PageRow, RelationRow, Segment, SegmentRow,
     TREE_MEMWALKER, TREE_RAPTOR, TableStore, TreeNodeRow,
 };
 
@@ -100,6 +100,8 @@ fn rows_with_hub() -> MemoryTables {
     let mut rows = rows();
     let mut seg_ids = Vec::new();
     let mut start = 0;
+    // The hub's text: its segments one space apart.
+    let mut hub_text: Vec<String> = Vec::new();
     for ordinal in 0..HUB_SEGMENTS {
         let text = if HUB_MURALS.contains(&ordinal) {
             format!("The Harbour Guild painted murals of lighthouses at dawn, mural {ordinal}.")
@@ -109,16 +111,18 @@ fn rows_with_hub() -> MemoryTables {
         let seg_id = format!("s-h{ordinal:03}");
         let end = start + text.chars().count() as u64;
         rows.embeddings.push(embedding(&seg_id, "segment", &text));
-        rows.segments.push(SegmentRow {
+        let row = SegmentRow {
             seg_id: seg_id.clone(),
             doc_id: "hub".into(),
             ordinal: ordinal as u32,
             start_char: start,
             end_char: end,
-            text,
             n_tokens: 20,
             target_tokens: 400,
-        });
+            terms: String::new(),
+        };
+        rows.segments.push(Segment::new(row, text.clone()).row);
+        hub_text.push(text);
         seg_ids.push(seg_id);
         start = end + 1;
     }
@@ -132,7 +136,7 @@ fn rows_with_hub() -> MemoryTables {
         n_tokens: 0,
         ingested_at: 0,
         deleted: false,
-        text: String::new(),
+        text: hub_text.join(" "),
         sections: Vec::new(),
     });
     rows.embeddings
@@ -189,16 +193,17 @@ fn rows() -> MemoryTables {
     let mut offsets = std::collections::HashMap::new();
     for (ordinal, (doc_id, seg_id, text)) in SEGMENTS.iter().enumerate() {
         let start: &mut u64 = offsets.entry(*doc_id).or_default();
-        rows.segments.push(SegmentRow {
+        let row = SegmentRow {
             seg_id: (*seg_id).into(),
             doc_id: (*doc_id).into(),
             ordinal: ordinal as u32,
             start_char: *start,
             end_char: *start + text.chars().count() as u64,
-            text: (*text).into(),
             n_tokens: 20,
             target_tokens: 400,
-        });
+            terms: String::new(),
+        };
+        rows.segments.push(Segment::new(row, (*text).into()).row);
         *start += text.chars().count() as u64 + 1;
         rows.embeddings.push(embedding(seg_id, "segment", text));
         // RAPTOR's leaves are the segments too, summarised as themselves.

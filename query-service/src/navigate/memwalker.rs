@@ -355,18 +355,19 @@ impl MemWalker<'_, '_> {
             );
             return Ok(false);
         };
+        let text = (self
+            .snapshot
+            .segment_texts(std::slice::from_ref(&segment))
+            .await?)
+            .pop()
+            .unwrap_or_default();
         let memory = Self::working_memory(path);
         let judgement = self
             .model
-            .read_leaf(&self.cx, &self.request.question, &memory, &segment.text)
+            .read_leaf(&self.cx, &self.request.question, &memory, &text)
             .await?;
         let candidate = self
-            .best_window(
-                &segment.doc_id,
-                &segment.seg_id,
-                &segment.text,
-                segment.start_char,
-            )
+            .best_window(&segment.doc_id, &segment.seg_id, &text, segment.start_char)
             .await?;
         let score = candidate.as_ref().map_or(0.0, |c| c.score);
         let answers = judgement.answer.is_some();

@@ -99,14 +99,14 @@ impl Passage {
         }
     }
 
-    /// A segment as a passage (`document`, when the checkpoint has it, gives
-    /// the title and source).
-    fn of_segment(document: Option<&Document>, segment: &SegmentRow) -> Passage {
+    /// A segment, whose text is `text`, as a passage (`document`, when the
+    /// checkpoint has it, gives the title and source).
+    fn of_segment(document: Option<&Document>, segment: &SegmentRow, text: &str) -> Passage {
         Passage::of(
             document,
             &segment.doc_id,
             &segment.seg_id,
-            &segment.text,
+            text,
             segment.start_char..segment.end_char,
         )
     }
@@ -565,9 +565,9 @@ pub(crate) async fn segment_passages(
 ) -> Result<Vec<Passage>, StoreError> {
     let doc_ids: Vec<String> = segments.iter().map(|s| s.doc_id.clone()).collect();
     let documents = snapshot.rows_by_id::<Document>(&doc_ids).await?;
-    Ok(segments
-        .iter()
-        .map(|s| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s))
+    let texts = snapshot.segment_texts(segments).await?;
+    Ok((segments.iter().zip(texts))
+        .map(|(s, text)| Passage::of_segment(documents.get(&s.doc_id).map(Arc::as_ref), s, &text))
         .collect())
 }
 

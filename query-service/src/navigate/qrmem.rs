@@ -373,7 +373,7 @@ impl Qrmem<'_, '_> {
         if !unvectored.is_empty() {
             let lexical = self.snapshot.passage_stats(&self.query).await?;
             for segment in self.snapshot.rows::<SegmentRow>(&unvectored).await? {
-                let score = lexical.score_text(&self.query, &segment.text);
+                let score = lexical.score_terms(&self.query, segment.terms.split(' '));
                 ranked.push((segment.seg_id.clone(), score));
             }
         }

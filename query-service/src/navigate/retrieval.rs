@@ -353,7 +353,13 @@ impl CollapsedTree<'_, '_> {
         let doc_ids: Vec<String> = rows.iter().filter_map(|r| r.doc_id.clone()).collect();
         let (own, leaves, documents) = futures::try_join!(
             async {
-                Ok::<_, Failure>(by_seg_id(self.snapshot.rows::<SegmentRow>(&own_ids).await?))
+                let own = self.snapshot.rows::<SegmentRow>(&own_ids).await?;
+                let texts = self.snapshot.segment_texts(&own).await?;
+                Ok::<_, Failure>(
+                    (own.into_iter().zip(texts))
+                        .map(|(s, text)| (s.seg_id.clone(), (s, text)))
+                        .collect::<HashMap<_, _>>(),
+                )
             },
             self.leaves_under(rows),
             async { Ok(self.snapshot.rows_by_id::<Document>(&doc_ids).await?) },
@@ -362,8 +368,12 @@ impl CollapsedTree<'_, '_> {
         let under = by_seg_id(self.snapshot.rows::<SegmentRow>(&under_ids).await?);
         let passages = rows.iter().zip(&leaves).map(|(row, leaves)| {
             let document = |doc_id: &str| documents.get(doc_id).map(Arc::as_ref);
-            if let Some(segment) = row.seg_id.as_ref().and_then(|id| own.get(id)) {
-                return Some(Passage::of_segment(document(&segment.doc_id), segment));
+            if let Some((segment, text)) = row.seg_id.as_ref().and_then(|id| own.get(id)) {
+                return Some(Passage::of_segment(
+                    document(&segment.doc_id),
+                    segment,
+                    text,
+                ));
             }
             let doc_id = row.doc_id.as_deref()?;
             let spans = leaves.iter().filter_map(|id| under.get(id));

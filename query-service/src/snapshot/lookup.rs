@@ -230,13 +230,8 @@ impl Snapshot {
                 false => self.document_text(doc_id).await?,
             };
             let text = text.as_deref().map_or("", |t| t.as_str());
-            // One pass over the text finds every page's bytes.
-            let bounds = rows.iter().flat_map(|p| [p.start_char, p.end_char]);
-            let bytes = byte_offsets(text, bounds);
-            let pages = (rows.into_iter().zip(bytes.chunks(2))).map(|(row, at)| Page {
-                text: text[at[0]..at[1].max(at[0])].to_string(),
-                row,
-            });
+            let texts = cut_chars(text, rows.iter().map(|p| p.start_char..p.end_char));
+            let pages = (rows.into_iter().zip(texts)).map(|(row, text)| Page { row, text });
             Ok(Arc::<[Page]>::from(pages.collect::<Vec<_>>()))
         };
         let pages = self.cached(Table::Pages, PAGES_OF, doc_id, read, |pages| {
@@ -244,6 +239,29 @@ impl Snapshot {
                 + rows_bytes(pages.iter().map(|p| &p.row))
         });
         Ok(pages.await?.as_ref().clone())
+    }
+
+    /// The texts of `segments`, in their order, cut out of their documents'
+    /// (segments point into them), each document's text read once; a
+    /// segment of a document the snapshot does not hold has none.
+    pub async fn segment_texts(&self, segments: &[Arc<SegmentRow>]) -> Read<Vec<String>> {
+        let mut of_document: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, segment) in segments.iter().enumerate() {
+            of_document.entry(&segment.doc_id).or_default().push(i);
+        }
+        let mut texts = vec![String::new(); segments.len()];
+        for (doc_id, at) in of_document {
+            let Some(text) = self.document_text(doc_id).await? else {
+                continue;
+            };
+            let ranges = at
+                .iter()
+                .map(|&i| segments[i].start_char..segments[i].end_char);
+            for (i, cut) in at.iter().zip(cut_chars(&text, ranges)) {
+                texts[*i] = cut;
+            }
+        }
+        Ok(texts)
     }
 
     /// A document's text, read once: `None` for a document the snapshot
@@ -484,6 +502,25 @@ fn text_within(text: &str, chars: std::ops::Range<u64>) -> (u64, String) {
     (start, text[at[0]..at[1]].to_string())
 }
 
+/// The characters `ranges` of `text`, each clipped to its end, in one pass
+/// over it.
+fn cut_chars(
+    text: &str,
+    ranges: impl Iterator<Item = std::ops::Range<u64>> + Clone,
+) -> Vec<String> {
+    let mut bounds: Vec<u64> = ranges.clone().flat_map(|r| [r.start, r.end]).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    let bytes = byte_offsets(text, bounds.iter().copied());
+    let byte_at = |char: u64| bytes[bounds.binary_search(&char).unwrap_or_default()];
+    ranges
+        .map(|r| {
+            let start = byte_at(r.start);
+            text[start..byte_at(r.end).max(start)].to_string()
+        })
+        .collect()
+}
+
 /// The byte offsets in `text` of the character offsets `chars` (in
 /// ascending order), each clipped to the text's end: one pass for them all.
 fn byte_offsets(text: &str, chars: impl IntoIterator<Item = u64>) -> Vec<usize> {
@@ -589,5 +626,14 @@ mod tests {
             gist: String::new(),
         };
         assert_eq!(page.text_in(whole), chars(11..24));
+        // A document's segments of two sizes overlap, in any order, and are
+        // cut in one pass as each would be alone.
+        let ranges = [11..24, 0..11, 5..27, 26..90, 90..95];
+        let cut = cut_chars(whole, ranges.iter().cloned());
+        let alone: Vec<String> = ranges
+            .iter()
+            .map(|r| text_within(whole, r.clone()).1)
+            .collect();
+        assert_eq!(cut, alone);
     }
 }

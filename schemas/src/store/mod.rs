@@ -853,9 +853,9 @@ mod tests {
                 ordinal: 0,
                 start_char: 0,
                 end_char: 10,
-                text: "ten chars!".into(),
                 n_tokens: 4,
                 target_tokens: 1000,
+                terms: "ten char".into(),
             }],
         )
         .await;

@@ -311,13 +311,12 @@ fn html_markdown_and_json_lines_become_documents() {
     let t = read_tables(&tables);
     let titles: HashSet<&str> = t.documents.iter().map(|d| d.title.as_str()).collect();
     assert_eq!(titles, HashSet::from(["Lighthouses", "Tides", "r1", "2"]));
-    let html = t
-        .segments
-        .iter()
-        .find(|s| s.text.contains("Keepers trimmed"))
+    let html = (t.segments.iter())
+        .map(|s| t.segment_text(s))
+        .find(|text| text.contains("Keepers trimmed"))
         .expect("html text");
-    assert!(html.text.contains("wicks & wound"));
-    assert!(!html.text.contains('<') && !html.text.contains("hidden"));
+    assert!(html.contains("wicks & wound"));
+    assert!(!html.contains('<') && !html.contains("hidden"));
     assert!(t.errors.is_empty(), "{:?}", t.errors);
 }
 

@@ -412,12 +412,12 @@ fn raptor_and_memwalker_share_segments_and_leaf_calls() {
     assert_eq!(calls_of(&tables, "summarize_segment"), 0);
     // One ILM-TR call for each RAPTOR node but the leaves whose segments,
     // shorter than the segmenter's minimum, are their own summaries.
-    let segment_text: HashMap<&str, &str> = (t.segments.iter())
-        .map(|s| (s.seg_id.as_str(), s.text.as_str()))
+    let segment_text: HashMap<&str, String> = (t.segments.iter())
+        .map(|s| (s.seg_id.as_str(), t.segment_text(s)))
         .collect();
     let own = raptor
         .iter()
-        .filter(|(seg, summary)| segment_text[seg.as_str()] == summary)
+        .filter(|(seg, summary)| &segment_text[seg.as_str()] == summary)
         .count();
     let raptor_nodes = t
         .tree_nodes

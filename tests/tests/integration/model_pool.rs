@@ -340,10 +340,10 @@ fn unparsable_replies_are_asked_again_then_recorded() {
     assert_eq!(read.documents.len(), 4);
     assert!(!read.tree_nodes.is_empty() && !read.pages.is_empty());
     // Every leaf summary and every gist is its own text.
-    let segments: std::collections::HashMap<&str, &str> = read
+    let segments: std::collections::HashMap<&str, String> = read
         .segments
         .iter()
-        .map(|s| (s.seg_id.as_str(), s.text.as_str()))
+        .map(|s| (s.seg_id.as_str(), read.segment_text(s)))
         .collect();
     for leaf in read
         .tree_nodes
@@ -351,7 +351,7 @@ fn unparsable_replies_are_asked_again_then_recorded() {
         .filter(|n| n.tree == "memwalker" && n.level == 0)
     {
         assert_eq!(
-            Some(&leaf.summary.as_str()),
+            Some(&leaf.summary),
             leaf.seg_id.as_deref().and_then(|s| segments.get(s))
         );
     }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use memweave_llm::TaskModel;
 use memweave_operators::build::RawDocument;
-use memweave_operators::build::{Document, segment_rows};
+use memweave_operators::build::{Document, segments_of};
 use memweave_operators::model::CallContext;
 use memweave_operators::paginate::{PageConfig, paginate};
 use memweave_operators::segment::{SegmentConfig, segment};
@@ -94,8 +94,8 @@ fn an_inserted_paragraph_changes_at_most_three_segments() {
 fn segment_ids_survive_an_edit_elsewhere() {
     let text = essay("worked.txt");
     let config = SegmentConfig::around(200);
-    let before = segment_rows(&document(&text), &config);
-    let after = segment_rows(&document(&insert_paragraph(&text, 0.8)), &config);
+    let before = segments_of(&document(&text), &config);
+    let after = segments_of(&document(&insert_paragraph(&text, 0.8)), &config);
     let after_ids: HashSet<&str> = after.iter().map(|s| s.seg_id.as_str()).collect();
     let kept = before
         .iter()
@@ -114,7 +114,7 @@ fn segment_ids_survive_an_edit_elsewhere() {
         (first.start_char, first.end_char)
     );
     // Same text, same ids.
-    assert_eq!(before, segment_rows(&document(&text), &config));
+    assert_eq!(before, segments_of(&document(&text), &config));
 }
 
 #[test]
