@@ -393,8 +393,6 @@ impl ErrorRow {
 /// their terms in all.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct LexiconRow {
-    /// `corpus` and `term`, one space apart: the key lookups go by.
-    pub entry: String,
     pub corpus: String,
     pub term: String,
     pub rows: u64,

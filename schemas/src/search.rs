@@ -47,11 +47,6 @@ pub fn tree_corpus(tree: &str) -> String {
     format!("tree_nodes/{tree}")
 }
 
-/// The lexicon's key of `term` in `corpus`.
-pub fn lexicon_entry(corpus: &str, term: &str) -> String {
-    format!("{corpus} {term}")
-}
-
 /// The keys an entity is found by: its name and aliases, normalised, sorted
 /// and once each.
 pub fn name_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
@@ -115,45 +110,45 @@ impl LexiconDelta {
         self.changes.is_empty()
     }
 
-    /// The lexicon entries this delta changes.
-    pub fn entries(&self) -> Vec<String> {
-        self.changes
-            .keys()
-            .map(|(corpus, term)| lexicon_entry(corpus, term))
-            .collect()
+    /// The terms this delta changes (the lexicon's keys), each once.
+    pub fn terms(&self) -> Vec<String> {
+        let terms: BTreeSet<&String> = self.changes.keys().map(|(_, term)| term).collect();
+        terms.into_iter().cloned().collect()
     }
 
-    /// The rows that replace `current` (the changed entries' rows before,
-    /// by entry): an entry no text holds any more has none. An entry that
-    /// would go below zero is an error: the lexicon and the tables disagree.
-    pub fn apply(
-        &self,
-        current: &HashMap<String, LexiconRow>,
-    ) -> Result<Vec<LexiconRow>, BelowZero> {
-        let mut rows = Vec::new();
+    /// The rows that replace `current`, the rows of the terms this delta
+    /// changes (every corpus's: a commit replaces a term's rows together):
+    /// the changed counts, and the others as they were; an entry no text
+    /// holds any more has none. An entry that would go below zero is an
+    /// error: the lexicon and the tables disagree.
+    pub fn apply(&self, current: &[LexiconRow]) -> Result<Vec<LexiconRow>, BelowZero> {
+        let mut counts: BTreeMap<(String, String), (u64, u64)> = (current.iter())
+            .map(|r| ((r.corpus.clone(), r.term.clone()), (r.rows, r.occurrences)))
+            .collect();
         for ((corpus, term), &(rows_change, occurrences_change)) in &self.changes {
-            let entry = lexicon_entry(corpus, term);
-            let before = current.get(&entry);
+            let key = (corpus.clone(), term.clone());
+            let before = counts.get(&key).copied();
             let after = |was: Option<u64>, change: i64| {
                 u64::try_from(was.unwrap_or(0) as i64 + change).map_err(|_| BelowZero {
-                    entry: entry.clone(),
+                    entry: format!("{corpus} {term}"),
                     change,
                     was,
                 })
             };
-            let texts = after(before.map(|r| r.rows), rows_change)?;
-            let occurrences = after(before.map(|r| r.occurrences), occurrences_change)?;
-            if texts > 0 {
-                rows.push(LexiconRow {
-                    entry,
-                    corpus: corpus.clone(),
-                    term: term.clone(),
-                    rows: texts,
-                    occurrences,
-                });
-            }
+            let texts = after(before.map(|c| c.0), rows_change)?;
+            let occurrences = after(before.map(|c| c.1), occurrences_change)?;
+            counts.insert(key, (texts, occurrences));
         }
-        Ok(rows)
+        Ok(counts
+            .into_iter()
+            .filter(|(_, (texts, _))| *texts > 0)
+            .map(|((corpus, term), (rows, occurrences))| LexiconRow {
+                corpus,
+                term,
+                rows,
+                occurrences,
+            })
+            .collect())
     }
 }
 
@@ -197,8 +192,13 @@ mod tests {
             gists: "paints".into(),
         });
         delta.count(&gists, 1);
-        let rows = delta.apply(&HashMap::new()).unwrap();
-        let find = |entry: &str| rows.iter().find(|r| r.entry == entry).cloned();
+        let rows = delta.apply(&[]).unwrap();
+        let find = |entry: &str| {
+            let (corpus, term) = entry.split_once(' ').unwrap();
+            (rows.iter())
+                .find(|r| r.corpus == corpus && r.term == term)
+                .cloned()
+        };
         let painting = find("segments/100 paint").unwrap();
         assert_eq!((painting.rows, painting.occurrences), (1, 2));
         let startup = find("segments/100 startup").unwrap();
@@ -208,16 +208,39 @@ mod tests {
         assert_eq!(find("segments/600 *").unwrap().rows, 1);
         assert_eq!(find("gist_memories paint").unwrap().rows, 1);
 
-        // Taking a text out again leaves the others' counts, and no entry for
-        // a term no text holds.
-        let current: HashMap<String, LexiconRow> =
-            rows.into_iter().map(|r| (r.entry.clone(), r)).collect();
+        // Taking a text out again replaces the rows of its terms (in every
+        // corpus, as a commit reads them back by term): the others' counts
+        // kept, and no entry for a term no text holds.
         let mut removal = LexiconDelta::default();
         removal.count(&segment("Paint, paints and startups.", 100), -1);
+        let terms = removal.terms();
+        let current: Vec<LexiconRow> = (rows.iter())
+            .filter(|r| terms.contains(&r.term))
+            .cloned()
+            .collect();
         let after = removal.apply(&current).unwrap();
-        assert!(!after.iter().any(|r| r.term == "paint"));
-        let startup = after.iter().find(|r| r.term == "startup").unwrap();
-        assert_eq!((startup.rows, startup.occurrences), (1, 1));
+        assert!(
+            !after
+                .iter()
+                .any(|r| r.term == "paint" && r.corpus == "segments/100")
+        );
+        let startup = |corpus: &str| {
+            let row = after
+                .iter()
+                .find(|r| r.term == "startup" && r.corpus == corpus);
+            row.map(|r| (r.rows, r.occurrences))
+        };
+        assert_eq!(startup("segments/100"), Some((1, 1)));
+        assert_eq!(
+            startup("segments/600"),
+            Some((1, 1)),
+            "another corpus's row kept"
+        );
+        assert!(
+            after
+                .iter()
+                .any(|r| r.term == "paint" && r.corpus == "gist_memories")
+        );
 
         // Removing what was never counted is an error, not a silent zero.
         let mut wrong = LexiconDelta::default();

@@ -180,7 +180,9 @@ tables! {
         CallStats("call_stats", stat_id: CallStatRow),
         /// How many texts of each searched corpus hold each term: the
         /// statistics BM25 scores with, kept by every commit.
-        Lexicon("lexicon", entry: LexiconRow),
+        /// Keyed by term: a commit replaces every corpus's row of a term
+        /// it changes (a key the rows of a term share, which the lookups go by).
+        Lexicon("lexicon", term: LexiconRow),
         Checkpoints("checkpoints", epoch: CheckpointRow),
     }
 }
@@ -233,7 +235,7 @@ impl Table {
             // doc_id, subject: the calls a document or a subject asked
             // about again no longer needs, found to evict.
             Table::LlmCalls => &[("call_key", BTree), ("doc_id", BTree), ("subject", BTree)],
-            Table::Lexicon => &[("entry", BTree)],
+            Table::Lexicon => &[("term", BTree)],
             Table::CallStats | Table::Checkpoints => &[],
         }
     }
@@ -320,7 +322,6 @@ impl Table {
             ],
             Table::GistMemories => vec![utf8("doc_id"), utf8("gists")],
             Table::Lexicon => vec![
-                utf8("entry"),
                 utf8("corpus"),
                 utf8("term"),
                 Field::new("rows", DataType::UInt64, false),

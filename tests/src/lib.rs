@@ -243,7 +243,7 @@ impl Tables {
         for row in self.rows.rows() {
             delta.count(&row, 1);
         }
-        let mut lexicon = delta.apply(&Default::default()).expect("counts only add");
+        let mut lexicon = delta.apply(&[]).expect("counts only add");
         lexicon.sort();
         lexicon
     }

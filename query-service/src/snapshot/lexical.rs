@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use lance_index::scalar::FullTextSearchQuery;
 use memweave_operators::lexical::CorpusStats;
-use memweave_schemas::search::{GIST_CORPUS, TERMS, lexicon_entry, segments_corpus, tree_corpus};
-use memweave_schemas::store::{batch_rows, strings};
+use memweave_schemas::search::{GIST_CORPUS, TERMS, segments_corpus, tree_corpus};
+use memweave_schemas::store::{KEYS_PER_PREDICATE, batch_rows, sql_strings, strings};
 use memweave_schemas::{LexiconRow, SegmentRow, StoreError, TREE_MEMWALKER, Table};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::{Allowed, ById, Read, Snapshot};
+use super::{Allowed, Read, Snapshot};
+use crate::cache::rows_bytes;
 
 /// Candidates Lance's full-text index is asked for, per result wanted, and at
 /// least: the exact BM25 order of the best results lies well inside Lance's
@@ -31,13 +32,8 @@ struct PassageMatch {
     ordinal: u32,
 }
 
-impl ById for LexiconRow {
-    const TABLE: Table = Table::Lexicon;
-    const ID_COLUMN: &'static str = "entry";
-    fn id(&self) -> &String {
-        &self.entry
-    }
-}
+/// The cached lookup of a term's lexicon rows.
+const TERM_ROWS: &str = "term";
 
 impl Snapshot {
     /// The documents whose best passage matches `query` best (BM25 over the
@@ -170,13 +166,59 @@ impl Snapshot {
         if query.is_empty() || texts == 0 {
             return Ok(stats);
         }
-        let entries: Vec<String> = query.iter().map(|t| lexicon_entry(corpus, t)).collect();
-        let found = self.rows_by_id::<LexiconRow>(&entries).await?;
-        stats.document_frequency = found
-            .into_values()
+        let found = self.lexicon_rows(query).await?;
+        stats.document_frequency = (found.values())
+            .flat_map(|rows| rows.iter())
+            .filter(|r| r.corpus == corpus)
             .map(|r| (r.term.clone(), r.rows as f64))
             .collect();
         Ok(stats)
+    }
+
+    /// The lexicon's rows of each of `terms`, every corpus's (a term's rows
+    /// share its key), by term: those not cached read together.
+    async fn lexicon_rows(&self, terms: &[String]) -> Read<HashMap<String, Arc<Vec<LexiconRow>>>> {
+        let table = Table::Lexicon;
+        let version = self.version(table);
+        let mut found = HashMap::new();
+        let mut missing = Vec::new();
+        for term in terms {
+            match self
+                .cache
+                .get::<Vec<LexiconRow>>(table, version, TERM_ROWS, term)
+            {
+                Some(hit) => {
+                    found.insert(term.clone(), hit);
+                }
+                None => missing.push(term.clone()),
+            }
+        }
+        missing.sort();
+        missing.dedup();
+        for chunk in missing.chunks(KEYS_PER_PREDICATE) {
+            let condition = format!("term IN ({})", sql_strings(chunk));
+            let mut by_term: HashMap<String, Vec<LexiconRow>> = HashMap::new();
+            for row in self
+                .select::<LexiconRow>(table, &[], &condition, None)
+                .await?
+            {
+                by_term.entry(row.term.clone()).or_default().push(row);
+            }
+            for term in chunk {
+                let rows = Arc::new(by_term.remove(term).unwrap_or_default());
+                let bytes = rows_bytes(rows.iter());
+                self.cache.put(
+                    table,
+                    version,
+                    TERM_ROWS,
+                    term.clone(),
+                    Arc::clone(&rows),
+                    bytes,
+                );
+                found.insert(term.clone(), rows);
+            }
+        }
+        Ok(found)
     }
 
     /// The rows of `table` (one with a [`TERMS`] column; read: `columns`)

@@ -977,7 +977,6 @@ mod tests {
         round_trip(
             &store,
             vec![LexiconRow {
-                entry: "gist_memories page".into(),
                 corpus: "gist_memories".into(),
                 term: "page".into(),
                 rows: 1,

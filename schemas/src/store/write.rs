@@ -1,7 +1,7 @@
 //! Writing: rows staged and committed, tables created and compacted, the
 //! lexicon counted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use arrow_array::{RecordBatch, RecordBatchIterator};
@@ -343,21 +343,17 @@ impl TableStore {
     }
 
     /// Applies `delta` to the `lexicon` table (to an empty one with
-    /// `replace`, a rebuild): the changed entries' rows deleted and their new
-    /// counts appended, one version. Returns it.
+    /// `replace`, a rebuild): the rows of the terms it changes deleted and
+    /// their new counts appended, one version. Returns it.
     pub async fn apply_lexicon(&self, delta: &LexiconDelta, replace: bool) -> Result<u64> {
         let table = Table::Lexicon;
         self.create_if_missing(table, DEFAULT_VECTOR_WIDTH).await?;
-        let entries = delta.entries();
-        let current: HashMap<String, LexiconRow> = if replace {
-            HashMap::new()
+        let current: Vec<LexiconRow> = if replace {
+            Vec::new()
         } else {
             let version = self.table_version(table).await?.unwrap_or_default();
-            self.rows_with_keys::<LexiconRow>(version, &entries)
+            self.rows_with_keys::<LexiconRow>(version, &delta.terms())
                 .await?
-                .into_iter()
-                .map(|row| (row.entry.clone(), row))
-                .collect()
         };
         let rows = delta.apply(&current).map_err(|e| StoreError::Invalid {
             table,
@@ -369,7 +365,8 @@ impl TableStore {
             let sorted: Vec<&LexiconRow> = rows.iter().collect();
             self.stage_batch(table, to_batch(&sorted)?).await?
         };
-        let removed: Vec<String> = current.into_keys().collect();
+        let removed: BTreeSet<String> = current.into_iter().map(|row| row.term).collect();
+        let removed: Vec<String> = removed.into_iter().collect();
         self.commit_staged(table, &removed, replace, fragments)
             .await
     }
