@@ -261,15 +261,29 @@ pub fn document(model: &Markov, pool: &[String], n: usize, edit: u32) -> String 
     let mut rng = fastrand::Rng::with_seed(n as u64 * 7919 + u64::from(edit));
     // Sizes log-uniform from 400 to 6,000 words.
     let words = (400.0 * 15f64.powf(rng.f64())) as usize;
-    // A few names per document, skewed towards the front of the pool.
-    let names: Vec<String> = (0..2 + rng.usize(..5))
+    let names = 2 + rng.usize(..5);
+    titled_text(model, &mut rng, pool, names, 6, words)
+}
+
+/// A title of `title_words` words over `words` words of prose naming
+/// `names` people of `pool`, drawn skewed towards its front: a generated
+/// document's text, drawn from `rng` in that order.
+fn titled_text(
+    model: &Markov,
+    rng: &mut fastrand::Rng,
+    pool: &[String],
+    names: usize,
+    title_words: usize,
+    words: usize,
+) -> String {
+    let names: Vec<String> = (0..names)
         .map(|_| {
             let skew = rng.f64() * rng.f64();
             pool[(skew * pool.len() as f64) as usize].clone()
         })
         .collect();
-    let title = model.write(&mut rng, 6, &[]);
-    let body = model.write(&mut rng, words, &names);
+    let title = model.write(rng, title_words, &[]);
+    let body = model.write(rng, words, &names);
     format!("{}\n\n{body}\n", title.trim_end_matches('.'))
 }
 
@@ -313,15 +327,8 @@ pub fn generate(model: &Markov, dir: &Path, tokens: u64) {
 pub fn short_document(model: &Markov, pool: &[String], n: usize) -> String {
     let mut rng = fastrand::Rng::with_seed(n as u64 * 104_729 + 17);
     let words = (75.0 * (230.0f64 / 75.0).powf(rng.f64())) as usize;
-    let names: Vec<String> = (0..1 + rng.usize(..3))
-        .map(|_| {
-            let skew = rng.f64() * rng.f64();
-            pool[(skew * pool.len() as f64) as usize].clone()
-        })
-        .collect();
-    let subject = model.write(&mut rng, 5, &[]);
-    let body = model.write(&mut rng, words, &names);
-    format!("{}\n\n{body}\n", subject.trim_end_matches('.'))
+    let names = 1 + rng.usize(..3);
+    titled_text(model, &mut rng, pool, names, 5, words)
 }
 
 /// Records of one JSON Lines file of [`generate_short`]: files of a size a
