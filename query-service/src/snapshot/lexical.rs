@@ -8,11 +8,12 @@ use std::sync::Arc;
 use lance_index::scalar::FullTextSearchQuery;
 use memweave_operators::lexical::CorpusStats;
 use memweave_schemas::search::{GIST_CORPUS, TERMS, segments_corpus, tree_corpus};
-use memweave_schemas::store::{KEYS_PER_PREDICATE, batch_rows, sql_strings, strings};
+use memweave_schemas::store::{batch_rows, strings};
 use memweave_schemas::{LexiconRow, SegmentRow, StoreError, TREE_MEMWALKER, Table};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::lookup::KeyedRead;
 use super::{Allowed, Read, Snapshot};
 use crate::cache::rows_bytes;
 
@@ -178,47 +179,21 @@ impl Snapshot {
     /// The lexicon's rows of each of `terms`, every corpus's (a term's rows
     /// share its key), by term: those not cached read together.
     async fn lexicon_rows(&self, terms: &[String]) -> Read<HashMap<String, Arc<Vec<LexiconRow>>>> {
-        let table = Table::Lexicon;
-        let version = self.version(table);
-        let mut found = HashMap::new();
-        let mut missing = Vec::new();
-        for term in terms {
-            match self
-                .cache
-                .get::<Vec<LexiconRow>>(table, version, TERM_ROWS, term)
-            {
-                Some(hit) => {
-                    found.insert(term.clone(), hit);
-                }
-                None => missing.push(term.clone()),
-            }
-        }
-        missing.sort();
-        missing.dedup();
-        for chunk in missing.chunks(KEYS_PER_PREDICATE) {
-            let condition = format!("term IN ({})", sql_strings(chunk));
-            let mut by_term: HashMap<String, Vec<LexiconRow>> = HashMap::new();
-            for row in self
-                .select::<LexiconRow>(table, &[], &condition, None)
-                .await?
-            {
-                by_term.entry(row.term.clone()).or_default().push(row);
-            }
-            for term in chunk {
-                let rows = Arc::new(by_term.remove(term).unwrap_or_default());
-                let bytes = rows_bytes(rows.iter());
-                self.cache.put(
-                    table,
-                    version,
-                    TERM_ROWS,
-                    term.clone(),
-                    Arc::clone(&rows),
-                    bytes,
-                );
-                found.insert(term.clone(), rows);
-            }
-        }
-        Ok(found)
+        let read = KeyedRead {
+            table: Table::Lexicon,
+            lookup: TERM_ROWS,
+            column: "term",
+            columns: &[],
+            condition: None,
+        };
+        self.by_keys::<LexiconRow, Vec<LexiconRow>>(
+            read,
+            terms,
+            |row| row.term.clone(),
+            Vec::push,
+            |rows| rows_bytes(rows.iter()),
+        )
+        .await
     }
 
     /// The rows of `table` (one with a [`TERMS`] column; read: `columns`)

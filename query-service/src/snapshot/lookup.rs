@@ -453,46 +453,100 @@ impl Snapshot {
     /// The `R`s of `ids` that exist, by id: cached ones, and one read for
     /// the rest (absent ones are cached as absent too).
     pub async fn rows_by_id<R: ById>(&self, ids: &[String]) -> Read<HashMap<String, Arc<R>>> {
-        let table = R::TABLE;
-        // Each table is looked up by id under one condition; it names the lookup.
-        let lookup = R::VISIBLE.unwrap_or(BY_ID);
+        let read = KeyedRead {
+            table: R::TABLE,
+            // Each table is looked up by id under one condition; it names the lookup.
+            lookup: R::VISIBLE.unwrap_or(BY_ID),
+            column: R::ID_COLUMN,
+            columns: R::COLUMNS,
+            condition: R::VISIBLE,
+        };
+        let found = self
+            .by_keys::<R, Option<Arc<R>>>(
+                read,
+                ids,
+                |row| row.id().clone(),
+                |slot, row| *slot = Some(Arc::new(row)),
+                |row| rows_bytes(row.as_deref()),
+            )
+            .await?;
+        Ok((found.into_iter())
+            .filter_map(|(id, row)| Some((id, row.as_ref().clone()?)))
+            .collect())
+    }
+
+    /// What `read` finds for each of `keys`, by key: cached ones, and one
+    /// read a chunk of keys for the rest, each row `gather`ed into the value
+    /// of its key (`key_of`). A key no row has gets the default value, and
+    /// is cached with it: absent ones are cached as absent too.
+    pub(super) async fn by_keys<R, T>(
+        &self,
+        read: KeyedRead<'_>,
+        keys: &[String],
+        key_of: impl Fn(&R) -> String,
+        gather: impl Fn(&mut T, R),
+        bytes: impl Fn(&T) -> usize,
+    ) -> Read<HashMap<String, Arc<T>>>
+    where
+        R: DeserializeOwned,
+        T: Default + Send + Sync + 'static,
+    {
+        let KeyedRead {
+            table,
+            lookup,
+            column,
+            columns,
+            condition,
+        } = read;
         let version = self.version(table);
         let mut found = HashMap::new();
         let mut missing = Vec::new();
-        for id in ids {
-            match self.cache.get::<Option<Arc<R>>>(table, version, lookup, id) {
-                Some(hit) => found.extend(hit.as_ref().clone().map(|row| (id.clone(), row))),
-                None => missing.push(id.clone()),
+        for key in keys {
+            match self.cache.get::<T>(table, version, lookup, key) {
+                Some(hit) => {
+                    found.insert(key.clone(), hit);
+                }
+                None => missing.push(key.clone()),
             }
         }
         missing.sort();
         missing.dedup();
         for chunk in missing.chunks(KEYS_PER_PREDICATE) {
-            let mut condition = format!("{} IN ({})", R::ID_COLUMN, sql_strings(chunk));
-            if let Some(visible) = R::VISIBLE {
-                condition = format!("{condition} AND {visible}");
+            let mut filter = format!("{column} IN ({})", sql_strings(chunk));
+            if let Some(condition) = condition {
+                filter = format!("{filter} AND {condition}");
             }
-            let rows: Vec<R> = self.select(table, R::COLUMNS, &condition, None).await?;
-            let mut read: HashMap<String, Arc<R>> = rows
-                .into_iter()
-                .map(|row| (row.id().clone(), Arc::new(row)))
-                .collect();
-            for id in chunk {
-                let row = read.remove(id);
-                let bytes = rows_bytes(row.as_deref());
+            let mut values: HashMap<String, T> = HashMap::new();
+            for row in self.select::<R>(table, columns, &filter, None).await? {
+                gather(values.entry(key_of(&row)).or_default(), row);
+            }
+            for key in chunk {
+                let value = Arc::new(values.remove(key).unwrap_or_default());
+                let size = bytes(&value);
                 self.cache.put(
                     table,
                     version,
                     lookup,
-                    id.clone(),
-                    Arc::new(row.clone()),
-                    bytes,
+                    key.clone(),
+                    Arc::clone(&value),
+                    size,
                 );
-                found.extend(row.map(|row| (id.clone(), row)));
+                found.insert(key.clone(), value);
             }
         }
         Ok(found)
     }
+}
+
+/// A read of rows by the values of one column ([`Snapshot::by_keys`]): the
+/// table, the column, the columns read, a condition every row meets too,
+/// and the name the cache keeps the answers under.
+pub(super) struct KeyedRead<'a> {
+    pub table: Table,
+    pub lookup: &'static str,
+    pub column: &'a str,
+    pub columns: &'a [&'a str],
+    pub condition: Option<&'a str>,
 }
 
 /// The characters `chars` of `text`, clipped to its end, and where they start.
