@@ -242,16 +242,20 @@ impl Snapshot {
     }
 
     /// The texts of `segments`, in their order, cut out of their documents'
-    /// (segments point into them), each document's text read once; a
-    /// segment of a document the snapshot does not hold has none.
+    /// (segments point into them), each document's text read once, the
+    /// documents' at once; a segment of a document the snapshot does not
+    /// hold has none.
     pub async fn segment_texts(&self, segments: &[Arc<SegmentRow>]) -> Read<Vec<String>> {
         let mut of_document: HashMap<&str, Vec<usize>> = HashMap::new();
         for (i, segment) in segments.iter().enumerate() {
             of_document.entry(&segment.doc_id).or_default().push(i);
         }
+        let of_document: Vec<(&str, Vec<usize>)> = of_document.into_iter().collect();
+        let documents = (of_document.iter()).map(|(doc_id, _)| self.document_text(doc_id));
+        let documents = futures::future::try_join_all(documents).await?;
         let mut texts = vec![String::new(); segments.len()];
-        for (doc_id, at) in of_document {
-            let Some(text) = self.document_text(doc_id).await? else {
+        for ((_, at), text) in of_document.iter().zip(documents) {
+            let Some(text) = text else {
                 continue;
             };
             let ranges = at
