@@ -239,6 +239,21 @@ impl TableStore {
                     .await
                     .map_err(|e| self.lance_error(table, e))?;
             }
+            // Every row is replaced: kept, the indexes would go on holding the
+            // old rows' entries beside the new rows' (a memory rebuilt for a
+            // new state format carried both); they are built again over the
+            // new rows after the commit.
+            let names: BTreeSet<String> = (dataset.load_indices().await)
+                .map_err(|e| self.lance_error(table, e))?
+                .iter()
+                .map(|index| index.name.clone())
+                .collect();
+            for name in names {
+                dataset
+                    .drop_index(&name)
+                    .await
+                    .map_err(|e| self.lance_error(table, e))?;
+            }
         } else {
             delete_keys(&mut dataset, table, removed)
                 .await
