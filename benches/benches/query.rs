@@ -445,6 +445,7 @@ fn question_sets(runtime: &tokio::runtime::Runtime) {
             set.len()
         );
         let snapshot = load(runtime, &dir.path().join("memory"));
+        vector_recall(runtime, &snapshot, &dir.path().join("memory"), set);
         for (s, strategy) in Strategy::ALL.into_iter().enumerate() {
             let missed: Vec<String> = set
                 .iter()
@@ -475,6 +476,158 @@ fn question_sets(runtime: &tokio::runtime::Runtime) {
         let cells: Vec<String> = table[s].iter().map(|c| format!("{c:>15}")).collect();
         println!("  {:<13}{}", strategy.name(), cells.join(""));
     }
+}
+
+/// Where vectors are recomputed (the hashing embedder's), the share of the
+/// exact 10 nearest segments, RAPTOR nodes and entities of each of `set`'s
+/// questions that the service's search finds: exact, over every owner's
+/// single-float vector, each made as the build makes it.
+fn vector_recall(
+    runtime: &tokio::runtime::Runtime,
+    snapshot: &Snapshot,
+    tables: &Path,
+    set: &[questions::Question],
+) {
+    use memweave_operators::embed::cosine;
+    use memweave_operators::lexical::hashing_embedding;
+    use memweave_operators::raptor::node_text;
+    use memweave_query::snapshot::{Allowed, Probe};
+    use memweave_schemas::{EntityRow, SegmentRow, TREE_RAPTOR, TREE_RAPTOR_CORPUS, TreeNodeRow};
+    const NEAREST: usize = 10;
+    let store = TableStore::new(&tables.display().to_string(), HashMap::new()).unwrap();
+    let (checkpoint, segments, nodes, entities) = runtime.block_on(async {
+        let checkpoint = store.latest_checkpoint().await.unwrap().unwrap();
+        let segments: Vec<SegmentRow> = store.read_at(&checkpoint).await.unwrap();
+        let nodes: Vec<TreeNodeRow> = store.read_at(&checkpoint).await.unwrap();
+        let entities: Vec<EntityRow> = store.read_at(&checkpoint).await.unwrap();
+        (checkpoint, segments, nodes, entities)
+    });
+    let Some(spec) = checkpoint.vectors() else {
+        return;
+    };
+    let Some(width) = memweave_operators::embed::HashingEmbedder::for_model(&spec.model)
+        .map(|h| Embedder::dim(&h))
+    else {
+        return;
+    };
+    let embed = |terms: &str| {
+        memweave_operators::lexical::hashing_embedding_of_terms(terms.split_whitespace(), width)
+    };
+    let chunk_terms: HashMap<&str, &str> = (segments.iter())
+        .map(|s| (s.seg_id.as_str(), s.terms.as_str()))
+        .collect();
+    // Per owner kind, every owner's id and vector.
+    type Owners = Vec<(String, Vec<f32>)>;
+    let exact: [(&str, Owners); 3] = [
+        (
+            "segments",
+            (segments.iter())
+                .filter(|s| s.target_tokens == spec.segment_tokens)
+                .map(|s| (s.seg_id.clone(), embed(&s.terms)))
+                .collect(),
+        ),
+        (
+            "nodes",
+            (nodes.iter())
+                .filter(|n| n.tree == TREE_RAPTOR || n.tree == TREE_RAPTOR_CORPUS)
+                .map(|n| {
+                    let vector = match &n.seg_id {
+                        Some(seg_id) => embed(chunk_terms[seg_id.as_str()]),
+                        None => hashing_embedding(&node_text(n), width),
+                    };
+                    (n.node_id.clone(), vector)
+                })
+                .collect(),
+        ),
+        (
+            "entities",
+            (entities.iter())
+                .map(|e| {
+                    (
+                        e.entity_id.clone(),
+                        hashing_embedding(&e.embedded_text(), width),
+                    )
+                })
+                .collect(),
+        ),
+    ];
+    let mut recall = [0.0f64; 3];
+    // Exact neighbours missed that share no term with the question: near it
+    // only where their terms and its hash to the same component.
+    let (mut missed, mut collisions) = (0, 0);
+    let terms_of: HashMap<&str, std::collections::HashSet<String>> = (segments.iter())
+        .map(|s| {
+            (
+                s.seg_id.as_str(),
+                s.terms.split_whitespace().map(str::to_string).collect(),
+            )
+        })
+        .chain(nodes.iter().map(|n| {
+            let text = match &n.seg_id {
+                Some(seg_id) => chunk_terms[seg_id.as_str()].to_string(),
+                None => node_text(n),
+            };
+            (
+                n.node_id.as_str(),
+                memweave_schemas::text::terms(&text).into_iter().collect(),
+            )
+        }))
+        .chain(entities.iter().map(|e| {
+            let terms = memweave_schemas::text::terms(&e.embedded_text());
+            (e.entity_id.as_str(), terms.into_iter().collect())
+        }))
+        .collect();
+    for question in set {
+        let vector = hashing_embedding(question.question, width);
+        let terms = memweave_schemas::text::terms(question.question);
+        let probe = Probe {
+            vector: &vector,
+            terms: &terms,
+        };
+        let found: [Vec<String>; 3] = runtime.block_on(async {
+            let all = Allowed(None);
+            let ids = |found: Vec<(String, f64)>| found.into_iter().map(|(id, _)| id).collect();
+            [
+                ids(snapshot
+                    .nearest_segment_ids(probe, all, NEAREST)
+                    .await
+                    .unwrap()),
+                ids(snapshot
+                    .nearest_node_ids(probe, all, NEAREST)
+                    .await
+                    .unwrap()),
+                (snapshot.nearest_entities(probe, NEAREST).await.unwrap())
+                    .into_iter()
+                    .map(|(e, _)| e.entity_id.clone())
+                    .collect(),
+            ]
+        });
+        for (k, (_, owners)) in exact.iter().enumerate() {
+            let mut scored: Vec<(&str, f64)> = (owners.iter())
+                .map(|(id, v)| (id.as_str(), cosine(&vector, v)))
+                .collect();
+            scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+            let best: Vec<&str> = scored.iter().take(NEAREST).map(|(id, _)| *id).collect();
+            let kept = best
+                .iter()
+                .filter(|id| found[k].iter().any(|f| f == *id))
+                .count();
+            for id in best.iter().filter(|id| !found[k].iter().any(|f| f == *id)) {
+                missed += 1;
+                let shares = terms.iter().any(|t| terms_of[id].contains(t));
+                collisions += usize::from(!shares);
+            }
+            recall[k] += kept as f64 / best.len().max(1) as f64;
+        }
+    }
+    let per_question: Vec<String> = (exact.iter().zip(recall))
+        .map(|((name, _), sum)| format!("{name} {:.3}", sum / set.len().max(1) as f64))
+        .collect();
+    println!(
+        "    recomputed vectors, recall@{NEAREST} against exact single-float search: {}; \
+         of the {missed} missed, {collisions} share no term with the question",
+        per_question.join(", ")
+    );
 }
 
 /// The latency store: `count` documents of 8 consecutive pg-essays sentences

@@ -13,6 +13,7 @@ use memweave_llm::ModelArgs;
 use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
 use memweave_operators::build::{BuildConfig, Memories};
+use memweave_operators::embed::HashingEmbedder;
 use memweave_operators::graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::raptor::RaptorConfig;
@@ -395,10 +396,17 @@ fn print_summary(s: &IndexSummary) {
     println!("  pages       {} (each with a gist)", s.pages);
     println!("  entities    {}", s.entities);
     println!("  relations   {}", s.relations);
-    println!(
-        "  embeddings  {} ({}, {} dimensions)",
-        s.embeddings, s.embedder.model, s.embedder.width
-    );
+    if HashingEmbedder::for_model(&s.embedder.model).is_some() {
+        println!(
+            "  embeddings  none stored ({}, {} dimensions: recomputed from the rows)",
+            s.embedder.model, s.embedder.width
+        );
+    } else {
+        println!(
+            "  embeddings  {} ({}, {} dimensions)",
+            s.embeddings, s.embedder.model, s.embedder.width
+        );
+    }
     if s.errors.is_empty() {
         println!("  errors      0");
     } else {

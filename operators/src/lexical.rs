@@ -283,13 +283,23 @@ impl Bm25 {
 /// model; texts that share rare words get similar vectors, so a question's
 /// rare words find the passage that holds them among common ones.
 pub fn hashing_embedding(text: &str, dim: usize) -> Vec<f32> {
+    let terms = terms(text);
+    hashing_embedding_of_terms(terms.iter().map(String::as_str), dim)
+}
+
+/// [`hashing_embedding`] of a text whose [`terms`] are `terms`: a row that
+/// keeps its text's terms (a segment's) has its vector without its text.
+pub fn hashing_embedding_of_terms<'a>(
+    terms: impl IntoIterator<Item = &'a str>,
+    dim: usize,
+) -> Vec<f32> {
     let mut vector = vec![0f32; dim.max(1)];
-    let mut counts: BTreeMap<String, f32> = BTreeMap::new();
-    for term in terms(text) {
+    let mut counts: BTreeMap<&str, f32> = BTreeMap::new();
+    for term in terms {
         *counts.entry(term).or_insert(0.0) += 1.0;
     }
     for (term, count) in counts {
-        let facts = term_facts(&term);
+        let facts = term_facts(term);
         let position = facts.hash as usize % vector.len();
         // Repeats count sublinearly, as BM25 saturates them: a text's tenth
         // "startup" says less than its one "pizza".
@@ -312,6 +322,21 @@ mod tests {
         assert_eq!(
             terms("What did the author learn from Painting? He learned paintings."),
             vec!["author", "learn", "paint", "learn", "paint"]
+        );
+    }
+
+    /// A row that keeps its text's terms (a segment's) has the text's vector.
+    #[test]
+    fn a_text_and_its_terms_have_one_vector() {
+        let text = "Painting still lifes taught me to look; paintings fade, pizza does not.";
+        let kept = terms(text).join(" ");
+        assert_eq!(
+            hashing_embedding_of_terms(kept.split_whitespace(), 64),
+            hashing_embedding(text, 64)
+        );
+        assert_ne!(
+            hashing_embedding_of_terms(kept.split_whitespace().skip(1), 64),
+            hashing_embedding(text, 64)
         );
     }
 

@@ -84,10 +84,36 @@ pub struct RaptorNode {
 /// What a node says, as its parent's summary and the embedder read it: the
 /// summary, then the surprising facts.
 pub fn node_text(row: &TreeNodeRow) -> String {
-    match &row.surprise {
-        Some(surprise) => format!("{}\n{surprise}", row.summary),
-        None => row.summary.clone(),
+    summary_text(&row.summary, row.surprise.as_deref())
+}
+
+/// [`node_text`] of a node's `summary` and `surprise`.
+pub fn summary_text(summary: &str, surprise: Option<&str>) -> String {
+    match surprise {
+        Some(surprise) => format!("{summary}\n{surprise}"),
+        None => summary.to_string(),
     }
+}
+
+/// The id of the RAPTOR leaf of document `doc_id`'s chunk `seg_id`.
+pub fn leaf_id(doc_id: &str, seg_id: &str) -> String {
+    content_id(
+        "node",
+        &[
+            TREE_RAPTOR.as_bytes(),
+            doc_id.as_bytes(),
+            b"leaf",
+            seg_id.as_bytes(),
+        ],
+    )
+}
+
+/// The id of the corpus RAPTOR tree's leaf over document root `root_id`.
+pub fn corpus_leaf_id(root_id: &str) -> String {
+    content_id(
+        "node",
+        &[TREE_RAPTOR_CORPUS.as_bytes(), b"leaf", root_id.as_bytes()],
+    )
 }
 
 /// The RAPTOR tree of one document over its chunks (in order); a chunk under
@@ -119,15 +145,7 @@ pub async fn raptor_tree(
         .zip(facts)
         .enumerate()
         .map(|(ordinal, (chunk, facts))| {
-            let id = content_id(
-                "node",
-                &[
-                    TREE_RAPTOR.as_bytes(),
-                    doc_id.as_bytes(),
-                    b"leaf",
-                    chunk.seg_id.as_bytes(),
-                ],
-            );
+            let id = leaf_id(doc_id, &chunk.seg_id);
             let mut row = node_row(id, TREE_RAPTOR, Some(doc_id), 0, ordinal, Vec::new(), facts);
             row.seg_id = Some(chunk.seg_id.clone());
             row
@@ -164,14 +182,7 @@ pub async fn raptor_corpus_tree(
         .iter()
         .enumerate()
         .map(|(ordinal, root)| {
-            let id = content_id(
-                "node",
-                &[
-                    TREE_RAPTOR_CORPUS.as_bytes(),
-                    b"leaf",
-                    root.row.node_id.as_bytes(),
-                ],
-            );
+            let id = corpus_leaf_id(&root.row.node_id);
             let row = TreeNodeRow {
                 node_id: id,
                 tree: TREE_RAPTOR_CORPUS.to_string(),

@@ -37,9 +37,55 @@ pub struct DocState {
     /// The document's MemWalker root (the corpus MemWalker tree's input).
     pub memwalker_roots: Vec<TreeNodeRow>,
     /// The document's RAPTOR root and its vector (the corpus RAPTOR tree's).
-    pub raptor_roots: Vec<(TreeNodeRow, EmbeddingRow)>,
+    raptor_roots: Vec<(TreeNodeRow, StateVector)>,
     /// Empty but in a row, where the records' shared texts are.
     shared: SharedTexts,
+}
+
+/// A root's vector as its state keeps it: the model, the width, and the
+/// nonzero components, each its position and the bits of its half float
+/// (the table's precision) in eight hex digits. As a JSON list of floats a
+/// hashing vector (a few hundred nonzero of 1,024) was most of a short
+/// document's state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct StateVector {
+    model: String,
+    width: u32,
+    nonzero: String,
+}
+
+impl StateVector {
+    fn of(vector: &EmbeddingRow) -> StateVector {
+        let mut nonzero = String::new();
+        for (position, value) in vector.vector.iter().enumerate() {
+            let bits = half::f16::from_f32(*value).to_bits();
+            if bits != 0 {
+                nonzero.push_str(&format!("{position:04x}{bits:04x}"));
+            }
+        }
+        StateVector {
+            model: vector.model.clone(),
+            width: vector.vector.len() as u32,
+            nonzero,
+        }
+    }
+
+    /// The vector of node `owner_id`, as its row held it.
+    fn row(&self, owner_id: &str) -> Result<EmbeddingRow, String> {
+        let bad = || format!("its vector of {owner_id} is not valid");
+        let mut vector = vec![0f32; self.width as usize];
+        let digits = self.nonzero.as_bytes();
+        if !digits.len().is_multiple_of(8) {
+            return Err(bad());
+        }
+        for entry in digits.chunks(8) {
+            let entry = std::str::from_utf8(entry).map_err(|_| bad())?;
+            let position = usize::from_str_radix(&entry[..4], 16).map_err(|_| bad())?;
+            let bits = u16::from_str_radix(&entry[4..], 16).map_err(|_| bad())?;
+            *vector.get_mut(position).ok_or_else(bad)? = half::f16::from_bits(bits).to_f32();
+        }
+        Ok(EmbeddingRow::new(owner_id, "node", &self.model, vector))
+    }
 }
 
 /// The texts a document's entities and relations share (its key words, the
@@ -88,7 +134,9 @@ impl DocState {
                     state.memwalker_roots.push(n.clone());
                 }
                 BuiltRow::RaptorRoot(root, vector) if corpus_tree => {
-                    state.raptor_roots.push((root.clone(), vector.clone()));
+                    state
+                        .raptor_roots
+                        .push((root.clone(), StateVector::of(vector)));
                 }
                 _ => {}
             }
@@ -105,6 +153,11 @@ impl DocState {
     pub fn of_row(row: &DocStateRow) -> Result<DocState, serde_json::Error> {
         let mut state: DocState = serde_json::from_str(&row.state)?;
         state.unshare_texts().map_err(serde::de::Error::custom)?;
+        for (root, vector) in &state.raptor_roots {
+            vector
+                .row(&root.node_id)
+                .map_err(serde::de::Error::custom)?;
+        }
         Ok(state)
     }
 
@@ -157,8 +210,11 @@ impl DocState {
         let entities = self.entities.into_iter().map(BuiltRow::Entity);
         let relations = self.relations.into_iter().map(BuiltRow::Relation);
         let memwalker_roots = self.memwalker_roots.into_iter().map(BuiltRow::TreeNode);
-        let raptor_roots = (self.raptor_roots.into_iter())
-            .map(|(root, vector)| BuiltRow::RaptorRoot(root, vector));
+        // Checked when the state was read ([`DocState::of_row`]).
+        let raptor_roots = (self.raptor_roots.into_iter()).filter_map(|(root, vector)| {
+            let vector = vector.row(&root.node_id).ok()?;
+            Some(BuiltRow::RaptorRoot(root, vector))
+        });
         entities
             .chain(relations)
             .chain(memwalker_roots)
@@ -173,9 +229,12 @@ pub fn is_memwalker_root(node: &TreeNodeRow) -> bool {
 }
 
 /// What a state holds and how its row keeps it, and what else a restore
-/// reads (3: `name_states`; 4: vectors rounded to half floats): a memory of
-/// another format (older, or newer) restores nothing and is rebuilt.
-const STATE_FORMAT: u32 = 4;
+/// reads (3: `name_states`; 4: vectors rounded to half floats; 5: roots'
+/// vectors as nonzero half floats, and the hashing embedder's vectors
+/// recomputed, not stored, so an older memory's stored ones go with the
+/// rebuild): a memory of another format (older, or newer) restores nothing
+/// and is rebuilt.
+const STATE_FORMAT: u32 = 5;
 
 /// What makes a document's state: its format, the build's sizes and
 /// memories, the kind of model and the embedder. A memory continued with
@@ -336,5 +395,55 @@ mod tests {
         }
         let state = DocState::of_row(&row).expect("the row reads");
         assert_eq!(state.into_built_rows(), rows);
+    }
+
+    /// A RAPTOR root's vector is kept as its nonzero half floats and reads
+    /// back to the bit (a restore re-clusters the corpus tree from it); a
+    /// state whose vector is not one is refused whole.
+    #[test]
+    fn a_root_vector_reads_back_to_the_bit_from_its_nonzero_components() {
+        let root = TreeNodeRow {
+            node_id: "n1".into(),
+            tree: memweave_schemas::TREE_RAPTOR.into(),
+            doc_id: Some("a.txt".into()),
+            level: 1,
+            ordinal: 0,
+            parent_id: None,
+            child_ids: vec!["n0".into()],
+            seg_id: None,
+            summary: "Ada founded a press.".into(),
+            surprise: None,
+            n_tokens: 5,
+        };
+        let mut components = vec![0.0f32; 1024];
+        components[3] = 0.25;
+        components[700] = -0.5;
+        components[1023] = -0.0;
+        components[12] = 1e-3;
+        let vector = EmbeddingRow::new("n1", "node", "hashing-weighted-1024", components);
+        let rows = vec![BuiltRow::RaptorRoot(root, vector.clone())];
+        let row = DocState::row("a.txt", "build", &rows, true);
+        let back = DocState::of_row(&row)
+            .expect("the row reads")
+            .into_built_rows();
+        let BuiltRow::RaptorRoot(_, read) = &back[0] else {
+            panic!("a root reads back as a root: {back:?}");
+        };
+        let bits = |v: &EmbeddingRow| v.vector.iter().map(|c| c.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            (read.model.as_str(), bits(read)),
+            (vector.model.as_str(), bits(&vector))
+        );
+        assert!(
+            row.state.len() < 400,
+            "{} bytes: {}",
+            row.state.len(),
+            row.state
+        );
+        let broken = DocStateRow {
+            state: row.state.replace("\"nonzero\":\"", "\"nonzero\":\"zz"),
+            ..row
+        };
+        assert!(DocState::of_row(&broken).is_err());
     }
 }

@@ -211,6 +211,19 @@ pub struct EntityRow {
     pub seg_ids: Vec<String>,
 }
 
+impl EntityRow {
+    /// What an entity's vector is embedded from, and its searched terms
+    /// ([`crate::search`]) are of.
+    pub fn embedded_text(&self) -> String {
+        entity_text(&self.name, &self.description)
+    }
+}
+
+/// [`EntityRow::embedded_text`] of an entity of `name` and `description`.
+pub fn entity_text(name: &str, description: &str) -> String {
+    format!("{name}: {description}")
+}
+
 /// How a normalised name's entities were resolved, past what their rows
 /// tell: for each of its entities (in the order of their first mentions),
 /// how many of the name's other mentions still unplaced were put to the
@@ -252,10 +265,7 @@ impl EmbeddingRow {
             owner_id: owner_id.to_string(),
             model: model.to_string(),
             owner_kind: owner_kind.to_string(),
-            vector: vector
-                .into_iter()
-                .map(|v| half::f16::from_f32(v).to_f32())
-                .collect(),
+            vector: stored_components(vector),
         }
     }
 
@@ -266,6 +276,15 @@ impl EmbeddingRow {
     fn bits(&self) -> impl Iterator<Item = u32> + '_ {
         self.vector.iter().map(|v| v.to_bits())
     }
+}
+
+/// `vector`'s components rounded to the half floats the embeddings table
+/// holds: a vector recomputed instead of read is the one that was stored.
+pub fn stored_components(vector: Vec<f32>) -> Vec<f32> {
+    vector
+        .into_iter()
+        .map(|v| half::f16::from_f32(v).to_f32())
+        .collect()
 }
 
 impl PartialEq for EmbeddingRow {
@@ -412,9 +431,31 @@ pub struct CheckpointRow {
     /// Source positions (file listing, Kafka offsets) as JSON.
     pub source_positions: String,
     pub table_versions: Vec<TableVersion>,
+    /// The embedder's model that made the memory's vectors: stored in
+    /// `embeddings`, or for the hashing embedder recomputed from the rows'
+    /// text where needed. None in a checkpoint written before vectors could
+    /// be recomputed (its vectors are all stored).
+    pub vector_model: Option<String>,
+    /// The cut (`target_tokens`) of the segments that have vectors.
+    pub vector_segment_tokens: Option<u32>,
+}
+
+/// What made a memory's vectors ([`CheckpointRow::vector_model`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorSpec {
+    pub model: String,
+    pub segment_tokens: u32,
 }
 
 impl CheckpointRow {
+    /// What made this checkpoint's vectors, if it says.
+    pub fn vectors(&self) -> Option<VectorSpec> {
+        Some(VectorSpec {
+            model: self.vector_model.clone()?,
+            segment_tokens: self.vector_segment_tokens?,
+        })
+    }
+
     /// The version of `table` this checkpoint names.
     pub fn version_of(&self, table: Table) -> Option<u64> {
         self.table_versions

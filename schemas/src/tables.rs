@@ -25,7 +25,9 @@ pub(crate) fn searched_column(table: Table) -> Option<&'static str> {
 /// search ([`crate::search`] fills them).
 fn derived_fields(table: Table) -> Vec<Field> {
     match table {
-        Table::Entities => vec![utf8_list(NAME_KEYS)],
+        // Nullable: an older memory's entities gain it as nulls, then are
+        // rebuilt (`STATE_FORMAT` 5).
+        Table::Entities => vec![utf8_list(NAME_KEYS), utf8_null(TERMS)],
         _ if searched_column(table).is_some() => vec![utf8(TERMS)],
         _ => Vec::new(),
     }
@@ -211,7 +213,9 @@ impl Table {
     /// (`TableStore::index_lookups`): a B-tree on each column rows are
     /// looked up by (the key a commit deletes by, and the ids a walk follows:
     /// a document's segments, nodes and pages, an entity's relations, an
-    /// owner's vector), a full-text index on each search column, a label-list
+    /// owner's vector), a full-text index on each search column (and on
+    /// entities' terms, which find the entities nearest a question where vectors
+    /// are recomputed), a label-list
     /// index on entities' name keys, a bitmap on the vectors' owner kind (every
     /// vector search is filtered by it).
     pub fn column_indexes(self) -> &'static [(&'static str, ColumnIndex)] {
@@ -222,7 +226,7 @@ impl Table {
             Table::TreeNodes => &[("node_id", BTree), ("doc_id", BTree), (TERMS, FullText)],
             Table::Pages => &[("page_id", BTree), ("doc_id", BTree)],
             Table::GistMemories => &[("doc_id", BTree), (TERMS, FullText)],
-            Table::Entities => &[("entity_id", BTree), (NAME_KEYS, Labels)],
+            Table::Entities => &[("entity_id", BTree), (NAME_KEYS, Labels), (TERMS, FullText)],
             Table::NameStates => &[("name", BTree)],
             Table::Relations => &[
                 ("relation_id", BTree),
@@ -400,6 +404,8 @@ impl Table {
                     ))),
                     false,
                 ),
+                utf8_null("vector_model"),
+                Field::new("vector_segment_tokens", DataType::UInt32, true),
             ],
         };
         fields.into_iter().map(Arc::new).collect()

@@ -237,6 +237,62 @@ impl Tables {
         document.map_or("", |d| d.text.as_str())
     }
 
+    /// Every owner's vector: the stored ones, or where the memory's vectors
+    /// are the hashing embedder's (none stored), each one recomputed from
+    /// the text [`Tables::vector_texts`] gives. Sorted by owner, as the table
+    /// is.
+    pub fn vectors(&self) -> Vec<memweave_schemas::EmbeddingRow> {
+        use memweave_operators::embed::HashingEmbedder;
+        let Some(spec) = self.checkpoint.vectors() else {
+            return self.rows.embeddings.clone();
+        };
+        let Some(hashing) = HashingEmbedder::for_model(&spec.model) else {
+            return self.rows.embeddings.clone();
+        };
+        (self.vector_texts().into_iter())
+            .map(|(owner, kind, text)| {
+                let vector = hashing.stored_vector(&text);
+                memweave_schemas::EmbeddingRow::new(&owner, kind, &spec.model, vector)
+            })
+            .collect()
+    }
+
+    /// Each owner of a vector (id and kind), with the text it is embedded
+    /// from, as the build embeds them: a segment of the vectors' cut its own
+    /// text, an entity its name and description, a RAPTOR leaf (one with a
+    /// segment) its chunk, any other RAPTOR node its summary and surprise.
+    /// Sorted by owner.
+    pub fn vector_texts(&self) -> Vec<(String, &'static str, String)> {
+        use memweave_schemas::{TREE_RAPTOR, TREE_RAPTOR_CORPUS};
+        let cut = self.checkpoint.vector_segment_tokens;
+        let segments: BTreeMap<&str, &memweave_schemas::SegmentRow> = (self.rows.segments.iter())
+            .map(|s| (s.seg_id.as_str(), s))
+            .collect();
+        let mut texts: Vec<(String, &'static str, String)> = (self.rows.segments.iter())
+            .filter(|s| Some(s.target_tokens) == cut)
+            .map(|s| (s.seg_id.clone(), "segment", self.segment_text(s)))
+            .collect();
+        for node in &self.rows.tree_nodes {
+            if node.tree != TREE_RAPTOR && node.tree != TREE_RAPTOR_CORPUS {
+                continue;
+            }
+            let text = match &node.seg_id {
+                Some(seg_id) => self.segment_text(segments[seg_id.as_str()]),
+                None => match &node.surprise {
+                    Some(surprise) => format!("{}\n{surprise}", node.summary),
+                    None => node.summary.clone(),
+                },
+            };
+            texts.push((node.node_id.clone(), "node", text));
+        }
+        for entity in &self.rows.entities {
+            let text = format!("{}: {}", entity.name, entity.description);
+            texts.push((entity.entity_id.clone(), "entity", text));
+        }
+        texts.sort_by(|a, b| a.0.cmp(&b.0));
+        texts
+    }
+
     /// The lexicon counted afresh from the rows: what the kept one must equal.
     pub fn recounted_lexicon(&self) -> Vec<LexiconRow> {
         let mut delta = LexiconDelta::default();
@@ -380,6 +436,19 @@ pub fn openai_flags(url: &str) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// The flags that embed through the simulator at `url` (its `/v1/embeddings`
+/// hashes as the offline embedder does), the vectors stored.
+pub fn sim_embedder_flags(url: &str) -> [&str; 6] {
+    [
+        "--embedder",
+        "openai",
+        "--embedding-url",
+        url,
+        "--embedding-model",
+        "sim-embed",
+    ]
 }
 
 /// A loopback port nothing listens on (for a server a test starts).

@@ -166,10 +166,7 @@ pub(super) fn graph_stages<'scope>(
                     targets,
                 } = resolved;
                 let mut out = vec![outcome];
-                let texts: Vec<String> = rows
-                    .iter()
-                    .map(|r| format!("{}: {}", r.name, r.description))
-                    .collect();
+                let texts: Vec<String> = rows.iter().map(EntityRow::embedded_text).collect();
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                 match embed_all(embedder.as_ref(), &CallContext::corpus("embed"), &refs).await {
                     Ok(vectors) => out.extend(rows.iter().zip(vectors).map(|(r, v)| {

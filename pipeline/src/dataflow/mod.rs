@@ -13,7 +13,7 @@ use std::sync::Arc;
 use differential_dataflow::input::{Input, InputSession};
 use differential_dataflow::{AsCollection, Hashable};
 use memweave_operators::build::{BuildConfig, BuiltRow, Document, build_document};
-use memweave_operators::embed::Embedder;
+use memweave_operators::embed::{Embedder, HashingEmbedder};
 use memweave_operators::model::MemoryModel;
 use memweave_operators::tokens::count_tokens;
 use memweave_schemas::{DocStateRow, DocumentRow, MemoryRow};
@@ -219,6 +219,11 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
             .concat(graph);
         if let Some(corpus) = corpus {
             rows = rows.concat(corpus);
+        }
+        // The hashing embedder's vectors are recomputed where they are
+        // needed ([`HashingEmbedder::for_model`]), not stored.
+        if HashingEmbedder::for_model(embedder.model()).is_some() {
+            rows = rows.filter(|row| !matches!(row, MemoryRow::Embedding(_)));
         }
         let collected = Rc::clone(&staged);
         write_rows(rows, Arc::clone(writer), tasks.runtime.clone())

@@ -51,7 +51,10 @@ pub(super) async fn previous_tables(
     }
     // Rows are staged with the columns each table declares now: an older
     // memory's tables are brought to them first (their metadata only).
-    for &table in Table::MEMORY.iter().chain([&Table::Lexicon]) {
+    for &table in Table::MEMORY
+        .iter()
+        .chain([&Table::Lexicon, &Table::Checkpoints])
+    {
         store.upgrade_columns(table).await?;
     }
     let documents = document_records(store, &checkpoint)

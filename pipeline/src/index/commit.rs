@@ -60,7 +60,9 @@ pub(super) async fn commit(
         },
     });
     versions.push(write_call_stats(engine, compaction, round.first).await?);
-    let checkpoint = store.commit_checkpoint(round.positions, versions).await?;
+    let checkpoint = store
+        .commit_checkpoint(round.positions, versions, Some(engine.vectors().clone()))
+        .await?;
     Ok((checkpoint, changes))
 }
 

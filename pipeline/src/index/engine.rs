@@ -9,7 +9,7 @@ use memweave_llm::cache::{CacheReport, CallCache};
 use memweave_llm::pool::{PoolClient, PoolReport};
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::TableStore;
+use memweave_schemas::{TableStore, VectorSpec};
 
 use memweave_schemas::TableVersion;
 use memweave_schemas::store::Compaction;
@@ -40,6 +40,8 @@ pub(super) struct Engine {
     backend: String,
     /// What this process's documents' states are built by ([`state::fingerprint`]).
     made_by: String,
+    /// What its vectors are made by, as its checkpoints record it.
+    vectors: VectorSpec,
     progress: Arc<Mutex<Arc<Progress>>>,
     /// Each stage's work in the round, reported while any is pending.
     stages: Arc<StageProgress>,
@@ -88,6 +90,10 @@ impl Engine {
             .block_on(options.embed.embedder(Arc::clone(&cache)))
             .map_err(UsageError::of)?;
         let made_by = state::fingerprint(&options.build, model.as_ref(), embedder.as_ref());
+        let vectors = VectorSpec {
+            model: embedder.model().to_string(),
+            segment_tokens: options.build.segments.target_tokens as u32,
+        };
         // A cluster's process 0 must close the dataflow the others compute in,
         // so it stops through its main thread rather than exiting from here.
         let exit = options.cluster.processes() == 1 || options.cluster.process != 0;
@@ -128,6 +134,7 @@ impl Engine {
             pool,
             backend,
             made_by,
+            vectors,
             progress,
             stages,
             writer,
@@ -154,6 +161,11 @@ impl Engine {
     /// What this process's documents' states are built by.
     pub(super) fn made_by(&self) -> &str {
         &self.made_by
+    }
+
+    /// What its vectors are made by.
+    pub(super) fn vectors(&self) -> &VectorSpec {
+        &self.vectors
     }
 
     /// Workers that take input: this process's, in process 0.

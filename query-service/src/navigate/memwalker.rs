@@ -298,7 +298,7 @@ impl MemWalker<'_, '_> {
             .iter()
             .map(|&c| segments_under(&children[c], &by_id))
             .collect();
-        let vectors = self.snapshot.vectors(&leaves.concat()).await?;
+        let vectors = self.snapshot.segment_vectors(&leaves.concat()).await?;
         let best = candidates
             .iter()
             .zip(&leaves)

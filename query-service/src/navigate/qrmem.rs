@@ -12,6 +12,7 @@ use memweave_operators::embed::{cosine, embed_all};
 use memweave_schemas::{EntityRow, RelationRow, SegmentRow};
 
 use super::{Navigation, Navigator, Passage, Signal, Walked, navigator_over_context};
+use crate::snapshot::Probe;
 
 /// Entities taken by similarity when none of the question's names is in the graph.
 const NEAREST_ENTITIES: usize = 3;
@@ -91,7 +92,13 @@ impl Qrmem<'_, '_> {
             };
             found = self
                 .snapshot
-                .nearest_entities(&question, NEAREST_ENTITIES)
+                .nearest_entities(
+                    Probe {
+                        vector: &question,
+                        terms: &self.query,
+                    },
+                    NEAREST_ENTITIES,
+                )
                 .await?
                 .into_iter()
                 .map(|(entity, _)| entity)
@@ -319,7 +326,14 @@ impl Qrmem<'_, '_> {
                 None => {
                     let near: Arc<[(String, f64)]> = self
                         .snapshot
-                        .nearest_segment_ids(question, self.documents(), asked)
+                        .nearest_segment_ids(
+                            Probe {
+                                vector: question,
+                                terms: &self.query,
+                            },
+                            self.documents(),
+                            asked,
+                        )
                         .await?
                         .into();
                     self.nearest_to_question.insert(asked, near.clone());
@@ -359,7 +373,7 @@ impl Qrmem<'_, '_> {
             };
         }
         let mut vectors = match &question {
-            Some(_) => self.snapshot.vectors(&segments).await?,
+            Some(_) => self.snapshot.segment_vectors(&segments).await?,
             None => HashMap::new(),
         };
         let mut unvectored = Vec::new();

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use memweave_operators::tokens::count_tokens;
+use memweave_schemas::text::terms;
 use memweave_schemas::{SegmentRow, TreeNodeRow};
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +16,7 @@ use super::{
     navigator_over_context,
 };
 use crate::request::{AskRequest, Strategy};
-use crate::snapshot::{Document, Snapshot};
+use crate::snapshot::{Document, Probe, Snapshot};
 
 /// Passages the baselines return when a request does not say.
 const DEFAULT_TOP_K: usize = 5;
@@ -112,7 +113,14 @@ impl Baseline<'_, '_> {
                 return Ok(None);
             };
             self.snapshot
-                .nearest_segments(&question, self.documents(), self.top_k())
+                .nearest_segments(
+                    Probe {
+                        vector: &question,
+                        terms: &self.query,
+                    },
+                    self.documents(),
+                    self.top_k(),
+                )
                 .await?
         } else {
             self.snapshot
@@ -205,9 +213,12 @@ impl CollapsedTree<'_, '_> {
         let Some(question) = self.question_vector().await? else {
             return Ok(());
         };
-        let passages = self
-            .collapsed_tree(&question, false, "collapsed tree")
-            .await?;
+        let query = self.query.clone();
+        let probe = Probe {
+            vector: &question,
+            terms: &query,
+        };
+        let passages = self.collapsed_tree(probe, false, "collapsed tree").await?;
         self.answer_from(passages, "from the collapsed tree's nearest nodes")
             .await
     }
@@ -245,8 +256,13 @@ impl CollapsedTree<'_, '_> {
                 ),
             );
             self.recorder.depth = 1;
+            let terms = terms(&probe);
+            let probe = Probe {
+                vector: &vector,
+                terms: &terms,
+            };
             passages = self
-                .collapsed_tree(&vector, true, &format!("round {round}"))
+                .collapsed_tree(probe, true, &format!("round {round}"))
                 .await?;
             let retrieved = super::context_of(&passages);
             let next = self
@@ -285,7 +301,7 @@ impl CollapsedTree<'_, '_> {
     /// time (each few's rows in one read per table) until one does not fit.
     async fn collapsed_tree(
         &mut self,
-        query: &[f32],
+        query: Probe<'_>,
         with_facts: bool,
         round: &str,
     ) -> Walked<Vec<Passage>> {

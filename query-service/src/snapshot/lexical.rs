@@ -198,9 +198,9 @@ impl Snapshot {
 
     /// The rows of `table` (one with a [`TERMS`] column; read: `columns`)
     /// meeting every `condition` that Lance's full-text index ranks best for
-    /// `query`, enough
-    /// of them that the `limit` best by exact BM25 (`stats`) are among them,
-    /// each with that score; only those with a positive one, best first.
+    /// `query`, enough of them that the `limit` best by exact BM25 (`stats`)
+    /// are among them, each with that score; only those with a positive one,
+    /// best first.
     async fn best_texts<R: DeserializeOwned>(
         &self,
         table: Table,
@@ -210,7 +210,39 @@ impl Snapshot {
         conditions: &[Option<String>],
         limit: usize,
     ) -> Read<Vec<(R, f64)>> {
-        if query.is_empty() || limit == 0 {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let candidates = (limit * TEXT_CANDIDATES_PER_RESULT).max(TEXT_CANDIDATES_AT_LEAST);
+        let found: Vec<(R, String)> = self
+            .text_candidates(table, columns, query, conditions, candidates)
+            .await?;
+        let mut scored: Vec<(R, f64)> = found
+            .into_iter()
+            .map(|(row, terms)| {
+                let score = stats.score_terms(query, terms.split(' '));
+                (row, score)
+            })
+            .filter(|(_, score)| *score > 0.0)
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(scored)
+    }
+
+    /// At most `candidates` rows of `table` (one with a [`TERMS`] column;
+    /// read: `columns`) meeting every `condition` that Lance's full-text index
+    /// finds for `query`, each with its terms; none for no query or none
+    /// wanted. The caller scores them exactly: Lance's own score depends on
+    /// how its index is split.
+    pub(super) async fn text_candidates<R: DeserializeOwned>(
+        &self,
+        table: Table,
+        columns: &[&str],
+        query: &[String],
+        conditions: &[Option<String>],
+        candidates: usize,
+    ) -> Read<Vec<(R, String)>> {
+        if query.is_empty() || candidates == 0 {
             return Ok(Vec::new());
         }
         let filter: Vec<&str> = conditions.iter().flatten().map(String::as_str).collect();
@@ -219,7 +251,6 @@ impl Snapshot {
         } else {
             filter.join(" AND ")
         };
-        let candidates = (limit * TEXT_CANDIDATES_PER_RESULT).max(TEXT_CANDIDATES_AT_LEAST);
         let search = FullTextSearchQuery::new(query.join(" "))
             .with_column(TERMS.to_string())
             .map_err(|e| self.store.lance_error(table, e))?
@@ -229,29 +260,26 @@ impl Snapshot {
         let projected: Vec<&str> = columns.iter().copied().chain([TERMS]).collect();
         let batches = self
             .scan(table, &projected, &filter, |scan| {
-                // Ranked by our BM25 from the terms, not by Lance's `_score`.
                 scan.full_text_search(search.clone())?
                     .prefilter(true)
                     .disable_scoring_autoprojection();
                 Ok(())
             })
             .await?;
-        let mut scored = Vec::new();
+        let mut found = Vec::new();
         for batch in &batches {
             let rows: Vec<R> = batch_rows(table, batch)?;
             let terms = strings(batch, TERMS).ok_or_else(|| StoreError::Invalid {
                 table,
                 message: format!("no {TERMS} column"),
             })?;
-            for (row, terms) in rows.into_iter().zip(terms.iter()) {
-                let score = stats.score_terms(query, terms.unwrap_or_default().split(' '));
-                if score > 0.0 {
-                    scored.push((row, score));
-                }
-            }
+            found.extend(
+                rows.into_iter()
+                    .zip(terms.iter())
+                    .map(|(row, terms)| (row, terms.unwrap_or_default().to_string())),
+            );
         }
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1));
-        Ok(scored)
+        Ok(found)
     }
 }
 

@@ -33,6 +33,7 @@ use arrow::array::RecordBatch;
 use futures::TryStreamExt;
 use lance::dataset::Dataset;
 use lance::dataset::scanner::Scanner;
+use memweave_operators::embed::HashingEmbedder;
 use memweave_schemas::search::{TOTALS, segments_cut};
 use memweave_schemas::store::{rows_of, sql_strings};
 use memweave_schemas::{CheckpointRow, LexiconRow, StoreError, Table, TableStore};
@@ -40,6 +41,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 pub use lookup::{ById, Document, DocumentPage, Page};
+pub use vector::Probe;
 
 use crate::cache::{ReadCache, RowCacheStats};
 use crate::request::{AskRequest, RequestError};
@@ -75,9 +77,12 @@ pub struct Snapshot {
     /// The passages the retrieval baselines rank: the memory's finest cut of
     /// segments (their target size).
     passage_cut: Option<u32>,
-    /// The embedder that made the vectors (`embeddings.model`); a question must
-    /// be embedded by the same one.
+    /// The embedder that made the vectors (as the checkpoint records it, or
+    /// an older memory's `embeddings.model`); a question must be embedded by
+    /// the same one.
     pub embedding_model: Option<String>,
+    /// Where the vectors are recomputed rather than stored.
+    recomputed: Option<vector::Recomputed>,
     /// The IVF partitions a vector search probes: all of them.
     vector_probes: usize,
 }
@@ -130,6 +135,7 @@ impl Snapshot {
             totals: HashMap::new(),
             passage_cut: None,
             embedding_model: None,
+            recomputed: None,
             vector_probes: 0,
         };
         if let Some(vectors) = snapshot.datasets.get(&Table::Embeddings) {
@@ -151,6 +157,15 @@ impl Snapshot {
             .keys()
             .filter_map(|corpus| segments_cut(corpus))
             .min();
+        if let Some(vectors) = checkpoint.vectors() {
+            snapshot.recomputed =
+                HashingEmbedder::for_model(&vectors.model).map(|embedder| vector::Recomputed {
+                    embedder,
+                    segment_tokens: vectors.segment_tokens,
+                });
+            snapshot.embedding_model = Some(vectors.model);
+            return Ok(snapshot);
+        }
         #[derive(Deserialize)]
         struct Model {
             model: String,

@@ -13,7 +13,7 @@ use arrow_array::{
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use super::{Result, StoreError};
-use crate::rows::TableRow;
+use crate::rows::{TableRow, entity_text};
 use crate::search::{self};
 use crate::tables::{DEFAULT_VECTOR_WIDTH, EachTable, MemoryTables, Table, searched_column};
 
@@ -162,6 +162,14 @@ fn with_derived_columns(
             keys.append(true);
         }
         columns.push(Arc::new(keys.finish()));
+        let descriptions = string_column(batch, "description")?;
+        let terms: StringArray = (0..batch.num_rows())
+            .map(|row| {
+                let text = entity_text(names.value(row), descriptions.value(row));
+                Some(crate::text::terms(&text).join(" "))
+            })
+            .collect();
+        columns.push(Arc::new(terms));
     }
     RecordBatch::try_new(schema, columns)
 }

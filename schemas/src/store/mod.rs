@@ -17,7 +17,7 @@ use lance::session::Session;
 pub use lance::table::format::Fragment;
 
 use crate::Table;
-use crate::rows::{CheckpointRow, TableVersion, now_micros};
+use crate::rows::{CheckpointRow, TableVersion, VectorSpec, now_micros};
 
 mod batches;
 mod index;
@@ -188,14 +188,21 @@ impl TableStore {
         &self,
         source_positions: String,
         mut versions: Vec<TableVersion>,
+        vectors: Option<VectorSpec>,
     ) -> Result<CheckpointRow> {
         versions.sort();
         let epoch = self.latest_checkpoint().await?.map_or(1, |c| c.epoch + 1);
+        let (vector_model, vector_segment_tokens) = match vectors {
+            Some(spec) => (Some(spec.model), Some(spec.segment_tokens)),
+            None => (None, None),
+        };
         let row = CheckpointRow {
             epoch,
             created_at: now_micros(),
             source_positions,
             table_versions: versions,
+            vector_model,
+            vector_segment_tokens,
         };
         let batch = to_batch(&[&row])?;
         self.write_batch(Table::Checkpoints, batch, WriteMode::Append)
@@ -337,6 +344,7 @@ mod tests {
                     table: Table::TreeNodes.name().into(),
                     version: second,
                 }],
+                None,
             )
             .await
             .unwrap();
@@ -784,11 +792,11 @@ mod tests {
             version: v,
         }];
         let first = store
-            .commit_checkpoint("{}".into(), versions.clone())
+            .commit_checkpoint("{}".into(), versions.clone(), None)
             .await
             .unwrap();
         let second = store
-            .commit_checkpoint("{}".into(), versions)
+            .commit_checkpoint("{}".into(), versions, None)
             .await
             .unwrap();
         assert_eq!((first.epoch, second.epoch), (1, 2));
@@ -994,6 +1002,8 @@ mod tests {
                     table: "documents".into(),
                     version: 2,
                 }],
+                vector_model: Some("hashing-weighted-1024".into()),
+                vector_segment_tokens: Some(1000),
             }],
         )
         .await;

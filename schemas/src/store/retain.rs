@@ -212,6 +212,8 @@ mod tests {
             created_at,
             source_positions: "{}".into(),
             table_versions: Vec::new(),
+            vector_model: None,
+            vector_segment_tokens: None,
         }
     }
 
@@ -250,7 +252,7 @@ mod tests {
             let table = Table::Errors.name().to_string();
             let versions = vec![TableVersion { table, version }];
             let checkpoint = store
-                .commit_checkpoint("{}".into(), versions)
+                .commit_checkpoint("{}".into(), versions, None)
                 .await
                 .unwrap();
             written.push((checkpoint, rows));
@@ -301,7 +303,7 @@ mod tests {
             .unwrap();
         assert_eq!((again.checkpoints, again.kept), (1, Some((5, 6))));
         let next = store
-            .commit_checkpoint("{}".into(), Vec::new())
+            .commit_checkpoint("{}".into(), Vec::new(), None)
             .await
             .unwrap();
         assert_eq!(next.epoch, 7);

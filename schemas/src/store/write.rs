@@ -437,12 +437,13 @@ impl TableStore {
             .await?
             .unwrap_or_default();
         versions.insert(Table::Lexicon.name().to_string(), version);
+        let vectors = latest.as_ref().and_then(CheckpointRow::vectors);
         let positions = latest.map_or_else(|| "{}".to_string(), |c| c.source_positions);
         let versions = versions
             .into_iter()
             .map(|(table, version)| TableVersion { table, version })
             .collect();
-        self.commit_checkpoint(positions, versions).await
+        self.commit_checkpoint(positions, versions, vectors).await
     }
 }
 

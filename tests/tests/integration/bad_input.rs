@@ -151,7 +151,11 @@ fn an_older_memory_is_refused_untouched_with_exit_code_2() {
             .cloned()
             .collect();
         store
-            .commit_checkpoint(current.source_positions.clone(), versions)
+            .commit_checkpoint(
+                current.source_positions.clone(),
+                versions,
+                current.vectors(),
+            )
             .await
             .unwrap()
     });

@@ -3,7 +3,7 @@
 use std::process::Command;
 
 use memweave_schemas::Table;
-use memweave_tests::{python, read_calls};
+use memweave_tests::{SimServer, index, python, read_calls, read_tables, shared_data};
 
 use super::shared::pg_essays;
 
@@ -25,15 +25,7 @@ term = first["terms"].split()[0]
 found = lance.dataset(f"{root}/segments.lance").to_table(
     columns=["seg_id", "terms"], full_text_query={"columns": ["terms"], "query": term}
 ).to_pylist()
-embeddings = lance.dataset(f"{root}/embeddings.lance")
-probe = embeddings.to_table(limit=1).to_pylist()[0]
-nearest = embeddings.to_table(
-    columns=["owner_id"], nearest={"column": "vector", "q": probe["vector"], "k": 3, "nprobes": 4}
-).to_pylist()
 print(json.dumps({
-    "vector_indices": [i["type"] for i in embeddings.list_indices() if i["fields"] == ["vector"]],
-    "nearest_is_itself": nearest[0]["owner_id"] == probe["owner_id"],
-    "vector_covers": (embeddings.schema.field("vector").metadata or {}).get(b"covers", b"").decode(),
     "full_text_finds_the_term": bool(found)
         and any(r["seg_id"] == first["seg_id"] for r in found)
         and all(term in r["terms"].split() for r in found),
@@ -44,6 +36,53 @@ print(json.dumps({
     "duckdb_segment_tokens": int(per_doc[1]),
 }))
 "#;
+
+const SEARCH_VECTORS: &str = r#"
+import json, sys, lance
+embeddings = lance.dataset(f"{sys.argv[1]}/embeddings.lance")
+probe = embeddings.to_table(limit=1).to_pylist()[0]
+nearest = embeddings.to_table(
+    columns=["owner_id"], nearest={"column": "vector", "q": probe["vector"], "k": 3, "nprobes": 4}
+).to_pylist()
+print(json.dumps({
+    "rows": embeddings.count_rows(),
+    "vector_indices": [i["type"] for i in embeddings.list_indices() if i["fields"] == ["vector"]],
+    "nearest_is_itself": nearest[0]["owner_id"] == probe["owner_id"],
+    "vector_covers": (embeddings.schema.field("vector").metadata or {}).get(b"covers", b"").decode(),
+}))
+"#;
+
+/// An embedder with weights (here the simulator's, over HTTP) has its
+/// vectors stored: pylance finds the vector index and searches through it.
+#[test]
+fn pylance_searches_the_stored_vectors() {
+    let sim = SimServer::start(memweave_llm::sim::SimConfig::new(16, 1.0));
+    let dir = tempfile::tempdir().unwrap();
+    let tables = dir.path().join("memory");
+    let flags = memweave_tests::sim_embedder_flags(&sim.url);
+    index(&shared_data("pg-essays"), &tables, &flags);
+    let output = Command::new(python())
+        .args(["-c", SEARCH_VECTORS, tables.to_str().unwrap()])
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "pylance could not search the vectors: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // Enough vectors for an index: pylance finds it and searches through it.
+    let stored = read_tables(&tables).embeddings.len();
+    assert!(stored >= memweave_schemas::store::VECTOR_INDEX_MIN_ROWS);
+    assert_eq!(seen["rows"], stored);
+    assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_RQ"]));
+    assert_eq!(seen["nearest_is_itself"], true);
+    // The schema says what a vector stands for.
+    assert_eq!(
+        seen["vector_covers"],
+        memweave_schemas::tables::VECTOR_COVERS
+    );
+}
 
 #[test]
 fn pylance_and_duckdb_read_the_same_counts() {
@@ -81,15 +120,8 @@ fn pylance_and_duckdb_read_the_same_counts() {
     for (table, count) in expected {
         assert_eq!(seen["counts"][table], count, "{table}");
     }
-    // Enough vectors for an index: pylance finds it and searches through it.
-    assert!(t.embeddings.len() >= memweave_schemas::store::VECTOR_INDEX_MIN_ROWS);
-    assert_eq!(seen["vector_indices"], serde_json::json!(["IVF_RQ"]));
-    assert_eq!(seen["nearest_is_itself"], true);
-    // The schema says what a vector stands for.
-    assert_eq!(
-        seen["vector_covers"],
-        memweave_schemas::tables::VECTOR_COVERS
-    );
+    // The hashing embedder's vectors are recomputed, not stored.
+    assert_eq!(seen["counts"]["embeddings"], 0);
     // Every column a walk or a commit looks rows up by has a B-tree index,
     // every searched text a full-text index pylance searches through.
     assert_eq!(seen["full_text_finds_the_term"], true);

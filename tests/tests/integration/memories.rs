@@ -116,8 +116,9 @@ pub fn assert_invariants(t: &Tables) {
     // and entity has one.
     let nodes: HashSet<&str> = t.tree_nodes.iter().map(|n| n.node_id.as_str()).collect();
     let mut owners = HashSet::new();
-    for e in &t.embeddings {
-        assert_eq!(e.vector.len(), t.embeddings[0].vector.len());
+    let vectors = t.vectors();
+    for e in &vectors {
+        assert_eq!(e.vector.len(), vectors[0].vector.len());
         let norm: f32 = e.vector.iter().map(|v| v * v).sum::<f32>().sqrt();
         assert!(
             (norm - 1.0).abs() < 1e-3 || norm == 0.0,
@@ -335,7 +336,12 @@ fn memories_can_be_left_out() {
     assert!(t.segments.iter().all(|s| s.target_tokens == 1000));
     assert!(t.tree_nodes.is_empty() && t.pages.is_empty());
     assert!(!t.entities.is_empty() && !t.relations.is_empty());
-    assert!(t.embeddings.iter().all(|e| e.owner_kind == "entity"));
+    // No RAPTOR nodes, so no node vectors; the hashing embedder's are
+    // recomputed, none stored.
+    assert!(t.embeddings.is_empty());
+    let vectors = t.vectors();
+    let kinds: HashSet<&str> = vectors.iter().map(|e| e.owner_kind.as_str()).collect();
+    assert_eq!(kinds, HashSet::from(["segment", "entity"]));
 
     let walker_reader = dir.path().join("walker-reader");
     index(
@@ -477,27 +483,23 @@ fn the_openai_embedder_gives_the_vectors_of_its_server() {
     }
     let (hashing, remote) = (dir.path().join("hashing"), dir.path().join("remote"));
     index(&source, &hashing, &[]);
-    let flags = [
-        "--embedder",
-        "openai",
-        "--embedding-url",
-        &sim.url,
-        "--embedding-model",
-        "sim-embed",
-    ];
+    let flags = memweave_tests::sim_embedder_flags(&sim.url);
     index(&source, &remote, &flags);
     let (a, b) = (read_tables(&hashing), read_tables(&remote));
     assert_invariants(&b);
     assert!(b.embeddings.iter().all(|e| e.model == "openai:sim-embed"));
     let offline = HashingEmbedder::new(DEFAULT_VECTOR_WIDTH);
-    assert!(a.embeddings.iter().all(|e| e.model == offline.model()));
-    let vectors = |t: &Tables| -> Vec<(String, Vec<f32>)> {
-        t.embeddings
-            .iter()
-            .map(|e| (e.owner_id.clone(), e.vector.clone()))
+    assert!(a.vectors().iter().all(|e| e.model == offline.model()));
+    // The hashing memory stores none: each one recomputed from its row is
+    // the one the server made of the same text.
+    assert!(a.embeddings.is_empty() && !b.embeddings.is_empty());
+    let vectors = |vectors: Vec<memweave_schemas::EmbeddingRow>| -> Vec<(String, Vec<f32>)> {
+        vectors
+            .into_iter()
+            .map(|e| (e.owner_id, e.vector))
             .collect()
     };
-    assert_eq!(vectors(&a), vectors(&b));
+    assert_eq!(vectors(a.vectors()), vectors(b.embeddings.clone()));
     assert_eq!(
         (a.tree_nodes.len(), a.entities.len()),
         (b.tree_nodes.len(), b.entities.len())

@@ -1120,3 +1120,89 @@ fn dense_answers_at_the_default_sizes() {
         assert_eq!(segment.target_tokens, 1000, "a MemWalker segment");
     }
 }
+
+/// Where vectors are recomputed (the hashing embedder's, none stored), the
+/// segments, RAPTOR nodes and entities nearest a question are those an exact
+/// search over the stored vectors of the owners that share a term with it
+/// finds (others are near it only by a hash collision): the same essays
+/// embedded by the simulator, whose vectors are the hashing embedder's, over
+/// HTTP, and stored.
+#[test]
+fn recomputed_vectors_find_what_an_exact_search_over_stored_ones_finds() {
+    use memweave_operators::embed::cosine;
+    use memweave_query::snapshot::{Allowed, Probe};
+    use memweave_schemas::text::terms;
+
+    let sim = SimServer::start(SimConfig::new(16, 1.0));
+    let (dir, archive) = archive_of(&["addiction.txt", "wisdom.txt"]);
+    let (recomputed, stored) = (dir.path().join("recomputed"), dir.path().join("stored"));
+    memweave_tests::index(&archive, &recomputed, &[]);
+    let embed_flags = memweave_tests::sim_embedder_flags(&sim.url);
+    memweave_tests::index(&archive, &stored, &embed_flags);
+    let recomputed_tables = read_tables(&recomputed);
+    assert!(recomputed_tables.embeddings.is_empty());
+    let owner_terms: std::collections::HashMap<String, Vec<String>> =
+        (recomputed_tables.vector_texts().into_iter())
+            .map(|(owner, _, text)| (owner, terms(&text)))
+            .collect();
+    let vectors = read_tables(&stored).rows.embeddings;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = memweave_schemas::TableStore::local(&recomputed).unwrap();
+    let cache = std::sync::Arc::new(memweave_query::cache::ReadCache::new(64));
+    let snapshot = runtime
+        .block_on(memweave_query::Snapshot::load_latest(&store, cache))
+        .unwrap()
+        .unwrap();
+    const NEAREST: usize = 5;
+    for question in [
+        QUESTION,
+        "Why is wisdom different from intelligence?",
+        "What makes technology more addictive?",
+    ] {
+        let vector = memweave_operators::lexical::hashing_embedding(
+            question,
+            memweave_schemas::tables::DEFAULT_VECTOR_WIDTH,
+        );
+        let terms = terms(question);
+        let probe = Probe {
+            vector: &vector,
+            terms: &terms,
+        };
+        let exact = |kind: &str| -> Vec<String> {
+            let mut scored: Vec<(&str, f64)> = (vectors.iter())
+                .filter(|e| e.owner_kind == kind)
+                .filter(|e| owner_terms[&e.owner_id].iter().any(|t| terms.contains(t)))
+                .map(|e| (e.owner_id.as_str(), cosine(&vector, &e.vector)))
+                .collect();
+            scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
+            scored
+                .iter()
+                .take(NEAREST)
+                .map(|(id, _)| id.to_string())
+                .collect()
+        };
+        let ids = |found: Vec<(String, f64)>| -> Vec<String> {
+            found.into_iter().map(|(id, _)| id).collect()
+        };
+        let (segments, nodes, entities) = runtime.block_on(async {
+            let all = Allowed(None);
+            let segments = snapshot
+                .nearest_segment_ids(probe, all, NEAREST)
+                .await
+                .unwrap();
+            let nodes = snapshot
+                .nearest_node_ids(probe, all, NEAREST)
+                .await
+                .unwrap();
+            let entities = snapshot.nearest_entities(probe, NEAREST).await.unwrap();
+            (segments, nodes, entities)
+        });
+        assert_eq!(ids(segments), exact("segment"), "{question}: segments");
+        assert_eq!(ids(nodes), exact("node"), "{question}: nodes");
+        let entities = entities
+            .into_iter()
+            .map(|(e, _)| e.entity_id.clone())
+            .collect::<Vec<_>>();
+        assert_eq!(entities, exact("entity"), "{question}: entities");
+    }
+}
