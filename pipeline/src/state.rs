@@ -36,8 +36,10 @@ pub struct DocState {
     pub relations: Vec<DocRelation>,
     /// The document's MemWalker root (the corpus MemWalker tree's input).
     pub memwalker_roots: Vec<TreeNodeRow>,
-    /// The document's RAPTOR root and its vector (the corpus RAPTOR tree's).
-    raptor_roots: Vec<(TreeNodeRow, StateVector)>,
+    /// The document's RAPTOR root and its vector (the corpus RAPTOR tree's),
+    /// the vector kept as a [`StateVector`].
+    #[serde(with = "root_vectors")]
+    pub raptor_roots: Vec<(TreeNodeRow, EmbeddingRow)>,
     /// Empty but in a row, where the records' shared texts are.
     shared: SharedTexts,
 }
@@ -88,6 +90,38 @@ impl StateVector {
     }
 }
 
+/// [`DocState::raptor_roots`] as a row keeps them: each vector a
+/// [`StateVector`], decoded (and checked) once, as the state is read.
+mod root_vectors {
+    use memweave_schemas::{EmbeddingRow, TreeNodeRow};
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::StateVector;
+
+    pub fn serialize<S: Serializer>(
+        roots: &[(TreeNodeRow, EmbeddingRow)],
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let kept: Vec<(&TreeNodeRow, StateVector)> = (roots.iter())
+            .map(|(root, vector)| (root, StateVector::of(vector)))
+            .collect();
+        kept.serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<(TreeNodeRow, EmbeddingRow)>, D::Error> {
+        let kept: Vec<(TreeNodeRow, StateVector)> = Vec::deserialize(deserializer)?;
+        (kept.into_iter())
+            .map(|(root, vector)| {
+                let row = vector.row(&root.node_id).map_err(D::Error::custom)?;
+                Ok((root, row))
+            })
+            .collect()
+    }
+}
+
 /// The texts a document's entities and relations share (its key words, the
 /// head of its summary, its segments' heads), kept once in its row, each
 /// record holding their numbers: repeated in every record, they were three
@@ -134,9 +168,7 @@ impl DocState {
                     state.memwalker_roots.push(n.clone());
                 }
                 BuiltRow::RaptorRoot(root, vector) if corpus_tree => {
-                    state
-                        .raptor_roots
-                        .push((root.clone(), StateVector::of(vector)));
+                    state.raptor_roots.push((root.clone(), vector.clone()));
                 }
                 _ => {}
             }
@@ -153,11 +185,6 @@ impl DocState {
     pub fn of_row(row: &DocStateRow) -> Result<DocState, serde_json::Error> {
         let mut state: DocState = serde_json::from_str(&row.state)?;
         state.unshare_texts().map_err(serde::de::Error::custom)?;
-        for (root, vector) in &state.raptor_roots {
-            vector
-                .row(&root.node_id)
-                .map_err(serde::de::Error::custom)?;
-        }
         Ok(state)
     }
 
@@ -210,11 +237,8 @@ impl DocState {
         let entities = self.entities.into_iter().map(BuiltRow::Entity);
         let relations = self.relations.into_iter().map(BuiltRow::Relation);
         let memwalker_roots = self.memwalker_roots.into_iter().map(BuiltRow::TreeNode);
-        // Checked when the state was read ([`DocState::of_row`]).
-        let raptor_roots = (self.raptor_roots.into_iter()).filter_map(|(root, vector)| {
-            let vector = vector.row(&root.node_id).ok()?;
-            Some(BuiltRow::RaptorRoot(root, vector))
-        });
+        let raptor_roots = (self.raptor_roots.into_iter())
+            .map(|(root, vector)| BuiltRow::RaptorRoot(root, vector));
         entities
             .chain(relations)
             .chain(memwalker_roots)
