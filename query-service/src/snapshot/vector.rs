@@ -184,7 +184,8 @@ impl Snapshot {
     }
 
     /// [`Snapshot::nearest`] among the owners (rows of `R`) of the allowed
-    /// documents.
+    /// documents, or [`Snapshot::nearest_recomputed`] where vectors are
+    /// recomputed.
     async fn nearest_allowed<R: ById>(
         &self,
         owner: Owner,
@@ -223,16 +224,9 @@ impl Snapshot {
         probe: Probe<'_>,
         limit: usize,
     ) -> Read<Vec<(Arc<EntityRow>, f64)>> {
-        let near = match &self.recomputed {
-            Some(recomputed) => {
-                self.nearest_recomputed(recomputed, Owner::Entity, probe, Allowed(None), limit)
-                    .await?
-            }
-            None => {
-                self.nearest(Owner::Entity, probe.vector, None, limit)
-                    .await?
-            }
-        };
+        let near = self
+            .nearest_allowed::<EntityRow>(Owner::Entity, probe, Allowed(None), limit)
+            .await?;
         if near.is_empty() {
             return Ok(Vec::new());
         }
@@ -404,12 +398,7 @@ impl Snapshot {
         let mut scored: HashMap<String, f64> = HashMap::new();
         let found = (summaries.iter())
             .map(|(n, _)| (&n.node_id, &n.seg_id, &n.summary, &n.surprise))
-            .chain(
-                (leaves
-                    .values()
-                    .filter(|n| n.tree == TREE_RAPTOR || n.tree == TREE_RAPTOR_CORPUS))
-                .map(|n| (&n.node_id, &n.seg_id, &n.summary, &n.surprise)),
-            );
+            .chain((leaves.values()).map(|n| (&n.node_id, &n.seg_id, &n.summary, &n.surprise)));
         for (node_id, seg_id, summary, surprise) in found {
             if scored.contains_key(node_id) {
                 continue;
