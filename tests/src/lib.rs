@@ -278,16 +278,12 @@ impl Tables {
             }
             let text = match &node.seg_id {
                 Some(seg_id) => self.segment_text(segments[seg_id.as_str()]),
-                None => match &node.surprise {
-                    Some(surprise) => format!("{}\n{surprise}", node.summary),
-                    None => node.summary.clone(),
-                },
+                None => memweave_operators::raptor::node_text(node),
             };
             texts.push((node.node_id.clone(), "node", text));
         }
         for entity in &self.rows.entities {
-            let text = format!("{}: {}", entity.name, entity.description);
-            texts.push((entity.entity_id.clone(), "entity", text));
+            texts.push((entity.entity_id.clone(), "entity", entity.embedded_text()));
         }
         texts.sort_by(|a, b| a.0.cmp(&b.0));
         texts
