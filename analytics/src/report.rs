@@ -38,9 +38,10 @@ pub const QUERIES: [(&str, &str); 12] = [
                 coalesce(sum(regexp_count(gist, '\\S+')), 0) AS gist_words, \
                 100.0 * (1.0 - CAST(sum(regexp_count(gist, '\\S+')) AS DOUBLE) \
                                / CAST(sum(regexp_count(text, '\\S+')) AS DOUBLE)) AS compression_rate \
-         FROM (SELECT substr(d.text, CAST(p.start_char AS BIGINT) + 1, \
-                             CAST(p.end_char - p.start_char AS BIGINT)) AS text, p.gist \
-               FROM pages p JOIN documents d ON p.doc_id = d.doc_id)",
+         FROM (SELECT text, coalesce(gist, text) AS gist \
+               FROM (SELECT substr(d.text, CAST(p.start_char AS BIGINT) + 1, \
+                                   CAST(p.end_char - p.start_char AS BIGINT)) AS text, p.gist \
+                     FROM pages p JOIN documents d ON p.doc_id = d.doc_id))",
     ),
     (
         "rows",

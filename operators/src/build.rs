@@ -247,14 +247,11 @@ pub fn segments_of(doc: &Document, config: &SegmentConfig) -> Vec<Segment> {
         .collect()
 }
 
-/// ReadAgent's gist memory of a document from its `pages` (in order): one
-/// gist a line.
-pub fn gist_memory(doc_id: &str, pages: &[PageRow]) -> GistMemoryRow {
-    let gists: Vec<&str> = pages.iter().map(|p| p.gist.as_str()).collect();
-    GistMemoryRow {
-        doc_id: doc_id.to_string(),
-        gists: gists.join("\n"),
-    }
+/// ReadAgent's gist memory of the document of `text` from its `pages` (in
+/// order).
+pub fn gist_memory(doc_id: &str, text: &str, pages: &[PageRow]) -> GistMemoryRow {
+    let gists: Vec<String> = pages.iter().map(|p| p.gist_in(text)).collect();
+    GistMemoryRow::new(doc_id, gists.iter().map(String::as_str))
 }
 
 /// A page's gist: the page itself where it has fewer than `own_gist_below`
@@ -301,7 +298,8 @@ pub async fn page_rows(
                 ordinal: ordinal as u32,
                 start_char: chars.at(span.start),
                 end_char: chars.at(span.end),
-                gist,
+                // A page that is its own gist keeps no copy of itself.
+                gist: (gist != text).then_some(gist),
             }
         })
         .collect())
@@ -494,7 +492,8 @@ pub async fn build_document(
                 rows.push(BuiltRow::TreeNode(node.row));
             }
             if !pages.is_empty() {
-                rows.push(BuiltRow::GistMemory(gist_memory(&doc.doc_id, &pages)));
+                let gists = gist_memory(&doc.doc_id, &doc.text, &pages);
+                rows.push(BuiltRow::GistMemory(gists));
             }
             rows.extend(pages.into_iter().map(BuiltRow::Page));
             if let Some((entities, relations)) = graph {
@@ -583,7 +582,7 @@ mod tests {
             assert!(next.starts_with("Chapter"), "{:?}", &next[..40]);
         }
         // A merged page is gisted anew.
-        assert!(merged.iter().all(|p| p.text_in(&text).starts_with(&p.gist)));
+        assert!((merged.iter()).all(|p| p.text_in(&text).starts_with(&p.gist_in(&text))));
         // Under the budget nothing changes.
         assert_eq!(pages_with(1_000_000), unmerged);
     }
@@ -741,14 +740,22 @@ mod tests {
                 .iter()
                 .all(|n| n.summary == text && n.surprise.is_none())
         );
-        let gists: Vec<&str> = rows
+        let pages: Vec<&PageRow> = rows
             .iter()
             .filter_map(|r| match r {
-                BuiltRow::Page(p) => Some(p.gist.as_str()),
+                BuiltRow::Page(p) => Some(p),
                 _ => None,
             })
             .collect();
-        assert_eq!(gists, [text]);
+        assert_eq!(pages.len(), 1);
+        assert_eq!(pages[0].gist, None, "its own gist, kept once");
+        assert_eq!(pages[0].gist_in(text), text);
+        let memory = rows.iter().find_map(|r| match r {
+            BuiltRow::GistMemory(g) => Some(g),
+            _ => None,
+        });
+        let searched = memweave_schemas::text::terms(text).join(" ");
+        assert_eq!(memory.map(|g| g.terms.as_str()), Some(searched.as_str()));
         let shortened = BuildConfig {
             shorten_short_texts: true,
             ..BuildConfig::DEFAULT
@@ -756,10 +763,9 @@ mod tests {
         let (rows, asked) = build(shortened);
         assert!(asked.contains(&Task::SummarizeWithFacts), "{asked:?}");
         assert!(asked.contains(&Task::GistPage), "{asked:?}");
-        assert!(
-            rows.iter()
-                .any(|r| matches!(r, BuiltRow::Page(p) if p.gist != text))
-        );
+        assert!(rows.iter().any(
+            |r| matches!(r, BuiltRow::Page(p) if p.gist.as_deref().is_some_and(|g| g != text))
+        ));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::request::{
     EntityRequest, NodeRequest, OverviewRequest, PageRequest, PagesRequest, RequestError,
     SearchRequest, SegmentRequest, TextRequest, TreeRequest,
 };
-use crate::snapshot::{Document, Page, Snapshot};
+use crate::snapshot::{Document, Snapshot};
 
 /// Limits every request runs under.
 #[derive(Debug, Clone)]
@@ -391,8 +391,7 @@ impl ServiceState {
         let snapshot = self.at(request.epoch).await?;
         let document = known_document(&snapshot, &request.doc_id).await?;
         let pages = snapshot.pages_of(&request.doc_id).await?;
-        let Some(Page { row: page, text }) = pages.iter().find(|p| p.row.ordinal == request.page)
-        else {
+        let Some(found) = pages.iter().find(|p| p.row.ordinal == request.page) else {
             return Err(ApiError::NotFound(format!(
                 "document {:?} has no page {}; it has {} (0 to {})",
                 request.doc_id,
@@ -401,10 +400,11 @@ impl ServiceState {
                 pages.len().saturating_sub(1)
             )));
         };
+        let page = &found.row;
         Ok(json!({
             "doc_id": page.doc_id, "title": document.title, "page": page.ordinal,
             "pages": pages.len(), "page_id": page.page_id, "start_char": page.start_char,
-            "end_char": page.end_char, "gist": page.gist, "text": text,
+            "end_char": page.end_char, "gist": found.gist(), "text": found.text,
         }))
     }
 
@@ -505,10 +505,11 @@ impl ServiceState {
             .iter()
             .skip(from)
             .take(limit)
-            .map(|Page { row: p, .. }| {
+            .map(|page| {
+                let p = &page.row;
                 json!({
                     "page": p.ordinal, "page_id": p.page_id, "start_char": p.start_char,
-                    "end_char": p.end_char, "gist": p.gist,
+                    "end_char": p.end_char, "gist": page.gist(),
                 })
             })
             .collect();
@@ -772,7 +773,7 @@ mod tests {
         let stored = &snapshot.pages_of("paint").await.unwrap()[1];
         assert_eq!(
             (page["text"].as_str(), page["gist"].as_str()),
-            (Some(stored.text.as_str()), Some(stored.row.gist.as_str()))
+            (Some(stored.text.as_str()), Some(stored.gist()))
         );
         let past = PageRequest {
             doc_id: "paint".into(),

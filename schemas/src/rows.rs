@@ -160,13 +160,28 @@ pub struct PageRow {
     pub ordinal: u32,
     pub start_char: u64,
     pub end_char: u64,
-    pub gist: String,
+    /// `None` where the page is its own gist (one shorter than the shortest
+    /// page ReadAgent cuts: a short document, or a document's tail), whose
+    /// text is kept once, in `documents`: [`PageRow::gist_in`]. On an archive
+    /// of short documents a copy here was a second copy of the archive.
+    pub gist: Option<String>,
 }
 
 impl PageRow {
     /// The page's text, out of its document's `text`.
     pub fn text_in(&self, text: &str) -> String {
         chars_of(text, self.start_char, self.end_char)
+    }
+
+    /// The page's gist: the model's, or the page's text (out of its
+    /// document's `text`) where it is its own.
+    pub fn gist_in(&self, text: &str) -> String {
+        self.gist_or(|| self.text_in(text))
+    }
+
+    /// The page's gist, `text` giving the page's text where it is its own.
+    pub fn gist_or(&self, text: impl FnOnce() -> String) -> String {
+        self.gist.clone().unwrap_or_else(text)
     }
 }
 
@@ -190,14 +205,27 @@ pub struct DocStateRow {
     pub state: String,
 }
 
-/// ReadAgent's gist memory of one document: its pages' gists in page order,
-/// the text the method reads to choose pages, and the one ReadAgent's
-/// document choice is searched by.
+/// ReadAgent's gist memory of one document as it is searched: the terms of
+/// its pages' gists, by which ReadAgent's document choice finds it. The
+/// gists themselves are the pages' ([`PageRow::gist_in`]), read in page
+/// order where the method reads the memory.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct GistMemoryRow {
     pub doc_id: String,
-    /// One gist a line.
-    pub gists: String,
+    /// The gists' [`crate::text::terms`], one space apart: what the full-text
+    /// index and the lexicon count (as a segment's `terms`).
+    pub terms: String,
+}
+
+impl GistMemoryRow {
+    /// The gist memory of the document `doc_id` whose pages' gists are `gists`.
+    pub fn new<'a>(doc_id: &str, gists: impl IntoIterator<Item = &'a str>) -> Self {
+        let gists: Vec<&str> = gists.into_iter().collect();
+        GistMemoryRow {
+            doc_id: doc_id.to_string(),
+            terms: crate::text::terms(&gists.join("\n")).join(" "),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -63,7 +63,10 @@ fn searched_terms(row: &MemoryRow) -> Option<(String, Vec<String>)> {
             s.terms.split_whitespace().map(str::to_string).collect(),
         )),
         MemoryRow::TreeNode(n) => Some((tree_corpus(&n.tree), terms(&n.summary))),
-        MemoryRow::GistMemory(g) => Some((GIST_CORPUS.to_string(), terms(&g.gists))),
+        MemoryRow::GistMemory(g) => Some((
+            GIST_CORPUS.to_string(),
+            g.terms.split_whitespace().map(str::to_string).collect(),
+        )),
         _ => None,
     }
 }
@@ -187,10 +190,7 @@ mod tests {
         delta.count(&segment("Paint, paints and startups.", 100), 1);
         delta.count(&segment("A startup.", 100), 1);
         delta.count(&segment("A startup.", 600), 1);
-        let gists = MemoryRow::GistMemory(GistMemoryRow {
-            doc_id: "d".into(),
-            gists: "paints".into(),
-        });
+        let gists = MemoryRow::GistMemory(GistMemoryRow::new("d", ["paints"]));
         delta.count(&gists, 1);
         let rows = delta.apply(&[]).unwrap();
         let find = |entry: &str| {

@@ -16,7 +16,6 @@ pub const NAME_KEYS: &str = "name_keys";
 pub(crate) fn searched_column(table: Table) -> Option<&'static str> {
     match table {
         Table::TreeNodes => Some("summary"),
-        Table::GistMemories => Some("gists"),
         _ => None,
     }
 }
@@ -289,7 +288,7 @@ impl Table {
                 Field::new("n_tokens", DataType::UInt64, false),
                 timestamp("ingested_at"),
                 Field::new("deleted", DataType::Boolean, false),
-                utf8("text"),
+                zstd(utf8("text")),
                 sections("sections"),
             ],
             Table::Segments => vec![
@@ -322,9 +321,10 @@ impl Table {
                 Field::new("ordinal", DataType::UInt32, false),
                 Field::new("start_char", DataType::UInt64, false),
                 Field::new("end_char", DataType::UInt64, false),
-                utf8("gist"),
+                utf8_null("gist"),
             ],
-            Table::GistMemories => vec![utf8("doc_id"), utf8("gists")],
+            // `terms` last, where it was when it was derived from the gists.
+            Table::GistMemories => vec![utf8("doc_id"), utf8(TERMS)],
             Table::Lexicon => vec![
                 utf8("corpus"),
                 utf8("term"),
@@ -355,7 +355,7 @@ impl Table {
                 utf8("stage"),
                 utf8_null("doc_id"),
                 utf8_null("inputs"),
-                utf8("reply"),
+                zstd(utf8("reply")),
                 Field::new("tokens_in", DataType::UInt32, false),
                 Field::new("tokens_out", DataType::UInt32, false),
                 Field::new("latency_ms", DataType::UInt32, false),
@@ -481,6 +481,23 @@ impl ColumnIndex {
 fn utf8(name: &str) -> Field {
     Field::new(name, DataType::Utf8, false)
 }
+
+/// `field` with its values compressed by zstd rather than Lance's default for
+/// short strings (FSST over small blocks): model replies repeat whole phrases
+/// of their prompts and of each other, which zstd finds and FSST's symbol
+/// table of 8-byte substrings cannot. Measured on the call cache's replies:
+/// 0.57 → 0.30 bytes a byte of text on python passages, 0.69 → 0.55 on
+/// pg-essays; short documents' text 0.62 → 0.55. Other text columns (terms,
+/// summaries, descriptions) came out the same or larger, and keep the default.
+fn zstd(field: Field) -> Field {
+    field.with_metadata(HashMap::from([(
+        COMPRESSION_KEY.to_string(),
+        "zstd".to_string(),
+    )]))
+}
+
+/// The field metadata key Lance reads a column's compression from.
+pub(crate) const COMPRESSION_KEY: &str = "lance-encoding:compression";
 
 fn utf8_null(name: &str) -> Field {
     Field::new(name, DataType::Utf8, true)

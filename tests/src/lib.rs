@@ -227,6 +227,11 @@ impl Tables {
         page.text_in(self.document_text(&page.doc_id))
     }
 
+    /// A page's gist, its text where it is its own.
+    pub fn page_gist(&self, page: &memweave_schemas::PageRow) -> String {
+        page.gist_in(self.document_text(&page.doc_id))
+    }
+
     /// A segment's text, cut out of its document's.
     pub fn segment_text(&self, segment: &memweave_schemas::SegmentRow) -> String {
         segment.text_in(self.document_text(&segment.doc_id))

@@ -456,7 +456,8 @@ mod tests {
         // Every sentence names its topic: a page or gist of the old version
         // would name harbours.
         assert!(output.pages.iter().all(|p| {
-            p.text_in(&new.text).contains("lighthouses") && !p.gist.contains("harbours")
+            p.text_in(&new.text).contains("lighthouses")
+                && !p.gist_in(&new.text).contains("harbours")
         }));
     }
 

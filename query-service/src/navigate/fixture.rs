@@ -297,7 +297,7 @@ fn rows() -> MemoryTables {
             ordinal,
             start_char: segment.start_char,
             end_char: segment.end_char,
-            gist: gist.into(),
+            gist: Some(gist.into()),
         });
     }
     for (entity_id, name, aliases, seg_ids) in [
@@ -333,7 +333,13 @@ fn rows() -> MemoryTables {
             .filter(|p| p.doc_id == doc_id)
             .cloned()
             .collect();
-        rows.gist_memories.push(gist_memory(doc_id, &pages));
+        let text = &rows
+            .documents
+            .iter()
+            .find(|d| d.doc_id == doc_id)
+            .unwrap()
+            .text;
+        rows.gist_memories.push(gist_memory(doc_id, text, &pages));
     }
     rows
 }

@@ -185,7 +185,7 @@ fn memory<'a>(pages: &'a [Page], expanded: &[u32]) -> Vec<PageView<'a>> {
             text: if expanded.contains(&p.row.ordinal) {
                 &p.text
             } else {
-                &p.row.gist
+                p.gist()
             },
         })
         .collect()

@@ -71,6 +71,13 @@ pub struct Page {
     pub text: String,
 }
 
+impl Page {
+    /// The page's gist: the model's, or its text where it is its own.
+    pub fn gist(&self) -> &str {
+        self.row.gist.as_deref().unwrap_or(&self.text)
+    }
+}
+
 /// A relation without its description and sources: what choosing among a
 /// hub's relations needs.
 #[derive(Debug, Serialize, Deserialize)]
@@ -681,7 +688,7 @@ mod tests {
             ordinal: 1,
             start_char: 11,
             end_char: 24,
-            gist: String::new(),
+            gist: None,
         };
         assert_eq!(page.text_in(whole), chars(11..24));
         // A document's segments of two sizes overlap, in any order, and are

@@ -541,9 +541,10 @@ mod tests {
         assert_eq!(old.len(), 2, "earlier versions stay readable");
     }
 
-    /// A table written before a column was declared, and before another
-    /// became nullable, gets the one (null for its rows) and lets null into
-    /// the other; then it takes rows that need both.
+    /// A table written before a column was declared, before another became
+    /// nullable and before its replies were compressed, gets the one (null
+    /// for its rows), lets null into the other and declares the compression;
+    /// then it takes rows that need both.
     #[tokio::test]
     async fn an_older_table_is_upgraded_to_the_declared_columns() {
         let dir = tempfile::tempdir().unwrap();
@@ -572,6 +573,7 @@ mod tests {
                 f.as_ref()
                     .clone()
                     .with_nullable(f.is_nullable() && f.name() != "inputs")
+                    .with_metadata(HashMap::new())
             })
             .collect();
         let older = RecordBatch::try_new(
@@ -592,6 +594,12 @@ mod tests {
         let dataset = store.dataset(Table::LlmCalls, None).await.unwrap().unwrap();
         let inputs = dataset.schema().field("inputs").unwrap();
         assert!(inputs.nullable, "inputs lets null in");
+        let reply = dataset.schema().field("reply").unwrap();
+        assert_eq!(
+            reply.metadata.get(crate::tables::COMPRESSION_KEY),
+            Some(&"zstd".to_string()),
+            "replies are compressed as declared from then on"
+        );
         store
             .append_rows(std::slice::from_ref(&newer))
             .await
@@ -601,25 +609,25 @@ mod tests {
         assert_eq!(rows, [newer, call("old", Some("p"), None)]);
     }
 
-    /// Pages written when they kept their text: the table refuses pages
-    /// without it until the upgrade drops the column, and the older rows
-    /// read back as pages.
+    /// Pages written when they kept their text and every gist: the table
+    /// refuses pages without them until the upgrade drops the column and
+    /// lets a page be its own gist, and the older rows read back as pages.
     #[tokio::test]
     async fn a_column_no_longer_declared_is_dropped_from_an_older_table() {
         let dir = tempfile::tempdir().unwrap();
         let store = TableStore::local(dir.path()).unwrap();
-        let page = |id: &str| PageRow {
+        let page = |id: &str, gist: Option<&str>| PageRow {
             page_id: id.into(),
             doc_id: "d".into(),
             ordinal: 0,
             start_char: 0,
             end_char: 3,
-            gist: "g".into(),
+            gist: gist.map(str::to_string),
         };
-        let current = to_batch(&[&page("old")]).unwrap();
+        let current = to_batch(&[&page("old", Some("g"))]).unwrap();
         let text = arrow_array::StringArray::from(vec!["old"]);
         let mut fields: Vec<arrow_schema::Field> = (current.schema().fields().iter())
-            .map(|f| f.as_ref().clone())
+            .map(|f| f.as_ref().clone().with_nullable(false))
             .collect();
         fields.insert(
             5,
@@ -633,7 +641,7 @@ mod tests {
             .write_batch(Table::Pages, older, WriteMode::Create)
             .await
             .unwrap();
-        let appended = store.append_rows(&[page("new")]).await;
+        let appended = store.append_rows(&[page("new", None)]).await;
         assert!(
             appended.is_err(),
             "the older table refuses a page without text"
@@ -642,10 +650,10 @@ mod tests {
         store.upgrade_columns(Table::Pages).await.unwrap();
         let dataset = store.dataset(Table::Pages, None).await.unwrap().unwrap();
         assert!(dataset.schema().field("text").is_none());
-        store.append_rows(&[page("new")]).await.unwrap();
+        store.append_rows(&[page("new", None)]).await.unwrap();
         let mut rows: Vec<PageRow> = store.read_rows(None).await.unwrap();
         rows.sort();
-        assert_eq!(rows, [page("new"), page("old")]);
+        assert_eq!(rows, [page("new", None), page("old", Some("g"))]);
     }
 
     /// Vectors are stored as half floats, and a row reads back bit for bit;
@@ -870,14 +878,24 @@ mod tests {
         round_trip(&store, vec![node("a", None), node("b", Some("a"))]).await;
         round_trip(
             &store,
-            vec![PageRow {
-                page_id: "p".into(),
-                doc_id: "d".into(),
-                ordinal: 0,
-                start_char: 0,
-                end_char: 10,
-                gist: "ten".into(),
-            }],
+            vec![
+                PageRow {
+                    page_id: "p".into(),
+                    doc_id: "d".into(),
+                    ordinal: 0,
+                    start_char: 0,
+                    end_char: 10,
+                    gist: Some("ten".into()),
+                },
+                PageRow {
+                    page_id: "q".into(),
+                    doc_id: "d".into(),
+                    ordinal: 1,
+                    start_char: 10,
+                    end_char: 12,
+                    gist: None,
+                },
+            ],
         )
         .await;
         round_trip(
@@ -959,10 +977,7 @@ mod tests {
         .await;
         round_trip(
             &store,
-            vec![GistMemoryRow {
-                doc_id: "d".into(),
-                gists: "The first page.\nThe second.".into(),
-            }],
+            vec![GistMemoryRow::new("d", ["The first page.", "The second."])],
         )
         .await;
         round_trip(

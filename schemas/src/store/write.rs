@@ -52,6 +52,20 @@ pub enum Compaction {
     WhenFragmented,
 }
 
+/// How an existing table's schema differs from the one it declares
+/// ([`TableStore::upgrade_columns`]).
+#[derive(Debug, Default, PartialEq)]
+struct Behind {
+    /// Declared columns it lacks.
+    absent: Vec<FieldRef>,
+    /// Columns declared nullable that it holds as required.
+    relaxed: Vec<String>,
+    /// Columns it holds that are no longer declared.
+    undeclared: Vec<String>,
+    /// Declared columns whose declared metadata it lacks.
+    metadata: Vec<FieldRef>,
+}
+
 impl TableStore {
     /// Replaces the content of `R`'s table with `rows` (sorted by key), as a new
     /// version; returns that version.
@@ -143,7 +157,9 @@ impl TableStore {
     /// memory a release before wrote: adds the columns its data lacks (all
     /// nullable), null for the rows already there, lets null into the
     /// columns that have become nullable, and drops the columns it no longer
-    /// declares (pages kept their text before it was their document's).
+    /// declares (pages kept their text before it was their document's), and
+    /// gives its fields the metadata they declare (a compression: the files
+    /// written and compacted from then on use it; the old ones stay as they are).
     /// Each changes the table's metadata only, so the memory is appended to
     /// as it is, and reads of its older versions find the new columns null
     /// and the dropped ones still there. Each process of a cluster may do
@@ -152,27 +168,36 @@ impl TableStore {
         let Some(mut dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
-        let behind = |dataset: &Dataset| -> (Vec<FieldRef>, Vec<String>, Vec<String>) {
+        let behind = |dataset: &Dataset| -> Behind {
             let present = dataset.schema();
             let declared = table.fields();
-            let mut absent = Vec::new();
-            let mut relaxed = Vec::new();
+            let mut behind = Behind::default();
             for declared in &declared {
-                match present.field(declared.name()) {
-                    None => absent.push(Arc::clone(declared)),
-                    Some(old) if declared.is_nullable() && !old.nullable => {
-                        relaxed.push(declared.name().clone())
-                    }
-                    Some(_) => {}
+                let Some(old) = present.field(declared.name()) else {
+                    behind.absent.push(Arc::clone(declared));
+                    continue;
+                };
+                if declared.is_nullable() && !old.nullable {
+                    behind.relaxed.push(declared.name().clone());
+                }
+                let missing = (declared.metadata().iter())
+                    .any(|(key, value)| old.metadata.get(key) != Some(value));
+                if missing {
+                    behind.metadata.push(Arc::clone(declared));
                 }
             }
-            let undeclared = (present.fields.iter())
+            behind.undeclared = (present.fields.iter())
                 .filter(|old| !declared.iter().any(|f| f.name() == &old.name))
                 .map(|old| old.name.clone())
                 .collect();
-            (absent, relaxed, undeclared)
+            behind
         };
-        let (absent, relaxed, undeclared) = behind(&dataset);
+        let Behind {
+            absent,
+            relaxed,
+            undeclared,
+            metadata,
+        } = behind(&dataset);
         if let Some(required) = absent.iter().find(|f| !f.is_nullable()) {
             return Err(StoreError::Invalid {
                 table,
@@ -199,12 +224,20 @@ impl TableStore {
                 let names: Vec<&str> = undeclared.iter().map(String::as_str).collect();
                 dataset.drop_columns(&names).await?;
             }
+            if !metadata.is_empty() {
+                let mut update = dataset.update_field_metadata();
+                for field in &metadata {
+                    let entries = (field.metadata().iter()).map(|(k, v)| (k.as_str(), v.as_str()));
+                    update = update.update(field.name().as_str(), entries)?;
+                }
+                update.await?;
+            }
             Ok::<_, lance::Error>(())
         };
         match upgraded.await {
             Ok(()) => Ok(()),
             Err(e) => match self.dataset(table, None).await? {
-                Some(now) if behind(&now) == (Vec::new(), Vec::new(), Vec::new()) => Ok(()),
+                Some(now) if behind(&now) == Behind::default() => Ok(()),
                 _ => Err(self.lance_error(table, e)),
             },
         }

@@ -389,7 +389,7 @@ fn report_numbers_are_the_sql_that_defines_them() {
     }
     let words = |text: &str| text.split_whitespace().count() as f64;
     let page_words: f64 = t.pages.iter().map(|p| words(&t.page_text(p))).sum();
-    let gist_words: f64 = t.pages.iter().map(|p| words(&p.gist)).sum();
+    let gist_words: f64 = t.pages.iter().map(|p| words(&t.page_gist(p))).sum();
     let rate = report["gists"]["compression_rate"].as_f64().unwrap();
     assert!(
         (rate - 100.0 * (1.0 - gist_words / page_words)).abs() < 1e-6,
