@@ -250,8 +250,7 @@ pub fn segments_of(doc: &Document, config: &SegmentConfig) -> Vec<Segment> {
 /// ReadAgent's gist memory of the document of `text` from its `pages` (in
 /// order).
 pub fn gist_memory(doc_id: &str, text: &str, pages: &[PageRow]) -> GistMemoryRow {
-    let gists: Vec<String> = pages.iter().map(|p| p.gist_in(text)).collect();
-    GistMemoryRow::new(doc_id, gists.iter().map(String::as_str))
+    GistMemoryRow::new(doc_id, pages.iter().map(|p| p.gist_in(text)))
 }
 
 /// A page's gist: the page itself where it has fewer than `own_gist_below`

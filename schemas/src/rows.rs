@@ -176,12 +176,10 @@ impl PageRow {
     /// The page's gist: the model's, or the page's text (out of its
     /// document's `text`) where it is its own.
     pub fn gist_in(&self, text: &str) -> String {
-        self.gist_or(|| self.text_in(text))
-    }
-
-    /// The page's gist, `text` giving the page's text where it is its own.
-    pub fn gist_or(&self, text: impl FnOnce() -> String) -> String {
-        self.gist.clone().unwrap_or_else(text)
+        match &self.gist {
+            Some(gist) => gist.clone(),
+            None => self.text_in(text),
+        }
     }
 }
 
@@ -218,12 +216,15 @@ pub struct GistMemoryRow {
 }
 
 impl GistMemoryRow {
-    /// The gist memory of the document `doc_id` whose pages' gists are `gists`.
-    pub fn new<'a>(doc_id: &str, gists: impl IntoIterator<Item = &'a str>) -> Self {
-        let gists: Vec<&str> = gists.into_iter().collect();
+    /// The gist memory of the document `doc_id` whose pages' gists are `gists`
+    /// (terms never span two texts, so each gist's are its own).
+    pub fn new(doc_id: &str, gists: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
+        let terms: Vec<String> = (gists.into_iter())
+            .flat_map(|gist| crate::text::terms(gist.as_ref()))
+            .collect();
         GistMemoryRow {
             doc_id: doc_id.to_string(),
-            terms: crate::text::terms(&gists.join("\n")).join(" "),
+            terms: terms.join(" "),
         }
     }
 }
