@@ -104,8 +104,10 @@ impl LexiconDelta {
     }
 
     pub fn merge(&mut self, other: LexiconDelta) {
-        for ((corpus, term), (rows, occurrences)) in other.changes {
-            self.add(&corpus, &term, rows, occurrences);
+        for (entry, (rows, occurrences)) in other.changes {
+            let change = self.changes.entry(entry).or_default();
+            change.0 += rows;
+            change.1 += occurrences;
         }
     }
 

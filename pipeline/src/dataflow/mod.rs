@@ -26,7 +26,7 @@ use crate::error::StagingError;
 use crate::spill::Spill;
 use crate::state::{self, DocState, StoredEntity};
 use crate::supervise::Flights;
-use crate::write::{RoundWriter, StagedPart};
+use crate::write::{RoundWriter, StagedPart, gather_staged};
 
 mod corpus;
 mod graph;
@@ -228,7 +228,7 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
         let collected = Rc::clone(&staged);
         write_rows(rows, Arc::clone(writer), tasks.runtime.clone())
             .exchange(|_| 0)
-            .inspect(move |part| collected.borrow_mut().push(part.clone()))
+            .inspect(move |part| gather_staged(&mut collected.borrow_mut(), part.clone()))
             .probe_with(&settled);
         input
     });
