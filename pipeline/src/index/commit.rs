@@ -104,17 +104,19 @@ async fn write_call_stats(
 }
 
 /// Removes what `retention` keeps no longer, but the checkpoint `pinned`
-/// (the one the dataflow is still to be restored from). The round is
-/// committed whatever this does: a failure is logged, and the next commit
-/// tries again.
+/// (the one the dataflow is still to be restored from). Without a policy
+/// every checkpoint is kept, and what goes is the table versions none names:
+/// a round's own steps (its appends before its compaction) and the call
+/// cache's appends between rounds, with the files only they reference. A
+/// first build of 60,000 short documents kept its 119 staged files of each
+/// compacted table beside the one they became (10.2 bytes a byte of text,
+/// 6.2 without). The round is committed whatever this does: a failure is
+/// logged, and the next commit tries again.
 pub(super) fn collect_garbage(
     engine: &Engine,
     retention: &Retention,
     pinned: Option<u64>,
 ) -> Collected {
-    if !retention.removes() {
-        return Collected::default();
-    }
     let pinned = pinned.into_iter().collect();
     match engine.block_on(engine.store().collect_garbage(retention, &pinned)) {
         Ok(collected) => collected,

@@ -21,7 +21,8 @@ use super::{Compaction, Result, StoreError, TableStore};
 use crate::Table;
 use crate::rows::{CheckpointRow, now_micros};
 
-/// What a memory keeps of its history. With neither bound, everything.
+/// What a memory keeps of its history. With neither bound, every
+/// checkpoint (and the table versions they name).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Retention {
     /// The newest checkpoints kept whatever their age.
