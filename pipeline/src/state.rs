@@ -24,7 +24,9 @@ use memweave_operators::build::{BuildConfig, BuiltRow};
 use memweave_operators::embed::Embedder;
 use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::{DocStateRow, EmbeddingRow, NameStateRow, TreeNodeRow, content_id, hash128};
+use memweave_schemas::{
+    DocStateRow, EmbeddingRow, NameStateRow, TREE_MEMWALKER, TreeNodeRow, content_id, hash128,
+};
 use serde::{Deserialize, Serialize};
 
 /// One document's share of the cross-document stages' inputs.
@@ -162,13 +164,11 @@ impl DocState {
             match row {
                 BuiltRow::Entity(e) => state.entities.push(e.clone()),
                 BuiltRow::Relation(r) => state.relations.push(r.clone()),
-                BuiltRow::MemWalkerRoot(root) if corpus_tree => {
-                    state.memwalker_roots.push(without_terms(root));
+                BuiltRow::TreeNode(n) if corpus_tree && is_memwalker_root(n) => {
+                    state.memwalker_roots.push(n.clone());
                 }
                 BuiltRow::RaptorRoot(root, vector) if corpus_tree => {
-                    state
-                        .raptor_roots
-                        .push((without_terms(root), vector.clone()));
+                    state.raptor_roots.push((root.clone(), vector.clone()));
                 }
                 _ => {}
             }
@@ -236,10 +236,7 @@ impl DocState {
     pub fn into_built_rows(self) -> Vec<BuiltRow> {
         let entities = self.entities.into_iter().map(BuiltRow::Entity);
         let relations = self.relations.into_iter().map(BuiltRow::Relation);
-        let memwalker_roots = self
-            .memwalker_roots
-            .into_iter()
-            .map(BuiltRow::MemWalkerRoot);
+        let memwalker_roots = self.memwalker_roots.into_iter().map(BuiltRow::TreeNode);
         let raptor_roots = (self.raptor_roots.into_iter())
             .map(|(root, vector)| BuiltRow::RaptorRoot(root, vector));
         entities
@@ -250,13 +247,9 @@ impl DocState {
     }
 }
 
-/// A root as a state keeps it: the corpus trees read its text, never its
-/// terms (their leaves count their own).
-fn without_terms(root: &TreeNodeRow) -> TreeNodeRow {
-    TreeNodeRow {
-        terms: String::new(),
-        ..root.clone()
-    }
+/// A document's MemWalker root: what the corpus MemWalker tree is built over.
+pub fn is_memwalker_root(node: &TreeNodeRow) -> bool {
+    node.parent_id.is_none() && node.tree == TREE_MEMWALKER
 }
 
 /// What a state holds and how its row keeps it, and what else a restore
@@ -442,12 +435,10 @@ mod tests {
             parent_id: None,
             child_ids: vec!["n0".into()],
             seg_id: None,
-            summary: Some("Ada founded a press.".into()),
+            summary: "Ada founded a press.".into(),
             surprise: None,
             n_tokens: 5,
-            terms: String::new(),
-        }
-        .with_terms();
+        };
         let mut components = vec![0.0f32; 1024];
         components[3] = 0.25;
         components[700] = -0.5;
@@ -467,10 +458,8 @@ mod tests {
             (read.model.as_str(), bits(read)),
             (vector.model.as_str(), bits(&vector))
         );
-        // Its terms are not kept: the corpus trees read a root's text only.
-        assert!(!row.state.contains("found press"), "{}", row.state);
         assert!(
-            row.state.len() < 420,
+            row.state.len() < 400,
             "{} bytes: {}",
             row.state.len(),
             row.state

@@ -94,8 +94,7 @@ pub(super) struct Recomputed {
 #[derive(Deserialize)]
 struct NodeText {
     node_id: String,
-    /// Null for a leaf that is its chunk's own text (its vector is its chunk's).
-    summary: Option<String>,
+    summary: String,
     surprise: Option<String>,
     seg_id: Option<String>,
 }
@@ -409,10 +408,7 @@ impl Snapshot {
                     Some(terms) => embedder.stored_vector_of_terms(terms.split_whitespace()),
                     None => continue,
                 },
-                None => {
-                    let summary = summary.as_deref().unwrap_or_default();
-                    embedder.stored_vector(&summary_text(summary, surprise.as_deref()))
-                }
+                None => embedder.stored_vector(&summary_text(summary, surprise.as_deref())),
             };
             scored.insert(node_id.clone(), cosine(probe.vector, &vector));
         }
