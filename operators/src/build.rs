@@ -370,9 +370,13 @@ pub enum BuiltRow {
     /// A relation of the document, merged across its segments.
     Relation(DocRelation),
     Embedding(EmbeddingRow),
+    /// The document's MemWalker root (also among its `TreeNode` rows) with
+    /// its text, for the corpus tree: the row written may have forgotten it
+    /// ([`TreeNodeRow::forget_own_text`]).
+    MemWalkerRoot(TreeNodeRow),
     /// The document's RAPTOR root and its vector (also among its `TreeNode`
-    /// and `Embedding` rows), for the corpus tree: so that stage need not
-    /// hold every node's vector to find the roots'.
+    /// and `Embedding` rows) with its text, for the corpus tree: so that
+    /// stage need not hold every node's vector to find the roots'.
     RaptorRoot(TreeNodeRow, EmbeddingRow),
     Error(ErrorRow),
 }
@@ -429,7 +433,7 @@ pub async fn build_document(
             let background = nodes
                 .iter()
                 .find(|n| n.parent_id.is_none())
-                .map_or("", |root| root.summary.as_str());
+                .map_or("", TreeNodeRow::text);
             Some(document_graph(&doc.doc_id, background, &segments, model, &config.graph).await?)
         } else {
             None
@@ -478,18 +482,38 @@ pub async fn build_document(
             rows.extend(segment_vectors.into_iter().zip(&segments).map(|(v, s)| {
                 BuiltRow::Embedding(EmbeddingRow::new(&s.seg_id, "segment", model, v))
             }));
-            rows.extend(segments.into_iter().map(|s| BuiltRow::Segment(s.row)));
-            rows.extend(chunks.into_iter().map(|s| BuiltRow::Segment(s.row)));
-            rows.extend(passages.into_iter().map(|s| BuiltRow::Segment(s.row)));
-            rows.extend(nodes.into_iter().map(BuiltRow::TreeNode));
+            // A leaf that is its segment's own text keeps none of it.
+            let texts: HashMap<&str, &str> = (segments.iter().chain(&chunks))
+                .map(|s| (s.seg_id.as_str(), s.text.as_str()))
+                .collect();
+            let written = |mut node: TreeNodeRow| {
+                if let Some(text) = node.seg_id.as_deref().and_then(|s| texts.get(s)) {
+                    node.forget_own_text(text);
+                }
+                BuiltRow::TreeNode(node)
+            };
+            let mut tree_rows = Vec::new();
+            for node in nodes {
+                if node.parent_id.is_none() {
+                    tree_rows.push(BuiltRow::MemWalkerRoot(node.as_corpus_root()));
+                }
+                tree_rows.push(written(node));
+            }
             for node in raptor_nodes {
                 let vector = EmbeddingRow::new(&node.row.node_id, "node", model, node.vector);
                 if node.row.parent_id.is_none() {
-                    rows.push(BuiltRow::RaptorRoot(node.row.clone(), vector.clone()));
+                    tree_rows.push(BuiltRow::RaptorRoot(
+                        node.row.as_corpus_root(),
+                        vector.clone(),
+                    ));
                 }
-                rows.push(BuiltRow::Embedding(vector));
-                rows.push(BuiltRow::TreeNode(node.row));
+                tree_rows.push(BuiltRow::Embedding(vector));
+                tree_rows.push(written(node.row));
             }
+            rows.extend(segments.into_iter().map(|s| BuiltRow::Segment(s.row)));
+            rows.extend(chunks.into_iter().map(|s| BuiltRow::Segment(s.row)));
+            rows.extend(passages.into_iter().map(|s| BuiltRow::Segment(s.row)));
+            rows.append(&mut tree_rows);
             if !pages.is_empty() {
                 let gists = gist_memory(&doc.doc_id, &doc.text, &pages);
                 rows.push(BuiltRow::GistMemory(gists));
@@ -700,7 +724,9 @@ mod tests {
                 .as_deref()
                 .and_then(|s| segments.get(s))
                 .unwrap();
-            assert_eq!(leaf.summary, *segment);
+            assert_eq!(leaf.summary, None, "its segment's own text, kept once");
+            let searched = memweave_schemas::text::terms(segment).join(" ");
+            assert_eq!(leaf.terms, searched, "found by its segment's terms");
         }
         let is_raptor = |r: &BuiltRow| matches!(r, BuiltRow::TreeNode(n) if n.tree == "raptor");
         assert!(count(&rows, is_raptor) > 0);
@@ -734,11 +760,25 @@ mod tests {
             })
             .collect();
         assert_eq!(leaves.len(), 2, "a MemWalker and a RAPTOR leaf");
+        let searched = memweave_schemas::text::terms(text).join(" ");
         assert!(
             leaves
                 .iter()
-                .all(|n| n.summary == text && n.surprise.is_none())
+                .all(|n| n.summary.is_none() && n.terms == searched && n.surprise.is_none())
         );
+        // The corpus trees' copies of the roots keep the text.
+        let roots: Vec<&TreeNodeRow> = rows
+            .iter()
+            .filter_map(|r| match r {
+                BuiltRow::MemWalkerRoot(n) | BuiltRow::RaptorRoot(n, _) => Some(n),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(roots.len(), 2);
+        assert!(roots.iter().all(|n| n.summary.as_deref() == Some(text)));
+        // ... and not their terms, so that a root restored from a state
+        // (which keeps none) equals the root built again.
+        assert!(roots.iter().all(|n| n.terms.is_empty()));
         let pages: Vec<&PageRow> = rows
             .iter()
             .filter_map(|r| match r {

@@ -84,7 +84,7 @@ pub struct RaptorNode {
 /// What a node says, as its parent's summary and the embedder read it: the
 /// summary, then the surprising facts.
 pub fn node_text(row: &TreeNodeRow) -> String {
-    summary_text(&row.summary, row.surprise.as_deref())
+    summary_text(row.text(), row.surprise.as_deref())
 }
 
 /// [`node_text`] of a node's `summary` and `surprise`.
@@ -192,7 +192,8 @@ pub async fn raptor_corpus_tree(
                 parent_id: None,
                 child_ids: vec![root.row.node_id.clone()],
                 ..root.row.clone()
-            };
+            }
+            .with_terms();
             RaptorNode {
                 row,
                 vector: root.vector.clone(),
@@ -324,10 +325,12 @@ fn node_row(
         parent_id: None,
         child_ids,
         seg_id: None,
-        summary: facts.summary,
+        summary: Some(facts.summary),
         surprise,
         n_tokens: 0,
-    };
+        terms: String::new(),
+    }
+    .with_terms();
     row.n_tokens = count_tokens(&node_text(&row)) as u32;
     row
 }

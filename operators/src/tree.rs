@@ -98,26 +98,30 @@ pub async fn memwalker_tree(
         .iter()
         .zip(summaries)
         .enumerate()
-        .map(|(ordinal, (segment, summary))| TreeNodeRow {
-            node_id: content_id(
-                "node",
-                &[
-                    TREE_MEMWALKER.as_bytes(),
-                    doc_id.as_bytes(),
-                    b"leaf",
-                    segment.seg_id.as_bytes(),
-                ],
-            ),
-            tree: TREE_MEMWALKER.to_string(),
-            doc_id: Some(doc_id.to_string()),
-            level: 0,
-            ordinal: ordinal as u32,
-            parent_id: None,
-            child_ids: Vec::new(),
-            seg_id: Some(segment.seg_id.clone()),
-            n_tokens: count_tokens(&summary) as u32,
-            summary,
-            surprise: None,
+        .map(|(ordinal, (segment, summary))| {
+            TreeNodeRow {
+                node_id: content_id(
+                    "node",
+                    &[
+                        TREE_MEMWALKER.as_bytes(),
+                        doc_id.as_bytes(),
+                        b"leaf",
+                        segment.seg_id.as_bytes(),
+                    ],
+                ),
+                tree: TREE_MEMWALKER.to_string(),
+                doc_id: Some(doc_id.to_string()),
+                level: 0,
+                ordinal: ordinal as u32,
+                parent_id: None,
+                child_ids: Vec::new(),
+                seg_id: Some(segment.seg_id.clone()),
+                n_tokens: count_tokens(&summary) as u32,
+                summary: Some(summary),
+                surprise: None,
+                terms: String::new(),
+            }
+            .with_terms()
         })
         .collect();
     build_levels(
@@ -146,25 +150,29 @@ pub async fn corpus_tree(
     let leaves = roots
         .iter()
         .enumerate()
-        .map(|(ordinal, root)| TreeNodeRow {
-            node_id: content_id(
-                "node",
-                &[
-                    TREE_MEMWALKER_CORPUS.as_bytes(),
-                    b"leaf",
-                    root.node_id.as_bytes(),
-                ],
-            ),
-            tree: TREE_MEMWALKER_CORPUS.to_string(),
-            doc_id: root.doc_id.clone(),
-            level: 0,
-            ordinal: ordinal as u32,
-            parent_id: None,
-            child_ids: vec![root.node_id.clone()],
-            seg_id: None,
-            summary: root.summary.clone(),
-            n_tokens: root.n_tokens,
-            surprise: None,
+        .map(|(ordinal, root)| {
+            TreeNodeRow {
+                node_id: content_id(
+                    "node",
+                    &[
+                        TREE_MEMWALKER_CORPUS.as_bytes(),
+                        b"leaf",
+                        root.node_id.as_bytes(),
+                    ],
+                ),
+                tree: TREE_MEMWALKER_CORPUS.to_string(),
+                doc_id: root.doc_id.clone(),
+                level: 0,
+                ordinal: ordinal as u32,
+                parent_id: None,
+                child_ids: vec![root.node_id.clone()],
+                seg_id: None,
+                summary: Some(root.text().to_string()),
+                n_tokens: root.n_tokens,
+                surprise: None,
+                terms: String::new(),
+            }
+            .with_terms()
         })
         .collect();
     build_levels(
@@ -202,10 +210,7 @@ async fn build_levels(
             offset += size;
         }
         let summaries = all_in_order(groups.iter().map(|range| {
-            let children: Vec<&str> = level[range.clone()]
-                .iter()
-                .map(|c| c.summary.as_str())
-                .collect();
+            let children: Vec<&str> = level[range.clone()].iter().map(TreeNodeRow::text).collect();
             parent_summary(model, cx, children, parent_max_tokens)
         }))
         .await?;
@@ -220,19 +225,23 @@ async fn build_levels(
             for child in children.iter_mut() {
                 child.parent_id = Some(node_id.clone());
             }
-            parents.push(TreeNodeRow {
-                node_id,
-                tree: tree.to_string(),
-                doc_id: doc_id.map(str::to_string),
-                level: depth,
-                ordinal: ordinal as u32,
-                parent_id: None,
-                child_ids,
-                seg_id: None,
-                n_tokens: count_tokens(&summary) as u32,
-                summary,
-                surprise: None,
-            });
+            parents.push(
+                TreeNodeRow {
+                    node_id,
+                    tree: tree.to_string(),
+                    doc_id: doc_id.map(str::to_string),
+                    level: depth,
+                    ordinal: ordinal as u32,
+                    parent_id: None,
+                    child_ids,
+                    seg_id: None,
+                    n_tokens: count_tokens(&summary) as u32,
+                    summary: Some(summary),
+                    surprise: None,
+                    terms: String::new(),
+                }
+                .with_terms(),
+            );
         }
         nodes.append(&mut level);
         level = parents;
@@ -369,14 +378,14 @@ mod tests {
         let leaves: Vec<&str> = short
             .iter()
             .filter(|n| n.level == 0)
-            .map(|n| n.summary.as_str())
+            .map(TreeNodeRow::text)
             .collect();
-        assert_eq!(root.summary, leaves.join("\n\n"));
+        assert_eq!(root.text(), leaves.join("\n\n"));
         let compressed = tree(3, 5);
         let root = compressed
             .iter()
             .find(|n| n.parent_id.is_none())
             .expect("a root");
-        assert!(root.summary.starts_with("compressed:"), "{}", root.summary);
+        assert!(root.text().starts_with("compressed:"), "{}", root.text());
     }
 }

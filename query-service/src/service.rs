@@ -574,7 +574,7 @@ fn node_json(node: &TreeNodeRow) -> Value {
     json!({
         "node_id": node.node_id, "tree": node.tree, "doc_id": node.doc_id,
         "level": node.level, "ordinal": node.ordinal, "parent_id": node.parent_id,
-        "child_ids": node.child_ids, "seg_id": node.seg_id, "summary": node.summary,
+        "child_ids": node.child_ids, "seg_id": node.seg_id, "summary": node.text(),
         "surprise": node.surprise, "n_tokens": node.n_tokens,
     })
 }

@@ -144,10 +144,55 @@ pub struct TreeNodeRow {
     pub child_ids: Vec<String>,
     /// The segment a leaf summarises; null above the leaves.
     pub seg_id: Option<String>,
-    pub summary: String,
+    /// `None` for a leaf that is its segment's own text (a segment shorter
+    /// than the summary the tree would ask for: every leaf of a short
+    /// document), whose text is kept once, in `documents`; a reader fills it
+    /// in from the segment ([`TreeNodeRow::text`]). On an archive of short
+    /// documents a copy here was a second and third copy of the archive.
+    pub summary: Option<String>,
     /// ILM-TR's "surprising facts"; null where the tree keeps none.
     pub surprise: Option<String>,
     pub n_tokens: u32,
+    /// The summary's terms (the search column, [`crate::search`]): kept
+    /// on the row, as a segment keeps its text's, so that a leaf without
+    /// its text is still counted and found by them. Empty in a document's
+    /// state, whose roots only the corpus trees read.
+    #[serde(default)]
+    pub terms: String,
+}
+
+impl TreeNodeRow {
+    /// The node's text: its summary, or, for a leaf that is its segment's
+    /// own text, that text once a reader has filled it in (empty before).
+    pub fn text(&self) -> &str {
+        self.summary.as_deref().unwrap_or_default()
+    }
+
+    /// `self` with its summary's terms (where it is made: a leaf keeps
+    /// them when it forgets its text).
+    pub fn with_terms(mut self) -> Self {
+        self.terms = crate::text::terms(self.text()).join(" ");
+        self
+    }
+
+    /// The node as the corpus trees take a document's root: its text
+    /// without its terms (their leaves count their own). A root in a
+    /// document's state and the same root built again must be equal, or a
+    /// restored process's corpus trees would keep both.
+    pub fn as_corpus_root(&self) -> Self {
+        TreeNodeRow {
+            terms: String::new(),
+            ..self.clone()
+        }
+    }
+
+    /// Forgets the summary of a leaf whose summary is `segment_text`, its
+    /// segment's own text (its terms stay): the table keeps that text once.
+    pub fn forget_own_text(&mut self, segment_text: &str) {
+        if self.seg_id.is_some() && self.summary.as_deref() == Some(segment_text) {
+            self.summary = None;
+        }
+    }
 }
 
 /// One of ReadAgent's pages: the characters `start_char..end_char` of its

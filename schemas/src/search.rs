@@ -1,9 +1,10 @@
 //! What the memory is searched by, derived from the rows as they are written,
 //! so a reader finds texts through Lance's indexes instead of holding them:
 //!
-//! - a `terms` column beside each searched text (tree nodes' summaries,
-//!   documents' gist memories; a segment's row keeps its text's terms and not
-//!   the text): its [`terms`], one space apart.
+//! - a `terms` column on each searched row (segments, tree nodes, documents'
+//!   gist memories), kept with the row where it is made, since a segment
+//!   and a leaf that is its segment's own text keep no text: its text's
+//!   [`terms`](crate::text::terms), one space apart.
 //!   Lance's full-text index reads it with a whitespace tokenizer and nothing
 //!   else (no lower-casing, stemming or stop words), so the index's tokens,
 //!   frequencies and lengths are exactly those BM25 scores with here;
@@ -22,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::MemoryRow;
 use crate::rows::LexiconRow;
-use crate::text::{normalise, terms};
+use crate::text::normalise;
 
 pub use crate::tables::{NAME_KEYS, TERMS};
 
@@ -54,21 +55,20 @@ pub fn name_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     keys.into_iter().collect()
 }
 
-/// The corpus a row's searched text belongs to, and that text's terms.
+/// The corpus a row's searched text belongs to, and that text's terms (each
+/// row keeps its text's terms: a segment and a leaf that is its segment's
+/// own text keep no text).
 fn searched_terms(row: &MemoryRow) -> Option<(String, Vec<String>)> {
-    match row {
-        // A segment keeps its terms, not its text.
-        MemoryRow::Segment(s) => Some((
-            segments_corpus(s.target_tokens),
-            s.terms.split_whitespace().map(str::to_string).collect(),
-        )),
-        MemoryRow::TreeNode(n) => Some((tree_corpus(&n.tree), terms(&n.summary))),
-        MemoryRow::GistMemory(g) => Some((
-            GIST_CORPUS.to_string(),
-            g.terms.split_whitespace().map(str::to_string).collect(),
-        )),
-        _ => None,
-    }
+    let (corpus, terms) = match row {
+        MemoryRow::Segment(s) => (segments_corpus(s.target_tokens), &s.terms),
+        MemoryRow::TreeNode(n) => (tree_corpus(&n.tree), &n.terms),
+        MemoryRow::GistMemory(g) => (GIST_CORPUS.to_string(), &g.terms),
+        _ => return None,
+    };
+    Some((
+        corpus,
+        terms.split_whitespace().map(str::to_string).collect(),
+    ))
 }
 
 /// A change to the lexicon: per corpus and term, texts and occurrences added

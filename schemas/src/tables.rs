@@ -12,14 +12,6 @@ pub const TERMS: &str = "terms";
 /// The column of an entity's normalised name and aliases.
 pub const NAME_KEYS: &str = "name_keys";
 
-/// The column of `table` whose text is searched, if any.
-pub(crate) fn searched_column(table: Table) -> Option<&'static str> {
-    match table {
-        Table::TreeNodes => Some("summary"),
-        _ => None,
-    }
-}
-
 /// The columns `table` has beyond its row type's, derived from them for
 /// search ([`crate::search`] fills them).
 fn derived_fields(table: Table) -> Vec<Field> {
@@ -27,7 +19,6 @@ fn derived_fields(table: Table) -> Vec<Field> {
         // Nullable: an older memory's entities gain it as nulls, then are
         // rebuilt (`STATE_FORMAT` 5).
         Table::Entities => vec![utf8_list(NAME_KEYS), utf8_null(TERMS)],
-        _ if searched_column(table).is_some() => vec![utf8(TERMS)],
         _ => Vec::new(),
     }
 }
@@ -311,9 +302,12 @@ impl Table {
                 utf8_null("parent_id"),
                 utf8_list("child_ids"),
                 utf8_null("seg_id"),
-                utf8("summary"),
+                // Null where a leaf is its segment's own text.
+                utf8_null("summary"),
                 utf8_null("surprise"),
                 Field::new("n_tokens", DataType::UInt32, false),
+                // Last, where it was when it was derived from the summary.
+                utf8(TERMS),
             ],
             Table::Pages => vec![
                 utf8("page_id"),

@@ -237,6 +237,22 @@ impl Tables {
         segment.text_in(self.document_text(&segment.doc_id))
     }
 
+    /// A tree node's text: its summary, or, for a leaf that is its
+    /// segment's own text (kept without it), that segment's text.
+    pub fn node_text(&self, node: &memweave_schemas::TreeNodeRow) -> String {
+        if let Some(summary) = &node.summary {
+            return summary.clone();
+        }
+        let seg_id = node
+            .seg_id
+            .as_deref()
+            .expect("a node without a summary is a leaf");
+        let segment = (self.rows.segments.iter())
+            .find(|s| s.seg_id == seg_id)
+            .unwrap_or_else(|| panic!("leaf {} names segment {seg_id}", node.node_id));
+        self.segment_text(segment)
+    }
+
     fn document_text(&self, doc_id: &str) -> &str {
         let document = self.rows.documents.iter().find(|d| d.doc_id == doc_id);
         document.map_or("", |d| d.text.as_str())

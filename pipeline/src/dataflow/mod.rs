@@ -447,12 +447,14 @@ mod tests {
         assert_eq!(output.documents.len(), 1);
         let row = &output.documents[0];
         assert_eq!((row.version, row.ingested_at), (2, 5));
-        assert!(
-            output
-                .tree_nodes
-                .iter()
-                .all(|n| n.summary.contains("lighthouses"))
-        );
+        // A node keeps its summary, or, a leaf that is its segment's text,
+        // that text's terms.
+        assert!(output.tree_nodes.iter().all(|n| {
+            n.terms.split_whitespace().any(|t| t == "lighthouse")
+                && n.summary
+                    .as_deref()
+                    .is_none_or(|s| s.contains("lighthouses"))
+        }));
         // Every sentence names its topic: a page or gist of the old version
         // would name harbours.
         assert!(output.pages.iter().all(|p| {

@@ -10,7 +10,6 @@ use timely::dataflow::operators::generic::OutputBuilder;
 use timely::dataflow::operators::generic::builder_rc::OperatorBuilder;
 
 use super::Built;
-use crate::state;
 
 /// Where the rows of documents' builds go.
 pub(super) struct BuiltParts<'scope> {
@@ -66,12 +65,7 @@ pub(super) fn split_built<'scope>(
                     };
                     let row = match row {
                         BuiltRow::Segment(s) => MemoryRow::Segment(s),
-                        BuiltRow::TreeNode(n) => {
-                            if corpus_tree && state::is_memwalker_root(&n) {
-                                memwalker.give((n.clone(), time, diff));
-                            }
-                            MemoryRow::TreeNode(n)
-                        }
+                        BuiltRow::TreeNode(n) => MemoryRow::TreeNode(n),
                         BuiltRow::Page(p) => MemoryRow::Page(p),
                         BuiltRow::GistMemory(g) => MemoryRow::GistMemory(g),
                         BuiltRow::Embedding(e) => MemoryRow::Embedding(e),
@@ -82,6 +76,12 @@ pub(super) fn split_built<'scope>(
                         }
                         BuiltRow::Relation(r) => {
                             relations.give((r, time, diff));
+                            continue;
+                        }
+                        BuiltRow::MemWalkerRoot(root) => {
+                            if corpus_tree {
+                                memwalker.give((root, time, diff));
+                            }
                             continue;
                         }
                         BuiltRow::RaptorRoot(root, vector) => {

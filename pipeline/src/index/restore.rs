@@ -2,9 +2,8 @@
 //! cross-document stages held and every document's state, so that a round
 //! builds only what changed.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
-use memweave_operators::build::BuiltRow;
 use memweave_schemas::store::batch_rows;
 use memweave_schemas::{
     CheckpointRow, DocStateRow, DocumentRow, EmbeddingRow, ErrorRow, GistMemoryRow, MemoryRow,
@@ -14,7 +13,7 @@ use memweave_schemas::{
 use super::engine::Engine;
 use crate::IndexError;
 use crate::dataflow::Fed;
-use crate::state::{DocState, NameStates, StoredEntity};
+use crate::state::{NameStates, StoredEntity};
 use crate::write::Batch;
 
 /// Documents' states per restore epoch: a message to a worker holds their
@@ -115,7 +114,8 @@ pub(super) fn restore(
 
 /// The rows the tables hold at `checkpoint` of the documents whose `states`
 /// are given, each with multiplicity -1: every row their builds made but
-/// those the states themselves give the dataflow (which retracts those).
+/// the graph's, which the states themselves give the dataflow (which
+/// retracts those; their roots only feed the corpus trees).
 pub(super) async fn stored_rows(
     store: &TableStore,
     checkpoint: &CheckpointRow,
@@ -133,15 +133,6 @@ pub(super) async fn stored_rows(
         })
     }
     let ids: Vec<String> = states.iter().map(|s| s.doc_id.clone()).collect();
-    let given: HashSet<String> = states
-        .iter()
-        .filter_map(|s| DocState::of_row(s).ok())
-        .flat_map(DocState::into_built_rows)
-        .filter_map(|row| match row {
-            BuiltRow::TreeNode(node) => Some(node.node_id),
-            _ => None,
-        })
-        .collect();
     let segments: Vec<SegmentRow> = rows(store, checkpoint, "doc_id", &ids).await?;
     let nodes: Vec<TreeNodeRow> = rows(store, checkpoint, "doc_id", &ids).await?;
     let owners: Vec<String> = (segments.iter().map(|s| s.seg_id.clone()))
@@ -154,11 +145,7 @@ pub(super) async fn stored_rows(
     let errors: Vec<ErrorRow> = rows(store, checkpoint, "doc_id", &ids).await?;
     let stored = (documents.into_iter().map(MemoryRow::Document))
         .chain(segments.into_iter().map(MemoryRow::Segment))
-        .chain(
-            (nodes.into_iter())
-                .filter(|n| !given.contains(&n.node_id))
-                .map(MemoryRow::TreeNode),
-        )
+        .chain(nodes.into_iter().map(MemoryRow::TreeNode))
         .chain(vectors.into_iter().map(MemoryRow::Embedding))
         .chain(pages.into_iter().map(MemoryRow::Page))
         .chain(gists.into_iter().map(MemoryRow::GistMemory))

@@ -25,7 +25,7 @@ pub(super) const FIXTURE_CACHE_MIB: u64 = 8;
 
 /// "paint": two segments; the first leaf's summary promises what only the
 /// second segment says, so a walk must revert from it. "startup": one segment.
-pub(super) const SEGMENTS: [(&str, &str, &str); 3] = [
+pub(crate) const SEGMENTS: [(&str, &str, &str); 3] = [
     (
         "paint",
         "s-p1",
@@ -252,17 +252,19 @@ fn rows() -> MemoryTables {
             None,
             "Startups grow fast; investors fund them.",
         ),
+        // A leaf that is its segment's own text, kept without it, as the
+        // indexer keeps a short document's.
         (
             "startup",
             "n-s1",
             Some("n-s"),
             &[][..],
             Some("s-s1"),
-            "Startups grow fast; investors fund them.",
+            SEGMENTS[2].2,
         ),
     ];
     for (doc_id, id, parent, children, seg_id, summary) in memwalker {
-        rows.tree_nodes.push(node(
+        let mut node = node(
             TREE_MEMWALKER,
             doc_id,
             id,
@@ -270,7 +272,11 @@ fn rows() -> MemoryTables {
             children,
             seg_id,
             summary,
-        ));
+        );
+        if let Some((_, _, text)) = SEGMENTS.iter().find(|(_, s, _)| Some(*s) == seg_id) {
+            node.forget_own_text(text);
+        }
+        rows.tree_nodes.push(node);
     }
     // Each page is one segment's stretch of text (by its place in SEGMENTS) with a gist.
     for (doc_id, page_id, ordinal, gist, segment) in [
@@ -381,10 +387,12 @@ fn node(
         parent_id: parent.map(str::to_string),
         child_ids: children.iter().map(|c| c.to_string()).collect(),
         seg_id: seg_id.map(str::to_string),
-        summary: summary.into(),
+        summary: Some(summary.into()),
         surprise: None,
         n_tokens: 10,
+        terms: String::new(),
     }
+    .with_terms()
 }
 
 fn embedding(owner_id: &str, kind: &str, text: &str) -> EmbeddingRow {

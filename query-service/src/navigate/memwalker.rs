@@ -243,7 +243,7 @@ impl MemWalker<'_, '_> {
         if children.is_empty() {
             return Ok(None);
         }
-        let summaries: Vec<&str> = children.iter().map(|c| c.summary.as_str()).collect();
+        let summaries: Vec<&str> = children.iter().map(|c| c.text()).collect();
         if let Err((candidates, why)) = lexical_choice(&self.query, &summaries)
             && let Some((child, reasoning)) = self
                 .nearest_child(node, &children, &candidates, &why)
@@ -325,7 +325,7 @@ impl MemWalker<'_, '_> {
         let mut kept: Vec<&str> = Vec::new();
         let mut length = 0;
         for node in path[..path.len().saturating_sub(1)].iter().rev() {
-            let summary = node.summary.as_str();
+            let summary = node.text();
             if length + summary.len() > WORKING_MEMORY_CHARS {
                 break;
             }
@@ -670,17 +670,17 @@ mod tests {
         // The leaf itself is read whole, not remembered.
         assert_eq!(
             MemWalker::working_memory(&[root.clone(), leaf.clone()]),
-            root.summary
+            root.text()
         );
         assert_eq!(MemWalker::working_memory(&[leaf]), "");
         // Past the limit the summaries farthest from the leaf go first.
-        let path = vec![root.clone(); WORKING_MEMORY_CHARS / root.summary.len() + 2];
+        let path = vec![root.clone(); WORKING_MEMORY_CHARS / root.text().len() + 2];
         let kept = MemWalker::working_memory(&path);
         assert!(
             kept.len() <= WORKING_MEMORY_CHARS + path.len() * 2,
             "{}",
             kept.len()
         );
-        assert!(kept.len() > WORKING_MEMORY_CHARS - root.summary.len() * 2);
+        assert!(kept.len() > WORKING_MEMORY_CHARS - root.text().len() * 2);
     }
 }

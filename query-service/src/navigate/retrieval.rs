@@ -397,8 +397,8 @@ impl CollapsedTree<'_, '_> {
                 (start.min(s.start_char), end.max(s.end_char))
             });
             let text = match (&row.surprise, with_facts) {
-                (Some(facts), true) if !facts.is_empty() => format!("{}\n{facts}", row.summary),
-                _ => row.summary.clone(),
+                (Some(facts), true) if !facts.is_empty() => format!("{}\n{facts}", row.text()),
+                _ => row.text().to_string(),
             };
             Some(Passage::of(
                 document(doc_id),

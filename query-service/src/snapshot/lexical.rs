@@ -13,7 +13,7 @@ use memweave_schemas::{LexiconRow, SegmentRow, StoreError, TREE_MEMWALKER, Table
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use super::lookup::KeyedRead;
+use super::lookup::{KeyedRead, as_read};
 use super::{Allowed, Read, Snapshot};
 use crate::cache::rows_bytes;
 
@@ -189,6 +189,7 @@ impl Snapshot {
         self.by_keys::<LexiconRow, Vec<LexiconRow>>(
             read,
             terms,
+            as_read,
             |row| row.term.clone(),
             Vec::push,
             |rows| rows_bytes(rows.iter()),

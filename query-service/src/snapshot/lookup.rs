@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use lance::dataset::scanner::ColumnOrdering;
 use memweave_schemas::search::NAME_KEYS;
 use memweave_schemas::store::{KEYS_PER_PREDICATE, rows_of, sql_string, sql_strings};
@@ -29,6 +30,22 @@ pub trait ById: DeserializeOwned + Serialize + Send + Sync + 'static {
     /// Only rows meeting this condition are found.
     const VISIBLE: Option<&'static str> = None;
     fn id(&self) -> &String;
+    /// The rows read, with what their table keeps elsewhere filled in (a
+    /// leaf's own text): what is cached and answered.
+    fn completed(snapshot: &Snapshot, rows: Vec<Self>) -> BoxFuture<'_, Read<Vec<Self>>> {
+        as_read(snapshot, rows)
+    }
+}
+
+/// What fills in rows as they are read ([`ById::completed`]).
+pub(super) type Completion<R> = for<'a> fn(&'a Snapshot, Vec<R>) -> BoxFuture<'a, Read<Vec<R>>>;
+
+/// Rows complete as read ([`ById::completed`] for most rows).
+pub(super) fn as_read<R: Send + 'static>(
+    _: &Snapshot,
+    rows: Vec<R>,
+) -> BoxFuture<'_, Read<Vec<R>>> {
+    Box::pin(std::future::ready(Ok(rows)))
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -111,12 +128,31 @@ impl ById for Document {
     }
 }
 
+/// A node's columns but its terms, which only the full-text index reads.
+const NODE_COLUMNS: &[&str] = &[
+    "node_id",
+    "tree",
+    "doc_id",
+    "level",
+    "ordinal",
+    "parent_id",
+    "child_ids",
+    "seg_id",
+    "summary",
+    "surprise",
+    "n_tokens",
+];
+
 impl ById for TreeNodeRow {
     const TABLE: Table = Table::TreeNodes;
     const ID_COLUMN: &'static str = "node_id";
+    const COLUMNS: &'static [&'static str] = NODE_COLUMNS;
     const VISIBLE: Option<&'static str> = Some(DOCUMENT_TREES);
     fn id(&self) -> &String {
         &self.node_id
+    }
+    fn completed(snapshot: &Snapshot, rows: Vec<Self>) -> BoxFuture<'_, Read<Vec<Self>>> {
+        Box::pin(snapshot.with_own_texts(rows))
     }
 }
 
@@ -197,8 +233,8 @@ impl Snapshot {
         );
         let key = format!("{tree} {doc_id}");
         let read = async {
-            let mut nodes: Vec<TreeNodeRow> =
-                self.select(Table::TreeNodes, &[], &filter, None).await?;
+            let nodes = self.select(Table::TreeNodes, NODE_COLUMNS, &filter, None);
+            let mut nodes = self.with_own_texts(nodes.await?).await?;
             nodes.sort_by(|a, b| a.node_id.cmp(&b.node_id));
             Ok(nodes.into_iter().map(Arc::new).collect::<Vec<_>>())
         };
@@ -215,7 +251,8 @@ impl Snapshot {
             sql_string(doc_id)
         );
         let read = async {
-            let roots: Vec<TreeNodeRow> = self.select(Table::TreeNodes, &[], &filter, None).await?;
+            let roots = self.select(Table::TreeNodes, NODE_COLUMNS, &filter, None);
+            let roots = self.with_own_texts(roots.await?).await?;
             let root = roots.into_iter().min_by(|a, b| a.node_id.cmp(&b.node_id));
             Ok(root.map(Arc::new))
         };
@@ -273,6 +310,28 @@ impl Snapshot {
             }
         }
         Ok(texts)
+    }
+
+    /// `nodes` with the text of each leaf that is its segment's own text
+    /// (kept once, in `documents`) filled in as its summary.
+    async fn with_own_texts(&self, mut nodes: Vec<TreeNodeRow>) -> Read<Vec<TreeNodeRow>> {
+        let own: Vec<String> = (nodes.iter())
+            .filter(|n| n.summary.is_none())
+            .filter_map(|n| n.seg_id.clone())
+            .collect();
+        if own.is_empty() {
+            return Ok(nodes);
+        }
+        let segments = self.rows::<SegmentRow>(&own).await?;
+        let texts = self.segment_texts(&segments).await?;
+        let text_of: HashMap<&str, String> = (segments.iter().map(|s| s.seg_id.as_str()))
+            .zip(texts)
+            .collect();
+        for node in nodes.iter_mut().filter(|n| n.summary.is_none()) {
+            let text = node.seg_id.as_deref().and_then(|s| text_of.get(s));
+            node.summary = Some(text.cloned().unwrap_or_default());
+        }
+        Ok(nodes)
     }
 
     /// A document's text, read once: `None` for a document the snapshot
@@ -476,6 +535,7 @@ impl Snapshot {
             .by_keys::<R, Option<Arc<R>>>(
                 read,
                 ids,
+                R::completed,
                 |row| row.id().clone(),
                 |slot, row| *slot = Some(Arc::new(row)),
                 |row| rows_bytes(row.as_deref()),
@@ -487,13 +547,15 @@ impl Snapshot {
     }
 
     /// What `read` finds for each of `keys`, by key: cached ones, and one
-    /// read a chunk of keys for the rest, each row `gather`ed into the value
-    /// of its key (`key_of`). A key no row has gets the default value, and
-    /// is cached with it: absent ones are cached as absent too.
+    /// read a chunk of keys for the rest, each row `completed` and
+    /// `gather`ed into the value of its key (`key_of`). A key no row has
+    /// gets the default value, and is cached with it: absent ones are cached
+    /// as absent too.
     pub(super) async fn by_keys<R, T>(
         &self,
         read: KeyedRead<'_>,
         keys: &[String],
+        completed: Completion<R>,
         key_of: impl Fn(&R) -> String,
         gather: impl Fn(&mut T, R),
         bytes: impl Fn(&T) -> usize,
@@ -528,7 +590,8 @@ impl Snapshot {
                 filter = format!("{filter} AND {condition}");
             }
             let mut values: HashMap<String, T> = HashMap::new();
-            for row in self.select::<R>(table, columns, &filter, None).await? {
+            let rows = self.select::<R>(table, columns, &filter, None).await?;
+            for row in completed(self, rows).await? {
                 gather(values.entry(key_of(&row)).or_default(), row);
             }
             for key in chunk {
@@ -634,6 +697,23 @@ mod tests {
         );
         assert!(memory.row::<Document>("s-p1").await.unwrap().is_none());
         assert!(memory.rows::<EntityRow>(&[]).await.unwrap().is_empty());
+    }
+
+    /// A leaf kept without its text (its segment's own) is read with that
+    /// text, by id and in its document's tree alike; a leaf with a summary
+    /// of its own keeps it.
+    #[tokio::test]
+    async fn a_leaf_that_is_its_segments_text_is_read_with_it() {
+        use crate::navigate::fixture::SEGMENTS;
+        let memory = memory().await;
+        let text = Some(SEGMENTS[2].2.to_string());
+        let leaf = memory.row::<TreeNodeRow>("n-s1").await.unwrap().unwrap();
+        assert_eq!(leaf.summary, text);
+        let tree = memory.tree("startup", TREE_MEMWALKER).await.unwrap();
+        let in_tree = tree.iter().find(|n| n.node_id == "n-s1").unwrap();
+        assert_eq!(in_tree.summary, text);
+        let own = memory.row::<TreeNodeRow>("n-p2").await.unwrap().unwrap();
+        assert_eq!(own.summary.as_deref(), Some("A cold studio."));
     }
 
     /// An entity's relations are paged by offset: the pages tile them in id

@@ -94,7 +94,8 @@ pub(super) struct Recomputed {
 #[derive(Deserialize)]
 struct NodeText {
     node_id: String,
-    summary: String,
+    /// Null for a leaf that is its chunk's own text (its vector is its chunk's).
+    summary: Option<String>,
     surprise: Option<String>,
     seg_id: Option<String>,
 }
@@ -408,7 +409,10 @@ impl Snapshot {
                     Some(terms) => embedder.stored_vector_of_terms(terms.split_whitespace()),
                     None => continue,
                 },
-                None => embedder.stored_vector(&summary_text(summary, surprise.as_deref())),
+                None => {
+                    let summary = summary.as_deref().unwrap_or_default();
+                    embedder.stored_vector(&summary_text(summary, surprise.as_deref()))
+                }
             };
             scored.insert(node_id.clone(), cosine(probe.vector, &vector));
         }

@@ -7,15 +7,14 @@ use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::ArrowPrimitiveType;
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float16Array, Float32Array, PrimitiveArray, RecordBatch,
-    StringArray,
+    Array, FixedSizeListArray, Float16Array, Float32Array, PrimitiveArray, RecordBatch, StringArray,
 };
 use arrow_schema::{ArrowError, DataType, Field, Schema};
 
 use super::{Result, StoreError};
 use crate::rows::{TableRow, entity_text};
 use crate::search::{self};
-use crate::tables::{DEFAULT_VECTOR_WIDTH, EachTable, MemoryTables, Table, searched_column};
+use crate::tables::{DEFAULT_VECTOR_WIDTH, EachTable, MemoryTables, Table};
 
 /// Keys a predicate names at most: a few thousand keep each one quick to
 /// parse and plan.
@@ -133,14 +132,6 @@ fn with_derived_columns(
     schema: Arc<Schema>,
 ) -> Result<RecordBatch, ArrowError> {
     let mut columns = batch.columns().to_vec();
-    if let Some(source) = searched_column(table) {
-        let texts = string_column(batch, source)?;
-        let derived: StringArray = texts
-            .iter()
-            .map(|text| Some(crate::text::terms(text.unwrap_or_default()).join(" ")))
-            .collect();
-        columns.push(Arc::new(derived) as ArrayRef);
-    }
     if table == Table::Entities {
         let names = string_column(batch, "name")?;
         let aliases = batch

@@ -279,10 +279,12 @@ mod tests {
             parent_id: parent.map(Into::into),
             child_ids: vec!["a".into(), "b".into()],
             seg_id: None,
-            summary: format!("summary of {id}"),
+            summary: Some(format!("summary of {id}")),
             surprise: None,
             n_tokens: 3,
+            terms: String::new(),
         }
+        .with_terms()
     }
 
     /// Rows that do not fit their type fail naming the table and the reason,
@@ -325,8 +327,11 @@ mod tests {
             .write_rows(&[node("a", None), node("b", Some("a"))])
             .await
             .unwrap();
-        let mut changed = node("b", None);
-        changed.summary = "changed".into();
+        let changed = TreeNodeRow {
+            summary: Some("changed".into()),
+            ..node("b", None)
+        }
+        .with_terms();
         let staged = stage(&store, &[&changed, &node("c", None)]).await;
         let second = store
             .commit_staged(Table::TreeNodes, &["b".to_string()], false, staged)
@@ -511,8 +516,11 @@ mod tests {
             .await
             .unwrap();
         // A round stages a changed "b" in two batches and removes the old one.
-        let mut changed = node("b", Some("a"));
-        changed.summary = "changed".into();
+        let changed = TreeNodeRow {
+            summary: Some("changed".into()),
+            ..node("b", Some("a"))
+        }
+        .with_terms();
         let mut fragments = stage(&store, &[&changed]).await;
         fragments.extend(stage(&store, &[&node("c", None)]).await);
         let before: Vec<TreeNodeRow> = store.read_rows(None).await.unwrap();

@@ -198,7 +198,10 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
             if corpus && n.level == 0 {
                 // A corpus leaf stands for its document's root.
                 assert_eq!(child.parent_id, None);
-                assert_eq!((&child.doc_id, &child.summary), (&n.doc_id, &n.summary));
+                assert_eq!(
+                    (&child.doc_id, t.node_text(child)),
+                    (&n.doc_id, t.node_text(n))
+                );
                 continue;
             }
             assert_eq!((&child.tree, child.level + 1), (&n.tree, n.level));
@@ -230,7 +233,11 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
                 n.node_id
             );
         }
-        assert!(!n.summary.is_empty());
+        let text = t.node_text(n);
+        assert!(!text.is_empty());
+        // What the lexicon and the full-text index count: the text's terms,
+        // kept when a leaf keeps no text.
+        assert_eq!(n.terms, memweave_schemas::text::terms(&text).join(" "));
     }
     for tree in [TREE_MEMWALKER, TREE_RAPTOR] {
         let built: HashSet<&str> = t
@@ -397,12 +404,7 @@ fn raptor_and_memwalker_share_segments_and_leaf_calls() {
             .tree_nodes
             .iter()
             .filter(|n| n.tree == tree && n.level == 0)
-            .map(|n| {
-                (
-                    n.seg_id.clone().expect("a leaf's segment"),
-                    n.summary.clone(),
-                )
-            })
+            .map(|n| (n.seg_id.clone().expect("a leaf's segment"), t.node_text(n)))
             .collect();
         leaves.sort();
         leaves

@@ -141,7 +141,10 @@ fn the_corpus_tree_stands_over_every_document_root() {
             .iter()
             .find(|r| r.node_id == leaf.child_ids[0])
             .expect("a corpus leaf stands for a document root");
-        assert_eq!((&leaf.doc_id, &leaf.summary), (&root.doc_id, &root.summary));
+        assert_eq!(
+            (&leaf.doc_id, t.node_text(leaf)),
+            (&root.doc_id, t.node_text(root))
+        );
     }
     let tops: Vec<_> = corpus.iter().filter(|n| n.parent_id.is_none()).collect();
     assert_eq!(tops.len(), 1, "one corpus root");
@@ -350,8 +353,9 @@ fn unparsable_replies_are_asked_again_then_recorded() {
         .iter()
         .filter(|n| n.tree == "memwalker" && n.level == 0)
     {
+        assert_eq!(leaf.summary, None, "its segment's own text, kept once");
         assert_eq!(
-            Some(&leaf.summary),
+            Some(&read.node_text(leaf)),
             leaf.seg_id.as_deref().and_then(|s| segments.get(s))
         );
     }
