@@ -10,19 +10,23 @@
 //! dataflow, keeps texts out of the dataflow's arrangements.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use memweave_ingest::kind::DUPLICATE_ID;
 use memweave_operators::build::Document;
 use memweave_schemas::{DocumentRow, ErrorRow, Section};
 
-/// One version of one document, as held: everything but its text.
+/// One version of one document, as held: everything but its text. Its
+/// strings are shared: the origin's record, its claim and the claim's key
+/// are one copy of each, not three (on an archive of millions of short
+/// documents these records are most of what the main thread keeps).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Record {
-    pub doc_id: String,
+    pub doc_id: Arc<str>,
     pub version: u64,
-    pub content_hash: String,
-    pub source_uri: String,
-    pub title: String,
+    pub content_hash: Arc<str>,
+    pub source_uri: Arc<str>,
+    pub title: Arc<str>,
     /// When this content was first seen.
     pub seen: i64,
 }
@@ -30,11 +34,11 @@ pub struct Record {
 impl Record {
     pub fn of(doc: &Document, seen: i64) -> Record {
         Record {
-            doc_id: doc.doc_id.clone(),
+            doc_id: doc.doc_id.as_str().into(),
             version: doc.version,
-            content_hash: doc.content_hash.clone(),
-            source_uri: doc.source_uri.clone(),
-            title: doc.title.clone(),
+            content_hash: doc.content_hash.as_str().into(),
+            source_uri: doc.source_uri.as_str().into(),
+            title: doc.title.as_str().into(),
             seen,
         }
     }
@@ -42,11 +46,11 @@ impl Record {
     /// The record of a document the tables hold.
     pub fn of_row(row: &DocumentRow) -> Record {
         Record {
-            doc_id: row.doc_id.clone(),
+            doc_id: row.doc_id.as_str().into(),
             version: row.version,
-            content_hash: row.content_hash.clone(),
-            source_uri: row.source_uri.clone(),
-            title: row.title.clone(),
+            content_hash: row.content_hash.as_str().into(),
+            source_uri: row.source_uri.as_str().into(),
+            title: row.title.as_str().into(),
             seen: row.ingested_at,
         }
     }
@@ -54,11 +58,11 @@ impl Record {
     /// The dataflow's input record, given the document's text and sections.
     pub fn with_text(&self, (text, sections): Body) -> (Document, i64) {
         let doc = Document {
-            doc_id: self.doc_id.clone(),
+            doc_id: self.doc_id.to_string(),
             version: self.version,
-            content_hash: self.content_hash.clone(),
-            source_uri: self.source_uri.clone(),
-            title: self.title.clone(),
+            content_hash: self.content_hash.to_string(),
+            source_uri: self.source_uri.to_string(),
+            title: self.title.to_string(),
             text,
             sections,
         };
@@ -95,11 +99,11 @@ pub struct Moves {
 /// Every origin's input, and the claims on each document id.
 #[derive(Debug, Default)]
 pub struct Origins {
-    held: BTreeMap<String, Held>,
+    held: BTreeMap<Arc<str>, Held>,
     /// By document id and source URI: the origin that claims it, and the
     /// version. One map for all ids: a map per id cost a B-tree node (room
     /// for eleven claims) for each document of the archive, ~2 KB apiece.
-    claims: BTreeMap<(String, String), (String, Record)>,
+    claims: BTreeMap<ClaimKey, (Arc<str>, Record)>,
 }
 
 impl Origins {
@@ -107,38 +111,41 @@ impl Origins {
         self.held.get(origin)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.held.keys()
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.held.keys().map(|origin| &**origin)
     }
 
     /// Replaces `origin`'s input with `new` (`None`: the origin is gone).
     pub fn update(&mut self, origin: &str, new: Option<Held>) -> Moves {
-        let old = self.held.remove(origin).unwrap_or_default();
+        let (origin, old) = match self.held.remove_entry(origin) {
+            Some((origin, old)) => (origin, old),
+            None => (Arc::from(origin), Held::default()),
+        };
         let mut moves = Moves::default();
         if new.as_ref() == Some(&old) {
-            self.held.insert(origin.to_string(), old);
+            self.held.insert(origin, old);
             return moves;
         }
         let new = new.unwrap_or_default();
         count(&mut moves.errors, &old.errors, -1);
         count(&mut moves.errors, &new.errors, 1);
-        let affected: BTreeSet<String> = old
+        let affected: BTreeSet<Arc<str>> = old
             .records
             .iter()
             .chain(&new.records)
-            .map(|r| r.doc_id.clone())
+            .map(|r| Arc::clone(&r.doc_id))
             .collect();
         let before: Vec<(Option<Record>, Vec<ErrorRow>)> =
             affected.iter().map(|id| self.claimed(id)).collect();
         for record in &old.records {
             let key = claim_key(record);
-            if self.claims.get(&key).is_some_and(|(by, _)| by == origin) {
+            if self.claims.get(&key).is_some_and(|(by, _)| *by == origin) {
                 self.claims.remove(&key);
             }
         }
         for record in &new.records {
             self.claims
-                .insert(claim_key(record), (origin.to_string(), record.clone()));
+                .insert(claim_key(record), (Arc::clone(&origin), record.clone()));
         }
         for (id, (was, was_errors)) in affected.iter().zip(before) {
             let (now, now_errors) = self.claimed(id);
@@ -151,7 +158,7 @@ impl Origins {
         }
         moves.errors.retain(|_, diff| *diff != 0);
         if new != Held::default() {
-            self.held.insert(origin.to_string(), new);
+            self.held.insert(origin, new);
         }
         moves
     }
@@ -160,8 +167,8 @@ impl Origins {
     fn claimed(&self, doc_id: &str) -> (Option<Record>, Vec<ErrorRow>) {
         let mut claims = self
             .claims
-            .range((doc_id.to_string(), String::new())..)
-            .take_while(|((id, _), _)| id == doc_id)
+            .range((Arc::from(doc_id), Arc::from(""))..)
+            .take_while(|((id, _), _)| **id == *doc_id)
             .map(|(_, (_, record))| record);
         let winner = claims.next().cloned();
         let errors = claims
@@ -174,14 +181,16 @@ impl Origins {
     pub fn origin_of(&self, record: &Record) -> Option<&str> {
         self.claims
             .get(&claim_key(record))
-            .map(|(origin, _)| origin.as_str())
+            .map(|(origin, _)| &**origin)
     }
 }
 
-/// Where `record`'s claim is kept: its id, then its source (the first source
-/// by URI wins an id).
-fn claim_key(record: &Record) -> (String, String) {
-    (record.doc_id.clone(), record.source_uri.clone())
+/// Where a claim is kept: its id, then its source (the first source by URI
+/// wins an id).
+type ClaimKey = (Arc<str>, Arc<str>);
+
+fn claim_key(record: &Record) -> ClaimKey {
+    (Arc::clone(&record.doc_id), Arc::clone(&record.source_uri))
 }
 
 fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) {
@@ -194,7 +203,7 @@ fn duplicate_error(loser: &Record, winner_uri: &str) -> ErrorRow {
     ErrorRow::new(
         "ingest",
         &loser.source_uri,
-        Some(loser.doc_id.clone()),
+        Some(loser.doc_id.to_string()),
         DUPLICATE_ID,
         &format!("document id already taken by {winner_uri}; this copy was not indexed"),
     )

@@ -147,11 +147,11 @@ async fn document_records(
                 return;
             };
             records.extend((0..batch.num_rows()).map(|row| Record {
-                doc_id: ids.value(row).to_string(),
+                doc_id: ids.value(row).into(),
                 version: versions.value(row),
-                content_hash: hashes.value(row).to_string(),
-                source_uri: uris.value(row).to_string(),
-                title: titles.value(row).to_string(),
+                content_hash: hashes.value(row).into(),
+                source_uri: uris.value(row).into(),
+                title: titles.value(row).into(),
                 seen: seen.value(row),
             }));
         })

@@ -66,18 +66,20 @@ impl SourceContext<'_> {
                 records: vec![d.clone()],
                 ..Held::default()
             };
-            (&d.doc_id, &d.source_uri, held)
+            (&*d.doc_id, &*d.source_uri, held)
         });
         let errors = previous.ingest_errors.iter().map(|e| {
             let held = Held {
                 errors: vec![e.clone()],
                 ..Held::default()
             };
-            (&e.source, &e.source, held)
+            (e.source.as_str(), e.source.as_str(), held)
         });
         documents
             .chain(errors)
-            .map(|(origin, position, held)| (origin.clone(), Routed::to(peer_of(position), held)))
+            .map(|(origin, position, held)| {
+                (origin.to_string(), Routed::to(peer_of(position), held))
+            })
             .collect()
     }
 

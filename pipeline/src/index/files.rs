@@ -169,9 +169,9 @@ fn file_updates(cx: &SourceContext<'_>, carried: &Carried, files: &[SourceFile])
         }
     }
     let listed: HashSet<&str> = files.iter().map(|f| f.key.as_str()).collect();
-    for key in cx.origins.keys().chain(carried.keys()) {
-        if !listed.contains(key.as_str()) && !cx.other_origins.contains(key) {
-            updates.insert(key.clone(), Routed::to(0, Update::Gone));
+    for key in cx.origins.keys().chain(carried.keys().map(String::as_str)) {
+        if !listed.contains(key) && !cx.other_origins.contains(key) {
+            updates.insert(key.to_string(), Routed::to(0, Update::Gone));
         }
     }
     updates
@@ -378,7 +378,7 @@ fn carried_over(
         }
     }
     // A root goes once every document read under it was read again elsewhere.
-    let uris: Vec<&str> = (previous.documents.iter().map(|d| d.source_uri.as_str()))
+    let uris: Vec<&str> = (previous.documents.iter().map(|d| &*d.source_uri))
         .chain(previous.ingest_errors.iter().map(|e| e.source.as_str()))
         .collect();
     let cited = (earlier_roots.iter())

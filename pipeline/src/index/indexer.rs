@@ -378,7 +378,7 @@ impl Indexer {
                 .cloned()
                 .collect();
         }
-        let unfinished = |r: &Record| previous.unfinished.contains(&r.doc_id);
+        let unfinished = |r: &Record| previous.unfinished.contains(&*r.doc_id);
         for (origin, Routed { peer, input: held }) in carried {
             // The moves are what the tables and the restored dataflow hold.
             if !held.records.iter().any(unfinished) {
@@ -481,14 +481,15 @@ impl Indexer {
             retract.extend(moves.retract);
             insert.extend(moves.insert);
         }
-        let in_hand = |r: &Record| texts.contains_key(&(r.doc_id.clone(), r.source_uri.clone()));
+        let in_hand =
+            |r: &Record| texts.contains_key(&(r.doc_id.to_string(), r.source_uri.to_string()));
         let from_origin = |r: &Record| {
             (self.origins.origin_of(r)).is_some_and(|origin| texts_later.contains(origin))
         };
         let wanted: Vec<String> = retract
             .iter()
             .chain(insert.iter().filter(|r| !in_hand(r) && !from_origin(r)))
-            .map(|r| r.doc_id.clone())
+            .map(|r| r.doc_id.to_string())
             .collect();
         let stored: HashMap<String, DocumentRow> = match (wanted.is_empty(), self.documents_version)
         {
@@ -505,14 +506,14 @@ impl Indexer {
         };
         let stored_text = |record: &Record| {
             stored
-                .get(&record.doc_id)
+                .get(&*record.doc_id)
                 .filter(|row| Record::of_row(row) == *record)
                 .map(|row| (row.text.clone(), row.sections.clone()))
         };
         let mut ready = Vec::with_capacity(retract.len() + insert.len());
         let mut later: BTreeMap<String, ReadLater<'r>> = BTreeMap::new();
         for record in insert {
-            let key = (record.doc_id.clone(), record.source_uri.clone());
+            let key = (record.doc_id.to_string(), record.source_uri.to_string());
             let text = texts
                 .remove(&key)
                 .or_else(|| (!from_origin(&record)).then(|| stored_text(&record))?);
@@ -521,13 +522,13 @@ impl Indexer {
                 continue;
             }
             let no_text = || IndexError::NoText {
-                doc_id: record.doc_id.clone(),
-                source_uri: record.source_uri.clone(),
+                doc_id: record.doc_id.to_string(),
+                source_uri: record.source_uri.to_string(),
             };
             let origin = self.origins.origin_of(&record).ok_or_else(no_text)?;
             if !later.contains_key(origin) {
                 let documents = (reader.and_then(|r| r.documents(origin))).ok_or_else(no_text)?;
-                let source_uri = record.source_uri.clone();
+                let source_uri = record.source_uri.to_string();
                 let name = &self.options.source_name;
                 later.insert(
                     origin.to_string(),
@@ -539,12 +540,12 @@ impl Indexer {
         for record in retract {
             let text = stored_text(&record).ok_or_else(|| IndexError::NotStored {
                 version: record.version,
-                doc_id: record.doc_id.clone(),
-                source_uri: record.source_uri.clone(),
+                doc_id: record.doc_id.to_string(),
+                source_uri: record.source_uri.to_string(),
             })?;
             let retraction = (fed(record.with_text(text)), -1);
             match later.values_mut().find(|l| l.inserts(&record.doc_id)) {
-                Some(origin) => origin.replaces(record.doc_id, retraction),
+                Some(origin) => origin.replaces(record.doc_id.to_string(), retraction),
                 None => ready.push(retraction),
             }
         }

@@ -84,7 +84,7 @@ impl<'r> ReadLater<'r> {
     }
 
     pub(super) fn want(&mut self, record: Record) {
-        self.wanted.insert(record.doc_id.clone(), record);
+        self.wanted.insert(record.doc_id.to_string(), record);
     }
 
     /// Documents to insert from this origin.
@@ -117,7 +117,9 @@ impl Iterator for ReadLater<'_> {
             let Some(record) = self.wanted.remove(&doc.doc_id) else {
                 continue;
             };
-            if (&doc.content_hash, &doc.source_uri) != (&record.content_hash, &record.source_uri) {
+            if (doc.content_hash.as_str(), doc.source_uri.as_str())
+                != (&*record.content_hash, &*record.source_uri)
+            {
                 break;
             }
             let mut changes = self.replaced.remove(&doc.doc_id).unwrap_or_default();
@@ -248,7 +250,7 @@ mod tests {
         later.want(record(4));
         let doc_id = record(4).doc_id;
         assert!(later.inserts(&doc_id) && !later.inserts(&record(0).doc_id));
-        later.replaces(doc_id, change("row4", "old text", -1));
+        later.replaces(doc_id.to_string(), change("row4", "old text", -1));
         let mut pending = Pending::default();
         pending.extend(vec![change("ready", "r", 1)], vec![later]);
         let first = pending.take(2).unwrap();

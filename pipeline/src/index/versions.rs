@@ -5,14 +5,17 @@
 use std::collections::{HashMap, HashSet};
 
 use memweave_operators::build::{Document, RawDocument};
+use memweave_schemas::hash128;
 
 use crate::origins::Record;
 use crate::write::RoundChanges;
 
-/// A document's newest version as the memory holds it.
+/// A document's newest version as the memory holds it: its content hash
+/// as 16 bytes of that hash's hash, all a comparison needs (one of these is
+/// kept per document of the archive).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KnownVersion {
-    content_hash: String,
+    content_hash: u128,
     version: u64,
     /// When this version was first seen (µs since the epoch).
     seen: i64,
@@ -21,7 +24,7 @@ struct KnownVersion {
 impl KnownVersion {
     fn new(content_hash: &str, version: u64, seen: i64) -> Self {
         KnownVersion {
-            content_hash: content_hash.to_string(),
+            content_hash: hash128(content_hash.as_bytes()),
             version,
             seen,
         }
@@ -37,7 +40,7 @@ impl DocumentVersions {
     pub(super) fn of<'r>(records: impl IntoIterator<Item = &'r Record>) -> Self {
         let known = records.into_iter().map(|d| {
             let known = KnownVersion::new(&d.content_hash, d.version, d.seen);
-            (d.doc_id.clone(), known)
+            (d.doc_id.to_string(), known)
         });
         DocumentVersions(known.collect())
     }
@@ -48,7 +51,7 @@ impl DocumentVersions {
     pub(super) fn versioned(&self, source: &str, raw: RawDocument, now: i64) -> (Document, i64) {
         let mut doc = Document::in_source(source, raw, 1);
         match self.0.get(&doc.doc_id) {
-            Some(known) if known.content_hash == doc.content_hash => {
+            Some(known) if known.content_hash == hash128(doc.content_hash.as_bytes()) => {
                 doc.version = known.version;
                 (doc, known.seen)
             }
