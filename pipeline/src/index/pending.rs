@@ -5,6 +5,7 @@
 //! workers by id.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use memweave_operators::build::{Document, RawDocument};
 
@@ -66,8 +67,8 @@ pub(super) struct ReadLater<'r> {
     source_uri: String,
     documents: Documents<'r>,
     /// The versions to insert, by document id (an origin's documents have
-    /// one id each).
-    wanted: HashMap<String, Record>,
+    /// one id each), keyed by the record's own shared id.
+    wanted: HashMap<Arc<str>, Record>,
     /// The retractions of the versions they replace, by document id.
     replaced: HashMap<String, Vec<InputChange>>,
 }
@@ -84,7 +85,7 @@ impl<'r> ReadLater<'r> {
     }
 
     pub(super) fn want(&mut self, record: Record) {
-        self.wanted.insert(record.doc_id.to_string(), record);
+        self.wanted.insert(Arc::clone(&record.doc_id), record);
     }
 
     /// Documents to insert from this origin.
@@ -114,7 +115,7 @@ impl Iterator for ReadLater<'_> {
         }
         for raw in self.documents.by_ref() {
             let doc = Document::in_source(&self.source_name, raw, 0);
-            let Some(record) = self.wanted.remove(&doc.doc_id) else {
+            let Some(record) = self.wanted.remove(doc.doc_id.as_str()) else {
                 continue;
             };
             if (doc.content_hash.as_str(), doc.source_uri.as_str())
