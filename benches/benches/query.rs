@@ -69,6 +69,7 @@ use memweave_query::mcp::AllowedHosts;
 use memweave_query::service::{Limits, ServiceState};
 use memweave_query::{Answer, AskOptions, AskRequest, Models, Snapshot, Strategy};
 use memweave_schemas::TableStore;
+use memweave_schemas::search::in_cut;
 
 /// The paper's needles, each with the word that shows it was found.
 const NEEDLES: [(&str, &str); 3] = [
@@ -522,7 +523,7 @@ fn vector_recall(
         (
             "segments",
             (segments.iter())
-                .filter(|s| s.target_tokens == spec.segment_tokens)
+                .filter(|s| in_cut(s.target_tokens, spec.segment_tokens))
                 .map(|s| (s.seg_id.clone(), embed(&s.terms)))
                 .collect(),
         ),

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use memweave_schemas::ids::document_hash;
+use memweave_schemas::search::WHOLE_DOCUMENT_CUT;
 use memweave_schemas::{
     EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, Section, Segment, SegmentRow, TreeNodeRow,
     content_id,
@@ -247,6 +248,33 @@ pub fn segments_of(doc: &Document, config: &SegmentConfig) -> Vec<Segment> {
         .collect()
 }
 
+/// The one segment of a document that its segments and its passages both
+/// leave whole (one segment each, the same characters): kept once, for both
+/// cuts ([`WHOLE_DOCUMENT_CUT`]), rather than as a segment and a passage with
+/// the same terms and index entries. On an archive of short documents that
+/// is every document.
+fn whole_document(doc_id: &str, segments: &[Segment], passages: &[Segment]) -> Option<Segment> {
+    let ([segment], [passage]) = (segments, passages) else {
+        return None;
+    };
+    let same = |s: &Segment| (s.start_char, s.end_char);
+    if same(segment) != same(passage) {
+        return None;
+    }
+    let mut row = segment.row.clone();
+    row.target_tokens = WHOLE_DOCUMENT_CUT;
+    row.seg_id = RepeatCounter::default().id(
+        "seg",
+        doc_id,
+        &WHOLE_DOCUMENT_CUT.to_le_bytes(),
+        &segment.text,
+    );
+    Some(Segment {
+        row,
+        text: segment.text.clone(),
+    })
+}
+
 /// ReadAgent's gist memory of the document of `text` from its `pages` (in
 /// order).
 pub fn gist_memory(doc_id: &str, text: &str, pages: &[PageRow]) -> GistMemoryRow {
@@ -399,7 +427,7 @@ pub async fn build_document(
     let fallbacks = WithFallbacks::new(model);
     let model: &dyn MemoryModel = &fallbacks;
     let memories = config.memories;
-    let segments = segments_of(doc, &config.segments);
+    let mut segments = segments_of(doc, &config.segments);
     let chunk_config = config.chunks();
     let chunks = if !memories.raptor || chunk_config == config.segments {
         Vec::new()
@@ -411,9 +439,13 @@ pub async fn build_document(
     } else {
         LeafSummaries::Own
     };
-    let passages = config
+    let mut passages = config
         .passages()
         .map_or_else(Vec::new, |cut| segments_of(doc, &cut));
+    if let Some(whole) = whole_document(&doc.doc_id, &segments, &passages) {
+        segments = vec![whole];
+        passages = Vec::new();
+    }
     let tree_and_graph = async {
         let nodes = if memories.memwalker {
             memwalker_tree(
@@ -760,6 +792,22 @@ mod tests {
             })
             .collect();
         assert_eq!(leaves.len(), 2, "a MemWalker and a RAPTOR leaf");
+        // Its segments and its passages both leave it whole: one row stands
+        // in both cuts, and the leaves are over it.
+        let segments: Vec<&SegmentRow> = rows
+            .iter()
+            .filter_map(|r| match r {
+                BuiltRow::Segment(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(segments.len(), 1, "{segments:?}");
+        assert_eq!(segments[0].target_tokens, WHOLE_DOCUMENT_CUT);
+        assert!(
+            leaves
+                .iter()
+                .all(|n| n.seg_id.as_ref() == Some(&segments[0].seg_id))
+        );
         let searched = memweave_schemas::text::terms(text).join(" ");
         assert!(
             leaves

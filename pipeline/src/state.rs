@@ -252,9 +252,11 @@ impl DocState {
 /// reads (3: `name_states`; 4: vectors rounded to half floats; 5: roots'
 /// vectors as nonzero half floats, and the hashing embedder's vectors
 /// recomputed, not stored, so an older memory's stored ones go with the
-/// rebuild): a memory of another format (older, or newer) restores nothing
-/// and is rebuilt.
-const STATE_FORMAT: u32 = 5;
+/// rebuild; 6: a document too short to cut keeps one segment for both its
+/// cuts, under another id, so that an older memory's document retracted by
+/// building it again would leave its two rows): a memory of another format
+/// (older, or newer) restores nothing and is rebuilt.
+const STATE_FORMAT: u32 = 6;
 
 /// What makes a document's state: its format, the build's sizes and
 /// memories, the kind of model and the embedder. A memory continued with

@@ -153,10 +153,11 @@ pub struct TreeNodeRow {
     /// ILM-TR's "surprising facts"; null where the tree keeps none.
     pub surprise: Option<String>,
     pub n_tokens: u32,
-    /// The summary's terms (the search column, [`crate::search`]): kept
-    /// on the row, as a segment keeps its text's, so that a leaf without
-    /// its text is still counted and found by them. Empty in a document's
-    /// state, whose roots only the corpus trees read.
+    /// The summary's terms (the search column, [`crate::search`]), which
+    /// the lexicon counts. A leaf that is its segment's own text carries
+    /// its segment's while it is built, and the table keeps none for it
+    /// (its segment's row has them: [`TreeNodeRow::fill_own_text_terms`]).
+    /// Empty in a document's state, whose roots only the corpus trees read.
     #[serde(default)]
     pub terms: String,
 }
@@ -183,6 +184,27 @@ impl TreeNodeRow {
         TreeNodeRow {
             terms: String::new(),
             ..self.clone()
+        }
+    }
+
+    /// Whether the node is a leaf that is its segment's own text (it keeps
+    /// no summary: [`TreeNodeRow::forget_own_text`]).
+    pub fn is_own_text(&self) -> bool {
+        self.seg_id.is_some() && self.summary.is_none()
+    }
+
+    /// Gives each own-text leaf of `nodes` read back from the table the
+    /// terms it was counted with, its segment's (the table keeps them once,
+    /// on the segment): so that a row read back counts out what it counted
+    /// in. A leaf whose segment is not among `segments` keeps none.
+    pub fn fill_own_text_terms(nodes: &mut [TreeNodeRow], segments: &[SegmentRow]) {
+        let terms: std::collections::HashMap<&str, &str> = (segments.iter())
+            .map(|s| (s.seg_id.as_str(), s.terms.as_str()))
+            .collect();
+        for node in nodes.iter_mut().filter(|n| n.is_own_text()) {
+            if let Some(found) = node.seg_id.as_deref().and_then(|s| terms.get(s)) {
+                node.terms = found.to_string();
+            }
         }
     }
 

@@ -3,8 +3,9 @@
 //!
 //! - a `terms` column on each searched row (segments, tree nodes, documents'
 //!   gist memories), kept with the row where it is made, since a segment
-//!   and a leaf that is its segment's own text keep no text: its text's
-//!   [`terms`](crate::text::terms), one space apart.
+//!   keeps no text: its text's [`terms`](crate::text::terms), one space
+//!   apart. A leaf that is its segment's own text carries them while it is
+//!   built and is stored without them, its segment's row holding the same.
 //!   Lance's full-text index reads it with a whitespace tokenizer and nothing
 //!   else (no lower-casing, stemming or stop words), so the index's tokens,
 //!   frequencies and lengths are exactly those BM25 scores with here;
@@ -43,6 +44,35 @@ pub fn segments_cut(corpus: &str) -> Option<u32> {
     corpus.strip_prefix("segments/")?.parse().ok()
 }
 
+/// The `target_tokens` of the one segment of a document too short for its
+/// segments and its passages (the baselines' finer cut) to differ: a row that
+/// stands in both cuts, so that its terms and index entries are kept once.
+/// A reader of either cut reads these rows with its own
+/// ([`cut_condition`]), and counts their corpus with its own.
+pub const WHOLE_DOCUMENT_CUT: u32 = 0;
+
+/// The filter on `segments` for the rows of the cut `target_tokens`: its own
+/// and the whole documents' ([`WHOLE_DOCUMENT_CUT`]).
+pub fn cut_condition(target_tokens: u32) -> String {
+    format!("target_tokens IN ({target_tokens}, {WHOLE_DOCUMENT_CUT})")
+}
+
+/// Whether a segment of the cut `segment_cut` belongs to the cut
+/// `target_tokens` ([`cut_condition`]'s test on one row).
+pub fn in_cut(segment_cut: u32, target_tokens: u32) -> bool {
+    segment_cut == target_tokens || segment_cut == WHOLE_DOCUMENT_CUT
+}
+
+/// The corpora whose statistics together are those of the cut
+/// `target_tokens`: its own and the whole documents', once each.
+pub fn cut_corpora(target_tokens: u32) -> Vec<String> {
+    let mut corpora = vec![segments_corpus(target_tokens)];
+    if target_tokens != WHOLE_DOCUMENT_CUT {
+        corpora.push(segments_corpus(WHOLE_DOCUMENT_CUT));
+    }
+    corpora
+}
+
 /// The corpus of the summaries of one tree (`memwalker`, `raptor`, …).
 pub fn tree_corpus(tree: &str) -> String {
     format!("tree_nodes/{tree}")
@@ -56,7 +86,7 @@ pub fn name_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
 }
 
 /// The corpus a row's searched text belongs to, and that text's terms (each
-/// row keeps its text's terms: a segment and a leaf that is its segment's
+/// row carries its text's terms: a segment and a leaf that is its segment's
 /// own text keep no text).
 fn searched_terms(row: &MemoryRow) -> Option<(String, Vec<String>)> {
     let (corpus, terms) = match row {

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use memweave_schemas::search::LexiconDelta;
-use memweave_schemas::{CheckpointRow, LexiconRow, MemoryTables, TableStore};
+use memweave_schemas::search::{LexiconDelta, in_cut};
+use memweave_schemas::{CheckpointRow, LexiconRow, MemoryTables, TableStore, TreeNodeRow};
 
 pub mod browser;
 
@@ -239,7 +239,7 @@ impl Tables {
 
     /// A tree node's text: its summary, or, for a leaf that is its
     /// segment's own text (kept without it), that segment's text.
-    pub fn node_text(&self, node: &memweave_schemas::TreeNodeRow) -> String {
+    pub fn node_text(&self, node: &TreeNodeRow) -> String {
         if let Some(summary) = &node.summary {
             return summary.clone();
         }
@@ -290,7 +290,7 @@ impl Tables {
             .map(|s| (s.seg_id.as_str(), s))
             .collect();
         let mut texts: Vec<(String, &'static str, String)> = (self.rows.segments.iter())
-            .filter(|s| Some(s.target_tokens) == cut)
+            .filter(|s| cut.is_some_and(|cut| in_cut(s.target_tokens, cut)))
             .map(|s| (s.seg_id.clone(), "segment", self.segment_text(s)))
             .collect();
         for node in &self.rows.tree_nodes {
@@ -310,10 +310,14 @@ impl Tables {
         texts
     }
 
-    /// The lexicon counted afresh from the rows: what the kept one must equal.
+    /// The lexicon counted afresh from the rows (each own-text leaf by its
+    /// segment's terms, which the table keeps for both): what the kept one
+    /// must equal.
     pub fn recounted_lexicon(&self) -> Vec<LexiconRow> {
+        let mut counted = self.rows.clone();
+        TreeNodeRow::fill_own_text_terms(&mut counted.tree_nodes, &counted.segments);
         let mut delta = LexiconDelta::default();
-        for row in self.rows.rows() {
+        for row in counted.rows() {
             delta.count(&row, 1);
         }
         let mut lexicon = delta.apply(&[]).expect("counts only add");

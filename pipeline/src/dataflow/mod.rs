@@ -448,8 +448,10 @@ mod tests {
         let row = &output.documents[0];
         assert_eq!((row.version, row.ingested_at), (2, 5));
         // A node keeps its summary, or, a leaf that is its segment's text,
-        // that text's terms.
-        assert!(output.tree_nodes.iter().all(|n| {
+        // that text's terms (on the segment's row).
+        let mut nodes = output.tree_nodes.clone();
+        TreeNodeRow::fill_own_text_terms(&mut nodes, &output.segments);
+        assert!(nodes.iter().all(|n| {
             n.terms.split_whitespace().any(|t| t == "lighthouse")
                 && n.summary
                     .as_deref()

@@ -134,7 +134,8 @@ pub(super) async fn stored_rows(
     }
     let ids: Vec<String> = states.iter().map(|s| s.doc_id.clone()).collect();
     let segments: Vec<SegmentRow> = rows(store, checkpoint, "doc_id", &ids).await?;
-    let nodes: Vec<TreeNodeRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    let mut nodes: Vec<TreeNodeRow> = rows(store, checkpoint, "doc_id", &ids).await?;
+    TreeNodeRow::fill_own_text_terms(&mut nodes, &segments);
     let owners: Vec<String> = (segments.iter().map(|s| s.seg_id.clone()))
         .chain(nodes.iter().map(|n| n.node_id.clone()))
         .collect();

@@ -21,7 +21,7 @@ use crate::{Answer, Models, Snapshot, ask};
 
 const DIM: usize = 64;
 /// The fixture's read caches: enough for all of it.
-pub(super) const FIXTURE_CACHE_MIB: u64 = 8;
+pub(crate) const FIXTURE_CACHE_MIB: u64 = 8;
 
 /// "paint": two segments; the first leaf's summary promises what only the
 /// second segment says, so a walk must revert from it. "startup": one segment.
@@ -167,7 +167,7 @@ pub(super) const HUB_MURALS: [usize; 2] = [137, 421];
 /// Relations between the hub and the studio, each with a long description.
 pub(crate) const HUB_RELATIONS: usize = 200;
 
-fn rows() -> MemoryTables {
+pub(crate) fn rows() -> MemoryTables {
     let mut rows = MemoryTables::default();
     for doc_id in ["paint", "startup"] {
         let text: Vec<&str> = SEGMENTS
@@ -352,7 +352,7 @@ fn rows() -> MemoryTables {
 
 /// `rows` written as the indexer writes a memory, read through caches of
 /// `cache_mib` MiB.
-async fn written(rows: MemoryTables, cache_mib: u64) -> Memory {
+pub(crate) async fn written(rows: MemoryTables, cache_mib: u64) -> Memory {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = TableStore::local(dir.path()).expect("a store");
     let checkpoint = store

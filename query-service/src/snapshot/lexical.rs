@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use lance_index::scalar::FullTextSearchQuery;
 use memweave_operators::lexical::CorpusStats;
-use memweave_schemas::search::{GIST_CORPUS, TERMS, segments_corpus, tree_corpus};
+use memweave_schemas::search::{GIST_CORPUS, TERMS, cut_condition, cut_corpora, tree_corpus};
 use memweave_schemas::store::{batch_rows, strings};
 use memweave_schemas::{LexiconRow, SegmentRow, StoreError, TREE_MEMWALKER, Table};
 use serde::Deserialize;
@@ -60,13 +60,14 @@ impl Snapshot {
 
     /// The BM25 statistics of the MemWalker node summaries for `query`'s terms.
     pub async fn node_stats(&self, query: &[String]) -> Read<CorpusStats> {
-        self.corpus_stats(&tree_corpus(TREE_MEMWALKER), query).await
+        self.corpus_stats(&[tree_corpus(TREE_MEMWALKER)], query)
+            .await
     }
 
     /// The BM25 statistics of the passages for `query`'s terms.
     pub async fn passage_stats(&self, query: &[String]) -> Read<CorpusStats> {
         match self.passage_cut {
-            Some(cut) => self.corpus_stats(&segments_corpus(cut), query).await,
+            Some(cut) => self.corpus_stats(&cut_corpora(cut), query).await,
             None => Ok(CorpusStats::default()),
         }
     }
@@ -87,7 +88,7 @@ impl Snapshot {
         struct Gists {
             doc_id: String,
         }
-        let stats = self.corpus_stats(GIST_CORPUS, query).await?;
+        let stats = (self.corpus_stats(&[GIST_CORPUS.to_string()], query)).await?;
         let scored: Vec<(Gists, f64)> = self
             .best_texts(
                 Table::GistMemories,
@@ -137,10 +138,7 @@ impl Snapshot {
             return Ok(Vec::new());
         };
         let stats = self.passage_stats(query).await?;
-        let condition = [
-            Some(format!("target_tokens = {cut}")),
-            allowed.condition("doc_id"),
-        ];
+        let condition = [Some(cut_condition(cut)), allowed.condition("doc_id")];
         self.best_texts(
             Table::Segments,
             &["seg_id", "doc_id", "ordinal"],
@@ -152,9 +150,12 @@ impl Snapshot {
         .await
     }
 
-    /// The BM25 statistics of `corpus` for `query`'s terms, from the lexicon.
-    async fn corpus_stats(&self, corpus: &str, query: &[String]) -> Read<CorpusStats> {
-        let (texts, terms) = self.totals.get(corpus).copied().unwrap_or_default();
+    /// The BM25 statistics of `corpora` taken as one corpus for `query`'s
+    /// terms, from the lexicon.
+    async fn corpus_stats(&self, corpora: &[String], query: &[String]) -> Read<CorpusStats> {
+        let (texts, terms) = (corpora.iter())
+            .filter_map(|corpus| self.totals.get(corpus))
+            .fold((0, 0), |(texts, terms), t| (texts + t.0, terms + t.1));
         let mut stats = CorpusStats {
             texts: texts as f64,
             average_length: if texts == 0 {
@@ -168,11 +169,14 @@ impl Snapshot {
             return Ok(stats);
         }
         let found = self.lexicon_rows(query).await?;
-        stats.document_frequency = (found.values())
-            .flat_map(|rows| rows.iter())
-            .filter(|r| r.corpus == corpus)
-            .map(|r| (r.term.clone(), r.rows as f64))
-            .collect();
+        for row in
+            (found.values().flat_map(|rows| rows.iter())).filter(|r| corpora.contains(&r.corpus))
+        {
+            *stats
+                .document_frequency
+                .entry(row.term.clone())
+                .or_default() += row.rows as f64;
+        }
         Ok(stats)
     }
 
@@ -335,6 +339,35 @@ mod tests {
             ordinal,
         };
         (found, score)
+    }
+
+    /// A document too short to cut keeps one segment for every cut
+    /// (`WHOLE_DOCUMENT_CUT`): the passages the baselines rank include it,
+    /// beside the finest cut's, and in a memory of such documents only it is
+    /// the passages.
+    #[tokio::test]
+    async fn a_whole_document_is_a_passage_of_every_cut() {
+        use crate::navigate::fixture::{FIXTURE_CACHE_MIB, rows, written};
+        use memweave_schemas::search::WHOLE_DOCUMENT_CUT;
+        async fn found(memory: &Snapshot) -> Vec<String> {
+            let query = memweave_schemas::text::terms("Which investors fund founders?");
+            let found = memory.passages_by_bm25(&query, Allowed(None), 3).await;
+            let found = found.expect("the passages read");
+            found.iter().map(|(s, _)| s.seg_id.clone()).collect()
+        }
+        let mut tables = rows();
+        for segment in &mut tables.segments {
+            if segment.doc_id == "startup" {
+                segment.target_tokens = WHOLE_DOCUMENT_CUT;
+            }
+        }
+        let mixed = written(tables.clone(), FIXTURE_CACHE_MIB).await;
+        assert_eq!(mixed.passage_cut, Some(400));
+        assert_eq!(found(&mixed).await, ["s-s1"]);
+        tables.segments.retain(|s| s.doc_id == "startup");
+        let whole = written(tables, FIXTURE_CACHE_MIB).await;
+        assert_eq!(whole.passage_cut, Some(WHOLE_DOCUMENT_CUT));
+        assert_eq!(found(&whole).await, ["s-s1"]);
     }
 
     /// Equal scores never leave the order to a hash map or to the order

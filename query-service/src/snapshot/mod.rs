@@ -34,7 +34,7 @@ use futures::TryStreamExt;
 use lance::dataset::Dataset;
 use lance::dataset::scanner::Scanner;
 use memweave_operators::embed::HashingEmbedder;
-use memweave_schemas::search::{TOTALS, segments_cut};
+use memweave_schemas::search::{TOTALS, WHOLE_DOCUMENT_CUT, segments_cut};
 use memweave_schemas::store::{rows_of, sql_strings};
 use memweave_schemas::{CheckpointRow, LexiconRow, StoreError, Table, TableStore};
 use serde::Deserialize;
@@ -75,7 +75,7 @@ pub struct Snapshot {
     /// Each searched corpus's size: its texts, and their terms in all.
     totals: HashMap<String, (u64, u64)>,
     /// The passages the retrieval baselines rank: the memory's finest cut of
-    /// segments (their target size).
+    /// segments (their target size), with the whole documents'.
     passage_cut: Option<u32>,
     /// The embedder that made the vectors (as the checkpoint records it, or
     /// an older memory's `embeddings.model`); a question must be embedded by
@@ -152,11 +152,11 @@ impl Snapshot {
             .into_iter()
             .map(|r| (r.corpus, (r.rows, r.occurrences)))
             .collect();
-        snapshot.passage_cut = snapshot
-            .totals
-            .keys()
+        // The finest cut; the whole documents' where there is no other (an
+        // archive of short documents only).
+        snapshot.passage_cut = (snapshot.totals.keys())
             .filter_map(|corpus| segments_cut(corpus))
-            .min();
+            .min_by_key(|cut| (*cut == WHOLE_DOCUMENT_CUT, *cut));
         if let Some(vectors) = checkpoint.vectors() {
             snapshot.recomputed =
                 HashingEmbedder::for_model(&vectors.model).map(|embedder| vector::Recomputed {

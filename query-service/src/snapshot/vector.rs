@@ -11,6 +11,7 @@ use std::sync::Arc;
 use arrow::array::Float32Array;
 use memweave_operators::embed::{HashingEmbedder, cosine};
 use memweave_operators::raptor::{corpus_leaf_id, leaf_id, summary_text};
+use memweave_schemas::search::{cut_condition, in_cut};
 use memweave_schemas::store::{batch_rows, sql_string, sql_strings, strings};
 use memweave_schemas::{
     EntityRow, SegmentRow, TREE_RAPTOR, TREE_RAPTOR_CORPUS, Table, TreeNodeRow, entity_text,
@@ -126,7 +127,7 @@ impl Snapshot {
             let segments = self.rows_by_id::<SegmentRow>(seg_ids).await?;
             return Ok(segments
                 .into_iter()
-                .filter(|(_, s)| s.target_tokens == recomputed.segment_tokens)
+                .filter(|(_, s)| in_cut(s.target_tokens, recomputed.segment_tokens))
                 .map(|(id, s)| {
                     let vector = recomputed
                         .embedder
@@ -300,7 +301,7 @@ impl Snapshot {
         let scored = match owner {
             Owner::Segment => {
                 let conditions = [
-                    Some(format!("target_tokens = {}", recomputed.segment_tokens)),
+                    Some(cut_condition(recomputed.segment_tokens)),
                     allowed.condition("doc_id"),
                 ];
                 let found: Vec<(SegmentId, String)> = self

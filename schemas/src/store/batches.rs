@@ -132,6 +132,10 @@ fn with_derived_columns(
     schema: Arc<Schema>,
 ) -> Result<RecordBatch, ArrowError> {
     let mut columns = batch.columns().to_vec();
+    if table == Table::TreeNodes {
+        let index = batch.schema().index_of(search::TERMS)?;
+        columns[index] = Arc::new(stored_node_terms(batch)?);
+    }
     if table == Table::Entities {
         let names = string_column(batch, "name")?;
         let aliases = batch
@@ -194,6 +198,24 @@ pub fn with_single_float_vectors(batch: &RecordBatch) -> Result<RecordBatch> {
     let mut columns = batch.columns().to_vec();
     columns[index] = Arc::new(widened);
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).map_err(|e| invalid(e.to_string()))
+}
+
+/// The terms column of `batch`'s tree nodes as the table keeps it: none for
+/// a leaf that is its segment's own text (no summary, a segment), whose
+/// segment's row holds the same terms. Readers go by the segment's (RAPTOR
+/// finds such leaves through their chunks; MemWalker reads no node's terms);
+/// the lexicon counts a leaf's as it is staged, and a leaf read back gets
+/// them from its segment ([`crate::TreeNodeRow::fill_own_text_terms`]).
+fn stored_node_terms(batch: &RecordBatch) -> Result<StringArray, ArrowError> {
+    let terms = string_column(batch, search::TERMS)?;
+    let summaries = string_column(batch, "summary")?;
+    let segments = string_column(batch, "seg_id")?;
+    Ok((0..batch.num_rows())
+        .map(|row| {
+            let own_text = summaries.is_null(row) && segments.is_valid(row);
+            Some(if own_text { "" } else { terms.value(row) })
+        })
+        .collect())
 }
 
 fn string_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray, ArrowError> {

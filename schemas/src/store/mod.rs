@@ -314,6 +314,46 @@ mod tests {
         );
     }
 
+    /// A leaf that is its segment's own text is written without the terms
+    /// its segment's row holds, and gets them back from that row; a leaf
+    /// with a summary of its own keeps its summary's.
+    #[test]
+    fn an_own_text_leaf_keeps_its_terms_once_on_its_segment() {
+        let text = "lighthouse keepers log the storms";
+        let segment = Segment::new(
+            SegmentRow {
+                seg_id: "s".into(),
+                doc_id: "d".into(),
+                ordinal: 0,
+                start_char: 0,
+                end_char: text.chars().count() as u64,
+                n_tokens: 5,
+                target_tokens: 1000,
+                terms: String::new(),
+            },
+            text.into(),
+        );
+        let mut own = TreeNodeRow {
+            seg_id: Some("s".into()),
+            summary: Some(text.into()),
+            ..node("own", None)
+        }
+        .with_terms();
+        own.forget_own_text(text);
+        let summarised = TreeNodeRow {
+            seg_id: Some("s".into()),
+            ..node("summarised", None)
+        };
+        assert!(own.is_own_text() && !summarised.is_own_text());
+        assert_eq!(own.terms, segment.row.terms);
+        let batch = to_batch(&[&own, &summarised]).unwrap();
+        let mut read: Vec<TreeNodeRow> = batch_rows(Table::TreeNodes, &batch).unwrap();
+        assert_eq!(read[0].terms, "", "the table keeps the leaf's terms once");
+        assert_eq!(read[1], summarised);
+        TreeNodeRow::fill_own_text_terms(&mut read, std::slice::from_ref(&segment.row));
+        assert_eq!(read, vec![own, summarised]);
+    }
+
     async fn stage(store: &TableStore, rows: &[&TreeNodeRow]) -> Vec<Fragment> {
         let batch = to_batch(rows).unwrap();
         store.stage_batch(Table::TreeNodes, batch).await.unwrap()

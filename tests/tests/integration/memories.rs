@@ -236,8 +236,22 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
         let text = t.node_text(n);
         assert!(!text.is_empty());
         // What the lexicon and the full-text index count: the text's terms,
-        // kept when a leaf keeps no text.
-        assert_eq!(n.terms, memweave_schemas::text::terms(&text).join(" "));
+        // kept once, on the segment, for a leaf that is its segment's text.
+        let terms = memweave_schemas::text::terms(&text).join(" ");
+        if n.is_own_text() {
+            let seg = n
+                .seg_id
+                .as_deref()
+                .expect("an own-text leaf names its segment");
+            assert!(
+                n.terms.is_empty(),
+                "{} keeps its segment's terms",
+                n.node_id
+            );
+            assert_eq!(segments[seg].terms, terms, "{}", n.node_id);
+        } else {
+            assert_eq!(n.terms, terms);
+        }
     }
     for tree in [TREE_MEMWALKER, TREE_RAPTOR] {
         let built: HashSet<&str> = t

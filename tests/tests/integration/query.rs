@@ -1117,7 +1117,10 @@ fn dense_answers_at_the_default_sizes() {
             .iter()
             .find(|s| s.seg_id == passage.from_id)
             .unwrap();
-        assert_eq!(segment.target_tokens, 1000, "a MemWalker segment");
+        assert!(
+            memweave_schemas::search::in_cut(segment.target_tokens, 1000),
+            "a MemWalker segment"
+        );
     }
 }
 
