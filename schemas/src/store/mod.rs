@@ -354,6 +354,29 @@ mod tests {
         assert_eq!(read, vec![own, summarised]);
     }
 
+    /// Writers that each find a table missing and create it at once all
+    /// write their rows: the process creates it once, and the others write
+    /// into it (two creations may both commit, the later without the
+    /// earlier's rows).
+    #[tokio::test]
+    async fn writers_creating_one_table_at_once_all_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let ids: Vec<String> = (0..8).map(|i| format!("n{i}")).collect();
+        let nodes: Vec<[TreeNodeRow; 1]> = ids.iter().map(|id| [node(id, None)]).collect();
+        let writes = nodes.iter().map(|one| store.append_rows(one));
+        let written = futures::future::join_all(writes).await;
+        assert!(written.iter().all(Result::is_ok), "{written:?}");
+        let empty = store.create_if_missing(Table::TreeNodes, 0).await;
+        assert!(empty.is_ok(), "{empty:?}");
+        let mut read: Vec<String> = (store.read_rows::<TreeNodeRow>(None).await.unwrap())
+            .into_iter()
+            .map(|n| n.node_id)
+            .collect();
+        read.sort();
+        assert_eq!(read, ids);
+    }
+
     async fn stage(store: &TableStore, rows: &[&TreeNodeRow]) -> Vec<Fragment> {
         let batch = to_batch(rows).unwrap();
         store.stage_batch(Table::TreeNodes, batch).await.unwrap()

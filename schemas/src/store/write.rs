@@ -66,6 +66,9 @@ struct Behind {
     metadata: Vec<FieldRef>,
 }
 
+/// Held while this process creates a table ([`TableStore::write_batch`]).
+static CREATING_TABLES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 impl TableStore {
     /// Replaces the content of `R`'s table with `rows` (sorted by key), as a new
     /// version; returns that version.
@@ -83,12 +86,30 @@ impl TableStore {
         batch: RecordBatch,
         mode: WriteMode,
     ) -> Result<u64> {
+        if self.dataset(table, None).await?.is_some() {
+            return self.write_as(table, batch, mode).await;
+        }
+        // Two writers that both find a table missing would both create it,
+        // and Lance may let both creations commit, the later one's table
+        // without the earlier one's rows (seen: the call cache's first flush
+        // beside `prepare`'s creation of `llm_calls`). A process creates its
+        // tables one at a time, looking again once it is its turn; across
+        // processes, process 0's `prepare` makes them before any other writes.
+        let _one_at_a_time = CREATING_TABLES.lock().await;
+        match (self.table_version(table).await?, mode) {
+            (Some(version), WriteMode::Create) => Ok(version),
+            (Some(_), mode) => self.write_as(table, batch, mode).await,
+            (None, _) => self.write_as(table, batch, WriteMode::Create).await,
+        }
+    }
+
+    /// `batch` written to `table` in `mode`; the new version.
+    async fn write_as(&self, table: Table, batch: RecordBatch, mode: WriteMode) -> Result<u64> {
         let uri = self.table_uri(table);
         let schema = batch.schema();
         let reader = RecordBatchIterator::new(vec![Ok(batch)], schema);
-        let exists = self.dataset(table, None).await?.is_some();
         let params = WriteParams {
-            mode: if exists { mode } else { WriteMode::Create },
+            mode,
             store_params: Some(self.store_params()),
             ..Default::default()
         };
