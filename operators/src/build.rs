@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use memweave_schemas::ids::document_hash;
-use memweave_schemas::search::WHOLE_DOCUMENT_CUT;
+use memweave_schemas::search::{OWN_GIST_CUT, WHOLE_DOCUMENT_CUT};
 use memweave_schemas::{
     EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, Section, Segment, SegmentRow, TreeNodeRow,
     content_id,
@@ -275,6 +275,23 @@ fn whole_document(doc_id: &str, segments: &[Segment], passages: &[Segment]) -> O
     })
 }
 
+/// Whether a document's gist memory `gists` has the terms of its one
+/// segment, a whole document's: that segment then stands in the gist
+/// memories too ([`OWN_GIST_CUT`]), and the gist memory keeps no row. On an
+/// archive of short documents (one page, its own gist) that is every
+/// document, whose terms would otherwise be kept and indexed twice.
+fn stands_as_own_gist(segments: &mut [Segment], gists: &GistMemoryRow) -> bool {
+    match segments {
+        [whole]
+            if whole.row.target_tokens == WHOLE_DOCUMENT_CUT && whole.row.terms == gists.terms =>
+        {
+            whole.row.target_tokens = OWN_GIST_CUT;
+            true
+        }
+        _ => false,
+    }
+}
+
 /// ReadAgent's gist memory of the document of `text` from its `pages` (in
 /// order).
 pub fn gist_memory(doc_id: &str, text: &str, pages: &[PageRow]) -> GistMemoryRow {
@@ -542,14 +559,14 @@ pub async fn build_document(
                 tree_rows.push(BuiltRow::Embedding(vector));
                 tree_rows.push(written(node.row));
             }
+            let gists = (!pages.is_empty())
+                .then(|| gist_memory(&doc.doc_id, &doc.text, &pages))
+                .filter(|gists| !stands_as_own_gist(&mut segments, gists));
             rows.extend(segments.into_iter().map(|s| BuiltRow::Segment(s.row)));
             rows.extend(chunks.into_iter().map(|s| BuiltRow::Segment(s.row)));
             rows.extend(passages.into_iter().map(|s| BuiltRow::Segment(s.row)));
             rows.append(&mut tree_rows);
-            if !pages.is_empty() {
-                let gists = gist_memory(&doc.doc_id, &doc.text, &pages);
-                rows.push(BuiltRow::GistMemory(gists));
-            }
+            rows.extend(gists.map(BuiltRow::GistMemory));
             rows.extend(pages.into_iter().map(BuiltRow::Page));
             if let Some((entities, relations)) = graph {
                 rows.extend(entities.into_iter().map(BuiltRow::Entity));
@@ -802,7 +819,8 @@ mod tests {
             })
             .collect();
         assert_eq!(segments.len(), 1, "{segments:?}");
-        assert_eq!(segments[0].target_tokens, WHOLE_DOCUMENT_CUT);
+        // ... and, its one page being its own gist, in the gist memories.
+        assert_eq!(segments[0].target_tokens, OWN_GIST_CUT);
         assert!(
             leaves
                 .iter()
@@ -837,12 +855,14 @@ mod tests {
         assert_eq!(pages.len(), 1);
         assert_eq!(pages[0].gist, None, "its own gist, kept once");
         assert_eq!(pages[0].gist_in(text), text);
+        // Its gist memory is its segment: no row of its own.
         let memory = rows.iter().find_map(|r| match r {
             BuiltRow::GistMemory(g) => Some(g),
             _ => None,
         });
+        assert_eq!(memory, None);
         let searched = memweave_schemas::text::terms(text).join(" ");
-        assert_eq!(memory.map(|g| g.terms.as_str()), Some(searched.as_str()));
+        assert_eq!(segments[0].terms, searched);
         let shortened = BuildConfig {
             shorten_short_texts: true,
             ..BuildConfig::DEFAULT
@@ -853,6 +873,13 @@ mod tests {
         assert!(rows.iter().any(
             |r| matches!(r, BuiltRow::Page(p) if p.gist.as_deref().is_some_and(|g| g != text))
         ));
+        // A gist of its own: a row of it, and the segment a whole document's.
+        assert!(rows.iter().any(|r| matches!(r, BuiltRow::GistMemory(_))));
+        assert!(
+            rows.iter().any(
+                |r| matches!(r, BuiltRow::Segment(s) if s.target_tokens == WHOLE_DOCUMENT_CUT)
+            )
+        );
     }
 
     #[test]

@@ -28,18 +28,53 @@ use memweave_schemas::{DocStateRow, EmbeddingRow, NameStateRow, TreeNodeRow, con
 use serde::{Deserialize, Serialize};
 
 /// One document's share of the cross-document stages' inputs.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq)]
 pub struct DocState {
     pub entities: Vec<DocEntity>,
     pub relations: Vec<DocRelation>,
     /// The document's MemWalker root (the corpus MemWalker tree's input).
     pub memwalker_roots: Vec<TreeNodeRow>,
-    /// The document's RAPTOR root and its vector (the corpus RAPTOR tree's),
-    /// the vector kept as a [`StateVector`].
-    #[serde(with = "root_vectors")]
+    /// The document's RAPTOR root and its vector (the corpus RAPTOR tree's).
     pub raptor_roots: Vec<(TreeNodeRow, EmbeddingRow)>,
-    /// Empty but in a row, where the records' shared texts are.
-    shared: SharedTexts,
+}
+
+/// A [`DocState`] as its row keeps it: every text of its entities and
+/// relations once, in `texts`, each record holding numbers. A short
+/// document's entities share their sentence, its relations their
+/// description, all of them its id and its segments' ids: repeated in every
+/// record, they were most of a state's bytes.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct KeptState {
+    texts: Vec<String>,
+    entities: Vec<KeptEntity>,
+    relations: Vec<KeptRelation>,
+    memwalker_roots: Vec<TreeNodeRow>,
+    /// Each vector a [`StateVector`].
+    #[serde(with = "root_vectors")]
+    raptor_roots: Vec<(TreeNodeRow, EmbeddingRow)>,
+}
+
+/// A [`DocEntity`], each text its number in [`KeptState::texts`].
+#[derive(Debug, Serialize, Deserialize)]
+struct KeptEntity {
+    key: u32,
+    doc_id: u32,
+    names: Vec<u32>,
+    context: u32,
+    document: u32,
+    seg_ids: Vec<u32>,
+}
+
+/// A [`DocRelation`], each text its number in [`KeptState::texts`].
+#[derive(Debug, Serialize, Deserialize)]
+struct KeptRelation {
+    doc_id: u32,
+    source_key: u32,
+    target_key: u32,
+    description: u32,
+    seg_ids: Vec<u32>,
+    summary: u32,
+    evidence: u32,
 }
 
 /// A root's vector as its state keeps it: the model, the width, and the
@@ -88,7 +123,7 @@ impl StateVector {
     }
 }
 
-/// [`DocState::raptor_roots`] as a row keeps them: each vector a
+/// [`KeptState::raptor_roots`] as a row keeps them: each vector a
 /// [`StateVector`], decoded (and checked) once, as the state is read.
 mod root_vectors {
     use memweave_schemas::{EmbeddingRow, TreeNodeRow};
@@ -120,35 +155,43 @@ mod root_vectors {
     }
 }
 
-/// The texts a document's entities and relations share (its key words, the
-/// head of its summary, its segments' heads), kept once in its row, each
-/// record holding their numbers: repeated in every record, they were three
-/// quarters of a state's bytes.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
-struct SharedTexts {
-    texts: Vec<String>,
-    /// Per entity, its document's key words.
-    entities: Vec<u32>,
-    /// Per relation, its summary and its evidence.
-    relations: Vec<(u32, u32)>,
-}
-
 /// Numbers texts in the order first seen.
 #[derive(Default)]
 struct Numbering {
-    numbers: HashMap<Arc<str>, u32>,
+    numbers: HashMap<String, u32>,
     texts: Vec<String>,
 }
 
 impl Numbering {
-    /// `text`'s number; leaves it empty.
-    fn take(&mut self, text: &mut Arc<str>) -> u32 {
-        let text = std::mem::replace(text, Arc::from(""));
-        let texts = &mut self.texts;
-        *self.numbers.entry(text).or_insert_with_key(|text| {
-            texts.push(text.to_string());
-            (texts.len() - 1) as u32
-        })
+    fn number(&mut self, text: &str) -> u32 {
+        if let Some(number) = self.numbers.get(text) {
+            return *number;
+        }
+        let number = self.texts.len() as u32;
+        self.texts.push(text.to_string());
+        self.numbers.insert(text.to_string(), number);
+        number
+    }
+
+    fn numbers(&mut self, texts: &[String]) -> Vec<u32> {
+        texts.iter().map(|text| self.number(text)).collect()
+    }
+}
+
+/// A kept state's texts, read back by number.
+struct Texts(Vec<Arc<str>>);
+
+impl Texts {
+    fn shared(&self, number: u32) -> Result<Arc<str>, String> {
+        (self.0.get(number as usize).cloned()).ok_or_else(|| format!("it has no text {number}"))
+    }
+
+    fn text(&self, number: u32) -> Result<String, String> {
+        self.shared(number).map(|text| text.to_string())
+    }
+
+    fn texts(&self, numbers: &[u32]) -> Result<Vec<String>, String> {
+        numbers.iter().map(|number| self.text(*number)).collect()
     }
 }
 
@@ -157,77 +200,83 @@ impl DocState {
     /// stages, as that document's row; its roots only where the corpus trees
     /// are built (`corpus_tree`).
     pub fn row(doc_id: &str, build: &str, rows: &[BuiltRow], corpus_tree: bool) -> DocStateRow {
-        let mut state = DocState::default();
+        let mut numbering = Numbering::default();
+        let mut kept = KeptState::default();
         for row in rows {
             match row {
-                BuiltRow::Entity(e) => state.entities.push(e.clone()),
-                BuiltRow::Relation(r) => state.relations.push(r.clone()),
+                BuiltRow::Entity(e) => kept.entities.push(KeptEntity {
+                    key: numbering.number(&e.key),
+                    doc_id: numbering.number(&e.doc_id),
+                    names: numbering.numbers(&e.names),
+                    context: numbering.number(&e.context),
+                    document: numbering.number(&e.document),
+                    seg_ids: numbering.numbers(&e.seg_ids),
+                }),
+                BuiltRow::Relation(r) => kept.relations.push(KeptRelation {
+                    doc_id: numbering.number(&r.doc_id),
+                    source_key: numbering.number(&r.source_key),
+                    target_key: numbering.number(&r.target_key),
+                    description: numbering.number(&r.description),
+                    seg_ids: numbering.numbers(&r.seg_ids),
+                    summary: numbering.number(&r.summary),
+                    evidence: numbering.number(&r.evidence),
+                }),
                 BuiltRow::MemWalkerRoot(root) if corpus_tree => {
-                    state.memwalker_roots.push(root.clone());
+                    kept.memwalker_roots.push(root.clone());
                 }
                 BuiltRow::RaptorRoot(root, vector) if corpus_tree => {
-                    state.raptor_roots.push((root.clone(), vector.clone()));
+                    kept.raptor_roots.push((root.clone(), vector.clone()));
                 }
                 _ => {}
             }
         }
-        state.share_texts();
+        kept.texts = numbering.texts;
         DocStateRow {
             doc_id: doc_id.to_string(),
             build: build.to_string(),
-            state: serde_json::to_string(&state).expect("a document's state serialises"),
+            state: serde_json::to_string(&kept).expect("a document's state serialises"),
         }
     }
 
     /// The state a row holds.
     pub fn of_row(row: &DocStateRow) -> Result<DocState, serde_json::Error> {
-        let mut state: DocState = serde_json::from_str(&row.state)?;
-        state.unshare_texts().map_err(serde::de::Error::custom)?;
-        Ok(state)
+        let kept: KeptState = serde_json::from_str(&row.state)?;
+        DocState::of_kept(kept).map_err(serde::de::Error::custom)
     }
 
-    fn share_texts(&mut self) {
-        let mut numbering = Numbering::default();
-        let entities = (self.entities.iter_mut())
-            .map(|e| numbering.take(&mut e.document))
-            .collect();
-        let relations = (self.relations.iter_mut())
-            .map(|r| {
-                (
-                    numbering.take(&mut r.summary),
-                    numbering.take(&mut r.evidence),
-                )
+    fn of_kept(kept: KeptState) -> Result<DocState, String> {
+        let texts = Texts(kept.texts.into_iter().map(Arc::from).collect());
+        let entities = (kept.entities.iter())
+            .map(|e| {
+                Ok(DocEntity {
+                    key: texts.text(e.key)?,
+                    doc_id: texts.text(e.doc_id)?,
+                    names: texts.texts(&e.names)?,
+                    context: texts.text(e.context)?,
+                    document: texts.shared(e.document)?,
+                    seg_ids: texts.texts(&e.seg_ids)?,
+                })
             })
-            .collect();
-        self.shared = SharedTexts {
-            texts: numbering.texts,
+            .collect::<Result<_, String>>()?;
+        let relations = (kept.relations.iter())
+            .map(|r| {
+                Ok(DocRelation {
+                    doc_id: texts.text(r.doc_id)?,
+                    source_key: texts.text(r.source_key)?,
+                    target_key: texts.text(r.target_key)?,
+                    description: texts.text(r.description)?,
+                    seg_ids: texts.texts(&r.seg_ids)?,
+                    summary: texts.shared(r.summary)?,
+                    evidence: texts.shared(r.evidence)?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(DocState {
             entities,
             relations,
-        };
-    }
-
-    fn unshare_texts(&mut self) -> Result<(), String> {
-        let SharedTexts {
-            texts,
-            entities,
-            relations,
-        } = std::mem::take(&mut self.shared);
-        if entities.len() != self.entities.len() || relations.len() != self.relations.len() {
-            return Err("its shared texts do not match its records".into());
-        }
-        let texts: Vec<Arc<str>> = texts.into_iter().map(Arc::from).collect();
-        let text = |number: u32| {
-            (texts.get(number as usize).cloned())
-                .ok_or_else(|| format!("it has no shared text {number}"))
-        };
-        for (entity, number) in self.entities.iter_mut().zip(entities) {
-            entity.document = text(number)?;
-        }
-        for (relation, (summary, evidence)) in self.relations.iter_mut().zip(relations) {
-            relation.summary = text(summary)?;
-            relation.evidence = text(evidence)?;
-        }
-        Ok(())
+            memwalker_roots: kept.memwalker_roots,
+            raptor_roots: kept.raptor_roots,
+        })
     }
 
     /// The rows of the document's build that the state keeps.
@@ -254,9 +303,11 @@ impl DocState {
 /// recomputed, not stored, so an older memory's stored ones go with the
 /// rebuild; 6: a document too short to cut keeps one segment for both its
 /// cuts, under another id, so that an older memory's document retracted by
-/// building it again would leave its two rows): a memory of another format
+/// building it again would leave its two rows; 7: every text of a state's
+/// records kept once, and a document that is its own gist keeps no gist
+/// memory row): a memory of another format
 /// (older, or newer) restores nothing and is rebuilt.
-const STATE_FORMAT: u32 = 6;
+const STATE_FORMAT: u32 = 7;
 
 /// What makes a document's state: its format, the build's sizes and
 /// memories, the kind of model and the embedder. A memory continued with
@@ -375,22 +426,25 @@ pub fn segment_hash(seg_id: &str) -> u64 {
 mod tests {
     use super::*;
 
-    /// A document's entities share its key words, its relations its
-    /// summary's head and their segments' heads: its row keeps each once,
-    /// and reads back the records whole.
+    /// A document's entities share its key words and their sentences, its
+    /// relations its summary's head and their segments' heads, all of them
+    /// its id and its segments' ids: its row keeps each text once, and reads
+    /// back the records whole.
     #[test]
     fn a_state_keeps_each_shared_text_once_and_reads_back_whole() {
         let about: Arc<str> = Arc::from("harbour press printing boston");
         let summary: Arc<str> = Arc::from("Ada founded a press and sold it.");
         let head: Arc<str> = Arc::from("In 1890 Ada founded the Harbour press");
+        let sentence = "Ada founded the Harbour Press in Boston.";
+        let segment = "4be28268c1d59ecb00167461650ffb64";
         let entity = |key: &str, name: &str| {
             BuiltRow::Entity(DocEntity {
                 key: key.into(),
                 doc_id: "a.txt".into(),
                 names: vec![name.into()],
-                context: format!("{name} was there."),
+                context: sentence.into(),
                 document: Arc::clone(&about),
-                seg_ids: vec!["s1".into()],
+                seg_ids: vec![segment.into()],
             })
         };
         let relation = |source: &str, target: &str| {
@@ -399,7 +453,7 @@ mod tests {
                 source_key: source.into(),
                 target_key: target.into(),
                 description: format!("{source} and {target}"),
-                seg_ids: vec!["s1".into()],
+                seg_ids: vec![segment.into()],
                 summary: Arc::clone(&summary),
                 evidence: Arc::clone(&head),
             })
@@ -412,11 +466,18 @@ mod tests {
             relation("ada", "boston"),
         ];
         let row = DocState::row("a.txt", "build", &rows, false);
-        for text in [&about, &summary, &head] {
-            assert_eq!(row.state.matches(&**text).count(), 1, "{}", row.state);
+        for text in [&*about, &*summary, &*head, sentence, segment, "a.txt"] {
+            assert_eq!(row.state.matches(text).count(), 1, "{}", row.state);
         }
         let state = DocState::of_row(&row).expect("the row reads");
         assert_eq!(state.into_built_rows(), rows);
+        // A number with no text is refused, not read as another text.
+        let broken = DocStateRow {
+            state: row.state.replacen("\"context\":", "\"context\":99", 1),
+            ..row
+        };
+        let error = DocState::of_row(&broken).expect_err("a number past the texts");
+        assert!(error.to_string().contains("no text"), "{error}");
     }
 
     /// A RAPTOR root's vector is kept as its nonzero half floats and reads

@@ -51,26 +51,51 @@ pub fn segments_cut(corpus: &str) -> Option<u32> {
 /// ([`cut_condition`]), and counts their corpus with its own.
 pub const WHOLE_DOCUMENT_CUT: u32 = 0;
 
+/// The `target_tokens` of a whole document ([`WHOLE_DOCUMENT_CUT`]) that is
+/// also its own gist memory (one page, its own gist): it stands in the
+/// gist memories too, which keep no row of it, so that a short document's
+/// terms are kept once. ReadAgent's document choice searches these rows
+/// with the gist memories ([`gist_corpora`]). No cut is this size (a cut's
+/// target is above its smallest segment, at least one token).
+pub const OWN_GIST_CUT: u32 = 1;
+
+/// The cuts of the segments that stand in every cut: the whole documents'.
+const WHOLE_DOCUMENT_CUTS: [u32; 2] = [WHOLE_DOCUMENT_CUT, OWN_GIST_CUT];
+
+/// Whether `target_tokens` is a whole document's, not a cut's.
+pub fn is_whole_document(target_tokens: u32) -> bool {
+    WHOLE_DOCUMENT_CUTS.contains(&target_tokens)
+}
+
 /// The filter on `segments` for the rows of the cut `target_tokens`: its own
-/// and the whole documents' ([`WHOLE_DOCUMENT_CUT`]).
+/// and the whole documents' ([`WHOLE_DOCUMENT_CUT`], [`OWN_GIST_CUT`]).
 pub fn cut_condition(target_tokens: u32) -> String {
-    format!("target_tokens IN ({target_tokens}, {WHOLE_DOCUMENT_CUT})")
+    format!("target_tokens IN ({target_tokens}, {WHOLE_DOCUMENT_CUT}, {OWN_GIST_CUT})")
 }
 
 /// Whether a segment of the cut `segment_cut` belongs to the cut
 /// `target_tokens` ([`cut_condition`]'s test on one row).
 pub fn in_cut(segment_cut: u32, target_tokens: u32) -> bool {
-    segment_cut == target_tokens || segment_cut == WHOLE_DOCUMENT_CUT
+    segment_cut == target_tokens || is_whole_document(segment_cut)
 }
 
 /// The corpora whose statistics together are those of the cut
 /// `target_tokens`: its own and the whole documents', once each.
 pub fn cut_corpora(target_tokens: u32) -> Vec<String> {
     let mut corpora = vec![segments_corpus(target_tokens)];
-    if target_tokens != WHOLE_DOCUMENT_CUT {
-        corpora.push(segments_corpus(WHOLE_DOCUMENT_CUT));
+    for whole in WHOLE_DOCUMENT_CUTS {
+        if whole != target_tokens {
+            corpora.push(segments_corpus(whole));
+        }
     }
     corpora
+}
+
+/// The corpora whose statistics together are those of ReadAgent's gist
+/// memories: the gist memories kept as rows, and the documents that are
+/// their own ([`OWN_GIST_CUT`]).
+pub fn gist_corpora() -> Vec<String> {
+    vec![GIST_CORPUS.to_string(), segments_corpus(OWN_GIST_CUT)]
 }
 
 /// The corpus of the summaries of one tree (`memwalker`, `raptor`, …).

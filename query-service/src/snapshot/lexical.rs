@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use lance_index::scalar::FullTextSearchQuery;
 use memweave_operators::lexical::CorpusStats;
-use memweave_schemas::search::{GIST_CORPUS, TERMS, cut_condition, cut_corpora, tree_corpus};
+use memweave_schemas::search::{
+    GIST_CORPUS, OWN_GIST_CUT, TERMS, cut_condition, cut_corpora, gist_corpora, segments_corpus,
+    tree_corpus,
+};
 use memweave_schemas::store::{batch_rows, strings};
 use memweave_schemas::{LexiconRow, SegmentRow, StoreError, TREE_MEMWALKER, Table};
 use serde::Deserialize;
@@ -74,31 +77,64 @@ impl Snapshot {
 
     /// ReadAgent's document: the one whose gist memory matches `query` best,
     /// with its score (none when no gist shares a term), and how many allowed
-    /// documents have gists.
+    /// documents have gists. A gist memory is a row of its own, or a whole
+    /// document's segment where the document is its own gist
+    /// ([`OWN_GIST_CUT`]): both are searched, with their statistics as one.
     pub async fn document_by_gists(
         &self,
         query: &[String],
         allowed: Allowed<'_>,
     ) -> Read<(Option<(String, f64)>, usize)> {
+        let own_gists = format!("target_tokens = {OWN_GIST_CUT}");
+        let kept_rows = self.totals.contains_key(GIST_CORPUS);
+        let own_rows = (self.totals).contains_key(&segments_corpus(OWN_GIST_CUT));
         let candidates = match allowed.condition("doc_id") {
-            None => self.totals.get(GIST_CORPUS).map_or(0, |t| t.0 as usize),
-            Some(condition) => self.count(Table::GistMemories, &condition).await?,
+            None => (gist_corpora().iter())
+                .filter_map(|corpus| self.totals.get(corpus))
+                .map(|t| t.0 as usize)
+                .sum(),
+            Some(condition) => {
+                let kept = match kept_rows {
+                    true => self.count(Table::GistMemories, &condition).await?,
+                    false => 0,
+                };
+                let own = match own_rows {
+                    true => {
+                        let condition = format!("{own_gists} AND {condition}");
+                        self.count(Table::Segments, &condition).await?
+                    }
+                    false => 0,
+                };
+                kept + own
+            }
         };
         #[derive(Deserialize)]
         struct Gists {
             doc_id: String,
         }
-        let stats = (self.corpus_stats(&[GIST_CORPUS.to_string()], query)).await?;
-        let scored: Vec<(Gists, f64)> = self
-            .best_texts(
-                Table::GistMemories,
-                &["doc_id"],
-                query,
-                &stats,
-                &[allowed.condition("doc_id")],
-                1,
-            )
-            .await?;
+        let stats = self.corpus_stats(&gist_corpora(), query).await?;
+        let mut scored: Vec<(Gists, f64)> = Vec::new();
+        if kept_rows {
+            let conditions = [allowed.condition("doc_id")];
+            (scored).extend(
+                self.best_texts(
+                    Table::GistMemories,
+                    &["doc_id"],
+                    query,
+                    &stats,
+                    &conditions,
+                    1,
+                )
+                .await?,
+            );
+        }
+        if own_rows {
+            let conditions = [Some(own_gists), allowed.condition("doc_id")];
+            (scored).extend(
+                self.best_texts(Table::Segments, &["doc_id"], query, &stats, &conditions, 1)
+                    .await?,
+            );
+        }
         let best = scored
             .into_iter()
             .map(|(g, score)| (g.doc_id, score))
@@ -368,6 +404,50 @@ mod tests {
         let whole = written(tables, FIXTURE_CACHE_MIB).await;
         assert_eq!(whole.passage_cut, Some(WHOLE_DOCUMENT_CUT));
         assert_eq!(found(&whole).await, ["s-s1"]);
+    }
+
+    /// A document that is its own gist keeps no gist memory row: its whole
+    /// document's segment (`OWN_GIST_CUT`) stands in, chosen and counted
+    /// with the gist memories, and stays a passage of every cut.
+    #[tokio::test]
+    async fn a_document_that_is_its_own_gist_is_chosen_by_its_segment() {
+        use crate::navigate::fixture::{FIXTURE_CACHE_MIB, rows, written};
+        use memweave_schemas::search::WHOLE_DOCUMENT_CUT;
+        async fn chosen(memory: &Snapshot, allowed: Option<&[String]>) -> (Option<String>, usize) {
+            let query = memweave_schemas::text::terms("Which investors fund founders?");
+            let (best, candidates) = (memory.document_by_gists(&query, Allowed(allowed)))
+                .await
+                .expect("the gists read");
+            (best.map(|(doc, _)| doc), candidates)
+        }
+        let query = memweave_schemas::text::terms("Which investors fund founders?");
+        let mut tables = rows();
+        tables.gist_memories.retain(|g| g.doc_id != "startup");
+        for segment in &mut tables.segments {
+            if segment.doc_id == "startup" {
+                segment.target_tokens = OWN_GIST_CUT;
+            }
+        }
+        let own = written(tables.clone(), FIXTURE_CACHE_MIB).await;
+        assert_eq!(chosen(&own, None).await, (Some("startup".into()), 2));
+        let startup = ["startup".to_string()];
+        assert_eq!(
+            chosen(&own, Some(&startup[..])).await,
+            (Some("startup".into()), 1)
+        );
+        let paint = ["paint".to_string()];
+        assert_eq!(chosen(&own, Some(&paint[..])).await, (None, 1));
+        let passages = own.passages_by_bm25(&query, Allowed(None), 3).await;
+        let passages = passages.expect("the passages read");
+        assert_eq!(passages[0].0.seg_id, "s-s1");
+        // A whole document with no gist memory row is not one of the gists.
+        for segment in &mut tables.segments {
+            if segment.doc_id == "startup" {
+                segment.target_tokens = WHOLE_DOCUMENT_CUT;
+            }
+        }
+        let not_own = written(tables, FIXTURE_CACHE_MIB).await;
+        assert_eq!(chosen(&not_own, None).await, (None, 1));
     }
 
     /// Equal scores never leave the order to a hash map or to the order

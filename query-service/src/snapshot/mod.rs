@@ -34,7 +34,7 @@ use futures::TryStreamExt;
 use lance::dataset::Dataset;
 use lance::dataset::scanner::Scanner;
 use memweave_operators::embed::HashingEmbedder;
-use memweave_schemas::search::{TOTALS, WHOLE_DOCUMENT_CUT, segments_cut};
+use memweave_schemas::search::{TOTALS, WHOLE_DOCUMENT_CUT, is_whole_document, segments_cut};
 use memweave_schemas::store::{rows_of, sql_strings};
 use memweave_schemas::{CheckpointRow, LexiconRow, StoreError, Table, TableStore};
 use serde::Deserialize;
@@ -156,7 +156,11 @@ impl Snapshot {
         // archive of short documents only).
         snapshot.passage_cut = (snapshot.totals.keys())
             .filter_map(|corpus| segments_cut(corpus))
-            .min_by_key(|cut| (*cut == WHOLE_DOCUMENT_CUT, *cut));
+            .min_by_key(|cut| (is_whole_document(*cut), *cut))
+            .map(|cut| match is_whole_document(cut) {
+                true => WHOLE_DOCUMENT_CUT,
+                false => cut,
+            });
         if let Some(vectors) = checkpoint.vectors() {
             snapshot.recomputed =
                 HashingEmbedder::for_model(&vectors.model).map(|embedder| vector::Recomputed {
