@@ -155,25 +155,24 @@ mod root_vectors {
     }
 }
 
-/// Numbers texts in the order first seen.
+/// Numbers texts in the order first seen, borrowing them from the rows the
+/// state is made of (a state is made for every document built).
 #[derive(Default)]
-struct Numbering {
-    numbers: HashMap<String, u32>,
-    texts: Vec<String>,
+struct Numbering<'a> {
+    numbers: HashMap<&'a str, u32>,
+    texts: Vec<&'a str>,
 }
 
-impl Numbering {
-    fn number(&mut self, text: &str) -> u32 {
-        if let Some(number) = self.numbers.get(text) {
-            return *number;
-        }
-        let number = self.texts.len() as u32;
-        self.texts.push(text.to_string());
-        self.numbers.insert(text.to_string(), number);
-        number
+impl<'a> Numbering<'a> {
+    fn number(&mut self, text: &'a str) -> u32 {
+        let texts = &mut self.texts;
+        *self.numbers.entry(text).or_insert_with(|| {
+            texts.push(text);
+            (texts.len() - 1) as u32
+        })
     }
 
-    fn numbers(&mut self, texts: &[String]) -> Vec<u32> {
+    fn numbers(&mut self, texts: &'a [String]) -> Vec<u32> {
         texts.iter().map(|text| self.number(text)).collect()
     }
 }
@@ -230,7 +229,7 @@ impl DocState {
                 _ => {}
             }
         }
-        kept.texts = numbering.texts;
+        kept.texts = numbering.texts.into_iter().map(str::to_string).collect();
         DocStateRow {
             doc_id: doc_id.to_string(),
             build: build.to_string(),
