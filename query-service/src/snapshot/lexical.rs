@@ -116,7 +116,7 @@ impl Snapshot {
         let mut scored: Vec<(Gists, f64)> = Vec::new();
         if kept_rows {
             let conditions = [allowed.condition("doc_id")];
-            (scored).extend(
+            scored.extend(
                 self.best_texts(
                     Table::GistMemories,
                     &["doc_id"],
@@ -130,7 +130,7 @@ impl Snapshot {
         }
         if own_rows {
             let conditions = [Some(own_gists), allowed.condition("doc_id")];
-            (scored).extend(
+            scored.extend(
                 self.best_texts(Table::Segments, &["doc_id"], query, &stats, &conditions, 1)
                     .await?,
             );
