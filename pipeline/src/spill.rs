@@ -399,8 +399,8 @@ mod tests {
     }
 
     /// A table of 4 slots takes 300 values: every insert past three quarters
-    /// full doubles it (300 fit 512 slots, not 256), keys that share low bits probe past each other, and every
-    /// value still reads back under its key.
+    /// full doubles it (300 fit 512 slots, not 256), keys that share low bits
+    /// probe past each other, and every value still reads back under its key.
     #[test]
     fn the_index_grows_and_finds_every_key_it_moved() {
         let spill = Spill::with_slots(4).unwrap();
