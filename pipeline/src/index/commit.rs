@@ -42,15 +42,25 @@ pub(super) async fn commit(
     let (mut versions, changes) =
         (engine.commit_rows(round.replace, round.parts, compaction)).await?;
     let mut calls = cache.finish().await?;
-    if compaction == Compaction::Tiered && calls.is_some() {
-        if round.evicts {
-            let superseded = round.versions.superseded(&changes, round.replace);
-            let evicted = cache.evict_superseded(&superseded).await?;
-            tracing::debug!(evicted, "calls of superseded texts removed from llm_calls");
-        }
+    if calls.is_some() {
         // Appended a flush at a time: a ledger whose history retention
-        // removes is compacted like the memory (kept, it never is).
-        calls = Some(store.compact(Table::LlmCalls, compaction).await?);
+        // removes is compacted like the memory; kept, only what this round
+        // appended is merged (what older checkpoints name stays as it is).
+        calls = Some(match compaction {
+            Compaction::Tiered => {
+                if round.evicts {
+                    let superseded = round.versions.superseded(&changes, round.replace);
+                    let evicted = cache.evict_superseded(&superseded).await?;
+                    tracing::debug!(evicted, "calls of superseded texts removed from llm_calls");
+                }
+                store.compact(Table::LlmCalls, compaction).await?
+            }
+            Compaction::WhenFragmented => {
+                let since = (store.latest_checkpoint().await?)
+                    .and_then(|checkpoint| checkpoint.version_of(Table::LlmCalls));
+                store.compact_appended_since(Table::LlmCalls, since).await?
+            }
+        });
     }
     versions.push(TableVersion {
         table: Table::LlmCalls.name().to_string(),

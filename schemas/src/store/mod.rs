@@ -264,6 +264,7 @@ mod tests {
     use lance::index::DatasetIndexExt;
 
     use super::index::MERGE_INDEX_SEGMENTS_AT;
+    use super::write::KEPT_HISTORY_FRAGMENTS;
     use super::*;
     use crate::DEFAULT_VECTOR_WIDTH;
     use crate::rows::*;
@@ -830,6 +831,104 @@ mod tests {
                 .unwrap(),
             compacted
         );
+    }
+
+    /// The call cache's table as a build leaves it: an append a flush, its
+    /// lookup indexes brought up to date every so many appends (a segment
+    /// each). Compacted, whether the history is removed or kept, it is one
+    /// fragment, every row found through its index.
+    #[tokio::test]
+    async fn a_table_appended_between_index_segments_is_compacted_to_one_fragment() {
+        const APPENDS: usize = KEPT_HISTORY_FRAGMENTS + 6;
+        let call = |key: String| LlmCallRow {
+            call_key: key,
+            backend: "b".into(),
+            model: "m".into(),
+            task: "t".into(),
+            stage: "s".into(),
+            doc_id: Some("d".into()),
+            inputs: None,
+            reply: "r".into(),
+            tokens_in: 1,
+            tokens_out: 1,
+            latency_ms: 1,
+            created_at: 1,
+            subject: None,
+        };
+        let keys: Vec<String> = (0..APPENDS).map(|i| format!("k{i:03}")).collect();
+        let shape = |store: TableStore| async move {
+            let dataset = store.dataset(Table::LlmCalls, None).await.unwrap().unwrap();
+            let indices = dataset.load_indices().await.unwrap();
+            let segments = indices
+                .iter()
+                .filter(|i| i.name == "call_key_btree")
+                .count();
+            (dataset.count_fragments(), segments)
+        };
+        for compaction in [Compaction::Tiered, Compaction::WhenFragmented] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = TableStore::local(dir.path()).unwrap();
+            for (i, key) in keys.iter().enumerate() {
+                store.append_rows(&[call(key.clone())]).await.unwrap();
+                if i % 16 == 15 {
+                    store.index_lookups(Table::LlmCalls).await.unwrap();
+                }
+            }
+            store.index_lookups(Table::LlmCalls).await.unwrap();
+            let (fragments, segments) = shape(store.clone()).await;
+            assert_eq!(fragments, APPENDS);
+            assert!(segments > 1, "appends indexed apart: {segments} segments");
+            store.compact(Table::LlmCalls, compaction).await.unwrap();
+            assert_eq!(shape(store.clone()).await, (1, 1), "{compaction:?}");
+            let found = store
+                .lookup(Table::LlmCalls, "call_key", "reply", &keys)
+                .await
+                .unwrap();
+            assert_eq!(found.len(), APPENDS, "{compaction:?}");
+        }
+    }
+
+    /// With the history kept, a round's appends are merged and what the
+    /// last checkpoint's version holds stays as it is, fragment for fragment.
+    #[tokio::test]
+    async fn only_what_a_round_appended_is_merged_when_the_history_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let append = |id: String| {
+            let store = store.clone();
+            async move { store.append_rows(&[node(&id, None)]).await.unwrap() }
+        };
+        let ids = |version: u64| {
+            let store = store.clone();
+            async move {
+                let dataset = store.dataset(Table::TreeNodes, Some(version)).await;
+                let fragments = dataset.unwrap().unwrap().get_fragments();
+                fragments.iter().map(|f| f.id()).collect::<Vec<_>>()
+            }
+        };
+        let mut checkpointed = 0;
+        for i in 0..3 {
+            checkpointed = append(format!("old{i}")).await;
+        }
+        for i in 0..4 {
+            append(format!("new{i}")).await;
+        }
+        let compacted = store
+            .compact_appended_since(Table::TreeNodes, Some(checkpointed))
+            .await
+            .unwrap();
+        let old = ids(checkpointed).await;
+        let now = ids(compacted).await;
+        assert_eq!(now.len(), old.len() + 1, "the round's four appends are one");
+        assert_eq!(now[..old.len()], old[..]);
+        let rows: Vec<TreeNodeRow> = store.read_rows(Some(compacted)).await.unwrap();
+        assert_eq!(rows.len(), 7);
+        // Before any checkpoint, every fragment is the round's.
+        let all = store
+            .compact_appended_since(Table::TreeNodes, None)
+            .await
+            .unwrap();
+        assert_eq!(ids(all).await.len(), 1);
     }
 
     #[tokio::test]

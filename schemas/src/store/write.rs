@@ -39,7 +39,7 @@ const DELETED_SHARE: f32 = 0.1;
 /// compacts it: few enough that a scan opens a handful of files per thousand
 /// rows, many enough that most commits compact nothing (each rewrite is kept
 /// with the history).
-const KEPT_HISTORY_FRAGMENTS: usize = 64;
+pub(super) const KEPT_HISTORY_FRAGMENTS: usize = 64;
 
 /// How a commit compacts a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -336,18 +336,15 @@ impl TableStore {
     /// removes them), so checkpoints keep their time travel. Returns the
     /// table's version.
     pub async fn compact(&self, table: Table, compaction: Compaction) -> Result<u64> {
-        let Some(mut dataset) = self.dataset(table, None).await? else {
-            return Err(StoreError::Invalid {
-                table,
-                message: "compacting a table that does not exist".into(),
-            });
-        };
+        let mut dataset = self.existing(table).await?;
         match compaction {
             Compaction::WhenFragmented => {
                 if dataset.count_fragments() > KEPT_HISTORY_FRAGMENTS {
-                    compact_files(&mut dataset, CompactionOptions::default(), None)
-                        .await
-                        .map_err(|e| self.lance_error(table, e))?;
+                    let every = Plan {
+                        merged: fragment_ids(&dataset),
+                        left_alone: Vec::new(),
+                    };
+                    self.rewrite(&mut dataset, table, every).await?;
                 }
             }
             Compaction::Tiered => {
@@ -355,20 +352,65 @@ impl TableStore {
                     .map(|fragment| FragmentSize::of(fragment.metadata()))
                     .collect();
                 if let Some(plan) = plan(&sizes) {
-                    self.share_index_segments(&mut dataset, table, &plan.merged)
-                        .await?;
-                    let options = CompactionOptions {
-                        excluded_fragment_ids: plan.left_alone,
-                        materialize_deletions_threshold: DELETED_SHARE,
-                        ..CompactionOptions::default()
-                    };
-                    compact_files(&mut dataset, options, None)
-                        .await
-                        .map_err(|e| self.lance_error(table, e))?;
+                    self.rewrite(&mut dataset, table, plan).await?;
                 }
             }
         }
         Ok(dataset.version().version)
+    }
+
+    /// Merges the fragments of `table` that its version `since` (the newest
+    /// checkpoint's; `None` before the first) does not have into one, and
+    /// leaves the others as they are: what a round appended is referenced
+    /// only by versions no checkpoint names, which retention removes with
+    /// their files, so the rewrite keeps no second copy even when the history
+    /// is kept. The call cache appends a fragment a flush (a second): 3,878
+    /// of them after a first build of 1M short documents. Returns the
+    /// table's version.
+    pub async fn compact_appended_since(&self, table: Table, since: Option<u64>) -> Result<u64> {
+        let mut dataset = self.existing(table).await?;
+        let before: BTreeSet<u32> = match since {
+            Some(version) => match self.dataset(table, Some(version)).await? {
+                Some(then) => fragment_ids(&then).into_iter().collect(),
+                None => BTreeSet::new(),
+            },
+            None => BTreeSet::new(),
+        };
+        let (left_alone, merged): (Vec<u32>, Vec<u32>) =
+            (fragment_ids(&dataset).into_iter()).partition(|id| before.contains(id));
+        if merged.len() > 1 {
+            let plan = Plan { merged, left_alone };
+            self.rewrite(&mut dataset, table, plan).await?;
+        }
+        Ok(dataset.version().version)
+    }
+
+    async fn existing(&self, table: Table) -> Result<Dataset> {
+        self.dataset(table, None)
+            .await?
+            .ok_or_else(|| StoreError::Invalid {
+                table,
+                message: "compacting a table that does not exist".into(),
+            })
+    }
+
+    /// Rewrites every fragment but those `plan` leaves alone: its merged ones
+    /// into one, after one segment of each index covers them all (Lance
+    /// merges no fragments that different segments cover: the call cache's,
+    /// indexed every 65,536 rows, were never merged), any other without its
+    /// deleted rows.
+    async fn rewrite(&self, dataset: &mut Dataset, table: Table, plan: Plan) -> Result<()> {
+        self.share_index_segments(dataset, table, &plan.merged)
+            .await?;
+        let options = CompactionOptions {
+            excluded_fragment_ids: plan.left_alone,
+            materialize_deletions_threshold: DELETED_SHARE,
+            ..CompactionOptions::default()
+        };
+        compact_files(dataset, options, None)
+            .await
+            .map_err(|e| self.lance_error(table, e))?;
+        Ok(())
     }
 
     /// Merges, per index of `table`, the segments that cover any of
@@ -537,6 +579,13 @@ impl FragmentSize {
     fn mostly_deleted(&self) -> bool {
         self.deleted as f64 > f64::from(DELETED_SHARE) * self.rows as f64
     }
+}
+
+/// The ids of `dataset`'s fragments, oldest first.
+fn fragment_ids(dataset: &Dataset) -> Vec<u32> {
+    (dataset.get_fragments().iter())
+        .map(|fragment| fragment.metadata().id as u32)
+        .collect()
 }
 
 /// What a tiered compaction rewrites, of fragments listed oldest first.

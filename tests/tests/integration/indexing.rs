@@ -32,6 +32,26 @@ fn summary_names_every_count() {
     assert!(summary.contains(&format!("pages       {}", built.read.pages.len())));
 }
 
+/// The call cache appends its calls a flush (a second) at a time; the
+/// build's commit merges them, with no retention policy too: left as they
+/// came, a first build of 1M short documents kept 3,878 fragments of
+/// `llm_calls`, each a look-up of the next round plans over.
+#[test]
+fn a_build_leaves_its_calls_in_one_fragment() {
+    let built = pg_essays();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let fragments = runtime.block_on(async {
+        let store = memweave_schemas::store::TableStore::local(&built.tables).unwrap();
+        let calls = store.dataset(Table::LlmCalls, None).await.unwrap();
+        calls.expect("the build made calls").count_fragments()
+    });
+    assert_eq!(fragments, 1);
+    assert!(read_calls(&built.tables).len() > 1000);
+}
+
 /// MemWalker's shape (the invariants of every table are in `memories`): at most
 /// Mt children, one leaf per 400-token segment, and long essays two levels deep.
 #[test]
