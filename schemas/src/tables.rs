@@ -486,15 +486,25 @@ fn utf8(name: &str) -> Field {
 /// (larger states, a long document's, Lance compresses already). Text,
 /// terms, summaries and descriptions came out larger with it on some
 /// archives, and keep the default.
+///
+/// In mini-blocks, several values compressed together: for values past a
+/// few hundred bytes Lance otherwise stores them "full zip", each value
+/// compressed alone, where zstd finds no repeat between one reply or state
+/// and the next. Measured with pylance on the tables of the 100k generated
+/// short documents: replies 164 → 121 bytes a row, states 823 → 733; on
+/// pg-essays 268 → 205 and 3,954 → 3,799.
 fn zstd(field: Field) -> Field {
-    field.with_metadata(HashMap::from([(
-        COMPRESSION_KEY.to_string(),
-        "zstd".to_string(),
-    )]))
+    field.with_metadata(HashMap::from([
+        (COMPRESSION_KEY.to_string(), "zstd".to_string()),
+        (STRUCTURAL_ENCODING_KEY.to_string(), "miniblock".to_string()),
+    ]))
 }
 
 /// The field metadata key Lance reads a column's compression from.
 pub(crate) const COMPRESSION_KEY: &str = "lance-encoding:compression";
+/// The field metadata key Lance reads how a column's values are laid out
+/// in its pages from: in mini-blocks of several values, or each value whole.
+pub(crate) const STRUCTURAL_ENCODING_KEY: &str = "lance-encoding:structural-encoding";
 
 fn utf8_null(name: &str) -> Field {
     Field::new(name, DataType::Utf8, true)

@@ -672,6 +672,11 @@ mod tests {
             Some(&"zstd".to_string()),
             "replies are compressed as declared from then on"
         );
+        assert_eq!(
+            reply.metadata.get(crate::tables::STRUCTURAL_ENCODING_KEY),
+            Some(&"miniblock".to_string()),
+            "and several to a block"
+        );
         store
             .append_rows(std::slice::from_ref(&newer))
             .await
