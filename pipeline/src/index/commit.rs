@@ -39,6 +39,7 @@ pub(super) async fn commit(
 ) -> Result<(CheckpointRow, RoundChanges), IndexError> {
     let (store, cache) = (engine.store(), engine.cache());
     let compaction = round.retention.compaction();
+    let previous = store.latest_checkpoint().await?;
     let (mut versions, changes) =
         (engine.commit_rows(round.replace, round.parts, compaction)).await?;
     let mut calls = cache.finish().await?;
@@ -56,7 +57,7 @@ pub(super) async fn commit(
                 store.compact(Table::LlmCalls, compaction).await?
             }
             Compaction::WhenFragmented => {
-                let since = (store.latest_checkpoint().await?)
+                let since = (previous.as_ref())
                     .and_then(|checkpoint| checkpoint.version_of(Table::LlmCalls));
                 store.compact_appended_since(Table::LlmCalls, since).await?
             }
@@ -69,23 +70,25 @@ pub(super) async fn commit(
             None => store.write_rows::<LlmCallRow>(&[]).await?,
         },
     });
-    versions.push(write_call_stats(engine, compaction, round.first).await?);
+    let epoch = previous.map_or(1, |checkpoint| checkpoint.epoch + 1);
+    versions.push(write_call_stats(engine, compaction, epoch, round.first).await?);
     let checkpoint = store
         .commit_checkpoint(round.positions, versions, Some(engine.vectors().clone()))
         .await?;
     Ok((checkpoint, changes))
 }
 
-/// Appends what this round asked of the model, per stage and task, under the
-/// epoch the round's checkpoint will have (process 0 alone commits); the
-/// first commit under a root (`whole`) replaces what a crashed run left.
+/// Appends what this round asked of the model, per stage and task, under
+/// `epoch`, the one the round's checkpoint will have (process 0 alone
+/// commits); the first commit under a root (`whole`) replaces what a crashed
+/// run left.
 async fn write_call_stats(
     engine: &Engine,
     compaction: Compaction,
+    epoch: u64,
     whole: bool,
 ) -> Result<TableVersion, IndexError> {
     let store = engine.store();
-    let epoch = store.latest_checkpoint().await?.map_or(1, |c| c.epoch + 1);
     let rows: Vec<CallStatRow> = (engine.cache().take_stats().into_iter())
         .map(|((stage, task), stats)| CallStatRow {
             stat_id: format!("{epoch}/{stage}/{task}"),

@@ -270,6 +270,25 @@ mod tests {
     use crate::rows::*;
     use crate::search;
 
+    /// A call of document `d`, keyed `key`, its reply "r".
+    fn call_row(key: &str) -> LlmCallRow {
+        LlmCallRow {
+            call_key: key.into(),
+            backend: "b".into(),
+            model: "m".into(),
+            task: "t".into(),
+            stage: "s".into(),
+            doc_id: Some("d".into()),
+            inputs: None,
+            reply: "r".into(),
+            tokens_in: 1,
+            tokens_out: 1,
+            latency_ms: 1,
+            created_at: 1,
+            subject: None,
+        }
+    }
+
     fn node(id: &str, parent: Option<&str>) -> TreeNodeRow {
         TreeNodeRow {
             node_id: id.into(),
@@ -622,19 +641,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = TableStore::local(dir.path()).unwrap();
         let call = |key: &str, inputs: Option<&str>, subject: Option<&str>| LlmCallRow {
-            call_key: key.into(),
-            backend: "b".into(),
-            model: "m".into(),
-            task: "t".into(),
-            stage: "s".into(),
             doc_id: None,
             inputs: inputs.map(str::to_string),
-            reply: "r".into(),
-            tokens_in: 1,
-            tokens_out: 1,
-            latency_ms: 1,
-            created_at: 1,
             subject: subject.map(str::to_string),
+            ..call_row(key)
         };
         let full = to_batch(&[&call("old", Some("p"), None)]).unwrap();
         let without = full
@@ -845,21 +855,6 @@ mod tests {
     #[tokio::test]
     async fn a_table_appended_between_index_segments_is_compacted_to_one_fragment() {
         const APPENDS: usize = KEPT_HISTORY_FRAGMENTS + 6;
-        let call = |key: String| LlmCallRow {
-            call_key: key,
-            backend: "b".into(),
-            model: "m".into(),
-            task: "t".into(),
-            stage: "s".into(),
-            doc_id: Some("d".into()),
-            inputs: None,
-            reply: "r".into(),
-            tokens_in: 1,
-            tokens_out: 1,
-            latency_ms: 1,
-            created_at: 1,
-            subject: None,
-        };
         let keys: Vec<String> = (0..APPENDS).map(|i| format!("k{i:03}")).collect();
         let shape = |store: TableStore| async move {
             let dataset = store.dataset(Table::LlmCalls, None).await.unwrap().unwrap();
@@ -874,7 +869,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = TableStore::local(dir.path()).unwrap();
             for (i, key) in keys.iter().enumerate() {
-                store.append_rows(&[call(key.clone())]).await.unwrap();
+                store.append_rows(&[call_row(key)]).await.unwrap();
                 if i % 16 == 15 {
                     store.index_lookups(Table::LlmCalls).await.unwrap();
                 }

@@ -369,13 +369,11 @@ impl TableStore {
     /// table's version.
     pub async fn compact_appended_since(&self, table: Table, since: Option<u64>) -> Result<u64> {
         let mut dataset = self.existing(table).await?;
-        let before: BTreeSet<u32> = match since {
-            Some(version) => match self.dataset(table, Some(version)).await? {
-                Some(then) => fragment_ids(&then).into_iter().collect(),
-                None => BTreeSet::new(),
-            },
-            None => BTreeSet::new(),
+        let then = match since {
+            Some(version) => self.dataset(table, Some(version)).await?,
+            None => None,
         };
+        let before: BTreeSet<u32> = then.iter().flat_map(fragment_ids).collect();
         let (left_alone, merged): (Vec<u32>, Vec<u32>) =
             (fragment_ids(&dataset).into_iter()).partition(|id| before.contains(id));
         if merged.len() > 1 {
