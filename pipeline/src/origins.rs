@@ -32,14 +32,37 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record of `doc`; a title that is its id (a row without one) is
+    /// the id's copy.
     pub fn of(doc: &Document, seen: i64) -> Record {
+        let doc_id: Arc<str> = doc.doc_id.as_str().into();
+        let title = if doc.title == doc.doc_id {
+            Arc::clone(&doc_id)
+        } else {
+            doc.title.as_str().into()
+        };
         Record {
-            doc_id: doc.doc_id.as_str().into(),
+            doc_id,
             version: doc.version,
             content_hash: doc.content_hash.as_str().into(),
             source_uri: doc.source_uri.as_str().into(),
-            title: doc.title.as_str().into(),
+            title,
             seen,
+        }
+    }
+
+    /// Makes each record's source the copy its predecessor holds where they
+    /// are the same: an origin's records (a file's rows) share one source,
+    /// which was a copy a document, most of a short document's record.
+    pub fn share_sources(records: &mut [Record]) {
+        let mut previous: Option<Arc<str>> = None;
+        for record in records {
+            match &previous {
+                Some(source) if *source == record.source_uri => {
+                    record.source_uri = Arc::clone(source);
+                }
+                _ => previous = Some(Arc::clone(&record.source_uri)),
+            }
         }
     }
 
@@ -230,6 +253,36 @@ mod tests {
             records,
             errors: Vec::new(),
         }
+    }
+
+    /// A file's rows hold one copy of its URI, and a row titled by its id
+    /// one string for both; the records compare as they did.
+    #[test]
+    fn records_of_one_origin_share_its_source_and_an_id_its_title() {
+        let doc = |id: &str, uri: &str, title: &str| Document {
+            doc_id: id.into(),
+            version: 1,
+            content_hash: "h".into(),
+            source_uri: uri.into(),
+            title: title.into(),
+            text: String::new(),
+            sections: Vec::new(),
+        };
+        let mut records = vec![
+            Record::of(&doc("r1", "rows.jsonl", "r1"), 0),
+            Record::of(&doc("r2", "rows.jsonl", "Second"), 0),
+            Record::of(&doc("r3", "other.jsonl", "r3"), 0),
+            Record::of(&doc("r4", "other.jsonl", "r4"), 0),
+        ];
+        let before = records.clone();
+        Record::share_sources(&mut records);
+        assert_eq!(records, before);
+        let shared = |a: &Record, b: &Record| Arc::ptr_eq(&a.source_uri, &b.source_uri);
+        assert!(shared(&records[0], &records[1]));
+        assert!(!shared(&records[1], &records[2]));
+        assert!(shared(&records[2], &records[3]));
+        assert!(Arc::ptr_eq(&records[0].doc_id, &records[0].title));
+        assert_eq!(&*records[1].title, "Second");
     }
 
     #[test]

@@ -588,6 +588,7 @@ fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), Body>) -> Held {
         })
         .collect();
     records.extend(fresh.unread);
+    Record::share_sources(&mut records);
     Held {
         version: fresh.version,
         records,
