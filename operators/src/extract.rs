@@ -293,13 +293,16 @@ pub fn co_mentions<'n>(text: &str, names: &[&'n str]) -> Vec<(&'n str, &'n str, 
     pairs
 }
 
-/// The first `max_words` words of `text`, with an ellipsis when cut.
+/// What [`head_words`] ends a head it cut short with.
+pub const CUT_MARK: &str = " …";
+
+/// The first `max_words` words of `text`, with [`CUT_MARK`] when cut.
 pub fn head_words(text: &str, max_words: usize) -> String {
     let words: Vec<&str> = text.split_whitespace().collect();
     if words.len() <= max_words {
         return words.join(" ");
     }
-    format!("{} …", words[..max_words].join(" "))
+    format!("{}{CUT_MARK}", words[..max_words].join(" "))
 }
 
 fn join_chosen(sentences: &[&str], chosen: Vec<usize>) -> String {

@@ -77,6 +77,12 @@ pub enum IndexError {
         doc_id: String,
         source_uri: String,
     },
+    /// A `doc_states` row the restore cannot read back: the tables were
+    /// changed by something other than memweave.
+    #[error(
+        "the state of {doc_id} in the doc_states table does not read ({why}); index into a new --out to rebuild"
+    )]
+    UnreadableState { doc_id: String, why: String },
     #[error("no text to index for {doc_id} ({source_uri})")]
     NoText { doc_id: String, source_uri: String },
     #[error("{source_uri} changed while it was indexed; run again")]

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use memweave_operators::build::{BuildConfig, BuiltRow};
 use memweave_operators::embed::Embedder;
+use memweave_operators::extract::{CUT_MARK, collapse_whitespace};
 use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{DocStateRow, EmbeddingRow, NameStateRow, TreeNodeRow, content_id, hash128};
@@ -42,16 +43,113 @@ pub struct DocState {
 /// relations once, in `texts`, each record holding numbers. A short
 /// document's entities share their sentence, its relations their
 /// description, all of them its id and its segments' ids: repeated in every
-/// record, they were most of a state's bytes.
+/// record, they were most of a state's bytes. A text its document's own text
+/// holds (a sentence, a segment's head) is kept as where it is in that text
+/// ([`KeptText::Span`]): the `documents` table keeps the text already, and
+/// the restore reads it back from there.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct KeptState {
-    texts: Vec<String>,
+    texts: Vec<KeptText>,
+    /// The length in bytes of the document's text with its whitespace
+    /// collapsed, which the spans are offsets into; `None` when no text is
+    /// a span (so a state read back needs nothing else).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    spanned: Option<u32>,
     entities: Vec<KeptEntity>,
     relations: Vec<KeptRelation>,
     memwalker_roots: Vec<TreeNodeRow>,
     /// Each vector a [`StateVector`].
     #[serde(with = "root_vectors")]
     raptor_roots: Vec<(TreeNodeRow, EmbeddingRow)>,
+}
+
+/// One of a kept state's texts: itself, or where its document's text
+/// (whitespace collapsed, as [`collapse_whitespace`] and
+/// [`memweave_operators::extract::head_words`] give it) holds it, in bytes, end exclusive, and for a head cut short
+/// the [`CUT_MARK`] after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum KeptText {
+    Own(String),
+    Span(u32, u32),
+    Cut(u32, u32, String),
+}
+
+/// Texts shorter than this stay a state's own: a span's two numbers would
+/// save little, and names and ids are not looked for at all.
+const SPAN_MIN_BYTES: usize = 32;
+
+/// Where texts are in one document's text with its whitespace collapsed,
+/// each looked for only in its segment's stretch of that text: the cost is a
+/// segment's length a text, whatever the document's.
+struct SpanFinder<'a> {
+    collapsed: String,
+    /// Each word's start, in characters of the document's text, and in
+    /// bytes of `collapsed`.
+    words: Vec<(u64, u32)>,
+    /// Each segment's characters, by id.
+    segments: HashMap<&'a str, (u64, u64)>,
+}
+
+impl<'a> SpanFinder<'a> {
+    fn new(text: &str, rows: &'a [BuiltRow]) -> SpanFinder<'a> {
+        let mut collapsed = String::with_capacity(text.len());
+        let mut words = Vec::new();
+        let mut in_word = false;
+        for (at, c) in text.chars().enumerate() {
+            if c.is_whitespace() {
+                in_word = false;
+                continue;
+            }
+            if !in_word {
+                if !collapsed.is_empty() {
+                    collapsed.push(' ');
+                }
+                words.push((at as u64, collapsed.len() as u32));
+                in_word = true;
+            }
+            collapsed.push(c);
+        }
+        let segments = (rows.iter())
+            .filter_map(|row| match row {
+                BuiltRow::Segment(s) => Some((s.seg_id.as_str(), (s.start_char, s.end_char))),
+                _ => None,
+            })
+            .collect();
+        SpanFinder {
+            collapsed,
+            words,
+            segments,
+        }
+    }
+
+    /// The bytes of `collapsed` that segment `seg_id`'s text covers, with
+    /// the words it cuts through whole.
+    fn window(&self, seg_id: &str) -> Option<(usize, usize)> {
+        let &(start, end) = self.segments.get(seg_id)?;
+        let first = self.words.partition_point(|&(at, _)| at <= start);
+        let after = self.words.partition_point(|&(at, _)| at < end);
+        let from = first.checked_sub(1).map_or(0, |w| self.words[w].1 as usize);
+        let to = (self.words.get(after)).map_or(self.collapsed.len(), |&(_, at)| at as usize);
+        Some((from, to))
+    }
+
+    /// `text` as a span of segment `seg_id`'s stretch, if it is one there.
+    fn span(&self, text: &str, seg_id: &str) -> Option<KeptText> {
+        let (from, to) = self.window(seg_id)?;
+        let stretch = &self.collapsed[from..to];
+        let at = |found: &str| stretch.find(found).map(|i| (from + i) as u32);
+        if let Some(start) = at(text) {
+            return Some(KeptText::Span(start, start + text.len() as u32));
+        }
+        let head = text.strip_suffix(CUT_MARK)?;
+        let start = at(head)?;
+        Some(KeptText::Cut(
+            start,
+            start + head.len() as u32,
+            CUT_MARK.into(),
+        ))
+    }
 }
 
 /// A [`DocEntity`], each text its number in [`KeptState::texts`].
@@ -156,29 +254,74 @@ mod root_vectors {
 }
 
 /// Numbers texts in the order first seen, borrowing them from the rows the
-/// state is made of (a state is made for every document built).
+/// state is made of (a state is made for every document built); with, for
+/// a text that its document's text may hold, the segment it came from.
 #[derive(Default)]
 struct Numbering<'a> {
     numbers: HashMap<&'a str, u32>,
-    texts: Vec<&'a str>,
+    texts: Vec<(&'a str, Option<&'a str>)>,
 }
 
 impl<'a> Numbering<'a> {
     fn number(&mut self, text: &'a str) -> u32 {
+        self.number_from(text, None)
+    }
+
+    /// `text`'s number; it came from segment `from` where one is given.
+    fn number_from(&mut self, text: &'a str, from: Option<&'a String>) -> u32 {
         let texts = &mut self.texts;
-        *self.numbers.entry(text).or_insert_with(|| {
-            texts.push(text);
+        let number = *self.numbers.entry(text).or_insert_with(|| {
+            texts.push((text, None));
             (texts.len() - 1) as u32
-        })
+        });
+        let segment = &mut texts[number as usize].1;
+        if segment.is_none() && text.len() >= SPAN_MIN_BYTES {
+            *segment = from.map(String::as_str);
+        }
+        number
     }
 
     fn numbers(&mut self, texts: &'a [String]) -> Vec<u32> {
         texts.iter().map(|text| self.number(text)).collect()
     }
+
+    /// The texts in number order, each a span where `finder` finds it in
+    /// its segment; and the length of the text spans are offsets into, if
+    /// any is one.
+    fn kept(self, finder: &SpanFinder) -> (Vec<KeptText>, Option<u32>) {
+        let mut spanned = None;
+        let texts = (self.texts.into_iter())
+            .map(
+                |(text, segment)| match segment.and_then(|seg_id| finder.span(text, seg_id)) {
+                    Some(span) => {
+                        spanned = Some(finder.collapsed.len() as u32);
+                        span
+                    }
+                    None => KeptText::Own(text.to_string()),
+                },
+            )
+            .collect();
+        (texts, spanned)
+    }
 }
 
 /// A kept state's texts, read back by number.
 struct Texts(Vec<Arc<str>>);
+
+impl Texts {
+    /// The texts of a state whose spans are filled in.
+    fn of(kept: Vec<KeptText>) -> Result<Texts, String> {
+        let texts = (kept.into_iter())
+            .map(|text| match text {
+                KeptText::Own(text) => Ok(Arc::from(text)),
+                KeptText::Span(..) | KeptText::Cut(..) => {
+                    Err("its spans of its document's text are not filled in".to_string())
+                }
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Texts(texts))
+    }
+}
 
 impl Texts {
     fn shared(&self, number: u32) -> Result<Arc<str>, String> {
@@ -195,10 +338,16 @@ impl Texts {
 }
 
 impl DocState {
-    /// The state `rows` (one document's memory) give the cross-document
-    /// stages, as that document's row; its roots only where the corpus trees
-    /// are built (`corpus_tree`).
-    pub fn row(doc_id: &str, build: &str, rows: &[BuiltRow], corpus_tree: bool) -> DocStateRow {
+    /// The state `rows` (one document's memory, of `text`) give the
+    /// cross-document stages, as that document's row; its roots only where
+    /// the corpus trees are built (`corpus_tree`).
+    pub fn row(
+        doc_id: &str,
+        build: &str,
+        rows: &[BuiltRow],
+        corpus_tree: bool,
+        text: &str,
+    ) -> DocStateRow {
         let mut numbering = Numbering::default();
         let mut kept = KeptState::default();
         for row in rows {
@@ -207,19 +356,22 @@ impl DocState {
                     key: numbering.number(&e.key),
                     doc_id: numbering.number(&e.doc_id),
                     names: numbering.numbers(&e.names),
-                    context: numbering.number(&e.context),
+                    context: numbering.number_from(&e.context, e.seg_ids.first()),
                     document: numbering.number(&e.document),
                     seg_ids: numbering.numbers(&e.seg_ids),
                 }),
-                BuiltRow::Relation(r) => kept.relations.push(KeptRelation {
-                    doc_id: numbering.number(&r.doc_id),
-                    source_key: numbering.number(&r.source_key),
-                    target_key: numbering.number(&r.target_key),
-                    description: numbering.number(&r.description),
-                    seg_ids: numbering.numbers(&r.seg_ids),
-                    summary: numbering.number(&r.summary),
-                    evidence: numbering.number(&r.evidence),
-                }),
+                BuiltRow::Relation(r) => {
+                    let from = r.seg_ids.first();
+                    kept.relations.push(KeptRelation {
+                        doc_id: numbering.number(&r.doc_id),
+                        source_key: numbering.number(&r.source_key),
+                        target_key: numbering.number(&r.target_key),
+                        description: numbering.number_from(&r.description, from),
+                        seg_ids: numbering.numbers(&r.seg_ids),
+                        summary: numbering.number_from(&r.summary, from),
+                        evidence: numbering.number_from(&r.evidence, from),
+                    })
+                }
                 BuiltRow::MemWalkerRoot(root) if corpus_tree => {
                     kept.memwalker_roots.push(root.clone());
                 }
@@ -229,7 +381,7 @@ impl DocState {
                 _ => {}
             }
         }
-        kept.texts = numbering.texts.into_iter().map(str::to_string).collect();
+        (kept.texts, kept.spanned) = numbering.kept(&SpanFinder::new(text, rows));
         DocStateRow {
             doc_id: doc_id.to_string(),
             build: build.to_string(),
@@ -237,14 +389,47 @@ impl DocState {
         }
     }
 
-    /// The state a row holds.
+    /// `row` with its spans filled in from its document's `text` (as the
+    /// `documents` table holds it): what [`DocState::of_row`] reads.
+    pub fn with_document_text(row: &DocStateRow, text: &str) -> Result<DocStateRow, String> {
+        let mut kept: KeptState = serde_json::from_str(&row.state).map_err(|e| e.to_string())?;
+        let Some(spanned) = kept.spanned.take() else {
+            return Ok(row.clone());
+        };
+        let collapsed = collapse_whitespace(text);
+        if collapsed.len() != spanned as usize {
+            return Err(format!(
+                "its spans are of a text of {spanned} bytes, its document's is of {}",
+                collapsed.len()
+            ));
+        }
+        let stretch = |start: u32, end: u32| {
+            (collapsed.get(start as usize..end as usize))
+                .ok_or_else(|| format!("its span {start}..{end} is not of its document's text"))
+        };
+        for text in &mut kept.texts {
+            let filled = match text {
+                KeptText::Own(_) => continue,
+                KeptText::Span(start, end) => stretch(*start, *end)?.to_string(),
+                KeptText::Cut(start, end, mark) => format!("{}{mark}", stretch(*start, *end)?),
+            };
+            *text = KeptText::Own(filled);
+        }
+        Ok(DocStateRow {
+            state: serde_json::to_string(&kept).expect("a document's state serialises"),
+            ..row.clone()
+        })
+    }
+
+    /// The state a row holds, its spans filled in
+    /// ([`DocState::with_document_text`]).
     pub fn of_row(row: &DocStateRow) -> Result<DocState, serde_json::Error> {
         let kept: KeptState = serde_json::from_str(&row.state)?;
         DocState::of_kept(kept).map_err(serde::de::Error::custom)
     }
 
     fn of_kept(kept: KeptState) -> Result<DocState, String> {
-        let texts = Texts(kept.texts.into_iter().map(Arc::from).collect());
+        let texts = Texts::of(kept.texts)?;
         let entities = (kept.entities.iter())
             .map(|e| {
                 Ok(DocEntity {
@@ -304,9 +489,10 @@ impl DocState {
 /// cuts, under another id, so that an older memory's document retracted by
 /// building it again would leave its two rows; 7: every text of a state's
 /// records kept once, and a document that is its own gist keeps no gist
-/// memory row): a memory of another format
-/// (older, or newer) restores nothing and is rebuilt.
-const STATE_FORMAT: u32 = 7;
+/// memory row; 8: texts its document's text holds kept as spans of it): a
+/// memory of another format (older, or newer) restores nothing and is
+/// rebuilt.
+const STATE_FORMAT: u32 = 8;
 
 /// What makes a document's state: its format, the build's sizes and
 /// memories, the kind of model and the embedder. A memory continued with
@@ -423,6 +609,8 @@ pub fn segment_hash(seg_id: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use memweave_operators::extract::head_words;
+
     use super::*;
 
     /// A document's entities share its key words and their sentences, its
@@ -464,7 +652,7 @@ mod tests {
             relation("ada", "harbour press"),
             relation("ada", "boston"),
         ];
-        let row = DocState::row("a.txt", "build", &rows, false);
+        let row = DocState::row("a.txt", "build", &rows, false, sentence);
         for text in [&*about, &*summary, &*head, sentence, segment, "a.txt"] {
             assert_eq!(row.state.matches(text).count(), 1, "{}", row.state);
         }
@@ -477,6 +665,124 @@ mod tests {
         };
         let error = DocState::of_row(&broken).expect_err("a number past the texts");
         assert!(error.to_string().contains("no text"), "{error}");
+    }
+
+    fn segment(seg_id: &str, start_char: u64, end_char: u64) -> BuiltRow {
+        BuiltRow::Segment(memweave_schemas::SegmentRow {
+            seg_id: seg_id.into(),
+            doc_id: "a.txt".into(),
+            ordinal: 0,
+            start_char,
+            end_char,
+            n_tokens: 0,
+            target_tokens: 0,
+            terms: String::new(),
+        })
+    }
+
+    /// The sentences and segment heads a document's text holds are kept as
+    /// spans of it, whatever its whitespace and a head cut short; filled in
+    /// from the text they read back whole, and not without it or from
+    /// another text.
+    #[test]
+    fn a_state_keeps_what_its_document_says_as_spans_of_it() {
+        let text = "Ada  founded the\nHarbour Press in Boston.\n\n  Later she \
+                    sold the Harbour Press to a printer from Salem in 1901.";
+        let sentence = "Ada founded the Harbour Press in Boston.";
+        let sold = "Later she sold the Harbour Press to a printer from Salem in 1901.";
+        let own = "A summary the model wrote, which the text does not hold.";
+        let first = text.find("Later").unwrap() as u64;
+        // Segment 1 ends inside "Later"; segment 2 is the second sentence.
+        let head = head_words(&text[..first as usize + 2], 6);
+        assert!(head.ends_with(CUT_MARK), "{head}");
+        let seg = |n: u64| format!("{n:032x}");
+        let entity = BuiltRow::Entity(DocEntity {
+            key: "ada".into(),
+            doc_id: "a.txt".into(),
+            names: vec!["Ada".into()],
+            context: sentence.into(),
+            document: Arc::from("harbour press boston"),
+            seg_ids: vec![seg(1)],
+        });
+        let relation = BuiltRow::Relation(DocRelation {
+            doc_id: "a.txt".into(),
+            source_key: "ada".into(),
+            target_key: "harbour press".into(),
+            description: sold.into(),
+            seg_ids: vec![seg(2), seg(1)],
+            summary: Arc::from(own),
+            evidence: Arc::from(head.as_str()),
+        });
+        let text_chars = text.chars().count() as u64;
+        let rows = vec![
+            segment(&seg(1), 0, first + 2),
+            segment(&seg(2), first, text_chars),
+            entity.clone(),
+            relation.clone(),
+        ];
+        let row = DocState::row("a.txt", "build", &rows, false, text);
+        assert!(!row.state.contains("Boston."), "{}", row.state);
+        assert!(!row.state.contains("Salem"), "{}", row.state);
+        assert!(row.state.contains(own), "{}", row.state);
+        // The evidence was looked for in segment 2 (the relation's first),
+        // which does not hold the text's head: it stays the state's own.
+        assert!(row.state.contains(&head), "{}", row.state);
+
+        let error = DocState::of_row(&row).expect_err("spans not filled in");
+        assert!(error.to_string().contains("not filled in"), "{error}");
+        let filled = DocState::with_document_text(&row, text).expect("the spans fill in");
+        let state = DocState::of_row(&filled).expect("the row reads");
+        assert_eq!(state.into_built_rows(), vec![entity, relation.clone()]);
+        let other = DocState::with_document_text(&row, "Ada sold it.");
+        assert!(other.expect_err("another text").contains("bytes"));
+
+        // From its own segment, a head cut short is a span and its mark.
+        let BuiltRow::Relation(mut from_first) = relation else {
+            unreachable!()
+        };
+        from_first.seg_ids = vec![seg(1)];
+        let rows = vec![
+            segment(&seg(1), 0, first + 2),
+            BuiltRow::Relation(from_first.clone()),
+        ];
+        let row = DocState::row("a.txt", "build", &rows, false, text);
+        assert!(!row.state.contains("founded"), "{}", row.state);
+        assert!(
+            row.state.contains(&format!("\"{CUT_MARK}\"")),
+            "{}",
+            row.state
+        );
+        let filled = DocState::with_document_text(&row, text).expect("the spans fill in");
+        let read = DocState::of_row(&filled).expect("the row reads");
+        assert_eq!(read.relations, vec![from_first]);
+    }
+
+    proptest::proptest! {
+        /// Any run of words of a segment, its whitespace collapsed, is found
+        /// in that segment's stretch of the collapsed text, wherever the
+        /// segment starts and ends (mid-word, in a run of spaces).
+        #[test]
+        fn every_run_of_a_segments_words_is_found_in_its_stretch(
+            words in proptest::collection::vec(("[a-zé]{1,6}", "[ \n\t]{1,3}"), 1..40),
+            cut in (0usize..200, 0usize..200),
+            run in (0usize..100, 0usize..100),
+        ) {
+            let text: String = words.iter().map(|(w, s)| format!("{w}{s}")).collect();
+            let chars: Vec<char> = text.chars().collect();
+            let (a, b) = (cut.0 % chars.len(), cut.1 % chars.len());
+            let (start, end) = (a.min(b), a.max(b) + 1);
+            let segment_text: String = chars[start..end].iter().collect();
+            let segment_words: Vec<&str> = segment_text.split_whitespace().collect();
+            proptest::prop_assume!(!segment_words.is_empty());
+            let (i, j) = (run.0 % segment_words.len(), run.1 % segment_words.len());
+            let wanted = segment_words[i.min(j)..=i.max(j)].join(" ");
+            let rows = vec![segment("s", start as u64, end as u64)];
+            let finder = SpanFinder::new(&text, &rows);
+            let Some(KeptText::Span(from, to)) = finder.span(&wanted, "s") else {
+                panic!("{wanted:?} not found in {segment_text:?}");
+            };
+            proptest::prop_assert_eq!(&finder.collapsed[from as usize..to as usize], wanted.as_str());
+        }
     }
 
     /// A RAPTOR root's vector is kept as its nonzero half floats and reads
@@ -505,7 +811,7 @@ mod tests {
         components[12] = 1e-3;
         let vector = EmbeddingRow::new("n1", "node", "hashing-weighted-1024", components);
         let rows = vec![BuiltRow::RaptorRoot(root.clone(), vector.clone())];
-        let row = DocState::row("a.txt", "build", &rows, true);
+        let row = DocState::row("a.txt", "build", &rows, true, "");
         let back = DocState::of_row(&row)
             .expect("the row reads")
             .into_built_rows();

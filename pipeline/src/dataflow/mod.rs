@@ -184,7 +184,8 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
                 async move {
                     let (model, embedder) = (model.as_ref(), embedder.as_ref());
                     let rows = built_or_set_aside(&doc, &config, model, embedder, &flights).await;
-                    let state = DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree);
+                    let state =
+                        DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree, &doc.text);
                     rows.into_iter()
                         .map(Built::Row)
                         .chain([Built::State(state)])

@@ -418,7 +418,7 @@ impl Indexer {
             retracted.push(self.engine.stage(rows)?);
         }
         if let Some(first) = sent.first_mut() {
-            let states = unfinished.into_iter().map(|s| (Fed::Restored(s), -1));
+            let states = unfinished.into_iter().map(|s| (Fed::Restored(s.fed), -1));
             first.changes.extend(states);
         }
         Ok(Restored { bytes, retracted })

@@ -2,7 +2,7 @@
 //! cross-document stages held and every document's state, so that a round
 //! builds only what changed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use memweave_schemas::store::batch_rows;
 use memweave_schemas::{
@@ -13,24 +13,33 @@ use memweave_schemas::{
 use super::engine::Engine;
 use crate::IndexError;
 use crate::dataflow::Fed;
-use crate::state::{NameStates, StoredEntity};
+use crate::state::{DocState, NameStates, StoredEntity};
 use crate::write::Batch;
 
 /// Documents' states per restore epoch: a message to a worker holds their
 /// texts (a few kilobytes each) until the worker spills them.
 const STATES_PER_EPOCH: usize = 64;
 
+/// A state of a document the checkpoint left unfinished: as its table
+/// holds it (`stored`, which the tables retract) and as the dataflow was
+/// fed it, its spans filled in (`fed`, which the dataflow retracts).
+pub(super) struct UnfinishedState {
+    pub stored: DocStateRow,
+    pub fed: DocStateRow,
+}
+
 /// Feeds what the checkpoint's cross-document stages held at `round`'s
 /// restore time: its entities with its names' states (see
-/// [`crate::state`]) first, then every document's state, spread over
-/// this process's workers. Returns the bytes of states read, and the
-/// states of the documents the checkpoint left `unfinished`.
+/// [`crate::state`]) first, then every document's state, its spans filled
+/// in from the document's text, spread over this process's workers.
+/// Returns the bytes of states read, and the states of the documents the
+/// checkpoint left `unfinished`.
 pub(super) fn restore(
     engine: &Engine,
     round: u64,
     checkpoint: &CheckpointRow,
     unfinished: Option<&BTreeSet<String>>,
-) -> Result<(u64, Vec<DocStateRow>), IndexError> {
+) -> Result<(u64, Vec<UnfinishedState>), IndexError> {
     let mut states_of_unfinished = Vec::new();
     let (store, feeds) = (engine.store(), engine.feeds());
     let (mut sent, mut bytes, mut failed) = (0, 0, None);
@@ -64,31 +73,36 @@ pub(super) fn restore(
         }
     });
     engine.block_on(scan)?;
+    let documents = checkpoint.version_of(Table::Documents);
     let columns = ["doc_id", "build", "state"];
-    let scan = store.scan_at(Table::DocStates, checkpoint, &columns, |batch| {
+    let scan = store.scan_at_awaiting(Table::DocStates, checkpoint, &columns, async |batch| {
         if failed.is_some() {
             return;
         }
-        let rows: Vec<DocStateRow> = match batch_rows(Table::DocStates, batch) {
+        let filled = match batch_rows::<DocStateRow>(Table::DocStates, batch) {
+            Ok(rows) => filled_in(store, documents, rows).await,
+            Err(e) => Err(e.into()),
+        };
+        let rows = match filled {
             Ok(rows) => rows,
             Err(e) => {
-                failed = Some(e.into());
+                failed = Some(e);
                 return;
             }
         };
+        bytes += rows.iter().map(|(r, _)| r.state.len() as u64).sum::<u64>();
         states_of_unfinished.extend(
             (rows.iter())
-                .filter(|r| unfinished.is_some_and(|u| u.contains(&r.doc_id)))
-                .cloned(),
+                .filter(|(r, _)| unfinished.is_some_and(|u| u.contains(&r.doc_id)))
+                .map(|(stored, fed)| UnfinishedState {
+                    stored: stored.clone(),
+                    fed: fed.clone(),
+                }),
         );
-        let mut rows = rows.into_iter().peekable();
+        let mut rows = rows.into_iter().map(|(_, fed)| fed).peekable();
         while rows.peek().is_some() && failed.is_none() {
             let mut chunk: Vec<Fed> = std::mem::take(&mut entities);
-            chunk.extend(
-                (rows.by_ref().take(STATES_PER_EPOCH))
-                    .inspect(|r| bytes += r.state.len() as u64)
-                    .map(Fed::Restored),
-            );
+            chunk.extend(rows.by_ref().take(STATES_PER_EPOCH).map(Fed::Restored));
             let (worker, epoch) = (sent % feeds, (sent / feeds) as u64);
             if let Err(e) = engine.restore(round, epoch, worker, chunk) {
                 failed = Some(e);
@@ -112,6 +126,40 @@ pub(super) fn restore(
     Ok((bytes, states_of_unfinished))
 }
 
+/// Each of `states` with its spans filled in from its document's text, as
+/// the checkpoint's `documents` (at version `documents`) holds it: read
+/// through the table's `doc_id` index, a batch of states at a time.
+async fn filled_in(
+    store: &TableStore,
+    documents: Option<u64>,
+    states: Vec<DocStateRow>,
+) -> Result<Vec<(DocStateRow, DocStateRow)>, IndexError> {
+    let ids: Vec<String> = states.iter().map(|s| s.doc_id.clone()).collect();
+    let texts: Vec<DocumentText> = match documents {
+        Some(version) => {
+            let columns: &[&str] = &["doc_id", "text"];
+            (store.columns_where_in(Table::Documents, version, "doc_id", &ids, Some(columns)))
+                .await?
+        }
+        None => Vec::new(),
+    };
+    let texts: HashMap<&str, &str> = (texts.iter())
+        .map(|d| (d.doc_id.as_str(), d.text.as_str()))
+        .collect();
+    (states.into_iter())
+        .map(|stored| {
+            let unreadable = |why: String| IndexError::UnreadableState {
+                doc_id: stored.doc_id.clone(),
+                why,
+            };
+            let text = (texts.get(stored.doc_id.as_str()))
+                .ok_or_else(|| unreadable("its document has no row".into()))?;
+            let fed = DocState::with_document_text(&stored, text).map_err(unreadable)?;
+            Ok((stored, fed))
+        })
+        .collect()
+}
+
 /// The rows the tables hold at `checkpoint` of the documents whose `states`
 /// are given, each with multiplicity -1: every row their builds made but
 /// the graph's, which the states themselves give the dataflow (which
@@ -119,7 +167,7 @@ pub(super) fn restore(
 pub(super) async fn stored_rows(
     store: &TableStore,
     checkpoint: &CheckpointRow,
-    states: &[DocStateRow],
+    states: &[UnfinishedState],
 ) -> Result<Batch, IndexError> {
     async fn rows<R: TableRow>(
         store: &TableStore,
@@ -132,7 +180,7 @@ pub(super) async fn stored_rows(
             None => Vec::new(),
         })
     }
-    let ids: Vec<String> = states.iter().map(|s| s.doc_id.clone()).collect();
+    let ids: Vec<String> = states.iter().map(|s| s.stored.doc_id.clone()).collect();
     let segments: Vec<SegmentRow> = rows(store, checkpoint, "doc_id", &ids).await?;
     let mut nodes: Vec<TreeNodeRow> = rows(store, checkpoint, "doc_id", &ids).await?;
     TreeNodeRow::fill_own_text_terms(&mut nodes, &segments);
@@ -155,8 +203,15 @@ pub(super) async fn stored_rows(
                 .filter(|e| e.stage != "ingest")
                 .map(MemoryRow::Error),
         )
-        .chain(states.iter().cloned().map(MemoryRow::DocState));
+        .chain(states.iter().map(|s| MemoryRow::DocState(s.stored.clone())));
     Ok(stored.map(|row| (row, -1)).collect())
+}
+
+/// The columns of a document's row that fill its state's spans in.
+#[derive(serde::Deserialize)]
+struct DocumentText {
+    doc_id: String,
+    text: String,
 }
 
 /// The columns of an entity's row the restore reads.

@@ -131,7 +131,7 @@ impl TableStore {
         let Some(dataset) = self.dataset(table, None).await? else {
             return Ok(());
         };
-        self.scan_columns(&dataset, table, &[column], |batch| {
+        self.scan_columns(&dataset, table, &[column], async |batch| {
             if let Some(values) = strings(batch, column) {
                 values.iter().flatten().for_each(&mut each);
             }
@@ -184,7 +184,20 @@ impl TableStore {
         table: Table,
         checkpoint: &CheckpointRow,
         columns: &[&str],
-        each: impl FnMut(&RecordBatch),
+        mut each: impl FnMut(&RecordBatch),
+    ) -> Result<()> {
+        self.scan_at_awaiting(table, checkpoint, columns, async |batch| each(batch))
+            .await
+    }
+
+    /// [`TableStore::scan_at`] with a callback that awaits (reads other
+    /// tables, say) before the next batch is read.
+    pub async fn scan_at_awaiting(
+        &self,
+        table: Table,
+        checkpoint: &CheckpointRow,
+        columns: &[&str],
+        each: impl AsyncFnMut(&RecordBatch),
     ) -> Result<()> {
         let Some(dataset) = self.dataset_at(table, checkpoint).await? else {
             return Ok(());
@@ -198,7 +211,7 @@ impl TableStore {
         dataset: &Dataset,
         table: Table,
         columns: &[&str],
-        mut each: impl FnMut(&RecordBatch),
+        mut each: impl AsyncFnMut(&RecordBatch),
     ) -> Result<()> {
         let mut scan = dataset.scan();
         scan.project(columns)
@@ -212,7 +225,7 @@ impl TableStore {
             .await
             .map_err(|e| self.lance_error(table, e))?
         {
-            each(&batch);
+            each(&batch).await;
         }
         Ok(())
     }
@@ -249,7 +262,20 @@ impl TableStore {
         column: &str,
         values: &[String],
     ) -> Result<Vec<R>> {
-        let table = R::TABLE;
+        self.columns_where_in(R::TABLE, version, column, values, None)
+            .await
+    }
+
+    /// The rows of `table` at `version` whose string `column` is one of
+    /// `values`, as `R`, reading only the `projected` columns where given.
+    pub async fn columns_where_in<R: serde::de::DeserializeOwned>(
+        &self,
+        table: Table,
+        version: u64,
+        column: &str,
+        values: &[String],
+        projected: Option<&[&str]>,
+    ) -> Result<Vec<R>> {
         let Some(dataset) = self.dataset(table, Some(version)).await? else {
             return Ok(Vec::new());
         };
@@ -258,6 +284,10 @@ impl TableStore {
             let mut scan = dataset.scan();
             scan.filter(&column_in(column, values))
                 .map_err(|e| self.lance_error(table, e))?;
+            if let Some(columns) = projected {
+                scan.project(columns)
+                    .map_err(|e| self.lance_error(table, e))?;
+            }
             rows.extend(rows_of(table, &self.batches_of(table, &scan).await?)?);
         }
         Ok(rows)
