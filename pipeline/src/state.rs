@@ -65,8 +65,8 @@ struct KeptState {
 
 /// One of a kept state's texts: itself, or where its document's text
 /// (whitespace collapsed, as [`collapse_whitespace`] and
-/// [`memweave_operators::extract::head_words`] give it) holds it, in bytes, end exclusive, and for a head cut short
-/// the [`CUT_MARK`] after it.
+/// [`memweave_operators::extract::head_words`] give it) holds it, in bytes,
+/// end exclusive, and for a head cut short the [`CUT_MARK`] after it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 enum KeptText {
@@ -285,23 +285,25 @@ impl<'a> Numbering<'a> {
         texts.iter().map(|text| self.number(text)).collect()
     }
 
-    /// The texts in number order, each a span where `finder` finds it in
-    /// its segment; and the length of the text spans are offsets into, if
-    /// any is one.
-    fn kept(self, finder: &SpanFinder) -> (Vec<KeptText>, Option<u32>) {
-        let mut spanned = None;
-        let texts = (self.texts.into_iter())
-            .map(
-                |(text, segment)| match segment.and_then(|seg_id| finder.span(text, seg_id)) {
-                    Some(span) => {
-                        spanned = Some(finder.collapsed.len() as u32);
-                        span
-                    }
-                    None => KeptText::Own(text.to_string()),
-                },
-            )
+    /// The texts in number order, each a span where it is in its segment's
+    /// stretch of `text` (whose segments `rows` give); and the length of the
+    /// text spans are offsets into, if any is one.
+    fn kept(self, text: &str, rows: &[BuiltRow]) -> (Vec<KeptText>, Option<u32>) {
+        // A state with nothing to look for (no entity, no relation) makes no
+        // collapsed copy of its document's text.
+        let finder = (self.texts.iter())
+            .any(|(_, segment)| segment.is_some())
+            .then(|| SpanFinder::new(text, rows));
+        let texts: Vec<KeptText> = (self.texts.into_iter())
+            .map(|(text, segment)| {
+                (segment.zip(finder.as_ref()))
+                    .and_then(|(seg_id, finder)| finder.span(text, seg_id))
+                    .unwrap_or_else(|| KeptText::Own(text.to_string()))
+            })
             .collect();
-        (texts, spanned)
+        let spanned = texts.iter().any(|t| !matches!(t, KeptText::Own(_)));
+        let length = finder.filter(|_| spanned).map(|f| f.collapsed.len() as u32);
+        (texts, length)
     }
 }
 
@@ -321,9 +323,7 @@ impl Texts {
             .collect::<Result<_, String>>()?;
         Ok(Texts(texts))
     }
-}
 
-impl Texts {
     fn shared(&self, number: u32) -> Result<Arc<str>, String> {
         (self.0.get(number as usize).cloned()).ok_or_else(|| format!("it has no text {number}"))
     }
@@ -381,7 +381,7 @@ impl DocState {
                 _ => {}
             }
         }
-        (kept.texts, kept.spanned) = numbering.kept(&SpanFinder::new(text, rows));
+        (kept.texts, kept.spanned) = numbering.kept(text, rows);
         DocStateRow {
             doc_id: doc_id.to_string(),
             build: build.to_string(),
@@ -778,6 +778,7 @@ mod tests {
             let wanted = segment_words[i.min(j)..=i.max(j)].join(" ");
             let rows = vec![segment("s", start as u64, end as u64)];
             let finder = SpanFinder::new(&text, &rows);
+            proptest::prop_assert_eq!(&finder.collapsed, &collapse_whitespace(&text));
             let Some(KeptText::Span(from, to)) = finder.span(&wanted, "s") else {
                 panic!("{wanted:?} not found in {segment_text:?}");
             };
