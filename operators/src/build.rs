@@ -191,6 +191,16 @@ impl BuildConfig {
         }
     }
 
+    /// The finest cut the build keeps: the passages readers rank, their BM25
+    /// statistics the only cut's the lexicon counts
+    /// ([`RankedCorpora`](memweave_schemas::search::RankedCorpora)).
+    pub fn finest_cut(&self) -> usize {
+        let chunks = self.memories.raptor.then(|| self.chunks());
+        (chunks.into_iter().chain(self.passages()))
+            .map(|cut| cut.target_tokens)
+            .fold(self.segments.target_tokens, usize::min)
+    }
+
     /// The cut kept for the retrieval baselines: only where it is finer than the
     /// segments and is not already there as RAPTOR's chunks.
     pub fn passages(&self) -> Option<SegmentConfig> {
@@ -774,7 +784,7 @@ mod tests {
                 .and_then(|s| segments.get(s))
                 .unwrap();
             assert_eq!(leaf.summary, None, "its segment's own text, kept once");
-            let searched = memweave_schemas::text::terms(segment).join(" ");
+            let searched = memweave_schemas::text::searched_terms([segment.as_str()]);
             assert_eq!(leaf.terms, searched, "found by its segment's terms");
         }
         let is_raptor = |r: &BuiltRow| matches!(r, BuiltRow::TreeNode(n) if n.tree == "raptor");
@@ -826,7 +836,7 @@ mod tests {
                 .iter()
                 .all(|n| n.seg_id.as_ref() == Some(&segments[0].seg_id))
         );
-        let searched = memweave_schemas::text::terms(text).join(" ");
+        let searched = memweave_schemas::text::searched_terms([text]);
         assert!(
             leaves
                 .iter()
@@ -861,7 +871,7 @@ mod tests {
             _ => None,
         });
         assert_eq!(memory, None);
-        let searched = memweave_schemas::text::terms(text).join(" ");
+        let searched = memweave_schemas::text::searched_terms([text]);
         assert_eq!(segments[0].terms, searched);
         let shortened = BuildConfig {
             shorten_short_texts: true,

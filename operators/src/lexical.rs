@@ -329,7 +329,7 @@ mod tests {
     #[test]
     fn a_text_and_its_terms_have_one_vector() {
         let text = "Painting still lifes taught me to look; paintings fade, pizza does not.";
-        let kept = terms(text).join(" ");
+        let kept = memweave_schemas::text::searched_terms([text]);
         assert_eq!(
             hashing_embedding_of_terms(kept.split_whitespace(), 64),
             hashing_embedding(text, 64)

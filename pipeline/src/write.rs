@@ -18,9 +18,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use memweave_schemas::search::LexiconDelta;
+use memweave_schemas::search::{LexiconDelta, RankedCorpora};
 use memweave_schemas::store::{Compaction, Fragment, StoreError, with_single_float_vectors};
-use memweave_schemas::{ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion};
+use memweave_schemas::{
+    CheckpointRow, ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
 
@@ -144,6 +146,8 @@ pub struct RoundWriter {
     permits: Arc<Semaphore>,
     stages: Arc<StageProgress>,
     batch_rows: usize,
+    /// The corpora the lexicon counts: the build's finest cut's.
+    ranked: RankedCorpora,
 }
 
 impl RoundWriter {
@@ -152,6 +156,7 @@ impl RoundWriter {
         vector_width: usize,
         stages: Arc<StageProgress>,
         batch_rows: usize,
+        ranked: RankedCorpora,
     ) -> RoundWriter {
         RoundWriter {
             store,
@@ -160,6 +165,7 @@ impl RoundWriter {
             permits: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
             stages,
             batch_rows,
+            ranked,
         }
     }
 
@@ -212,7 +218,7 @@ impl RoundWriter {
         for (row, diff) in batch {
             // A row counted more than once is one row, as in a table.
             let sign = diff.signum() as i64;
-            lexicon.count(&row, sign);
+            lexicon.count(&row, sign, self.ranked);
             match sign {
                 1 => added.push(row),
                 -1 => removed.entry(row.table()).or_default().push(row.key()),
@@ -275,13 +281,17 @@ impl RoundWriter {
 
     /// Commits a round from what its batches staged: per table, removed keys
     /// deleted (every row, with `replace`), staged files added, small files
-    /// compacted. Returns each table's version and what changed.
+    /// compacted (`checkpointed`: the newest checkpoint, whose versions stay
+    /// as they are where the history is kept). Returns each table's version
+    /// and what changed.
     pub async fn commit(
         &self,
         replace: bool,
         parts: Vec<StagedPart>,
         compaction: Compaction,
+        checkpointed: Option<&CheckpointRow>,
     ) -> Result<(Vec<TableVersion>, RoundChanges), StoreError> {
+        let since = |table| checkpointed.and_then(|checkpoint| checkpoint.version_of(table));
         let mut round = StagedPart::default();
         for part in parts {
             round.absorb(part);
@@ -315,7 +325,7 @@ impl RoundWriter {
             self.store
                 .commit_staged(table, &removed, replace, fragments)
                 .await?;
-            let mut version = self.store.compact(table, compaction).await?;
+            let mut version = self.store.compact(table, compaction, since(table)).await?;
             if table == Table::Embeddings {
                 version = self.store.index_vectors(replace).await?.unwrap_or(version);
             }
@@ -330,8 +340,11 @@ impl RoundWriter {
         }
         // The statistics the searched texts are scored with, as of the tables
         // just committed.
-        self.store.apply_lexicon(&lexicon, replace).await?;
-        self.store.compact(Table::Lexicon, compaction).await?;
+        (self.store.apply_lexicon(&lexicon, self.ranked, replace)).await?;
+        (self
+            .store
+            .compact(Table::Lexicon, compaction, since(Table::Lexicon)))
+        .await?;
         let version = self.store.index_lookups(Table::Lexicon).await?;
         versions.push(TableVersion {
             table: Table::Lexicon.name().to_string(),
@@ -356,7 +369,7 @@ mod tests {
         let part = |doc: &str, text: &str| {
             let mut lexicon = LexiconDelta::default();
             let gists = memweave_schemas::GistMemoryRow::new(doc, [text]);
-            lexicon.count(&MemoryRow::GistMemory(gists), 1);
+            lexicon.count(&MemoryRow::GistMemory(gists), 1, RankedCorpora::of_cuts([]));
             StagedPart {
                 documents_removed: vec![doc.to_string()],
                 lexicon,
@@ -388,6 +401,65 @@ mod tests {
         );
     }
 
+    /// With the history kept, a round staged a batch at a time commits each
+    /// table as one fragment, and the next round adds one more: what the
+    /// checkpointed version holds stays as it is.
+    #[tokio::test]
+    async fn a_round_staged_in_batches_is_one_fragment_a_table() -> Result<(), StoreError> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path())?;
+        let ranked = RankedCorpora::of_cuts([]);
+        let writer = RoundWriter::new(store.clone(), 4, StageProgress::new(), 64, ranked);
+        writer.prepare().await?;
+        let round = |first: usize| {
+            let writer = &writer;
+            async move {
+                let mut parts = Vec::new();
+                for i in first..first + 5 {
+                    let error = ErrorRow::new("build", "stage", None, "kind", &format!("bad {i}"));
+                    let batch: Batch = HashMap::from([(MemoryRow::Error(error), 1)]);
+                    parts.push(writer.stage(batch).await.expect("staged"));
+                }
+                parts
+            }
+        };
+        let fragments = |version| {
+            let store = store.clone();
+            async move {
+                let dataset = store.dataset(Table::Errors, Some(version)).await.unwrap();
+                let fragments = dataset.unwrap().get_fragments();
+                fragments.iter().map(|f| f.id()).collect::<Vec<_>>()
+            }
+        };
+        let kept = Compaction::WhenFragmented;
+        let (versions, _) = writer.commit(false, round(0).await, kept, None).await?;
+        let checkpoint = CheckpointRow {
+            epoch: 1,
+            created_at: 0,
+            source_positions: String::new(),
+            table_versions: versions,
+            vector_model: None,
+            vector_segment_tokens: None,
+        };
+        let first = checkpoint.version_of(Table::Errors).unwrap();
+        assert_eq!(
+            fragments(first).await.len(),
+            1,
+            "five batches, one fragment"
+        );
+        let (versions, _) = (writer.commit(false, round(5).await, kept, Some(&checkpoint))).await?;
+        let second = (versions.iter().find(|v| v.table == Table::Errors.name())).unwrap();
+        let (before, after) = (fragments(first).await, fragments(second.version).await);
+        assert_eq!(after.len(), 2, "{after:?}");
+        assert_eq!(
+            after[0], before[0],
+            "the checkpointed fragment is left alone"
+        );
+        let rows: Vec<ErrorRow> = store.read_rows(Some(second.version)).await?;
+        assert_eq!(rows.len(), 10);
+        Ok(())
+    }
+
     /// A writer that was never prepared (a cluster's process other than 0)
     /// stages vectors into an `embeddings` table written with single floats
     /// as that table stores them, and the rows read back.
@@ -403,7 +475,8 @@ mod tests {
         lance::Dataset::write(batches, uri.to_str().unwrap(), None)
             .await
             .expect("an older embeddings table");
-        let writer = RoundWriter::new(store.clone(), 4, StageProgress::new(), 64);
+        let ranked = RankedCorpora::of_cuts([]);
+        let writer = RoundWriter::new(store.clone(), 4, StageProgress::new(), 64, ranked);
         let batch: Batch = HashMap::from([(MemoryRow::Embedding(row("b")), 1)]);
         let part = writer.stage(batch).await.expect("staged");
         let fragments = part.tables.into_iter().flat_map(|t| t.fragments).collect();

@@ -80,7 +80,7 @@ pub struct SegmentRow {
     /// The segmentation's target size: a document is segmented once per size its
     /// memories ask for (MemWalker segments, RAPTOR chunks), once when they agree.
     pub target_tokens: u32,
-    /// The text's [`crate::text::terms`], one space apart: what its full-text
+    /// The text's [`crate::text::searched_terms`]: what its full-text
     /// index and the lexicon count, kept with the row so that a row read
     /// back (to retract it) counts out what it counted in.
     pub terms: String,
@@ -98,7 +98,7 @@ pub struct Segment {
 impl Segment {
     /// The segment of `text` described by `row` (whose `terms` it fills).
     pub fn new(mut row: SegmentRow, text: String) -> Self {
-        row.terms = crate::text::terms(&text).join(" ");
+        row.terms = crate::text::searched_terms([text.as_str()]);
         Segment { row, text }
     }
 }
@@ -107,6 +107,22 @@ impl SegmentRow {
     /// The segment's text, out of its document's `text`.
     pub fn text_in(&self, text: &str) -> String {
         chars_of(text, self.start_char, self.end_char)
+    }
+
+    /// A segment of document "d" as the lexicon counts one: its id, cut
+    /// and terms alone.
+    #[cfg(test)]
+    pub(crate) fn counted(seg_id: &str, target_tokens: u32, terms: String) -> Self {
+        SegmentRow {
+            seg_id: seg_id.into(),
+            doc_id: "d".into(),
+            ordinal: 0,
+            start_char: 0,
+            end_char: 0,
+            n_tokens: 0,
+            target_tokens,
+            terms,
+        }
     }
 }
 
@@ -170,9 +186,9 @@ impl TreeNodeRow {
     }
 
     /// `self` with its summary's terms (where it is made: a leaf keeps
-    /// them when it forgets its text).
+    /// them when it forgets its text, as its segment's row has them).
     pub fn with_terms(mut self) -> Self {
-        self.terms = crate::text::terms(self.text()).join(" ");
+        self.terms = crate::text::searched_terms([self.text()]);
         self
     }
 
@@ -277,8 +293,8 @@ pub struct DocStateRow {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct GistMemoryRow {
     pub doc_id: String,
-    /// The gists' [`crate::text::terms`], one space apart: what the full-text
-    /// index and the lexicon count (as a segment's `terms`).
+    /// The gists' [`crate::text::searched_terms`]: what the full-text index
+    /// and the lexicon count (as a segment's `terms`).
     pub terms: String,
 }
 
@@ -286,12 +302,10 @@ impl GistMemoryRow {
     /// The gist memory of the document `doc_id` whose pages' gists are `gists`
     /// (terms never span two texts, so each gist's are its own).
     pub fn new(doc_id: &str, gists: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
-        let terms: Vec<String> = (gists.into_iter())
-            .flat_map(|gist| crate::text::terms(gist.as_ref()))
-            .collect();
+        let gists: Vec<_> = gists.into_iter().collect();
         GistMemoryRow {
             doc_id: doc_id.to_string(),
-            terms: terms.join(" "),
+            terms: crate::text::searched_terms(gists.iter().map(AsRef::as_ref)),
         }
     }
 }

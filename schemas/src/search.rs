@@ -3,8 +3,8 @@
 //!
 //! - a `terms` column on each searched row (segments, tree nodes, documents'
 //!   gist memories), kept with the row where it is made, since a segment
-//!   keeps no text: its text's [`terms`](crate::text::terms), one space
-//!   apart. A leaf that is its segment's own text carries them while it is
+//!   keeps no text: its text's [`terms`](crate::text::terms), sorted, one
+//!   space apart (`searched_terms`). A leaf that is its segment's own text carries them while it is
 //!   built and is stored without them, its segment's row holding the same.
 //!   Lance's full-text index reads it with a whitespace tokenizer and nothing
 //!   else (no lower-casing, stemming or stop words), so the index's tokens,
@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::MemoryRow;
 use crate::rows::LexiconRow;
+use crate::rows::TREE_MEMWALKER;
 use crate::text::normalise;
 
 pub use crate::tables::{NAME_KEYS, TERMS};
@@ -110,20 +111,53 @@ pub fn name_keys<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     keys.into_iter().collect()
 }
 
+/// The corpora a reader scores BM25 over, the only ones the lexicon counts:
+/// the passages (the memory's finest cut, with the whole documents that
+/// stand in every cut), MemWalker's summaries and the gist memories. The
+/// other cuts and trees are searched only for candidates, which their
+/// full-text indexes find by their own counts; counting them too kept
+/// about 40% of pg-essays' lexicon rows that nothing read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankedCorpora {
+    passage_cut: u32,
+}
+
+impl RankedCorpora {
+    /// Of a memory whose finest cut is `passage_cut`.
+    pub fn finest_cut(passage_cut: u32) -> Self {
+        RankedCorpora { passage_cut }
+    }
+
+    /// Of a memory holding segments of the cuts `cuts`: the finest that is
+    /// not a whole document's (the one a reader ranks as its passages).
+    pub fn of_cuts(cuts: impl IntoIterator<Item = u32>) -> Self {
+        let finest = cuts
+            .into_iter()
+            .filter(|cut| !is_whole_document(*cut))
+            .min();
+        Self::finest_cut(finest.unwrap_or(WHOLE_DOCUMENT_CUT))
+    }
+
+    /// Whether the lexicon counts `corpus`.
+    pub fn counts(&self, corpus: &str) -> bool {
+        match segments_cut(corpus) {
+            Some(cut) => in_cut(cut, self.passage_cut),
+            None => corpus == GIST_CORPUS || corpus == tree_corpus(TREE_MEMWALKER),
+        }
+    }
+}
+
 /// The corpus a row's searched text belongs to, and that text's terms (each
 /// row carries its text's terms: a segment and a leaf that is its segment's
 /// own text keep no text).
-fn searched_terms(row: &MemoryRow) -> Option<(String, Vec<String>)> {
+fn searched_terms(row: &MemoryRow) -> Option<(String, &str)> {
     let (corpus, terms) = match row {
         MemoryRow::Segment(s) => (segments_corpus(s.target_tokens), &s.terms),
         MemoryRow::TreeNode(n) => (tree_corpus(&n.tree), &n.terms),
         MemoryRow::GistMemory(g) => (GIST_CORPUS.to_string(), &g.terms),
         _ => return None,
     };
-    Some((
-        corpus,
-        terms.split_whitespace().map(str::to_string).collect(),
-    ))
+    Some((corpus, terms))
 }
 
 /// A change to the lexicon: per corpus and term, texts and occurrences added
@@ -134,18 +168,23 @@ pub struct LexiconDelta {
 }
 
 impl LexiconDelta {
-    /// Counts `row`'s searched text in (`sign` 1) or out (`sign` -1).
-    pub fn count(&mut self, row: &MemoryRow, sign: i64) {
+    /// Counts `row`'s searched text in (`sign` 1) or out (`sign` -1), where
+    /// its corpus is one of `ranked`.
+    pub fn count(&mut self, row: &MemoryRow, sign: i64, ranked: RankedCorpora) {
         let Some((corpus, terms)) = searched_terms(row) else {
             return;
         };
-        let mut counts: HashMap<String, i64> = HashMap::new();
-        for term in &terms {
-            *counts.entry(term.clone()).or_default() += 1;
+        if !ranked.counts(&corpus) {
+            return;
         }
-        self.add(&corpus, TOTALS, sign, sign * terms.len() as i64);
+        let mut counts: HashMap<&str, i64> = HashMap::new();
+        for term in terms.split_whitespace() {
+            *counts.entry(term).or_default() += 1;
+        }
+        let total: i64 = counts.values().sum();
+        self.add(&corpus, TOTALS, sign, sign * total);
         for (term, count) in counts {
-            self.add(&corpus, &term, sign, sign * count);
+            self.add(&corpus, term, sign, sign * count);
         }
     }
 
@@ -228,27 +267,21 @@ mod tests {
     use crate::rows::{GistMemoryRow, Segment, SegmentRow};
 
     fn segment(text: &str, target_tokens: u32) -> MemoryRow {
-        let row = SegmentRow {
-            seg_id: text.into(),
-            doc_id: "d".into(),
-            ordinal: 0,
-            start_char: 0,
-            end_char: 0,
-            n_tokens: 0,
-            target_tokens,
-            terms: String::new(),
-        };
+        let row = SegmentRow::counted(text, target_tokens, String::new());
         MemoryRow::Segment(Segment::new(row, text.into()).row)
     }
+
+    /// A memory whose passages are cut to 100 tokens.
+    const RANKED: RankedCorpora = RankedCorpora { passage_cut: 100 };
 
     #[test]
     fn a_delta_counts_texts_and_occurrences_per_corpus_and_drops_emptied_entries() {
         let mut delta = LexiconDelta::default();
-        delta.count(&segment("Paint, paints and startups.", 100), 1);
-        delta.count(&segment("A startup.", 100), 1);
-        delta.count(&segment("A startup.", 600), 1);
+        delta.count(&segment("Paint, paints and startups.", 100), 1, RANKED);
+        delta.count(&segment("A startup.", 100), 1, RANKED);
+        delta.count(&segment("A startup.", WHOLE_DOCUMENT_CUT), 1, RANKED);
         let gists = MemoryRow::GistMemory(GistMemoryRow::new("d", ["paints"]));
-        delta.count(&gists, 1);
+        delta.count(&gists, 1, RANKED);
         let rows = delta.apply(&[]).unwrap();
         let find = |entry: &str| {
             let (corpus, term) = entry.split_once(' ').unwrap();
@@ -262,14 +295,14 @@ mod tests {
         assert_eq!((startup.rows, startup.occurrences), (2, 2));
         let totals = find("segments/100 *").unwrap();
         assert_eq!((totals.rows, totals.occurrences), (2, 4));
-        assert_eq!(find("segments/600 *").unwrap().rows, 1);
+        assert_eq!(find("segments/0 *").unwrap().rows, 1);
         assert_eq!(find("gist_memories paint").unwrap().rows, 1);
 
         // Taking a text out again replaces the rows of its terms (in every
         // corpus, as a commit reads them back by term): the others' counts
         // kept, and no entry for a term no text holds.
         let mut removal = LexiconDelta::default();
-        removal.count(&segment("Paint, paints and startups.", 100), -1);
+        removal.count(&segment("Paint, paints and startups.", 100), -1, RANKED);
         let terms = removal.terms();
         let current: Vec<LexiconRow> = (rows.iter())
             .filter(|r| terms.contains(&r.term))
@@ -289,7 +322,7 @@ mod tests {
         };
         assert_eq!(startup("segments/100"), Some((1, 1)));
         assert_eq!(
-            startup("segments/600"),
+            startup("segments/0"),
             Some((1, 1)),
             "another corpus's row kept"
         );
@@ -301,13 +334,66 @@ mod tests {
 
         // Removing what was never counted is an error, not a silent zero.
         let mut wrong = LexiconDelta::default();
-        wrong.count(&segment("unknown words", 100), -1);
+        wrong.count(&segment("unknown words", 100), -1, RANKED);
         assert!(
             wrong
                 .apply(&current)
                 .unwrap_err()
                 .to_string()
                 .contains("below zero")
+        );
+    }
+
+    /// Only what a reader ranks is counted: a coarser cut's segments and
+    /// RAPTOR's summaries are found by their full-text indexes alone.
+    #[test]
+    fn the_lexicon_counts_only_the_corpora_readers_rank() {
+        let node = |tree: &str| {
+            MemoryRow::TreeNode(crate::rows::TreeNodeRow {
+                node_id: tree.into(),
+                tree: tree.into(),
+                doc_id: None,
+                level: 0,
+                ordinal: 0,
+                parent_id: None,
+                child_ids: Vec::new(),
+                seg_id: None,
+                summary: Some("A harbour.".into()),
+                surprise: None,
+                n_tokens: 2,
+                terms: "harbour".into(),
+            })
+        };
+        let mut delta = LexiconDelta::default();
+        for row in [
+            segment("A harbour.", 100),
+            segment("A harbour.", 600),
+            segment("A harbour.", OWN_GIST_CUT),
+            node(TREE_MEMWALKER),
+            node(crate::rows::TREE_RAPTOR),
+            node(crate::rows::TREE_MEMWALKER_CORPUS),
+        ] {
+            delta.count(&row, 1, RANKED);
+        }
+        let corpora: BTreeSet<String> = (delta.apply(&[]).unwrap().into_iter())
+            .map(|r| r.corpus)
+            .collect();
+        assert_eq!(
+            corpora,
+            BTreeSet::from([
+                "segments/100".to_string(),
+                "segments/1".to_string(),
+                "tree_nodes/memwalker".to_string(),
+            ])
+        );
+        // The finest cut of a memory's is its passages, whole documents apart.
+        assert_eq!(
+            RankedCorpora::of_cuts([1_000, 600, 0, 1]),
+            RankedCorpora::finest_cut(600)
+        );
+        assert_eq!(
+            RankedCorpora::of_cuts([0, 1]),
+            RankedCorpora::finest_cut(WHOLE_DOCUMENT_CUT)
         );
     }
 

@@ -27,6 +27,16 @@ pub fn terms(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// What a row searched by `texts` keeps in its `terms` column: their
+/// [`terms`], sorted, one space apart. Every reader counts them as a bag (BM25,
+/// the full-text index, the hashing vectors, the lexicon), and sorted, a
+/// term's repeats lie together, which the column's compression finds.
+pub fn searched_terms<'a>(texts: impl IntoIterator<Item = &'a str>) -> String {
+    let mut all: Vec<String> = texts.into_iter().flat_map(terms).collect();
+    all.sort_unstable();
+    all.join(" ")
+}
+
 fn stem(word: &str) -> String {
     if !word.is_ascii() {
         return word.to_string();
@@ -75,5 +85,14 @@ mod tests {
         for word in STOPWORDS {
             assert!(terms(word).is_empty(), "{word} is kept");
         }
+    }
+
+    /// A row keeps its texts' terms as a sorted bag: every repeat kept, a
+    /// term's repeats side by side, whatever text they came from.
+    #[test]
+    fn searched_terms_are_every_term_sorted() {
+        let searched =
+            searched_terms(["Lighthouses guide ships.", "A ship passed the lighthouse."]);
+        assert_eq!(searched, "guide lighthouse lighthouse pass ship ship");
     }
 }

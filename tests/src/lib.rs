@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use memweave_schemas::search::{LexiconDelta, in_cut};
+use memweave_schemas::search::{LexiconDelta, RankedCorpora, in_cut};
 use memweave_schemas::{CheckpointRow, LexiconRow, MemoryTables, TableStore, TreeNodeRow};
 
 pub mod browser;
@@ -316,9 +316,10 @@ impl Tables {
     pub fn recounted_lexicon(&self) -> Vec<LexiconRow> {
         let mut counted = self.rows.clone();
         TreeNodeRow::fill_own_text_terms(&mut counted.tree_nodes, &counted.segments);
+        let ranked = RankedCorpora::of_cuts(counted.segments.iter().map(|s| s.target_tokens));
         let mut delta = LexiconDelta::default();
         for row in counted.rows() {
-            delta.count(&row, 1);
+            delta.count(&row, 1, ranked);
         }
         let mut lexicon = delta.apply(&[]).expect("counts only add");
         lexicon.sort();

@@ -312,6 +312,7 @@ mod tests {
     use memweave_operators::embed::HashingEmbedder;
     use memweave_operators::paginate::PageConfig;
     use memweave_operators::segment::SegmentConfig;
+    use memweave_schemas::search::RankedCorpora;
     use memweave_schemas::store::Compaction;
     use memweave_schemas::{ErrorRow, PageRow, SegmentRow, TableStore, TreeNodeRow};
 
@@ -372,7 +373,9 @@ mod tests {
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let handle = runtime.handle().clone();
         let stages = StageProgress::new();
-        let writer = Arc::new(RoundWriter::new(store.clone(), 32, Arc::clone(&stages), 64));
+        let ranked = RankedCorpora::finest_cut(config().finest_cut() as u32);
+        let writer = RoundWriter::new(store.clone(), 32, Arc::clone(&stages), 64, ranked);
+        let writer = Arc::new(writer);
         let services = Services {
             model,
             embedder: Arc::new(HashingEmbedder::new(32)),
@@ -407,7 +410,7 @@ mod tests {
                     .collect::<Result<_, _>>()
                     .expect("rows staged");
                 handle
-                    .block_on(writer.commit(round == 0, parts, Compaction::Tiered))
+                    .block_on(writer.commit(round == 0, parts, Compaction::Tiered, None))
                     .expect("a commit");
             }
         })

@@ -41,27 +41,18 @@ pub(super) async fn commit(
     let compaction = round.retention.compaction();
     let previous = store.latest_checkpoint().await?;
     let (mut versions, changes) =
-        (engine.commit_rows(round.replace, round.parts, compaction)).await?;
+        (engine.commit_rows(round.replace, round.parts, compaction, previous.as_ref())).await?;
     let mut calls = cache.finish().await?;
     if calls.is_some() {
-        // Appended a flush at a time: a ledger whose history retention
-        // removes is compacted like the memory; kept, only what this round
-        // appended is merged (what older checkpoints name stays as it is).
-        calls = Some(match compaction {
-            Compaction::Tiered => {
-                if round.evicts {
-                    let superseded = round.versions.superseded(&changes, round.replace);
-                    let evicted = cache.evict_superseded(&superseded).await?;
-                    tracing::debug!(evicted, "calls of superseded texts removed from llm_calls");
-                }
-                store.compact(Table::LlmCalls, compaction).await?
-            }
-            Compaction::WhenFragmented => {
-                let since = (previous.as_ref())
-                    .and_then(|checkpoint| checkpoint.version_of(Table::LlmCalls));
-                store.compact_appended_since(Table::LlmCalls, since).await?
-            }
-        });
+        // Appended a flush at a time, and compacted like the memory.
+        if compaction == Compaction::Tiered && round.evicts {
+            let superseded = round.versions.superseded(&changes, round.replace);
+            let evicted = cache.evict_superseded(&superseded).await?;
+            tracing::debug!(evicted, "calls of superseded texts removed from llm_calls");
+        }
+        let since =
+            (previous.as_ref()).and_then(|checkpoint| checkpoint.version_of(Table::LlmCalls));
+        calls = Some(store.compact(Table::LlmCalls, compaction, since).await?);
     }
     versions.push(TableVersion {
         table: Table::LlmCalls.name().to_string(),
@@ -108,7 +99,7 @@ async fn write_call_stats(
         None => store.write_rows(&rows).await?,
     };
     if compaction == Compaction::Tiered {
-        version = store.compact(Table::CallStats, compaction).await?;
+        version = store.compact(Table::CallStats, compaction, None).await?;
     }
     Ok(TableVersion {
         table: Table::CallStats.name().to_string(),

@@ -9,7 +9,8 @@ use memweave_llm::cache::{CacheReport, CallCache};
 use memweave_llm::pool::{PoolClient, PoolReport};
 use memweave_operators::embed::Embedder;
 use memweave_operators::model::MemoryModel;
-use memweave_schemas::{TableStore, VectorSpec};
+use memweave_schemas::search::RankedCorpora;
+use memweave_schemas::{CheckpointRow, TableStore, VectorSpec};
 
 use memweave_schemas::TableVersion;
 use memweave_schemas::store::Compaction;
@@ -107,6 +108,7 @@ impl Engine {
             embedder.dim(),
             Arc::clone(&stages),
             options.write_batch_rows.max(1),
+            RankedCorpora::finest_cut(options.build.finest_cut() as u32),
         ));
         let services = Services {
             model,
@@ -234,8 +236,12 @@ impl Engine {
         replace: bool,
         parts: Vec<StagedPart>,
         compaction: Compaction,
+        checkpointed: Option<&CheckpointRow>,
     ) -> Result<(Vec<TableVersion>, RoundChanges), IndexError> {
-        Ok(self.writer.commit(replace, parts, compaction).await?)
+        Ok(self
+            .writer
+            .commit(replace, parts, compaction, checkpointed)
+            .await?)
     }
 
     /// What this process's model and embedder did and are.

@@ -161,7 +161,7 @@ fn with_derived_columns(
         let terms: StringArray = (0..batch.num_rows())
             .map(|row| {
                 let text = entity_text(names.value(row), descriptions.value(row));
-                Some(crate::text::terms(&text).join(" "))
+                Some(crate::text::searched_terms([text.as_str()]))
             })
             .collect();
         columns.push(Arc::new(terms));

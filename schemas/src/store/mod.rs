@@ -259,6 +259,8 @@ fn is_url(root: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use arrow_array::RecordBatch;
     use futures::TryStreamExt;
     use lance::dataset::statistics::DatasetStatisticsExt;
@@ -804,6 +806,40 @@ mod tests {
         assert_eq!(read, [row("a"), row("b")]);
     }
 
+    /// The bytes the newest version of `table` in `store` keeps of `column`.
+    async fn column_bytes(store: &TableStore, table: Table, column: &str) -> u64 {
+        let dataset = Arc::new(store.dataset(table, None).await.unwrap().unwrap());
+        let id = dataset.schema().field(column).unwrap().id as u32;
+        let stats = dataset.calculate_data_stats().await.unwrap();
+        (stats.fields.iter().find(|f| f.id == id))
+            .unwrap()
+            .bytes_on_disk
+    }
+
+    /// The bytes of `column` in `rows` written under `dir` with no field
+    /// metadata: as Lance's defaults store them.
+    async fn written_undeclared<R: TableRow>(dir: &Path, rows: &[R], column: &str) -> u64 {
+        let store = TableStore::local(dir).unwrap();
+        let batch = to_batch(&rows.iter().collect::<Vec<_>>()).unwrap();
+        let fields: Vec<arrow_schema::Field> = (batch.schema().fields().iter())
+            .map(|f| f.as_ref().clone().with_metadata(HashMap::new()))
+            .collect();
+        let batch = RecordBatch::try_new(
+            Arc::new(arrow_schema::Schema::new(fields)),
+            batch.columns().to_vec(),
+        )
+        .unwrap();
+        store
+            .write_batch(R::TABLE, batch, WriteMode::Create)
+            .await
+            .unwrap();
+        column_bytes(&store, R::TABLE, column).await
+    }
+
+    fn lexicon_segment(seg_id: &str, target_tokens: u32, terms: String) -> MemoryRow {
+        MemoryRow::Segment(SegmentRow::counted(seg_id, target_tokens, terms))
+    }
+
     /// A lexicon as a build writes one: each term once per corpus that holds
     /// it, the rows in order of corpus and then term, so that every run of
     /// rows is distinct though the column repeats its values several times.
@@ -824,64 +860,82 @@ mod tests {
                 .join(" ")
         };
         let segment = |target_tokens: u32, terms: String| {
-            MemoryRow::Segment(SegmentRow {
-                seg_id: format!("s{target_tokens}"),
-                doc_id: "d".into(),
-                ordinal: 0,
-                start_char: 0,
-                end_char: 0,
-                n_tokens: 0,
-                target_tokens,
-                terms,
-            })
+            lexicon_segment(&format!("s{target_tokens}"), target_tokens, terms)
         };
+        let ranked = search::RankedCorpora::finest_cut(600);
         let mut delta = search::LexiconDelta::default();
         for row in [
-            segment(1_000, held_by_every(1)),
             segment(600, held_by_every(1)),
-            segment(0, held_by_every(5)),
+            segment(search::OWN_GIST_CUT, held_by_every(1)),
+            segment(search::WHOLE_DOCUMENT_CUT, held_by_every(5)),
             MemoryRow::GistMemory(GistMemoryRow {
                 doc_id: "d".into(),
                 terms: held_by_every(2),
             }),
         ] {
-            delta.count(&row, 1);
+            delta.count(&row, 1, ranked);
         }
-        let term_bytes = |store: TableStore| async move {
-            let dataset = Arc::new(store.dataset(Table::Lexicon, None).await.unwrap().unwrap());
-            let term = dataset.schema().field("term").unwrap().id as u32;
-            let stats = dataset.calculate_data_stats().await.unwrap();
-            (stats.fields.iter().find(|f| f.id == term))
-                .unwrap()
-                .bytes_on_disk
-        };
-
         let declared = tempfile::tempdir().unwrap();
         let store = TableStore::local(declared.path()).unwrap();
-        store.apply_lexicon(&delta, true).await.unwrap();
+        store.apply_lexicon(&delta, ranked, true).await.unwrap();
         let rows: Vec<LexiconRow> = store.read_rows(None).await.unwrap();
-        let declared_bytes = term_bytes(store).await;
-
+        let declared_bytes = column_bytes(&store, Table::Lexicon, "term").await;
         let plain = tempfile::tempdir().unwrap();
-        let store = TableStore::local(plain.path()).unwrap();
-        let batch = to_batch(&rows.iter().collect::<Vec<_>>()).unwrap();
-        let fields: Vec<arrow_schema::Field> = (batch.schema().fields().iter())
-            .map(|f| f.as_ref().clone().with_metadata(HashMap::new()))
-            .collect();
-        let batch = RecordBatch::try_new(
-            Arc::new(arrow_schema::Schema::new(fields)),
-            batch.columns().to_vec(),
-        )
-        .unwrap();
-        store
-            .write_batch(Table::Lexicon, batch, WriteMode::Create)
-            .await
-            .unwrap();
-        let plain_bytes = term_bytes(store).await;
+        let plain_bytes = written_undeclared(plain.path(), &rows, "term").await;
         assert!(
             declared_bytes * 4 < plain_bytes * 3,
             "terms take {declared_bytes} bytes, {plain_bytes} at Lance's default"
         );
+    }
+
+    /// A lexicon that counts corpora its memory no longer ranks (written
+    /// before it counted only those, or for another finest cut) loses them
+    /// at its next commit, the terms that commit leaves alone included.
+    #[tokio::test]
+    async fn a_commit_drops_the_lexicon_rows_of_corpora_no_reader_ranks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        let segment = |text: &str, target_tokens: u32| {
+            let terms = crate::text::searched_terms([text]);
+            lexicon_segment(&format!("{target_tokens}{text}"), target_tokens, terms)
+        };
+        // As every cut was counted: each row in its own.
+        let mut older = search::LexiconDelta::default();
+        for (text, cut) in [
+            ("harbour lights", 1_000),
+            ("harbour", 600),
+            ("lighthouse", 600),
+        ] {
+            let own_cut = search::RankedCorpora::finest_cut(cut);
+            older.count(&segment(text, cut), 1, own_cut);
+        }
+        let ranked = search::RankedCorpora::finest_cut(600);
+        store.apply_lexicon(&older, ranked, true).await.unwrap();
+        let corpora = |rows: &[LexiconRow]| -> BTreeSet<String> {
+            rows.iter().map(|r| r.corpus.clone()).collect()
+        };
+        let before: Vec<LexiconRow> = store.read_rows(None).await.unwrap();
+        assert!(corpora(&before).contains("segments/1000"), "{before:?}");
+
+        let mut round = search::LexiconDelta::default();
+        round.count(&segment("lighthouse", 600), 1, ranked);
+        store.apply_lexicon(&round, ranked, false).await.unwrap();
+        let after: Vec<LexiconRow> = store.read_rows(None).await.unwrap();
+        assert_eq!(
+            corpora(&after),
+            BTreeSet::from(["segments/600".to_string()])
+        );
+        let count = |word: &str| {
+            let term = match word {
+                search::TOTALS => word.to_string(),
+                _ => crate::text::terms(word).remove(0),
+            };
+            let row = after.iter().find(|r| r.term == term).unwrap();
+            (row.rows, row.occurrences)
+        };
+        assert_eq!(count("harbour"), (1, 1), "a term the round left alone");
+        assert_eq!(count("lighthouse"), (2, 2));
+        assert_eq!(count(search::TOTALS), (3, 3));
     }
 
     #[tokio::test]
@@ -912,7 +966,7 @@ mod tests {
         assert_eq!(count(committed).await, FRAGMENTS);
         // Fragments of a row each are one tier: one fragment after.
         let compacted = store
-            .compact(Table::TreeNodes, Compaction::Tiered)
+            .compact(Table::TreeNodes, Compaction::Tiered, None)
             .await
             .unwrap();
         assert!(compacted > committed);
@@ -922,7 +976,7 @@ mod tests {
         // Nothing left to do: no new version.
         assert_eq!(
             store
-                .compact(Table::TreeNodes, Compaction::Tiered)
+                .compact(Table::TreeNodes, Compaction::Tiered, None)
                 .await
                 .unwrap(),
             compacted
@@ -959,7 +1013,10 @@ mod tests {
             let (fragments, segments) = shape(store.clone()).await;
             assert_eq!(fragments, APPENDS);
             assert!(segments > 1, "appends indexed apart: {segments} segments");
-            store.compact(Table::LlmCalls, compaction).await.unwrap();
+            store
+                .compact(Table::LlmCalls, compaction, None)
+                .await
+                .unwrap();
             assert_eq!(shape(store.clone()).await, (1, 1), "{compaction:?}");
             let found = store
                 .lookup(Table::LlmCalls, "call_key", "reply", &keys)
@@ -995,7 +1052,11 @@ mod tests {
             append(format!("new{i}")).await;
         }
         let compacted = store
-            .compact_appended_since(Table::TreeNodes, Some(checkpointed))
+            .compact(
+                Table::TreeNodes,
+                Compaction::WhenFragmented,
+                Some(checkpointed),
+            )
             .await
             .unwrap();
         let old = ids(checkpointed).await;
@@ -1006,7 +1067,7 @@ mod tests {
         assert_eq!(rows.len(), 7);
         // Before any checkpoint, every fragment is the round's.
         let all = store
-            .compact_appended_since(Table::TreeNodes, None)
+            .compact(Table::TreeNodes, Compaction::WhenFragmented, None)
             .await
             .unwrap();
         assert_eq!(ids(all).await.len(), 1);

@@ -237,7 +237,7 @@ fn assert_trees(t: &Tables, docs: &HashMap<&str, u64>, segments: &HashMap<&str, 
         assert!(!text.is_empty());
         // What the lexicon and the full-text index count: the text's terms,
         // kept once, on the segment, for a leaf that is its segment's text.
-        let terms = memweave_schemas::text::terms(&text).join(" ");
+        let terms = memweave_schemas::text::searched_terms([text.as_str()]);
         if n.is_own_text() {
             let seg = n
                 .seg_id
