@@ -983,6 +983,35 @@ mod tests {
         );
     }
 
+    /// Under a retention policy a small table is one fragment after each
+    /// commit that changed it, its deleted rows gone, where tiers would
+    /// leave fragments each over twice the rows of the ones after it.
+    #[tokio::test]
+    async fn a_small_table_under_a_policy_is_one_fragment_after_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TableStore::local(dir.path()).unwrap();
+        for (round, rows) in [40, 10, 2].into_iter().enumerate() {
+            let nodes: Vec<TreeNodeRow> = (0..rows)
+                .map(|row| node(&format!("n{round}-{row:02}"), None))
+                .collect();
+            store.append_rows(&nodes).await.unwrap();
+        }
+        let removed = ["n0-00".to_string()];
+        (store.commit_staged(Table::TreeNodes, &removed, false, Vec::new()))
+            .await
+            .unwrap();
+        let compacted = store
+            .compact(Table::TreeNodes, Compaction::Tiered, None)
+            .await
+            .unwrap();
+        let dataset = store.dataset(Table::TreeNodes, Some(compacted)).await;
+        let fragments = dataset.unwrap().unwrap().get_fragments();
+        assert_eq!(fragments.len(), 1);
+        assert_eq!(fragments[0].metadata().deletion_file, None);
+        let rows: Vec<TreeNodeRow> = store.read_rows(Some(compacted)).await.unwrap();
+        assert_eq!(rows.len(), 51);
+    }
+
     /// The call cache's table as a build leaves it: an append a flush, its
     /// lookup indexes brought up to date every so many appends (a segment
     /// each). Compacted, whether the history is removed or kept, it is one
