@@ -4,8 +4,9 @@
 //! - a `terms` column on each searched row (segments, tree nodes, documents'
 //!   gist memories), kept with the row where it is made, since a segment
 //!   keeps no text: its text's [`terms`](crate::text::terms), sorted, one
-//!   space apart (`searched_terms`). A leaf that is its segment's own text carries them while it is
-//!   built and is stored without them, its segment's row holding the same.
+//!   space apart ([`crate::text::searched_terms`]). A leaf that is its
+//!   segment's own text carries them while it is built and is stored
+//!   without them, its segment's row holding the same.
 //!   Lance's full-text index reads it with a whitespace tokenizer and nothing
 //!   else (no lower-casing, stemming or stop words), so the index's tokens,
 //!   frequencies and lengths are exactly those BM25 scores with here;
@@ -150,7 +151,7 @@ impl RankedCorpora {
 /// The corpus a row's searched text belongs to, and that text's terms (each
 /// row carries its text's terms: a segment and a leaf that is its segment's
 /// own text keep no text).
-fn searched_terms(row: &MemoryRow) -> Option<(String, &str)> {
+fn corpus_and_terms(row: &MemoryRow) -> Option<(String, &str)> {
     let (corpus, terms) = match row {
         MemoryRow::Segment(s) => (segments_corpus(s.target_tokens), &s.terms),
         MemoryRow::TreeNode(n) => (tree_corpus(&n.tree), &n.terms),
@@ -171,7 +172,7 @@ impl LexiconDelta {
     /// Counts `row`'s searched text in (`sign` 1) or out (`sign` -1), where
     /// its corpus is one of `ranked`.
     pub fn count(&mut self, row: &MemoryRow, sign: i64, ranked: RankedCorpora) {
-        let Some((corpus, terms)) = searched_terms(row) else {
+        let Some((corpus, terms)) = corpus_and_terms(row) else {
             return;
         };
         if !ranked.counts(&corpus) {
