@@ -14,7 +14,7 @@ use memweave_llm::cache::CacheReport;
 use memweave_llm::pool::PoolReport;
 use memweave_operators::build::{BuildConfig, Memories};
 use memweave_operators::embed::HashingEmbedder;
-use memweave_operators::graph::GraphConfig;
+use memweave_operators::entity_graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::raptor::RaptorConfig;
 use memweave_operators::segment::SegmentConfig;

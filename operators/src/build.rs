@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::config::{BuildConfigError, Memories};
 use crate::embed::{Embedder, embed_all};
-use crate::graph::{DocEntity, DocRelation, GraphConfig, document_graph};
+use crate::entity_graph::{DocEntity, DocRelation, GraphConfig, document_graph};
 use crate::model::{CallContext, MemoryModel, StepError, StepResult, WithFallbacks, all_in_order};
 use crate::paginate::{PageConfig, paginate_then};
 use crate::raptor::{RaptorConfig, raptor_tree};

@@ -6,8 +6,8 @@
 pub mod build;
 pub mod config;
 pub mod embed;
+pub mod entity_graph;
 pub mod extract;
-pub mod graph;
 pub mod lexical;
 pub mod mixture;
 pub mod model;

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use memweave_operators::build::{BuildConfig, BuiltRow};
 use memweave_operators::embed::Embedder;
+use memweave_operators::entity_graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::extract::{CUT_MARK, collapse_whitespace};
-use memweave_operators::graph::{DocEntity, DocRelation, StoredEntities};
 use memweave_operators::model::MemoryModel;
 use memweave_schemas::{DocStateRow, EmbeddingRow, NameStateRow, TreeNodeRow, content_id, hash128};
 use serde::{Deserialize, Serialize};
@@ -514,7 +514,7 @@ pub fn fingerprint(
 
 /// An entity of the checkpoint a new process restores from, as much of it as
 /// tells which entity each of a name's mentions became (see
-/// [`memweave_operators::graph::assignments_from_entities`]): its id, and the
+/// [`memweave_operators::entity_graph::assignments_from_entities`]): its id, and the
 /// segments it was found in, both as hashes; and, for a name's first entity,
 /// the name's `name_states` counts, if it has them.
 #[derive(

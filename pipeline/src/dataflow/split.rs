@@ -2,7 +2,7 @@
 
 use differential_dataflow::{AsCollection, VecCollection};
 use memweave_operators::build::BuiltRow;
-use memweave_operators::graph::{DocEntity, DocRelation};
+use memweave_operators::entity_graph::{DocEntity, DocRelation};
 use memweave_schemas::{EmbeddingRow, MemoryRow, TreeNodeRow};
 use timely::container::CapacityContainerBuilder;
 use timely::dataflow::channels::pact::Pipeline;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use memweave_llm::sim::{Fault, SimConfig};
 use memweave_operators::build::BuildConfig;
-use memweave_operators::graph::GraphConfig;
+use memweave_operators::entity_graph::GraphConfig;
 use memweave_operators::paginate::PageConfig;
 use memweave_operators::segment::SegmentConfig;
 use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
