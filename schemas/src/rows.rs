@@ -302,10 +302,9 @@ impl GistMemoryRow {
     /// The gist memory of the document `doc_id` whose pages' gists are `gists`
     /// (terms never span two texts, so each gist's are its own).
     pub fn new(doc_id: &str, gists: impl IntoIterator<Item = impl AsRef<str>>) -> Self {
-        let gists: Vec<_> = gists.into_iter().collect();
         GistMemoryRow {
             doc_id: doc_id.to_string(),
-            terms: crate::text::searched_terms(gists.iter().map(AsRef::as_ref)),
+            terms: crate::text::searched_terms(gists),
         }
     }
 }

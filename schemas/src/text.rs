@@ -31,8 +31,10 @@ pub fn terms(text: &str) -> Vec<String> {
 /// [`terms`], sorted, one space apart. Every reader counts them as a bag (BM25,
 /// the full-text index, the hashing vectors, the lexicon), and sorted, a
 /// term's repeats lie together, which the column's compression finds.
-pub fn searched_terms<'a>(texts: impl IntoIterator<Item = &'a str>) -> String {
-    let mut all: Vec<String> = texts.into_iter().flat_map(terms).collect();
+pub fn searched_terms(texts: impl IntoIterator<Item = impl AsRef<str>>) -> String {
+    let mut all: Vec<String> = (texts.into_iter())
+        .flat_map(|text| terms(text.as_ref()))
+        .collect();
     all.sort_unstable();
     all.join(" ")
 }

@@ -356,10 +356,7 @@ impl TableStore {
         let mut dataset = self.existing(table).await?;
         let plan = match compaction {
             Compaction::WhenFragmented if dataset.count_fragments() > KEPT_HISTORY_FRAGMENTS => {
-                Some(Plan {
-                    merged: fragment_ids(&dataset),
-                    left_alone: Vec::new(),
-                })
+                Some(Plan::whole(&dataset))
             }
             Compaction::WhenFragmented => self.appended_since(&dataset, table, since).await?,
             Compaction::Tiered => {
@@ -368,12 +365,10 @@ impl TableStore {
                     .collect();
                 let live: u64 = sizes.iter().map(FragmentSize::live).sum();
                 let untidy = sizes.len() > 1 || sizes.iter().any(|f| f.deleted > 0);
-                match live <= REWRITTEN_WHOLE_ROWS {
-                    true => untidy.then(|| Plan {
-                        merged: fragment_ids(&dataset),
-                        left_alone: Vec::new(),
-                    }),
-                    false => plan(&sizes),
+                if live <= REWRITTEN_WHOLE_ROWS {
+                    untidy.then(|| Plan::whole(&dataset))
+                } else {
+                    plan(&sizes)
                 }
             }
         };
@@ -640,6 +635,16 @@ struct Plan {
     /// The fragments left as they are (rewritten besides `merged`: those
     /// past the deleted share, each alone).
     left_alone: Vec<u32>,
+}
+
+impl Plan {
+    /// Every fragment of `dataset` merged into one.
+    fn whole(dataset: &Dataset) -> Plan {
+        Plan {
+            merged: fragment_ids(dataset),
+            left_alone: Vec::new(),
+        }
+    }
 }
 
 /// What a compaction of `fragments` (oldest first) rewrites, or `None` when
