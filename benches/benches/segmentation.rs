@@ -24,6 +24,7 @@ fn essays() -> Vec<Document> {
                     key,
                     text,
                     sections: Vec::new(),
+                    acl: Vec::new(),
                 },
                 1,
             )

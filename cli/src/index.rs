@@ -7,7 +7,7 @@ use memweave_ingest::sandbox::{
     DEFAULT_PARSE_MEMORY_BYTES, DEFAULT_PARSE_TIME, ParseLimits, ParserCommand,
 };
 use memweave_ingest::{
-    Columns, DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RECORD_BYTES, Parsers, ReadOptions,
+    Access, Columns, DEFAULT_MAX_INFLATED_BYTES, DEFAULT_MAX_RECORD_BYTES, Parsers, ReadOptions,
 };
 use memweave_llm::ModelArgs;
 use memweave_llm::cache::CacheReport;
@@ -69,6 +69,24 @@ pub struct IndexArgs {
     /// id is the title).
     #[arg(long, value_name = "COLUMN", default_value = "title")]
     title_column: String,
+    /// A dataset's column (or JSON field) holding each row's access labels,
+    /// the groups that may read it: a list of strings, or one
+    /// comma-separated string. A row without (null, or no such column)
+    /// takes its file's labels (--acl-map, --acl-default).
+    #[arg(long, value_name = "COLUMN")]
+    acl_column: Option<String>,
+    /// A JSON object (or, named .toml, a TOML table) of path prefixes under
+    /// SOURCE to the labels their files' documents carry, a list or one
+    /// comma-separated string each: {"hr/": ["hr"], "": ["staff"]}. The
+    /// longest prefix of a file's path, in whole components, wins.
+    #[arg(long, value_name = "FILE")]
+    acl_map: Option<std::path::PathBuf>,
+    /// The labels, comma-separated, of a document that neither its own
+    /// record nor --acl-map labels. Empty by default: such a document is
+    /// read by the administrator's bearer token alone, never by a reader's
+    /// token, so that a document no one labelled is no one's.
+    #[arg(long, value_name = "LABELS", default_value = "")]
+    acl_default: String,
     /// Most a DOCX or EPUB file (zip containers) may inflate to; a larger one
     /// is a too_large error, not read.
     #[arg(long, value_name = "MIB", default_value_t = DEFAULT_MAX_INFLATED_BYTES >> 20)]
@@ -280,6 +298,19 @@ impl IndexArgs {
     fn options(self, interactive: bool, flights: Flights) -> anyhow::Result<IndexOptions> {
         let cluster = self.cluster.resolve()?;
         let (llm, embed) = self.model.config().map_err(UsageError::of)?;
+        let default = memweave_schemas::acl::comma_separated(&self.acl_default)
+            .map_err(|e| UsageError(format!("--acl-default: {e}")))?;
+        let access = match &self.acl_map {
+            Some(_) if self.source.starts_with("kafka://") => {
+                return Err(UsageError(
+                    "--acl-map labels files and objects; a kafka:// message gives its own \"acl\""
+                        .into(),
+                )
+                .into());
+            }
+            Some(map) => Access::from_file(map, default).map_err(UsageError)?,
+            None => Access::only_default(default),
+        };
         Ok(IndexOptions {
             source: self.source,
             source_name: self.source_name.unwrap_or_default(),
@@ -291,9 +322,11 @@ impl IndexArgs {
                         id: self.id_column,
                         text: self.text_column,
                         title: self.title_column,
+                        acl: self.acl_column,
                     },
                     max_inflated_bytes: self.max_inflated_mib << 20,
                     max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+                    access,
                     parsers: if self.parse_in_process {
                         Parsers::default()
                     } else {

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read};
 
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType};
 use memweave_operators::build::RawDocument;
@@ -27,6 +28,10 @@ pub struct Columns {
     pub text: String,
     /// Its title, if the row has one (else the id).
     pub title: String,
+    /// Its access labels (`--acl-column`), if the rows carry them: a list of
+    /// strings or one comma-separated string. A row without (the column
+    /// absent, or null) takes its file's labels ([`crate::Access`]).
+    pub acl: Option<String>,
 }
 
 impl Default for Columns {
@@ -35,6 +40,7 @@ impl Default for Columns {
             id: "id".into(),
             text: "text".into(),
             title: "title".into(),
+            acl: None,
         }
     }
 }
@@ -97,7 +103,7 @@ impl Iterator for NotEmpty {
 }
 
 /// A row's document.
-fn row(uri: &str, id: String, title: Option<&str>, text: String) -> RawDocument {
+fn row(uri: &str, id: String, title: Option<&str>, text: String, acl: Vec<String>) -> RawDocument {
     RawDocument {
         title: clip(title.filter(|t| !t.trim().is_empty()).unwrap_or(&id), 120),
         source_uri: uri.to_string(),
@@ -108,6 +114,7 @@ fn row(uri: &str, id: String, title: Option<&str>, text: String) -> RawDocument 
         }],
         key: id,
         text,
+        acl,
     }
 }
 
@@ -327,7 +334,12 @@ fn json_record(
         Some(serde_json::Value::String(s)) => Some(s),
         _ => None,
     };
-    Ok(row(uri, id, title.as_deref(), text))
+    let acl = match &columns.acl {
+        Some(field) => crate::access::json_labels(record.remove(field))
+            .map_err(|e| bad(format!("\"{field}\" of record {id}: {e}")))?,
+        None => Vec::new(),
+    };
+    Ok(row(uri, id, title.as_deref(), text, acl))
 }
 
 fn json_type(value: &serde_json::Value) -> &'static str {
@@ -365,6 +377,7 @@ fn parquet(uri: &str, input: Input, options: &ReadOptions) -> Result<Rows, Inges
         }
         let names: Vec<&str> = [&columns.id, &columns.text, &columns.title]
             .into_iter()
+            .chain(&columns.acl)
             .map(String::as_str)
             .filter(|name| metadata.schema().field_with_name(name).is_ok())
             .collect();
@@ -647,6 +660,10 @@ fn batch_rows(
     let ids = column(&columns.id, false)?.ok_or_else(|| missing(&columns.id))?;
     let texts = column(&columns.text, true)?.ok_or_else(|| missing(&columns.text))?;
     let titles = column(&columns.title, false)?;
+    let labels = match &columns.acl {
+        Some(name) => RowLabels::of(uri, batch, name)?,
+        None => RowLabels::None,
+    };
     let row_document = |number: usize, i: usize| {
         let bad = |kind, message: String| Err(IngestError::new(at(uri, number), kind, message));
         if ids.is_null(i) {
@@ -669,7 +686,11 @@ fn batch_rows(
         let title = (titles.as_ref())
             .filter(|t| !t.is_null(i))
             .map(|t| t.value(i).to_string());
-        Ok(row(uri, id, title.as_deref(), text.to_string()))
+        let acl = match labels.of_row(i) {
+            Ok(acl) => acl,
+            Err(e) => return bad(kind::BAD_RECORD, format!("row {id}'s labels: {e}")),
+        };
+        Ok(row(uri, id, title.as_deref(), text.to_string(), acl))
     };
     Ok((0..batch.num_rows())
         .map(|i| {
@@ -677,4 +698,66 @@ fn batch_rows(
             (at(uri, number), row_document(number, i))
         })
         .collect())
+}
+
+/// A batch's label column: one comma-separated string a row, or a list of
+/// strings a row.
+enum RowLabels {
+    None,
+    Strings(StringArray),
+    Lists(arrow_array::ListArray),
+}
+
+impl RowLabels {
+    /// The labels of `batch`'s column `name` (absent: none).
+    fn of(uri: &str, batch: &RecordBatch, name: &str) -> Result<RowLabels, IngestError> {
+        let Some(array) = batch.column_by_name(name) else {
+            return Ok(RowLabels::None);
+        };
+        let wrong =
+            |e: String| IngestError::new(uri, kind::BAD_RECORD, format!("column {name}: {e}"));
+        let strings = |array: &dyn Array| -> Result<StringArray, IngestError> {
+            let cast =
+                arrow_cast::cast(array, &DataType::Utf8).map_err(|e| wrong(e.to_string()))?;
+            Ok(cast.as_string::<i32>().clone())
+        };
+        match array.data_type() {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                Ok(RowLabels::Strings(strings(array)?))
+            }
+            DataType::List(item) | DataType::LargeList(item) | DataType::ListView(item)
+                if matches!(
+                    item.data_type(),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                ) =>
+            {
+                let as_list = DataType::List(std::sync::Arc::new(
+                    arrow_schema::Field::new_list_field(DataType::Utf8, true),
+                ));
+                let cast = arrow_cast::cast(array, &as_list).map_err(|e| wrong(e.to_string()))?;
+                Ok(RowLabels::Lists(cast.as_list::<i32>().clone()))
+            }
+            other => Err(wrong(format!(
+                "holds {other}, not strings or lists of strings"
+            ))),
+        }
+    }
+
+    /// Row `i`'s labels, normalised (null: none).
+    fn of_row(&self, i: usize) -> Result<Vec<String>, String> {
+        match self {
+            RowLabels::None => Ok(Vec::new()),
+            RowLabels::Strings(strings) if strings.is_null(i) => Ok(Vec::new()),
+            RowLabels::Strings(strings) => memweave_schemas::acl::comma_separated(strings.value(i)),
+            RowLabels::Lists(lists) if lists.is_null(i) => Ok(Vec::new()),
+            RowLabels::Lists(lists) => {
+                let list = lists.value(i);
+                let items = list.as_string::<i32>();
+                if items.null_count() > 0 {
+                    return Err("a null label".into());
+                }
+                memweave_schemas::acl::labels(items.iter().flatten())
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use memweave_operators::build::RawDocument;
 
+mod access;
 mod dataset;
 mod html;
 mod mail;
@@ -20,6 +21,7 @@ mod pdf;
 pub mod sandbox;
 mod zipped;
 
+pub use access::{Access, json_labels};
 pub use dataset::Columns;
 use serde::{Deserialize, Serialize};
 
@@ -116,6 +118,8 @@ pub struct ReadOptions {
     pub max_record_bytes: u64,
     /// Where whole files are parsed: in this process, or in worker processes.
     pub parsers: Parsers,
+    /// The labels of the documents that carry none of their own.
+    pub access: Access,
 }
 
 /// 256 MiB: ten times the largest real DOCX or EPUB text one meets, and far
@@ -132,7 +136,25 @@ impl Default for ReadOptions {
             max_inflated_bytes: DEFAULT_MAX_INFLATED_BYTES,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             parsers: Parsers::default(),
+            access: Access::default(),
         }
+    }
+}
+
+impl ReadOptions {
+    /// What labels the documents read with these options (a hash of the
+    /// label column, the map and the default), or `None` where nothing is
+    /// labelled: what a checkpoint records, so that a memory read under
+    /// another labelling reads its files again.
+    pub fn labelling(&self) -> Option<String> {
+        if self.columns.acl.is_none() && self.access.is_none() {
+            return None;
+        }
+        let made = serde_json::json!({"column": self.columns.acl, "access": self.access});
+        Some(format!(
+            "{:032x}",
+            memweave_schemas::hash128(made.to_string().as_bytes())
+        ))
     }
 }
 
@@ -418,11 +440,22 @@ pub fn parse(
     bytes: Result<Vec<u8>, IngestError>,
     options: &ReadOptions,
 ) -> Parsed {
-    match (bytes, &options.parsers.0) {
+    let mut parsed = match (bytes, &options.parsers.0) {
         (Err(error), _) => vec![Err(error)],
         (Ok(bytes), Some(pool)) => pool.parse(file, bytes, options),
         (Ok(bytes), None) => parse_here(file, bytes, options),
+    };
+    for raw in parsed.iter_mut().flatten() {
+        label(file, raw, &options.access);
     }
+    parsed
+}
+
+/// Gives `raw`, read from `file`, the labels `access` says it has. Done here,
+/// in the process that asked, so a parser process never sees the map.
+fn label(file: &SourceFile, raw: &mut RawDocument, access: &Access) {
+    let own = std::mem::take(&mut raw.acl);
+    raw.acl = access.labels_of(Some(&file.key), own);
 }
 
 /// [`parse`] in this process: what a worker process runs.
@@ -501,6 +534,7 @@ fn document(
         title,
         text,
         sections,
+        acl: Vec::new(),
     }
 }
 
@@ -562,10 +596,21 @@ pub fn read_rows(
     path: &Path,
     options: &ReadOptions,
 ) -> Box<dyn Iterator<Item = Result<RawDocument, IngestError>> + Send> {
-    match &options.parsers.0 {
-        Some(pool) => Box::new(pool.rows(file, path, options)),
-        None => Box::new(read_rows_here(file, path, options)),
+    let rows: Box<dyn Iterator<Item = Result<RawDocument, IngestError>> + Send> =
+        match &options.parsers.0 {
+            Some(pool) => Box::new(pool.rows(file, path, options)),
+            None => Box::new(read_rows_here(file, path, options)),
+        };
+    if options.access.is_none() {
+        return rows;
     }
+    let (file, access) = (file.clone(), options.access.clone());
+    Box::new(rows.map(move |row| {
+        row.map(|mut raw| {
+            label(&file, &mut raw, &access);
+            raw
+        })
+    }))
 }
 
 /// [`read_rows`] in this process: what a worker process runs.
@@ -792,6 +837,7 @@ mod tests {
                 title: key.into(),
                 text: "t".into(),
                 sections: Vec::new(),
+                acl: Vec::new(),
             })
         };
         let kept: Parsed = FirstOfEachId::new(

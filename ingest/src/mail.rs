@@ -126,6 +126,7 @@ fn message(
         }],
         key,
         text,
+        acl: Vec::new(),
     })
 }
 

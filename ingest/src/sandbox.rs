@@ -275,6 +275,8 @@ impl WireOptions {
             max_inflated_bytes: self.max_inflated_bytes,
             max_record_bytes: self.max_record_bytes,
             parsers: crate::Parsers::default(),
+            // Labels are given in the process that asked, never here.
+            access: crate::Access::default(),
         }
     }
 }

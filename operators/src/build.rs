@@ -32,6 +32,10 @@ pub struct RawDocument {
     pub text: String,
     /// Where the text's parts came from (pages, headings, the row or message).
     pub sections: Vec<Section>,
+    /// Who may read it: a normalised label set ([`memweave_schemas::acl`]),
+    /// its own (a row's column, a message's field) or, once read, the one
+    /// the source's map or default gives it.
+    pub acl: Vec<String>,
 }
 
 /// One version of one document: the record the dataflow's input collection holds.
@@ -44,6 +48,8 @@ pub struct Document {
     pub title: String,
     pub text: String,
     pub sections: Vec<Section>,
+    /// Its access labels: every row derived from it carries them.
+    pub acl: Vec<String>,
 }
 
 impl Document {
@@ -57,11 +63,12 @@ impl Document {
         Document {
             doc_id: doc_id_in(source, &raw.key),
             version,
-            content_hash: document_hash(&raw.text, &raw.sections),
+            content_hash: document_hash(&raw.text, &raw.sections, &raw.acl),
             source_uri: raw.source_uri,
             title: raw.title,
             text: raw.text,
             sections: raw.sections,
+            acl: raw.acl,
         }
     }
 }
@@ -609,6 +616,7 @@ mod tests {
                 title: "a".into(),
                 text: text.into(),
                 sections: Vec::new(),
+                acl: Vec::new(),
             },
             1,
         )

@@ -27,6 +27,8 @@ pub struct Record {
     pub content_hash: Arc<str>,
     pub source_uri: Arc<str>,
     pub title: Arc<str>,
+    /// Its access labels, shared by an origin's records that carry the same.
+    pub acl: Arc<[String]>,
     /// When this content was first seen.
     pub seen: i64,
 }
@@ -47,22 +49,27 @@ impl Record {
             content_hash: doc.content_hash.as_str().into(),
             source_uri: doc.source_uri.as_str().into(),
             title,
+            acl: doc.acl.as_slice().into(),
             seen,
         }
     }
 
-    /// Makes each record's source the copy its predecessor holds where they
-    /// are the same: an origin's records (a file's rows) share one source,
-    /// which was a copy a document, most of a short document's record.
+    /// Makes each record's source and labels the copies its predecessor
+    /// holds where they are the same: an origin's records (a file's rows)
+    /// share one source, which was a copy a document, most of a short
+    /// document's record, and mostly a few label sets.
     pub fn share_sources(records: &mut [Record]) {
-        let mut previous: Option<Arc<str>> = None;
+        let mut previous: Option<(Arc<str>, Arc<[String]>)> = None;
         for record in records {
-            match &previous {
-                Some(source) if *source == record.source_uri => {
+            if let Some((source, acl)) = &previous {
+                if *source == record.source_uri {
                     record.source_uri = Arc::clone(source);
                 }
-                _ => previous = Some(Arc::clone(&record.source_uri)),
+                if *acl == record.acl {
+                    record.acl = Arc::clone(acl);
+                }
             }
+            previous = Some((Arc::clone(&record.source_uri), Arc::clone(&record.acl)));
         }
     }
 
@@ -74,6 +81,7 @@ impl Record {
             content_hash: row.content_hash.as_str().into(),
             source_uri: row.source_uri.as_str().into(),
             title: row.title.as_str().into(),
+            acl: row.acl.as_slice().into(),
             seen: row.ingested_at,
         }
     }
@@ -88,6 +96,7 @@ impl Record {
             title: self.title.to_string(),
             text,
             sections,
+            acl: self.acl.to_vec(),
         };
         (doc, self.seen)
     }
@@ -243,6 +252,7 @@ mod tests {
             content_hash: hash.into(),
             source_uri: uri.into(),
             title: doc_id.into(),
+            acl: Arc::from([]),
             seen: 0,
         }
     }
@@ -267,6 +277,7 @@ mod tests {
             title: title.into(),
             text: String::new(),
             sections: Vec::new(),
+            acl: vec!["staff".into()],
         };
         let mut records = vec![
             Record::of(&doc("r1", "rows.jsonl", "r1"), 0),
@@ -281,6 +292,7 @@ mod tests {
         assert!(shared(&records[0], &records[1]));
         assert!(!shared(&records[1], &records[2]));
         assert!(shared(&records[2], &records[3]));
+        assert!(Arc::ptr_eq(&records[0].acl, &records[3].acl));
         assert!(Arc::ptr_eq(&records[0].doc_id, &records[0].title));
         assert_eq!(&*records[1].title, "Second");
     }

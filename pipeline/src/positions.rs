@@ -19,6 +19,11 @@ pub enum Positions {
         /// document is read again only when it changes.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         earlier_roots: Vec<String>,
+        /// How the files' documents were labelled (a hash of the label
+        /// column, map and default; none without labels): under another
+        /// labelling, every file is read again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        labelling: Option<String>,
     },
     /// A Kafka topic: each partition's next offset.
     Kafka {
@@ -241,6 +246,7 @@ mod tests {
             files: 0,
             versions: BTreeMap::new(),
             earlier_roots: earlier.iter().map(|r| r.to_string()).collect(),
+            labelling: None,
         };
         let mut shared = SourcePositions::default();
         shared.set("wiki", files("/srv/wiki", &["/old/wiki"]));

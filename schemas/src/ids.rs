@@ -43,10 +43,12 @@ pub fn content_hash(text: &str) -> String {
 }
 
 /// A document version's hash, stored as `documents.content_hash`: its
-/// text's, or with sections (where its parts came from) the text's and
-/// theirs, so that a document whose pages or headings moved is a new version.
-pub fn document_hash(text: &str, sections: &[crate::Section]) -> String {
-    if sections.is_empty() {
+/// text's, or with sections (where its parts came from) or access labels
+/// the text's and theirs, so that a document whose pages or headings moved,
+/// or whose readers changed, is a new version. A document of neither keeps
+/// its text's hash, as memories built before labels have it.
+pub fn document_hash(text: &str, sections: &[crate::Section], acl: &[String]) -> String {
+    if sections.is_empty() && acl.is_empty() {
         return content_hash(text);
     }
     let mut hasher = blake3::Hasher::new();
@@ -57,6 +59,14 @@ pub fn document_hash(text: &str, sections: &[crate::Section]) -> String {
         hasher.update(section.kind.as_bytes());
         hasher.update(&[0]);
         hasher.update(section.label.as_bytes());
+    }
+    if !acl.is_empty() {
+        // After a byte no section begins with: labels never read as one.
+        hasher.update(&[1]);
+        for label in acl {
+            hasher.update(label.as_bytes());
+            hasher.update(&[0]);
+        }
     }
     hasher.finalize().to_hex().to_string()
 }
@@ -80,6 +90,17 @@ mod tests {
         assert_ne!(base, content_id("page", &[b"a", b"b"]));
         assert_ne!(base, content_id("node", &[b"a", b"c"]));
         assert_ne!(base, content_id("node", &[b"a", b"b", b""]));
+    }
+
+    #[test]
+    fn labels_make_a_version_and_no_labels_keep_the_texts_hash() {
+        let text = "a memo";
+        assert_eq!(document_hash(text, &[], &[]), content_hash(text));
+        let hr = document_hash(text, &[], &["hr".to_string()]);
+        assert_ne!(hr, content_hash(text));
+        assert_ne!(hr, document_hash(text, &[], &["finance".to_string()]));
+        let two = ["finance".to_string(), "hr".to_string()];
+        assert_ne!(document_hash(text, &[], &two), hr);
     }
 
     #[test]

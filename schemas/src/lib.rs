@@ -4,6 +4,7 @@
 //!
 //! This crate is a leaf: it knows nothing of dataflow, models or HTTP.
 
+pub mod acl;
 pub mod ids;
 pub mod prometheus;
 pub mod rows;

@@ -31,6 +31,15 @@ pub struct DocumentRow {
     /// Where each part of the text came from in its source, in text order:
     /// what a citation names beside its character range.
     pub sections: Vec<Section>,
+    /// Its access labels ([`crate::acl`]): the groups that may read it.
+    /// Null in a memory built before labels, read as none.
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub acl: Vec<String>,
+}
+
+/// A list column that may be null, as an empty list.
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// A part of a document's text as its source names it: from `start_char` up

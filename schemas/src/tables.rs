@@ -281,6 +281,8 @@ impl Table {
                 Field::new("deleted", DataType::Boolean, false),
                 utf8("text"),
                 sections("sections"),
+                // Nullable: an older memory's documents gain it as nulls.
+                labels("acl"),
             ],
             Table::Segments => vec![
                 utf8("seg_id"),
@@ -542,6 +544,15 @@ fn utf8_list(name: &str) -> Field {
         name,
         DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, false))),
         false,
+    )
+}
+
+/// A set of access labels ([`crate::acl`]), a few distinct sets in a table.
+fn labels(name: &str) -> Field {
+    Field::new(
+        name,
+        DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, false))),
+        true,
     )
 }
 

@@ -196,6 +196,21 @@ pub fn metric(text: &str, sample: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// The numbers of a summary's model line: calls made, and calls answered
+/// from the cache.
+pub fn model_calls(output: &Output) -> (u64, u64) {
+    let out = stdout(output);
+    let line = (out.lines())
+        .find(|l| l.trim_start().starts_with("model"))
+        .unwrap_or_else(|| panic!("no model line in {out}"));
+    let number_before = |word: &str| -> u64 {
+        (line.split_once(word))
+            .and_then(|(head, _)| head.split_whitespace().last()?.parse().ok())
+            .unwrap_or_else(|| panic!("no number before {word:?} in {line}"))
+    };
+    (number_before(" calls"), number_before(" answered"))
+}
+
 /// The model calls a summary printed (`model  BACKEND: N calls, …`).
 pub fn calls_made(output: &Output) -> u64 {
     let text = stdout(output);

@@ -19,6 +19,7 @@ mod integration {
     pub mod kafka;
     pub mod memories;
     pub mod model_pool;
+    pub mod permissions;
     pub mod query;
     pub mod segmentation;
     pub mod shared;

@@ -266,6 +266,7 @@ fn document_row(doc: &Document, seen: i64) -> DocumentRow {
         deleted: false,
         text: doc.text.clone(),
         sections: doc.sections.clone(),
+        acl: doc.acl.clone(),
     }
 }
 
@@ -339,6 +340,7 @@ mod tests {
                 title: key.into(),
                 text: text.into(),
                 sections: Vec::new(),
+                acl: Vec::new(),
             },
             version,
         )

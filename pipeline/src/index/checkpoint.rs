@@ -2,7 +2,9 @@
 //! carries over, after rolling back what a run that did not commit wrote.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
+use arrow::array::{Array, AsArray, ListArray};
 use arrow::datatypes::{TimestampMicrosecondType, UInt64Type};
 use memweave_operators::model::StepError;
 use memweave_schemas::store::{primitives, strings};
@@ -117,6 +119,17 @@ async fn states_built_by(
     Ok(same)
 }
 
+/// Row `row`'s labels in a `List<Utf8>` column (null, in a memory built
+/// before labels: none).
+fn row_labels(labels: &ListArray, row: usize) -> Arc<[String]> {
+    if labels.is_null(row) {
+        return Arc::from([]);
+    }
+    let list = labels.value(row);
+    let list = list.as_string::<i32>();
+    list.iter().flatten().map(str::to_string).collect()
+}
+
 /// Every document at `checkpoint`, without its text (the one column read
 /// again only when a document is fed or retracted).
 async fn document_records(
@@ -130,6 +143,7 @@ async fn document_records(
         "source_uri",
         "title",
         "ingested_at",
+        "acl",
     ];
     let mut records = Vec::new();
     let mut failed = None;
@@ -146,12 +160,16 @@ async fn document_records(
                 failed = Some(batch.schema());
                 return;
             };
+            let labels = batch
+                .column_by_name("acl")
+                .and_then(|c| c.as_list_opt::<i32>());
             records.extend((0..batch.num_rows()).map(|row| Record {
                 doc_id: ids.value(row).into(),
                 version: versions.value(row),
                 content_hash: hashes.value(row).into(),
                 source_uri: uris.value(row).into(),
                 title: titles.value(row).into(),
+                acl: labels.map_or_else(|| Arc::from([]), |labels| row_labels(labels, row)),
                 seen: seen.value(row),
             }));
         })
@@ -162,5 +180,6 @@ async fn document_records(
             schema: format!("{schema:?}"),
         });
     }
+    Record::share_sources(&mut records);
     Ok(records)
 }

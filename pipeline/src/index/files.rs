@@ -99,8 +99,14 @@ impl RoundSource for FileRounds<'_> {
         self.versions = versions;
         let carried = match cx.previous {
             Some(previous) => {
-                let (carried, cited) =
-                    carried_over(previous, cx.positions, &name, &self.files, cx.feeds);
+                let (carried, cited) = carried_over(
+                    previous,
+                    cx.positions,
+                    &name,
+                    &self.files,
+                    &self.read,
+                    cx.feeds,
+                );
                 self.earlier_roots = cited;
                 carried
             }
@@ -126,6 +132,7 @@ impl RoundSource for FileRounds<'_> {
                 files: self.files.len(),
                 versions: self.versions.clone(),
                 earlier_roots: self.earlier_roots.clone(),
+                labelling: self.read.labelling(),
             },
             source_errors: Some(discovery.rejected.iter().map(error_row).collect()),
             reader: Some(Box::new(Listing {
@@ -330,6 +337,7 @@ fn carried_over(
     positions: Option<&Positions>,
     source: &str,
     files: &[SourceFile],
+    read: &ReadOptions,
     feeds: usize,
 ) -> (Carried, Vec<String>) {
     let no_versions = BTreeMap::new();
@@ -338,10 +346,18 @@ fn carried_over(
             source: recorded,
             versions,
             earlier_roots,
+            labelling,
             ..
         }) => {
             // Its own root last time, and the ones before it still named.
             let roots = std::iter::once(recorded).chain(earlier_roots);
+            // Files labelled otherwise are read again: their documents'
+            // labels (and so their versions) may differ.
+            let versions = if *labelling == read.labelling() {
+                versions
+            } else {
+                &no_versions
+            };
             (
                 versions,
                 roots.filter(|root| *root != source).cloned().collect(),

@@ -187,6 +187,7 @@ mod tests {
             title: key.into(),
             text: text.into(),
             sections: Vec::new(),
+            acl: Vec::new(),
         }
     }
 

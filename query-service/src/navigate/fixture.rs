@@ -138,6 +138,7 @@ fn rows_with_hub() -> MemoryTables {
         deleted: false,
         text: hub_text.join(" "),
         sections: Vec::new(),
+        acl: Vec::new(),
     });
     rows.embeddings
         .push(embedding("e-guild", "entity", "Harbour Guild"));
@@ -188,6 +189,7 @@ pub(crate) fn rows() -> MemoryTables {
             deleted: false,
             text,
             sections: Vec::new(),
+            acl: Vec::new(),
         });
     }
     let mut offsets = std::collections::HashMap::new();

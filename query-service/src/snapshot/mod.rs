@@ -263,8 +263,14 @@ impl Snapshot {
         let failed = |e| self.store.lance_error(table, e);
         let mut scan = dataset.scan();
         if columns.is_empty() {
-            // Not the search columns: as large as the texts they are derived from.
-            scan.project(&table.row_columns()).map_err(failed)?;
+            // Not the search columns: as large as the texts they are derived
+            // from. A column added since an older memory was written (read
+            // as its default) is not asked of it.
+            let schema = dataset.schema();
+            let present: Vec<String> = (table.row_columns().into_iter())
+                .filter(|name| schema.field(name).is_some())
+                .collect();
+            scan.project(&present).map_err(failed)?;
         } else {
             scan.project(columns).map_err(failed)?;
         }

@@ -1199,6 +1199,7 @@ mod tests {
                     kind: "page".into(),
                     label: "2".into(),
                 }],
+                acl: Vec::new(),
             }],
         )
         .await;

@@ -206,6 +206,9 @@ impl TableStore {
     }
 
     /// Calls `each` with every batch of `columns` of `dataset`, streaming.
+    /// A column an older memory's table lacks (one added since, as nulls on
+    /// its next write) is left out of the batches: the caller reads it as
+    /// absent.
     async fn scan_columns(
         &self,
         dataset: &Dataset,
@@ -213,8 +216,12 @@ impl TableStore {
         columns: &[&str],
         mut each: impl AsyncFnMut(&RecordBatch),
     ) -> Result<()> {
+        let schema = dataset.schema();
+        let present: Vec<&str> = (columns.iter().copied())
+            .filter(|name| schema.field(name).is_some())
+            .collect();
         let mut scan = dataset.scan();
-        scan.project(columns)
+        scan.project(&present)
             .map_err(|e| self.lance_error(table, e))?;
         let mut stream = scan
             .try_into_stream()

@@ -275,18 +275,20 @@ import gzip, io, json, os, sys
 import pyarrow as pa, pyarrow.parquet as pq, pyarrow.feather as feather
 essays, out = sys.argv[1], sys.argv[2]
 names = sorted(os.listdir(essays))[:20]
-rows = [{"doc": i, "name": n.removesuffix(".txt"), "body": open(os.path.join(essays, n)).read()}
+rows = [{"doc": i, "name": n.removesuffix(".txt"), "body": open(os.path.join(essays, n)).read(),
+         "groups": [f"g{i % 3}", "all", f"g{i % 3}"] if i % 4 else None}
         for i, n in enumerate(names)]
 table = pa.Table.from_pylist(rows)
 pq.write_table(table, os.path.join(out, "essays.parquet"), row_group_size=7)
 feather.write_feather(table, os.path.join(out, "essays.arrow"))
-lines = "".join(json.dumps({"id": r["doc"], "title": r["name"], "text": r["body"]}) + "\n" for r in rows)
+lines = "".join(json.dumps({"id": r["doc"], "title": r["name"], "text": r["body"],
+                            "groups": ", ".join(r["groups"] or [])}) + "\n" for r in rows)
 with gzip.open(os.path.join(out, "essays.jsonl.gz"), "wt") as f:
     f.write(lines)
 with pa.CompressedOutputStream(os.path.join(out, "essays.jsonl.zst"), "zstd") as f:
     f.write(lines.encode())
 for r in pq.read_table(os.path.join(out, "essays.parquet")).to_pylist():
-    print(json.dumps([str(r["doc"]), r["name"], r["body"]]))
+    print(json.dumps([str(r["doc"]), r["name"], r["body"], sorted(set(r["groups"] or []))]))
 "#;
 
 #[test]
@@ -297,8 +299,9 @@ fn datasets_give_a_document_per_row_keyed_by_its_id() {
         WRITE_DATASETS,
         &[essays.to_str().unwrap(), dir.path().to_str().unwrap()],
     );
-    // pyarrow's reading of the rows: id, title, text.
-    let expected: Vec<(String, String, String)> = written
+    // pyarrow's reading of the rows: id, title, text, labels (a list in
+    // Parquet and Arrow, a comma-separated string in JSON Lines).
+    let expected: Vec<(String, String, String, Vec<String>)> = written
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
@@ -307,24 +310,39 @@ fn datasets_give_a_document_per_row_keyed_by_its_id() {
         id: "doc".into(),
         text: "body".into(),
         title: "name".into(),
+        acl: Some("groups".into()),
     };
     let named = ReadOptions {
         columns,
         ..ReadOptions::default()
     };
+    let labelled = ReadOptions {
+        columns: memweave_ingest::Columns {
+            acl: Some("groups".into()),
+            ..memweave_ingest::Columns::default()
+        },
+        ..ReadOptions::default()
+    };
     for (file, options) in [
         ("essays.parquet", &named),
         ("essays.arrow", &named),
-        ("essays.jsonl.gz", &ReadOptions::default()),
-        ("essays.jsonl.zst", &ReadOptions::default()),
+        ("essays.jsonl.gz", &labelled),
+        ("essays.jsonl.zst", &labelled),
     ] {
         let docs: Vec<RawDocument> = read_with(&dir.path().join(file), options)
             .into_iter()
             .map(Result::unwrap)
             .collect();
-        let got: Vec<(String, String, String)> = docs
+        let got: Vec<(String, String, String, Vec<String>)> = docs
             .iter()
-            .map(|d| (d.key.clone(), d.title.clone(), d.text.clone()))
+            .map(|d| {
+                (
+                    d.key.clone(),
+                    d.title.clone(),
+                    d.text.clone(),
+                    d.acl.clone(),
+                )
+            })
             .collect();
         assert_eq!(got, expected, "{file}");
         assert!(docs.iter().all(|d| d.sections.len() == 1

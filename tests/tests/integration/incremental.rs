@@ -15,7 +15,8 @@ use memweave_pipeline::index::{IndexOptions, Indexer, run_index};
 use memweave_pipeline::source::{Source, SourceOptions};
 use memweave_schemas::CallStatRow;
 use memweave_tests::{
-    SimServer, Tables, index, openai_flags, read_calls, read_every_row, read_tables, stdout,
+    SimServer, Tables, index, model_calls, openai_flags, read_calls, read_every_row, read_tables,
+    stdout,
 };
 use proptest::prelude::*;
 
@@ -354,21 +355,6 @@ fn an_edit_costs_only_the_calls_of_what_changed() {
             .collect()
     };
     assert_eq!(others(&before), others(&after));
-}
-
-/// The numbers of the summary's model line: calls made, and calls answered
-/// from the cache.
-fn model_calls(run: &std::process::Output) -> (u64, u64) {
-    let out = stdout(run);
-    let line = out
-        .lines()
-        .find(|l| l.trim_start().starts_with("model"))
-        .unwrap_or_else(|| panic!("no model line in {out}"));
-    let number_before = |word: &str| -> u64 {
-        let (head, _) = line.split_once(word).unwrap();
-        head.split_whitespace().last().unwrap().parse().unwrap()
-    };
-    (number_before(" calls"), number_before(" answered"))
 }
 
 fn rows_written(run: &std::process::Output) -> u64 {

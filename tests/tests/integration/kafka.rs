@@ -264,6 +264,79 @@ fn named_sources_share_a_memory_and_leave_each_other_alone() {
     );
 }
 
+/// A message's `acl` field (a list, or a comma-separated string) labels
+/// its document, one without gets `--acl-default`, and a bad one is a
+/// `bad_message` error; the same text sent again with other labels is a new
+/// version built from the call cache, without a model call.
+#[test]
+fn messages_carry_their_labels_and_a_relabel_costs_no_call() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("docs", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let tables = dir.path().join("memory");
+    let labelled = |doc_id: &str, text: &str, acl: serde_json::Value| {
+        let message =
+            serde_json::json!({"doc_id": doc_id, "op": "upsert", "text": text, "acl": acl});
+        (doc_id.to_string(), message.to_string())
+    };
+    produce(
+        &broker,
+        &[
+            labelled(
+                "a",
+                &essay("gap.txt"),
+                serde_json::json!(["tenant-a", "shared"]),
+            ),
+            labelled(
+                "b",
+                &essay("want.txt"),
+                serde_json::json!("tenant-b, shared"),
+            ),
+            upsert("c", &essay("love.txt")),
+            labelled("d", "A short note.", serde_json::json!([["nested"]])),
+        ],
+    );
+    let topic = format!("kafka://{}/docs", broker.brokers);
+    let run = || index(Path::new(&topic), &tables, &["--acl-default", "staff"]);
+    run();
+    let acl = |t: &Tables| -> Vec<(String, Vec<String>, u64)> {
+        let mut acl: Vec<_> = (t.documents.iter())
+            .map(|d| (d.title.clone(), d.acl.clone(), d.version))
+            .collect();
+        acl.sort();
+        acl
+    };
+    let strings =
+        |labels: &[&str]| -> Vec<String> { labels.iter().map(|l| l.to_string()).collect() };
+    let first = read_tables(&tables);
+    assert_eq!(
+        acl(&first),
+        [
+            ("a".into(), strings(&["shared", "tenant-a"]), 1),
+            ("b".into(), strings(&["shared", "tenant-b"]), 1),
+            ("c".into(), strings(&["staff"]), 1),
+        ]
+    );
+    let error = (first.errors.iter())
+        .find(|e| e.doc_id.is_some() && e.message.contains("\"acl\""))
+        .unwrap_or_else(|| panic!("no error for d: {:?}", first.errors));
+    assert_eq!(error.kind, "bad_message");
+
+    produce(
+        &broker,
+        &[labelled(
+            "a",
+            &essay("gap.txt"),
+            serde_json::json!(["tenant-a"]),
+        )],
+    );
+    let again = run();
+    assert_eq!(calls_made(&again), 0, "{}", stdout(&again));
+    let relabelled = read_tables(&tables);
+    assert_eq!(acl(&relabelled)[0], ("a".into(), strings(&["tenant-a"]), 2));
+    assert_eq!(acl(&relabelled)[1..], acl(&first)[1..]);
+}
+
 /// Each document's key (a file's name, a message's title, which is its
 /// `doc_id` here) and whether it came from the topic, in order.
 fn keys(t: &Tables) -> Vec<(&str, bool)> {

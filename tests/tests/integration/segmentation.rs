@@ -20,6 +20,7 @@ fn document(text: &str) -> Document {
             title: "essay".into(),
             text: text.into(),
             sections: Vec::new(),
+            acl: Vec::new(),
         },
         1,
     )

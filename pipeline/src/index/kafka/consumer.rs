@@ -39,6 +39,9 @@ struct Change {
     uri: Option<String>,
     #[serde(default)]
     metadata: serde_json::Map<String, serde_json::Value>,
+    /// Who may read it: a list of labels or one comma-separated string;
+    /// without, `--acl-default`'s.
+    acl: Option<serde_json::Value>,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -290,12 +293,18 @@ fn read_message(
         Err(e) => {
             return failed(
                 "bad_message",
-                format!("expected {{\"doc_id\", \"op\", \"text\" | \"uri\", \"metadata\"}}: {e}"),
+                format!(
+                    "expected {{\"doc_id\", \"op\", \"text\" | \"uri\", \"metadata\", \"acl\"}}: {e}"
+                ),
                 None,
             );
         }
     };
     let doc_id = doc_id_in(cx.source_name, &change.doc_id);
+    let own_labels = match ingest::json_labels(change.acl) {
+        Ok(labels) => labels,
+        Err(e) => return failed("bad_message", format!("\"acl\" {e}"), Some(doc_id)),
+    };
     let text = match (change.op, change.text, change.uri) {
         (Op::Delete, None, None) => return (doc_id, Update::Gone),
         (Op::Delete, ..) => {
@@ -327,6 +336,7 @@ fn read_message(
                 title,
                 text,
                 sections,
+                acl: (options.source_options.read.access).labels_of(None, own_labels),
             };
             let input = Fresh {
                 records: vec![cx.versioned(raw, now_micros())],
