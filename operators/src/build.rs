@@ -558,6 +558,15 @@ pub async fn build_document(
                 }
                 BuiltRow::TreeNode(node)
             };
+            let labelled = |mut node: TreeNodeRow| {
+                node.acl.clone_from(&doc.acl);
+                node
+            };
+            let nodes = nodes.into_iter().map(labelled);
+            let raptor_nodes = raptor_nodes.into_iter().map(|mut node| {
+                node.row = labelled(node.row);
+                node
+            });
             let mut tree_rows = Vec::new();
             for node in nodes {
                 if node.parent_id.is_none() {
@@ -586,8 +595,9 @@ pub async fn build_document(
             rows.extend(gists.map(BuiltRow::GistMemory));
             rows.extend(pages.into_iter().map(BuiltRow::Page));
             if let Some((entities, relations)) = graph {
-                rows.extend(entities.into_iter().map(BuiltRow::Entity));
-                rows.extend(relations.into_iter().map(BuiltRow::Relation));
+                let acl = &doc.acl;
+                rows.extend((entities.into_iter()).map(|e| BuiltRow::Entity(e.in_scope(acl))));
+                rows.extend((relations.into_iter()).map(|r| BuiltRow::Relation(r.in_scope(acl))));
             }
             let fell_back = fallbacks.errors(&doc.source_uri, &doc.doc_id);
             rows.extend(fell_back.into_iter().map(BuiltRow::Error));

@@ -12,6 +12,7 @@ use crate::mixture::{MixtureConfig, Points, cluster};
 use crate::model::{CallContext, FactSummary, MemoryModel, StepResult, all_in_order};
 use crate::reduce::principal_components;
 use crate::tokens::count_tokens;
+use crate::tree::corpus_subject;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct RaptorConfig {
@@ -177,7 +178,8 @@ pub async fn raptor_corpus_tree(
     embedder: &dyn Embedder,
     config: &RaptorConfig,
 ) -> StepResult<Vec<RaptorNode>> {
-    let cx = CallContext::corpus(TREE_RAPTOR).about(TREE_RAPTOR_CORPUS.to_string());
+    let acl = roots.first().map_or(&[][..], |root| &root.row.acl);
+    let cx = CallContext::corpus(TREE_RAPTOR).about(corpus_subject(TREE_RAPTOR_CORPUS, acl));
     let leaves = roots
         .iter()
         .enumerate()
@@ -329,6 +331,7 @@ fn node_row(
         surprise,
         n_tokens: 0,
         terms: String::new(),
+        acl: Vec::new(),
     }
     .with_terms();
     row.n_tokens = count_tokens(&node_text(&row)) as u32;

@@ -120,6 +120,7 @@ pub async fn memwalker_tree(
                 summary: Some(summary),
                 surprise: None,
                 terms: String::new(),
+                acl: Vec::new(),
             }
             .with_terms()
         })
@@ -146,7 +147,8 @@ pub async fn corpus_tree(
     max_children: usize,
     parent_max_tokens: usize,
 ) -> StepResult<Vec<TreeNodeRow>> {
-    let cx = CallContext::corpus(TREE_MEMWALKER).about(TREE_MEMWALKER_CORPUS.to_string());
+    let acl = roots.first().map_or(&[][..], |root| &root.acl);
+    let cx = CallContext::corpus(TREE_MEMWALKER).about(corpus_subject(TREE_MEMWALKER_CORPUS, acl));
     let leaves = roots
         .iter()
         .enumerate()
@@ -171,6 +173,7 @@ pub async fn corpus_tree(
                 n_tokens: root.n_tokens,
                 surprise: None,
                 terms: String::new(),
+                acl: Vec::new(),
             }
             .with_terms()
         })
@@ -185,6 +188,18 @@ pub async fn corpus_tree(
         parent_max_tokens,
     )
     .await
+}
+
+/// What the calls of the corpus `tree` over documents labelled `acl` are
+/// about: the tree, and its label set where it has one, so that the calls
+/// of one set's tree are not taken for dead when another's is rebuilt
+/// (the call cache evicts by subject).
+pub(crate) fn corpus_subject(tree: &str, acl: &[String]) -> String {
+    if acl.is_empty() {
+        tree.to_string()
+    } else {
+        format!("{tree} {}", acl.join(","))
+    }
 }
 
 /// Parents over `level` (one tree's nodes in order), level by level, until one
@@ -239,6 +254,7 @@ async fn build_levels(
                     summary: Some(summary),
                     surprise: None,
                     terms: String::new(),
+                    acl: Vec::new(),
                 }
                 .with_terms(),
             );

@@ -804,6 +804,7 @@ mod tests {
             surprise: None,
             n_tokens: 5,
             terms: String::new(),
+            acl: Vec::new(),
         };
         let mut components = vec![0.0f32; 1024];
         components[3] = 0.25;

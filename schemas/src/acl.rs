@@ -45,6 +45,31 @@ pub fn comma_separated(list: &str) -> Result<Vec<String>, String> {
     labels(list.split(','))
 }
 
+/// What separates a name from its label set in a scoped key: a control
+/// character, which no label and no normalised name holds.
+const SCOPE_SEPARATOR: char = '\u{1f}';
+
+/// The key a cross-document stage groups `key` (an entity's normalised
+/// name) under for a document labelled `acl`: the key alone for a document
+/// without labels (as memories built before labels keyed it), else the key
+/// and the label set, so that no group, and no text written from one, holds
+/// documents of two label sets. Every id derived from the key (an entity's,
+/// a relation's) is then the label set's own.
+pub fn scoped(key: &str, acl: &[String]) -> String {
+    if acl.is_empty() {
+        return key.to_string();
+    }
+    format!("{key}{SCOPE_SEPARATOR}{}", acl.join(","))
+}
+
+/// The label set a [`scoped`] key was scoped to (none: unlabelled).
+pub fn scope_of(key: &str) -> Vec<String> {
+    match key.split_once(SCOPE_SEPARATOR) {
+        Some((_, set)) => set.split(',').map(str::to_string).collect(),
+        None => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +80,16 @@ mod tests {
         assert_eq!(spelled, ["finance", "hr"]);
         assert_eq!(comma_separated("hr,finance, ,hr").unwrap(), spelled);
         assert_eq!(comma_separated("").unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_scoped_key_is_the_name_alone_without_labels_and_keeps_its_set() {
+        assert_eq!(scoped("ada lovelace", &[]), "ada lovelace");
+        assert!(scope_of("ada lovelace").is_empty());
+        let set = labels(["tenant-a", "shared"]).unwrap();
+        let key = scoped("ada lovelace", &set);
+        assert_ne!(key, scoped("ada lovelace", &labels(["tenant-b"]).unwrap()));
+        assert_eq!(scope_of(&key), set);
     }
 
     #[test]

@@ -33,13 +33,26 @@ pub struct DocumentRow {
     pub sections: Vec<Section>,
     /// Its access labels ([`crate::acl`]): the groups that may read it.
     /// Null in a memory built before labels, read as none.
-    #[serde(default, deserialize_with = "null_as_empty")]
+    #[serde(default, with = "nullable_labels")]
     pub acl: Vec<String>,
 }
 
-/// A list column that may be null, as an empty list.
-fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
+/// Serde for an `acl` column: null in a memory built before labels, read
+/// as none. Written as an option too, so that formats that keep no field
+/// names (bincode: the spill, the exchange between processes) read back
+/// what they wrote.
+mod nullable_labels {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(acl: &[String], serializer: S) -> Result<S::Ok, S::Error> {
+        Some(acl).serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<String>, D::Error> {
+        Ok(Option::<Vec<String>>::deserialize(deserializer)?.unwrap_or_default())
+    }
 }
 
 /// A part of a document's text as its source names it: from `start_char` up
@@ -185,6 +198,11 @@ pub struct TreeNodeRow {
     /// Empty in a document's state, whose roots only the corpus trees read.
     #[serde(default)]
     pub terms: String,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 impl TreeNodeRow {
@@ -327,6 +345,11 @@ pub struct EntityRow {
     pub description: String,
     pub aliases: Vec<String>,
     pub seg_ids: Vec<String>,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 impl EntityRow {
@@ -352,6 +375,11 @@ pub fn entity_text(name: &str, description: &str) -> String {
 pub struct NameStateRow {
     pub name: String,
     pub asked: Vec<u32>,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -361,6 +389,11 @@ pub struct RelationRow {
     pub target_id: String,
     pub description: String,
     pub seg_ids: Vec<String>,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 /// Rows equal, order and hash by their vectors' bits (an `f32` does none of

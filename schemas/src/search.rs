@@ -363,6 +363,7 @@ mod tests {
                 surprise: None,
                 n_tokens: 2,
                 terms: "harbour".into(),
+                acl: Vec::new(),
             })
         };
         let mut delta = LexiconDelta::default();

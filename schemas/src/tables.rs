@@ -310,6 +310,7 @@ impl Table {
                 Field::new("n_tokens", DataType::UInt32, false),
                 // Last, where it was when it was derived from the summary.
                 zstd(utf8(TERMS)),
+                labels("acl"),
             ],
             Table::Pages => vec![
                 utf8("page_id"),
@@ -334,6 +335,7 @@ impl Table {
                 utf8("description"),
                 utf8_list("aliases"),
                 utf8_list("seg_ids"),
+                labels("acl"),
             ],
             Table::Relations => vec![
                 utf8("relation_id"),
@@ -341,6 +343,7 @@ impl Table {
                 utf8("target_id"),
                 utf8("description"),
                 utf8_list("seg_ids"),
+                labels("acl"),
             ],
             Table::Embeddings => return embeddings_fields(vector_width as i32),
             Table::LlmCalls => vec![

@@ -34,6 +34,7 @@ pub use resolve::{
 };
 
 use crate::config::BuildConfigError;
+use memweave_schemas::acl;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -112,6 +113,14 @@ pub struct DocEntity {
 }
 
 impl DocEntity {
+    /// The entity of a document labelled `acl`: keyed by its name in that
+    /// label set ([`acl::scoped`]), so it is resolved with the same set's
+    /// mentions alone.
+    pub fn in_scope(mut self, acl: &[String]) -> Self {
+        self.key = acl::scoped(&self.key, acl);
+        self
+    }
+
     /// The passage the model is shown when this entity's name collides with
     /// another document's.
     fn passage(&self) -> String {
@@ -149,6 +158,16 @@ pub struct DocRelation {
     /// The head of the first segment it came from: its evidence in a merge.
     #[serde(with = "shared_text")]
     pub evidence: Arc<str>,
+}
+
+impl DocRelation {
+    /// The relation of a document labelled `acl`, between its ends' names
+    /// in that label set (see [`DocEntity::in_scope`]).
+    pub fn in_scope(mut self, acl: &[String]) -> Self {
+        self.source_key = acl::scoped(&self.source_key, acl);
+        self.target_key = acl::scoped(&self.target_key, acl);
+        self
+    }
 }
 
 /// Serde for a text shared by several records (`Arc<str>`), as a plain string.

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use memweave_schemas::{RelationRow, content_id};
+use memweave_schemas::{RelationRow, acl, content_id};
 
 use super::{DocRelation, EVIDENCE_WORDS, GraphConfig, STAGE};
 use crate::extract::{collapse_whitespace, head_words};
@@ -101,6 +101,8 @@ pub trait FoundRelation {
     fn summary(&self) -> Arc<str>;
     /// The head of the first segment it came from: its evidence in a merge.
     fn evidence(&self) -> Arc<str>;
+    /// The label set of its document ([`super::DocEntity::in_scope`]).
+    fn acl(&self) -> Vec<String>;
 }
 
 impl FoundRelation for DocRelation {
@@ -118,6 +120,10 @@ impl FoundRelation for DocRelation {
 
     fn evidence(&self) -> Arc<str> {
         Arc::clone(&self.evidence)
+    }
+
+    fn acl(&self) -> Vec<String> {
+        acl::scope_of(&self.source_key)
     }
 }
 
@@ -163,5 +169,7 @@ pub fn relation_row<R: FoundRelation>(
         target_id: target_id.to_string(),
         description,
         seg_ids: seg_ids.into_iter().collect(),
+        // Every relation of a pair is of its ends' label set.
+        acl: found.first().map(R::acl).unwrap_or_default(),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use memweave_schemas::{EntityRow, content_id};
+use memweave_schemas::{EntityRow, acl, content_id};
 use serde::{Deserialize, Serialize};
 
 use super::{DocEntity, EntityAssignment, GraphConfig, STAGE};
@@ -612,6 +612,7 @@ pub fn entity_rows(groups: &[Vec<&DocEntity>]) -> (Vec<EntityRow>, Vec<EntityAss
             description: first.context.clone(),
             aliases: aliases.into_iter().collect(),
             seg_ids: seg_ids.into_iter().collect(),
+            acl: acl::scope_of(&first.key),
         });
     }
     (rows, assignments)

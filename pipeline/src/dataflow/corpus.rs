@@ -17,12 +17,14 @@ use super::time::changes_only;
 use crate::async_map::{InFlight, MapAsync};
 use crate::spill::{Spill, SpilledGroup};
 
-/// The corpus-level trees, rebuilt over every document root whenever one
-/// changes (unchanged groups and clusters are answered by the call cache): a
-/// MemWalker tree over the MemWalker roots, a RAPTOR tree over the RAPTOR roots
-/// and their vectors. Like the graph's mentions, the roots are spilled by the
-/// one worker that builds the trees: the arrangements hold a spill key per
-/// root, and the roots are read back when a tree is rebuilt.
+/// The corpus-level trees, one of each per label set, rebuilt over the set's
+/// document roots whenever one changes (unchanged groups and clusters are
+/// answered by the call cache): a MemWalker tree over the MemWalker roots, a
+/// RAPTOR tree over the RAPTOR roots and their vectors. No node is written
+/// from documents of two label sets. Like the graph's mentions, the roots
+/// are spilled by the worker that builds the set's trees: the arrangements
+/// hold a spill key per root, and the roots are read back when a tree is
+/// rebuilt.
 pub(super) fn corpus_trees<'scope>(
     memwalker_roots: VecCollection<'scope, u64, TreeNodeRow, isize>,
     raptor_roots: VecCollection<'scope, u64, (TreeNodeRow, EmbeddingRow), isize>,
@@ -36,14 +38,18 @@ pub(super) fn corpus_trees<'scope>(
         tasks,
         ..
     } = services;
-    let memwalker_roots =
-        changes_only(corpus_roots(memwalker_roots, spill, "MemWalkerCorpusRoots"));
+    let memwalker_roots = changes_only(corpus_roots(
+        memwalker_roots,
+        spill,
+        "MemWalkerCorpusRoots",
+        |root: &TreeNodeRow| &root.acl,
+    ));
     let (memwalker_model, memwalker_spill) = (Arc::clone(model), Arc::clone(spill));
     let memwalker = memwalker_roots.map_async(
         tasks,
         "MemWalkerCorpusTree",
         InFlight::futures(),
-        move |roots: SpilledGroup| {
+        move |(acl, roots): (Vec<String>, SpilledGroup)| {
             let (model, spill) = (Arc::clone(&memwalker_model), Arc::clone(&memwalker_spill));
             async move {
                 let roots: Vec<TreeNodeRow> = read_in_doc_order(&spill, roots, root_doc);
@@ -55,20 +61,27 @@ pub(super) fn corpus_trees<'scope>(
                 )
                 .await
                 {
-                    Ok(nodes) => nodes.into_iter().map(MemoryRow::TreeNode).collect(),
+                    Ok(nodes) => (nodes.into_iter())
+                        .map(|node| MemoryRow::TreeNode(labelled(node, &acl)))
+                        .collect(),
                     Err(error) => vec![corpus_error(&error, "memwalker")],
                 }
             }
         },
     );
-    let raptor_roots = changes_only(corpus_roots(raptor_roots, spill, "RaptorCorpusRoots"));
+    let raptor_roots = changes_only(corpus_roots(
+        raptor_roots,
+        spill,
+        "RaptorCorpusRoots",
+        |(root, _): &(TreeNodeRow, EmbeddingRow)| &root.acl,
+    ));
     let (raptor_model, raptor_embedder) = (Arc::clone(model), Arc::clone(embedder));
     let raptor_spill = Arc::clone(spill);
     let raptor = raptor_roots.map_async(
         tasks,
         "RaptorCorpusTree",
         InFlight::futures(),
-        move |roots: SpilledGroup| {
+        move |(acl, roots): (Vec<String>, SpilledGroup)| {
             let (model, embedder) = (Arc::clone(&raptor_model), Arc::clone(&raptor_embedder));
             let spill = Arc::clone(&raptor_spill);
             async move {
@@ -90,7 +103,8 @@ pub(super) fn corpus_trees<'scope>(
                         .flat_map(|n| {
                             let model = embedder.model();
                             let vector = EmbeddingRow::new(&n.row.node_id, "node", model, n.vector);
-                            [MemoryRow::Embedding(vector), MemoryRow::TreeNode(n.row)]
+                            let node = labelled(n.row, &acl);
+                            [MemoryRow::Embedding(vector), MemoryRow::TreeNode(node)]
                         })
                         .collect(),
                     Err(error) => vec![corpus_error(&error, "raptor")],
@@ -101,27 +115,34 @@ pub(super) fn corpus_trees<'scope>(
     memwalker.concat(raptor)
 }
 
-/// Every document root of one corpus tree, gathered (as spill keys) on the
-/// worker that builds the tree: one group, rebuilt whenever a root changes. A
-/// root names its document, so no two documents' roots share a key.
+/// Every document root of one label set's corpus tree, gathered (as spill
+/// keys) on the worker that builds that tree: a group per set, rebuilt
+/// whenever one of its roots changes. A root names its document, so no two
+/// documents' roots share a key.
 fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
     roots: VecCollection<'scope, u64, R, isize>,
     spill: &Arc<Spill>,
     name: &'static str,
-) -> VecCollection<'scope, u64, SpilledGroup, isize> {
+    labels: fn(&R) -> &Vec<String>,
+) -> VecCollection<'scope, u64, (Vec<String>, SpilledGroup), isize> {
     let group_spill = Arc::clone(spill);
     spill_where_used(
         roots,
         spill,
         name,
-        |_| ().hashed(),
+        move |root| labels(root).hashed(),
         Spill::put,
-        |_, text, _| ((), text),
+        move |root, text, _| (labels(root).clone(), text),
     )
-    .reduce_named(name, move |(), roots, out| {
+    .reduce_named(name, move |_, roots, out| {
         out.push((spill_group(&group_spill, roots), 1));
     })
-    .map(|((), roots)| roots)
+}
+
+/// A corpus tree's node, labelled with the label set it was built from.
+fn labelled(mut node: TreeNodeRow, acl: &[String]) -> TreeNodeRow {
+    node.acl = acl.to_vec();
+    node
 }
 
 /// The document a document tree's root belongs to (every one has one).

@@ -149,6 +149,7 @@ fn rows_with_hub() -> MemoryTables {
         description: String::new(),
         aliases: vec![],
         seg_ids,
+        acl: Vec::new(),
     });
     for ordinal in 0..HUB_RELATIONS {
         rows.relations.push(RelationRow {
@@ -157,6 +158,7 @@ fn rows_with_hub() -> MemoryTables {
             target_id: "e-studio".into(),
             description: format!("The guild hired the studio, job {ordinal}. ").repeat(12),
             seg_ids: vec![format!("s-h{ordinal:03}")],
+            acl: Vec::new(),
         });
     }
     rows
@@ -325,6 +327,7 @@ pub(crate) fn rows() -> MemoryTables {
             description: String::new(),
             aliases,
             seg_ids,
+            acl: Vec::new(),
         });
     }
     rows.relations.push(RelationRow {
@@ -333,6 +336,7 @@ pub(crate) fn rows() -> MemoryTables {
         target_id: "e-investors".into(),
         description: "unrelated, for the expansion".into(),
         seg_ids: vec!["s-s1".into()],
+        acl: Vec::new(),
     });
     for doc_id in ["paint", "startup"] {
         let pages: Vec<PageRow> = rows
@@ -393,6 +397,7 @@ fn node(
         surprise: None,
         n_tokens: 10,
         terms: String::new(),
+        acl: Vec::new(),
     }
     .with_terms()
 }

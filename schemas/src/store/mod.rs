@@ -306,6 +306,7 @@ mod tests {
             surprise: None,
             n_tokens: 3,
             terms: String::new(),
+            acl: Vec::new(),
         }
         .with_terms()
     }
@@ -1249,6 +1250,7 @@ mod tests {
                 description: "mathematician".into(),
                 aliases: vec!["Ada".into(), "Countess of Lovelace".into()],
                 seg_ids: vec!["s".into()],
+                acl: Vec::new(),
             }],
         )
         .await;
@@ -1260,6 +1262,7 @@ mod tests {
                 target_id: "f".into(),
                 description: "worked with".into(),
                 seg_ids: vec![],
+                acl: Vec::new(),
             }],
         )
         .await;
@@ -1327,6 +1330,7 @@ mod tests {
             vec![NameStateRow {
                 name: "ada".into(),
                 asked: vec![3, 0],
+                acl: Vec::new(),
             }],
         )
         .await;

@@ -1,10 +1,12 @@
 //! Permissions: access labels given to documents by a dataset's column, a
-//! map of path prefixes and a default, kept in the documents table, and a
-//! change of labels alone rebuilding a document from the call cache.
+//! map of path prefixes and a default, kept in the documents table and on
+//! every row derived from them; the cross-document stages run per label
+//! set; a change of labels alone rebuilds a document from the call cache.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use memweave_schemas::{TREE_MEMWALKER_CORPUS, TREE_RAPTOR_CORPUS, TreeNodeRow};
 use memweave_tests::{Tables, index, memweave, model_calls, read_tables, stdout};
 
 use super::shared::essay;
@@ -162,4 +164,162 @@ fn a_bad_map_is_refused_by_name() {
     assert!(said.contains("acl.json") && said.contains("team"), "{said}");
     assert!(refused(&["--acl-default", "a\tb"]).contains("--acl-default"));
     assert!(!tables.join("checkpoints.lance").exists());
+}
+
+/// Each document's labels, by id.
+fn document_labels(tables: &Tables) -> BTreeMap<&str, &[String]> {
+    (tables.documents.iter())
+        .map(|d| (d.doc_id.as_str(), d.acl.as_slice()))
+        .collect()
+}
+
+/// The label sets of the documents each of `seg_ids` is of.
+fn sets_of<'t>(tables: &'t Tables, seg_ids: &[String]) -> BTreeSet<&'t [String]> {
+    let labels = document_labels(tables);
+    let doc_of: BTreeMap<&str, &str> = (tables.segments.iter())
+        .map(|s| (s.seg_id.as_str(), s.doc_id.as_str()))
+        .collect();
+    (seg_ids.iter())
+        .map(|s| labels[doc_of[s.as_str()]])
+        .collect()
+}
+
+/// The documents under a corpus tree's node: its leaves' documents.
+fn documents_under<'t>(
+    node: &'t TreeNodeRow,
+    nodes: &BTreeMap<&str, &'t TreeNodeRow>,
+) -> BTreeSet<&'t str> {
+    if node.level == 0 {
+        return node.doc_id.as_deref().into_iter().collect();
+    }
+    (node.child_ids.iter())
+        .flat_map(|child| documents_under(nodes[child.as_str()], nodes))
+        .collect()
+}
+
+/// Checks that every entity, relation, name state and tree node holds the
+/// labels of the documents it was derived from, one set each; returns how
+/// many corpus roots each label set has.
+fn assert_one_set_a_row(tables: &Tables) -> BTreeMap<Vec<String>, usize> {
+    for entity in &tables.entities {
+        let sets = sets_of(tables, &entity.seg_ids);
+        assert_eq!(sets, BTreeSet::from([entity.acl.as_slice()]), "{entity:?}");
+    }
+    let entity_labels: BTreeMap<&str, &[String]> = (tables.entities.iter())
+        .map(|e| (e.entity_id.as_str(), e.acl.as_slice()))
+        .collect();
+    for relation in &tables.relations {
+        let sets = sets_of(tables, &relation.seg_ids);
+        assert_eq!(
+            sets,
+            BTreeSet::from([relation.acl.as_slice()]),
+            "{relation:?}"
+        );
+        assert_eq!(entity_labels[relation.source_id.as_str()], relation.acl);
+        assert_eq!(entity_labels[relation.target_id.as_str()], relation.acl);
+    }
+    let labels = document_labels(tables);
+    let mut corpus_roots = BTreeMap::new();
+    for tree in [TREE_MEMWALKER_CORPUS, TREE_RAPTOR_CORPUS] {
+        let nodes: BTreeMap<&str, &TreeNodeRow> = (tables.tree_nodes.iter())
+            .filter(|n| n.tree == tree)
+            .map(|n| (n.node_id.as_str(), n))
+            .collect();
+        for node in nodes.values() {
+            let sets: BTreeSet<&[String]> = (documents_under(node, &nodes).into_iter())
+                .map(|doc| labels[doc])
+                .collect();
+            assert_eq!(sets, BTreeSet::from([node.acl.as_slice()]), "{node:?}");
+            if node.parent_id.is_none() {
+                *corpus_roots.entry(node.acl.clone()).or_default() += 1;
+            }
+        }
+    }
+    for node in tables.tree_nodes.iter().filter(|n| n.doc_id.is_some()) {
+        assert_eq!(
+            node.acl,
+            labels[node.doc_id.as_deref().unwrap()],
+            "{node:?}"
+        );
+    }
+    corpus_roots
+}
+
+/// Two tenants whose essays share names: built without labels, some of
+/// their entities merge across them; labelled, no entity, relation or
+/// corpus-tree node is written from both, each tenant has its own corpus
+/// trees, and moving an essay from one tenant to the other (a map edit)
+/// leaves the tables a fresh build under the new map gives.
+#[test]
+fn no_row_is_written_from_two_label_sets() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    for (tenant, names) in [
+        ("a", ["gap.txt", "founders.txt", "hubs.txt"]),
+        ("b", ["want.txt", "love.txt", "apple.txt"]),
+    ] {
+        for name in names {
+            write(&archive.join(tenant).join(name), &essay(name));
+        }
+    }
+    let map = dir.path().join("acl.json");
+    let write_map = |map_text: &str| std::fs::write(&map, map_text).unwrap();
+    write_map(r#"{"a": ["tenant-a"], "b": ["tenant-b"]}"#);
+    let map_flag = map.display().to_string();
+    let labelled = ["--corpus-tree", "--acl-map", map_flag.as_str()];
+
+    let unlabelled = dir.path().join("unlabelled");
+    index(&archive, &unlabelled, &["--corpus-tree"]);
+    let mixed = read_tables(&unlabelled);
+    let tenant_of = |t: &Tables, seg_ids: &[String]| -> BTreeSet<String> {
+        let doc_of: BTreeMap<&str, &str> = (t.segments.iter())
+            .map(|s| (s.seg_id.as_str(), s.doc_id.as_str()))
+            .collect();
+        let uri_of: BTreeMap<&str, &str> = (t.documents.iter())
+            .map(|d| (d.doc_id.as_str(), d.source_uri.as_str()))
+            .collect();
+        (seg_ids.iter())
+            .map(|s| {
+                let uri = uri_of[doc_of[s.as_str()]];
+                let (_, key) = uri.rsplit_once("archive/").unwrap();
+                key[..1].to_string()
+            })
+            .collect()
+    };
+    let merged_across = (mixed.entities.iter())
+        .filter(|e| tenant_of(&mixed, &e.seg_ids).len() == 2)
+        .count();
+    assert!(merged_across > 0, "no entity of both tenants to keep apart");
+
+    let tables = dir.path().join("memory");
+    index(&archive, &tables, &labelled);
+    let built = read_tables(&tables);
+    let roots = assert_one_set_a_row(&built);
+    let tenant = |t: &str| vec![format!("tenant-{t}")];
+    assert_eq!(roots, BTreeMap::from([(tenant("a"), 2), (tenant("b"), 2)]));
+    assert!(
+        built.entities.len() > mixed.entities.len(),
+        "names kept apart"
+    );
+
+    // hubs.txt moves to tenant b.
+    write_map(r#"{"a": ["tenant-a"], "a/hubs.txt": ["tenant-b"], "b": ["tenant-b"]}"#);
+    let run = index(&archive, &tables, &labelled);
+    assert!(
+        stdout(&run).contains("(1 new or changed, 5 unchanged, 0 deleted)"),
+        "{}",
+        stdout(&run)
+    );
+    let moved = read_tables(&tables);
+    assert_one_set_a_row(&moved);
+    let scratch = dir.path().join("scratch");
+    index(&archive, &scratch, &labelled);
+    let versionless = |t: &Tables| {
+        let mut t = super::indexing::comparable(t);
+        for d in &mut t.documents {
+            d.version = 0;
+        }
+        t
+    };
+    assert_eq!(versionless(&moved), versionless(&read_tables(&scratch)));
 }

@@ -15,7 +15,7 @@ use memweave_operators::entity_graph::{
 };
 use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_schemas::{
-    EmbeddingRow, EntityRow, ErrorRow, MemoryRow, NameStateRow, RelationRow, hash128,
+    EmbeddingRow, EntityRow, ErrorRow, MemoryRow, NameStateRow, RelationRow, acl, hash128,
 };
 
 mod restore;
@@ -300,6 +300,7 @@ async fn resolve_group(
         } = resolution;
         let targets = to_targets(tag(&name), &assignments, relations).collect();
         let outcome = GraphRow::NameState(NameStateRow {
+            acl: acl::scope_of(&name),
             name: name.clone(),
             asked,
         });
@@ -332,6 +333,7 @@ async fn resolve_group(
                 asked,
             }) => {
                 let state = NameStateRow {
+                    acl: acl::scope_of(&name),
                     name: name.clone(),
                     asked,
                 };
@@ -535,6 +537,7 @@ struct SpilledRelation<'a> {
     doc_id: Cow<'a, str>,
     description: Cow<'a, str>,
     seg_ids: Cow<'a, [String]>,
+    acl: Vec<String>,
     summary: SpillKey,
     evidence: SpillKey,
 }
@@ -548,6 +551,7 @@ impl SpilledRelation<'_> {
             doc_id: Cow::Borrowed(&relation.doc_id),
             description: Cow::Borrowed(&relation.description),
             seg_ids: Cow::Borrowed(&relation.seg_ids),
+            acl: relation.acl(),
             summary,
             evidence,
         })
@@ -599,6 +603,10 @@ impl FoundRelation for ReadRelation<'_> {
 
     fn evidence(&self) -> Arc<str> {
         Arc::from(self.spill.get::<String>(self.relation.evidence))
+    }
+
+    fn acl(&self) -> Vec<String> {
+        self.relation.acl.clone()
     }
 }
 
