@@ -259,6 +259,7 @@ pub fn segments_of(doc: &Document, config: &SegmentConfig) -> Vec<Segment> {
                 n_tokens: s.n_tokens as u32,
                 target_tokens: target,
                 terms: String::new(),
+                acl: Vec::new(),
             };
             Segment::new(row, text.to_string())
         })
@@ -361,6 +362,7 @@ pub async fn page_rows(
                 end_char: chars.at(span.end),
                 // A page that is its own gist keeps no copy of itself.
                 gist: (gist != text).then_some(gist),
+                acl: Vec::new(),
             }
         })
         .collect())
@@ -441,6 +443,28 @@ pub enum BuiltRow {
     /// stage need not hold every node's vector to find the roots'.
     RaptorRoot(TreeNodeRow, EmbeddingRow),
     Error(ErrorRow),
+}
+
+impl BuiltRow {
+    /// Gives the row its document's labels, `acl`. A graph row is scoped
+    /// instead ([`DocEntity::in_scope`]): the stages across documents label
+    /// what they make of it.
+    fn label(&mut self, acl: &[String]) {
+        let labels = match self {
+            BuiltRow::Segment(row) => &mut row.acl,
+            BuiltRow::TreeNode(row) | BuiltRow::MemWalkerRoot(row) => &mut row.acl,
+            BuiltRow::Page(row) => &mut row.acl,
+            BuiltRow::GistMemory(row) => &mut row.acl,
+            BuiltRow::Embedding(row) => &mut row.acl,
+            BuiltRow::RaptorRoot(row, vector) => {
+                vector.acl = acl.to_vec();
+                &mut row.acl
+            }
+            BuiltRow::Error(row) => &mut row.acl,
+            BuiltRow::Entity(_) | BuiltRow::Relation(_) => return,
+        };
+        *labels = acl.to_vec();
+    }
 }
 
 /// The memory of one document: segments (and RAPTOR chunks and the baselines'
@@ -541,7 +565,7 @@ pub async fn build_document(
     let (tree_and_graph, pages, raptor) =
         futures::future::join3(tree_and_graph, pages, raptor).await;
     let built = (|| Ok((tree_and_graph?, pages?, raptor?)))();
-    match built {
+    let mut rows = match built {
         Ok(((nodes, graph), pages, (raptor_nodes, segment_vectors))) => {
             let mut rows: Vec<BuiltRow> = Vec::new();
             let model = embedder.model();
@@ -558,15 +582,6 @@ pub async fn build_document(
                 }
                 BuiltRow::TreeNode(node)
             };
-            let labelled = |mut node: TreeNodeRow| {
-                node.acl.clone_from(&doc.acl);
-                node
-            };
-            let nodes = nodes.into_iter().map(labelled);
-            let raptor_nodes = raptor_nodes.into_iter().map(|mut node| {
-                node.row = labelled(node.row);
-                node
-            });
             let mut tree_rows = Vec::new();
             for node in nodes {
                 if node.parent_id.is_none() {
@@ -610,7 +625,11 @@ pub async fn build_document(
             StepError::kind(&error),
             &format!("{error}; the document's memory was not built"),
         ))],
+    };
+    for row in &mut rows {
+        row.label(&doc.acl);
     }
+    rows
 }
 
 #[cfg(test)]

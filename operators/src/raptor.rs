@@ -421,6 +421,7 @@ mod tests {
                     n_tokens: count_tokens(&text) as u32,
                     target_tokens: 100,
                     terms: String::new(),
+                    acl: Vec::new(),
                 };
                 Segment::new(row, text)
             })

@@ -337,6 +337,7 @@ mod tests {
                     n_tokens: 12,
                     target_tokens: 1000,
                     terms: String::new(),
+                    acl: Vec::new(),
                 };
                 let text = format!(
                     "Segment {i} is about topic {}. It has two sentences.",

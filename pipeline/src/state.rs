@@ -246,7 +246,9 @@ mod root_vectors {
         let kept: Vec<(TreeNodeRow, StateVector)> = Vec::deserialize(deserializer)?;
         (kept.into_iter())
             .map(|(root, vector)| {
-                let row = vector.row(&root.node_id).map_err(D::Error::custom)?;
+                let mut row = vector.row(&root.node_id).map_err(D::Error::custom)?;
+                // The vector's labels are its root's, as the build gave them.
+                row.acl.clone_from(&root.acl);
                 Ok((root, row))
             })
             .collect()
@@ -386,6 +388,8 @@ impl DocState {
             doc_id: doc_id.to_string(),
             build: build.to_string(),
             state: serde_json::to_string(&kept).expect("a document's state serialises"),
+            // Its document's, given where the document is at hand.
+            acl: Vec::new(),
         }
     }
 
@@ -677,6 +681,7 @@ mod tests {
             n_tokens: 0,
             target_tokens: 0,
             terms: String::new(),
+            acl: Vec::new(),
         })
     }
 

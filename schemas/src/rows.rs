@@ -106,6 +106,11 @@ pub struct SegmentRow {
     /// index and the lexicon count, kept with the row so that a row read
     /// back (to retract it) counts out what it counted in.
     pub terms: String,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 /// A segment and its text, cut out of its document's: what the stages that
@@ -144,6 +149,7 @@ impl SegmentRow {
             n_tokens: 0,
             target_tokens,
             terms,
+            acl: Vec::new(),
         }
     }
 }
@@ -275,6 +281,11 @@ pub struct PageRow {
     /// text is kept once, in `documents`: [`PageRow::gist_in`]. On an archive
     /// of short documents a copy here was a second copy of the archive.
     pub gist: Option<String>,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 impl PageRow {
@@ -311,6 +322,11 @@ pub struct DocStateRow {
     pub build: String,
     /// The pipeline's own encoding (JSON) of what the document gave those stages.
     pub state: String,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 /// ReadAgent's gist memory of one document as it is searched: the terms of
@@ -323,6 +339,11 @@ pub struct GistMemoryRow {
     /// The gists' [`crate::text::searched_terms`]: what the full-text index
     /// and the lexicon count (as a segment's `terms`).
     pub terms: String,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 impl GistMemoryRow {
@@ -332,6 +353,7 @@ impl GistMemoryRow {
         GistMemoryRow {
             doc_id: doc_id.to_string(),
             terms: crate::text::searched_terms(gists),
+            acl: Vec::new(),
         }
     }
 }
@@ -405,6 +427,11 @@ pub struct EmbeddingRow {
     /// What the owner is: "segment", "node", "page", "entity".
     pub owner_kind: String,
     pub vector: Vec<f32>,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 impl EmbeddingRow {
@@ -417,11 +444,12 @@ impl EmbeddingRow {
             model: model.to_string(),
             owner_kind: owner_kind.to_string(),
             vector: stored_components(vector),
+            acl: Vec::new(),
         }
     }
 
-    fn names(&self) -> (&str, &str, &str) {
-        (&self.owner_id, &self.model, &self.owner_kind)
+    fn names(&self) -> (&str, &str, &str, &[String]) {
+        (&self.owner_id, &self.model, &self.owner_kind, &self.acl)
     }
 
     fn bits(&self) -> impl Iterator<Item = u32> + '_ {
@@ -525,6 +553,11 @@ pub struct ErrorRow {
     /// A short machine-readable class, e.g. "not_utf8", "binary", "empty", "unreadable".
     pub kind: String,
     pub message: String,
+    /// The access labels of the documents it was derived from (one set:
+    /// no row is written from two), [`crate::acl`]; null in a memory built
+    /// before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 impl ErrorRow {
@@ -553,6 +586,7 @@ impl ErrorRow {
             doc_id,
             kind: kind.to_string(),
             message: message.to_string(),
+            acl: Vec::new(),
         }
     }
 }

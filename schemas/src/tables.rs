@@ -294,6 +294,7 @@ impl Table {
                 Field::new("target_tokens", DataType::UInt32, false),
                 // Last, where it was when it was derived from a text column.
                 zstd(utf8(TERMS)),
+                labels("acl"),
             ],
             Table::TreeNodes => vec![
                 utf8("node_id"),
@@ -319,9 +320,10 @@ impl Table {
                 Field::new("start_char", DataType::UInt64, false),
                 Field::new("end_char", DataType::UInt64, false),
                 utf8_null("gist"),
+                labels("acl"),
             ],
             // `terms` last, where it was when it was derived from the gists.
-            Table::GistMemories => vec![utf8("doc_id"), zstd(utf8(TERMS))],
+            Table::GistMemories => vec![utf8("doc_id"), zstd(utf8(TERMS)), labels("acl")],
             Table::Lexicon => vec![
                 utf8("corpus"),
                 utf8("term"),
@@ -371,7 +373,12 @@ impl Table {
                 Field::new("tokens_in", DataType::UInt64, false),
                 Field::new("tokens_out", DataType::UInt64, false),
             ],
-            Table::DocStates => vec![utf8("doc_id"), utf8("build"), zstd(utf8("state"))],
+            Table::DocStates => vec![
+                utf8("doc_id"),
+                utf8("build"),
+                zstd(utf8("state")),
+                labels("acl"),
+            ],
             Table::NameStates => vec![
                 utf8("name"),
                 Field::new(
@@ -379,6 +386,7 @@ impl Table {
                     DataType::List(Arc::new(Field::new_list_field(DataType::UInt32, false))),
                     false,
                 ),
+                labels("acl"),
             ],
             Table::Errors => vec![
                 utf8("error_id"),
@@ -387,6 +395,7 @@ impl Table {
                 utf8_null("doc_id"),
                 utf8("kind"),
                 utf8("message"),
+                labels("acl"),
             ],
             Table::Checkpoints => vec![
                 Field::new("epoch", DataType::UInt64, false),
@@ -440,6 +449,7 @@ fn embeddings_fields(dim: i32) -> Vec<FieldRef> {
             "covers".to_string(),
             VECTOR_COVERS.to_string(),
         )])),
+        labels("acl"),
     ]
     .into_iter()
     .map(Arc::new)

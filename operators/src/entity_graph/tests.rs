@@ -26,6 +26,7 @@ fn segment(doc: &str, ordinal: u32, text: &str) -> Segment {
         n_tokens: 1,
         target_tokens: 1000,
         terms: String::new(),
+        acl: Vec::new(),
     };
     Segment::new(row, text.to_string())
 }

@@ -64,7 +64,7 @@ pub(super) fn corpus_trees<'scope>(
                     Ok(nodes) => (nodes.into_iter())
                         .map(|node| MemoryRow::TreeNode(labelled(node, &acl)))
                         .collect(),
-                    Err(error) => vec![corpus_error(&error, "memwalker")],
+                    Err(error) => vec![corpus_error(&error, "memwalker", &acl)],
                 }
             }
         },
@@ -102,12 +102,14 @@ pub(super) fn corpus_trees<'scope>(
                         .into_iter()
                         .flat_map(|n| {
                             let model = embedder.model();
-                            let vector = EmbeddingRow::new(&n.row.node_id, "node", model, n.vector);
+                            let mut vector =
+                                EmbeddingRow::new(&n.row.node_id, "node", model, n.vector);
+                            vector.acl.clone_from(&acl);
                             let node = labelled(n.row, &acl);
                             [MemoryRow::Embedding(vector), MemoryRow::TreeNode(node)]
                         })
                         .collect(),
-                    Err(error) => vec![corpus_error(&error, "raptor")],
+                    Err(error) => vec![corpus_error(&error, "raptor", &acl)],
                 }
             }
         },
@@ -150,12 +152,20 @@ fn root_doc(root: &TreeNodeRow) -> &str {
     root.doc_id.as_deref().unwrap_or_default()
 }
 
-fn corpus_error(error: &StepError, tree: &str) -> MemoryRow {
-    MemoryRow::Error(ErrorRow::new(
+/// The error of the corpus `tree` of the label set `acl`: named by the set,
+/// so that two sets' trees failing alike are two rows.
+fn corpus_error(error: &StepError, tree: &str, acl: &[String]) -> MemoryRow {
+    let source = match acl {
+        [] => "corpus".to_string(),
+        labels => format!("corpus {}", labels.join(",")),
+    };
+    let mut row = ErrorRow::new(
         "build",
-        "corpus",
+        &source,
         None,
         error.kind(),
         &format!("{error}; the corpus {tree} tree was not built"),
-    ))
+    );
+    row.acl = acl.to_vec();
+    MemoryRow::Error(row)
 }

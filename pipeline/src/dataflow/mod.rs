@@ -184,8 +184,9 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
                 async move {
                     let (model, embedder) = (model.as_ref(), embedder.as_ref());
                     let rows = built_or_set_aside(&doc, &config, model, embedder, &flights).await;
-                    let state =
+                    let mut state =
                         DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree, &doc.text);
+                    state.acl.clone_from(&doc.acl);
                     rows.into_iter()
                         .map(Built::Row)
                         .chain([Built::State(state)])
@@ -284,13 +285,15 @@ async fn built_or_set_aside(
     flights: &Flights,
 ) -> Vec<BuiltRow> {
     let set_aside = |why: &str| {
-        vec![BuiltRow::Error(memweave_schemas::ErrorRow::new(
+        let mut error = memweave_schemas::ErrorRow::new(
             "build",
             &doc.source_uri,
             Some(doc.doc_id.clone()),
             memweave_ingest::kind::QUARANTINED,
             &format!("{why}; set aside until its text changes"),
-        ))]
+        );
+        error.acl.clone_from(&doc.acl);
+        vec![BuiltRow::Error(error)]
     };
     if let Some(why) = flights.quarantined(doc) {
         return set_aside(why);

@@ -120,6 +120,7 @@ fn rows_with_hub() -> MemoryTables {
             n_tokens: 20,
             target_tokens: 400,
             terms: String::new(),
+            acl: Vec::new(),
         };
         rows.segments.push(Segment::new(row, text.clone()).row);
         hub_text.push(text);
@@ -206,6 +207,7 @@ pub(crate) fn rows() -> MemoryTables {
             n_tokens: 20,
             target_tokens: 400,
             terms: String::new(),
+            acl: Vec::new(),
         };
         rows.segments.push(Segment::new(row, (*text).into()).row);
         *start += text.chars().count() as u64 + 1;
@@ -308,6 +310,7 @@ pub(crate) fn rows() -> MemoryTables {
             start_char: segment.start_char,
             end_char: segment.end_char,
             gist: Some(gist.into()),
+            acl: Vec::new(),
         });
     }
     for (entity_id, name, aliases, seg_ids) in [

@@ -769,6 +769,7 @@ mod tests {
             start_char: 11,
             end_char: 24,
             gist: None,
+            acl: Vec::new(),
         };
         assert_eq!(page.text_in(whole), chars(11..24));
         // A document's segments of two sizes overlap, in any order, and are

@@ -354,6 +354,7 @@ mod tests {
                 n_tokens: 5,
                 target_tokens: 1000,
                 terms: String::new(),
+                acl: Vec::new(),
             },
             text.into(),
         );
@@ -714,6 +715,7 @@ mod tests {
             start_char: 0,
             end_char: 3,
             gist: gist.map(str::to_string),
+            acl: Vec::new(),
         };
         let current = to_batch(&[&page("old", Some("g"))]).unwrap();
         let text = arrow_array::StringArray::from(vec!["old"]);
@@ -872,6 +874,7 @@ mod tests {
             MemoryRow::GistMemory(GistMemoryRow {
                 doc_id: "d".into(),
                 terms: held_by_every(2),
+                acl: Vec::new(),
             }),
         ] {
             delta.count(&row, 1, ranked);
@@ -1215,6 +1218,7 @@ mod tests {
                 n_tokens: 4,
                 target_tokens: 1000,
                 terms: "ten char".into(),
+                acl: Vec::new(),
             }],
         )
         .await;
@@ -1229,6 +1233,7 @@ mod tests {
                     start_char: 0,
                     end_char: 10,
                     gist: Some("ten".into()),
+                    acl: Vec::new(),
                 },
                 PageRow {
                     page_id: "q".into(),
@@ -1237,6 +1242,7 @@ mod tests {
                     start_char: 10,
                     end_char: 12,
                     gist: None,
+                    acl: Vec::new(),
                 },
             ],
         )
@@ -1340,6 +1346,7 @@ mod tests {
                 doc_id: "d".into(),
                 build: "b1".into(),
                 state: r#"{"entities":[]}"#.into(),
+                acl: Vec::new(),
             }],
         )
         .await;

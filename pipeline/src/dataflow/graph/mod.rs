@@ -165,15 +165,14 @@ pub(super) fn graph_stages<'scope>(
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                 match embed_all(embedder.as_ref(), &CallContext::corpus("embed"), &refs).await {
                     Ok(vectors) => out.extend(rows.iter().zip(vectors).map(|(r, v)| {
-                        GraphRow::Embedding(EmbeddingRow::new(
-                            &r.entity_id,
-                            "entity",
-                            embedder.model(),
-                            v,
-                        ))
+                        let mut vector =
+                            EmbeddingRow::new(&r.entity_id, "entity", embedder.model(), v);
+                        vector.acl.clone_from(&r.acl);
+                        GraphRow::Embedding(vector)
                     })),
                     Err(error) => out.push(GraphRow::Error(graph_error(
                         &name,
+                        acl::scope_of(&name),
                         &error,
                         "its entities have no vectors",
                     ))),
@@ -247,6 +246,7 @@ pub(super) fn graph_stages<'scope>(
                         vec![
                             GraphRow::Error(graph_error(
                                 &format!("{source_id} -> {target_id}"),
+                                found.first().map(FoundRelation::acl).unwrap_or_default(),
                                 &error,
                                 "its descriptions were joined unmerged",
                             )),
@@ -341,7 +341,8 @@ async fn resolve_group(
             }
             Err(error) => {
                 let fallback = "its documents' entities were merged by name alone";
-                let error = GraphRow::Error(graph_error(&name, &error, fallback));
+                let error =
+                    GraphRow::Error(graph_error(&name, acl::scope_of(&name), &error, fallback));
                 (error, entity_rows(&[mentions.iter().collect()]))
             }
         };
@@ -619,14 +620,18 @@ struct PairKey {
     target_id: Tag,
 }
 
-fn graph_error(subject: &str, error: &StepError, fallback: &str) -> ErrorRow {
-    ErrorRow::new(
+/// The error a cross-document step met about `subject`, of the label set
+/// `acl` it was asked for.
+fn graph_error(subject: &str, acl: Vec<String>, error: &StepError, fallback: &str) -> ErrorRow {
+    let mut row = ErrorRow::new(
         "graph",
         subject,
         None,
         error.kind(),
         &format!("{error}; {fallback}"),
-    )
+    );
+    row.acl = acl;
+    row
 }
 
 #[cfg(test)]
