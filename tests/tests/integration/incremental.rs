@@ -51,7 +51,7 @@ fn options(source: &Path, tables: &Path) -> IndexOptions {
 
 /// Row by row, ignoring what differs by history alone: when a document was
 /// first seen (and the checkpoint), and how many versions it went through.
-fn comparable(t: &Tables) -> Tables {
+pub fn comparable(t: &Tables) -> Tables {
     let mut t = super::indexing::comparable(t);
     for d in &mut t.documents {
         d.version = 0;
