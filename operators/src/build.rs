@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use memweave_schemas::ids::document_hash;
 use memweave_schemas::search::{OWN_GIST_CUT, WHOLE_DOCUMENT_CUT};
 use memweave_schemas::{
-    EmbeddingRow, ErrorRow, GistMemoryRow, PageRow, Section, Segment, SegmentRow, TreeNodeRow,
-    content_id,
+    EmbeddingRow, ErrorRow, GistMemoryRow, Labelled, PageRow, Section, Segment, SegmentRow,
+    TreeNodeRow, content_id,
 };
 use serde::{Deserialize, Serialize};
 
@@ -451,19 +451,19 @@ impl BuiltRow {
     /// what they make of it.
     fn label(&mut self, acl: &[String]) {
         let labels = match self {
-            BuiltRow::Segment(row) => &mut row.acl,
-            BuiltRow::TreeNode(row) | BuiltRow::MemWalkerRoot(row) => &mut row.acl,
-            BuiltRow::Page(row) => &mut row.acl,
-            BuiltRow::GistMemory(row) => &mut row.acl,
-            BuiltRow::Embedding(row) => &mut row.acl,
+            BuiltRow::Segment(row) => row.acl_mut(),
+            BuiltRow::TreeNode(row) | BuiltRow::MemWalkerRoot(row) => row.acl_mut(),
+            BuiltRow::Page(row) => row.acl_mut(),
+            BuiltRow::GistMemory(row) => row.acl_mut(),
+            BuiltRow::Embedding(row) => row.acl_mut(),
             BuiltRow::RaptorRoot(row, vector) => {
-                vector.acl = acl.to_vec();
-                &mut row.acl
+                acl.clone_into(vector.acl_mut());
+                row.acl_mut()
             }
-            BuiltRow::Error(row) => &mut row.acl,
+            BuiltRow::Error(row) => row.acl_mut(),
             BuiltRow::Entity(_) | BuiltRow::Relation(_) => return,
         };
-        *labels = acl.to_vec();
+        acl.clone_into(labels);
     }
 }
 

@@ -224,7 +224,7 @@ impl StateVector {
 /// [`KeptState::raptor_roots`] as a row keeps them: each vector a
 /// [`StateVector`], decoded (and checked) once, as the state is read.
 mod root_vectors {
-    use memweave_schemas::{EmbeddingRow, TreeNodeRow};
+    use memweave_schemas::{EmbeddingRow, Labelled, TreeNodeRow};
     use serde::de::Error as _;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -246,9 +246,9 @@ mod root_vectors {
         let kept: Vec<(TreeNodeRow, StateVector)> = Vec::deserialize(deserializer)?;
         (kept.into_iter())
             .map(|(root, vector)| {
-                let mut row = vector.row(&root.node_id).map_err(D::Error::custom)?;
+                let row = vector.row(&root.node_id).map_err(D::Error::custom)?;
                 // The vector's labels are its root's, as the build gave them.
-                row.acl.clone_from(&root.acl);
+                let row = row.labelled(&root.acl);
                 Ok((root, row))
             })
             .collect()

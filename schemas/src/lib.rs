@@ -18,4 +18,4 @@ pub use ids::{content_id, hash128};
 pub use rows::*;
 #[cfg(feature = "store")]
 pub use store::{StoreError, TableStore, to_batch};
-pub use tables::{ColumnIndex, DEFAULT_VECTOR_WIDTH, MemoryRow, MemoryTables, Table};
+pub use tables::{ColumnIndex, DEFAULT_VECTOR_WIDTH, Labelled, MemoryRow, MemoryTables, Table};

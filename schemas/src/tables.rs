@@ -23,6 +23,18 @@ fn derived_fields(table: Table) -> Vec<Field> {
     }
 }
 
+/// A memory table's row: every one carries the label set of the documents
+/// it was derived from ([`crate::acl`]).
+pub trait Labelled: Sized {
+    fn acl_mut(&mut self) -> &mut Vec<String>;
+
+    /// The row, labelled `acl`.
+    fn labelled(mut self, acl: &[String]) -> Self {
+        acl.clone_into(self.acl_mut());
+        self
+    }
+}
+
 /// Something done to each memory table's rows, whatever their type
 /// ([`MemoryTables::each_table`]): made into batches, read in.
 pub trait EachTable {
@@ -81,6 +93,12 @@ macro_rules! tables {
                 const TABLE: Table = Table::$mt;
                 fn key(&self) -> String {
                     self.$mkey.to_string()
+                }
+            }
+
+            impl Labelled for $mrow {
+                fn acl_mut(&mut self) -> &mut Vec<String> {
+                    &mut self.acl
                 }
             }
         )*

@@ -9,7 +9,7 @@ use memweave_operators::build::BuildConfig;
 use memweave_operators::model::StepError;
 use memweave_operators::raptor::{RaptorNode, raptor_corpus_tree};
 use memweave_operators::tree::corpus_tree;
-use memweave_schemas::{EmbeddingRow, ErrorRow, MemoryRow, TreeNodeRow};
+use memweave_schemas::{EmbeddingRow, ErrorRow, Labelled, MemoryRow, TreeNodeRow};
 
 use super::Services;
 use super::spilled::{read_in_doc_order, spill_group, spill_where_used};
@@ -62,7 +62,7 @@ pub(super) fn corpus_trees<'scope>(
                 .await
                 {
                     Ok(nodes) => (nodes.into_iter())
-                        .map(|node| MemoryRow::TreeNode(labelled(node, &acl)))
+                        .map(|node| MemoryRow::TreeNode(node.labelled(&acl)))
                         .collect(),
                     Err(error) => vec![corpus_error(&error, "memwalker", &acl)],
                 }
@@ -102,11 +102,11 @@ pub(super) fn corpus_trees<'scope>(
                         .into_iter()
                         .flat_map(|n| {
                             let model = embedder.model();
-                            let mut vector =
-                                EmbeddingRow::new(&n.row.node_id, "node", model, n.vector);
-                            vector.acl.clone_from(&acl);
-                            let node = labelled(n.row, &acl);
-                            [MemoryRow::Embedding(vector), MemoryRow::TreeNode(node)]
+                            let vector = EmbeddingRow::new(&n.row.node_id, "node", model, n.vector);
+                            [
+                                MemoryRow::Embedding(vector.labelled(&acl)),
+                                MemoryRow::TreeNode(n.row.labelled(&acl)),
+                            ]
                         })
                         .collect(),
                     Err(error) => vec![corpus_error(&error, "raptor", &acl)],
@@ -141,12 +141,6 @@ fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
     })
 }
 
-/// A corpus tree's node, labelled with the label set it was built from.
-fn labelled(mut node: TreeNodeRow, acl: &[String]) -> TreeNodeRow {
-    node.acl = acl.to_vec();
-    node
-}
-
 /// The document a document tree's root belongs to (every one has one).
 fn root_doc(root: &TreeNodeRow) -> &str {
     root.doc_id.as_deref().unwrap_or_default()
@@ -159,13 +153,12 @@ fn corpus_error(error: &StepError, tree: &str, acl: &[String]) -> MemoryRow {
         [] => "corpus".to_string(),
         labels => format!("corpus {}", labels.join(",")),
     };
-    let mut row = ErrorRow::new(
+    let row = ErrorRow::new(
         "build",
         &source,
         None,
         error.kind(),
         &format!("{error}; the corpus {tree} tree was not built"),
     );
-    row.acl = acl.to_vec();
-    MemoryRow::Error(row)
+    MemoryRow::Error(row.labelled(acl))
 }

@@ -16,7 +16,7 @@ use memweave_operators::build::{BuildConfig, BuiltRow, Document, build_document}
 use memweave_operators::embed::{Embedder, HashingEmbedder};
 use memweave_operators::model::MemoryModel;
 use memweave_operators::tokens::count_tokens;
-use memweave_schemas::{DocStateRow, DocumentRow, MemoryRow};
+use memweave_schemas::{DocStateRow, DocumentRow, Labelled, MemoryRow};
 use timely::dataflow::operators::probe::Handle as ProbeHandle;
 use timely::dataflow::operators::{Exchange, Inspect, Probe};
 use timely::worker::Worker;
@@ -184,9 +184,9 @@ pub fn build(worker: &mut Worker, services: &Services, config: BuildConfig) -> H
                 async move {
                     let (model, embedder) = (model.as_ref(), embedder.as_ref());
                     let rows = built_or_set_aside(&doc, &config, model, embedder, &flights).await;
-                    let mut state =
-                        DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree, &doc.text);
-                    state.acl.clone_from(&doc.acl);
+                    let state =
+                        DocState::row(&doc.doc_id, &made_by, &rows, config.corpus_tree, &doc.text)
+                            .labelled(&doc.acl);
                     rows.into_iter()
                         .map(Built::Row)
                         .chain([Built::State(state)])
@@ -285,15 +285,14 @@ async fn built_or_set_aside(
     flights: &Flights,
 ) -> Vec<BuiltRow> {
     let set_aside = |why: &str| {
-        let mut error = memweave_schemas::ErrorRow::new(
+        let error = memweave_schemas::ErrorRow::new(
             "build",
             &doc.source_uri,
             Some(doc.doc_id.clone()),
             memweave_ingest::kind::QUARANTINED,
             &format!("{why}; set aside until its text changes"),
         );
-        error.acl.clone_from(&doc.acl);
-        vec![BuiltRow::Error(error)]
+        vec![BuiltRow::Error(error.labelled(&doc.acl))]
     };
     if let Some(why) = flights.quarantined(doc) {
         return set_aside(why);

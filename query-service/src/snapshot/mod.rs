@@ -35,7 +35,7 @@ use lance::dataset::Dataset;
 use lance::dataset::scanner::Scanner;
 use memweave_operators::embed::HashingEmbedder;
 use memweave_schemas::search::{TOTALS, WHOLE_DOCUMENT_CUT, is_whole_document, segments_cut};
-use memweave_schemas::store::{rows_of, sql_strings};
+use memweave_schemas::store::{present_columns, rows_of, sql_strings};
 use memweave_schemas::{CheckpointRow, LexiconRow, StoreError, Table, TableStore};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -264,12 +264,8 @@ impl Snapshot {
         let mut scan = dataset.scan();
         if columns.is_empty() {
             // Not the search columns: as large as the texts they are derived
-            // from. A column added since an older memory was written (read
-            // as its default) is not asked of it.
-            let schema = dataset.schema();
-            let present: Vec<String> = (table.row_columns().into_iter())
-                .filter(|name| schema.field(name).is_some())
-                .collect();
+            // from. A column an older memory lacks is read as its default.
+            let present = present_columns(dataset, table.row_columns());
             scan.project(&present).map_err(failed)?;
         } else {
             scan.project(columns).map_err(failed)?;

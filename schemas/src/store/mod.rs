@@ -30,7 +30,7 @@ pub use batches::{
     strings, to_batch, with_single_float_vectors,
 };
 pub use index::VECTOR_INDEX_MIN_ROWS;
-pub use read::StoredBytes;
+pub use read::{StoredBytes, present_columns};
 pub use retain::{Collected, Retention};
 pub use write::Compaction;
 

@@ -205,10 +205,8 @@ impl TableStore {
         self.scan_columns(&dataset, table, columns, each).await
     }
 
-    /// Calls `each` with every batch of `columns` of `dataset`, streaming.
-    /// A column an older memory's table lacks (one added since, as nulls on
-    /// its next write) is left out of the batches: the caller reads it as
-    /// absent.
+    /// Calls `each` with every batch of `columns` of `dataset`, streaming;
+    /// those the table lacks are left out ([`present_columns`]).
     async fn scan_columns(
         &self,
         dataset: &Dataset,
@@ -216,12 +214,8 @@ impl TableStore {
         columns: &[&str],
         mut each: impl AsyncFnMut(&RecordBatch),
     ) -> Result<()> {
-        let schema = dataset.schema();
-        let present: Vec<&str> = (columns.iter().copied())
-            .filter(|name| schema.field(name).is_some())
-            .collect();
         let mut scan = dataset.scan();
-        scan.project(&present)
+        scan.project(&present_columns(dataset, columns.iter().copied()))
             .map_err(|e| self.lance_error(table, e))?;
         let mut stream = scan
             .try_into_stream()
@@ -336,4 +330,17 @@ impl MemoryTables {
         tables.each_table(&mut Rows(read))?;
         Ok(tables)
     }
+}
+
+/// The columns of `columns` that `dataset` has: a column added since an
+/// older memory's table was written (as nulls on its next write) is left
+/// out, so a reader reads it as absent.
+pub fn present_columns<S: AsRef<str>>(
+    dataset: &Dataset,
+    columns: impl IntoIterator<Item = S>,
+) -> Vec<S> {
+    let schema = dataset.schema();
+    (columns.into_iter())
+        .filter(|name| schema.field(name.as_ref()).is_some())
+        .collect()
 }

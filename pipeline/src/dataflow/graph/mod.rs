@@ -15,7 +15,7 @@ use memweave_operators::entity_graph::{
 };
 use memweave_operators::model::{CallContext, MemoryModel, StepError};
 use memweave_schemas::{
-    EmbeddingRow, EntityRow, ErrorRow, MemoryRow, NameStateRow, RelationRow, acl, hash128,
+    EmbeddingRow, EntityRow, ErrorRow, Labelled, MemoryRow, NameStateRow, RelationRow, acl, hash128,
 };
 
 mod restore;
@@ -165,14 +165,12 @@ pub(super) fn graph_stages<'scope>(
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                 match embed_all(embedder.as_ref(), &CallContext::corpus("embed"), &refs).await {
                     Ok(vectors) => out.extend(rows.iter().zip(vectors).map(|(r, v)| {
-                        let mut vector =
-                            EmbeddingRow::new(&r.entity_id, "entity", embedder.model(), v);
-                        vector.acl.clone_from(&r.acl);
-                        GraphRow::Embedding(vector)
+                        let vector = EmbeddingRow::new(&r.entity_id, "entity", embedder.model(), v);
+                        GraphRow::Embedding(vector.labelled(&r.acl))
                     })),
                     Err(error) => out.push(GraphRow::Error(graph_error(
                         &name,
-                        acl::scope_of(&name),
+                        &acl::scope_of(&name),
                         &error,
                         "its entities have no vectors",
                     ))),
@@ -246,7 +244,7 @@ pub(super) fn graph_stages<'scope>(
                         vec![
                             GraphRow::Error(graph_error(
                                 &format!("{source_id} -> {target_id}"),
-                                found.first().map(FoundRelation::acl).unwrap_or_default(),
+                                &found.first().map(FoundRelation::acl).unwrap_or_default(),
                                 &error,
                                 "its descriptions were joined unmerged",
                             )),
@@ -342,7 +340,7 @@ async fn resolve_group(
             Err(error) => {
                 let fallback = "its documents' entities were merged by name alone";
                 let error =
-                    GraphRow::Error(graph_error(&name, acl::scope_of(&name), &error, fallback));
+                    GraphRow::Error(graph_error(&name, &acl::scope_of(&name), &error, fallback));
                 (error, entity_rows(&[mentions.iter().collect()]))
             }
         };
@@ -622,16 +620,15 @@ struct PairKey {
 
 /// The error a cross-document step met about `subject`, of the label set
 /// `acl` it was asked for.
-fn graph_error(subject: &str, acl: Vec<String>, error: &StepError, fallback: &str) -> ErrorRow {
-    let mut row = ErrorRow::new(
+fn graph_error(subject: &str, acl: &[String], error: &StepError, fallback: &str) -> ErrorRow {
+    ErrorRow::new(
         "graph",
         subject,
         None,
         error.kind(),
         &format!("{error}; {fallback}"),
-    );
-    row.acl = acl;
-    row
+    )
+    .labelled(acl)
 }
 
 #[cfg(test)]
