@@ -10,6 +10,7 @@ pub mod http;
 #[cfg(feature = "server")]
 pub mod mcp;
 pub mod navigate;
+pub mod reader;
 pub mod request;
 #[cfg(feature = "server")]
 pub mod service;

@@ -601,6 +601,10 @@ pub struct LexiconRow {
     pub term: String,
     pub rows: u64,
     pub occurrences: u64,
+    /// The label set of the texts counted ([`crate::acl`]): each set's are
+    /// counted apart. Null in a memory built before labels, read as none.
+    #[serde(default, with = "nullable_labels")]
+    pub acl: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -148,31 +148,37 @@ impl RankedCorpora {
     }
 }
 
-/// The corpus a row's searched text belongs to, and that text's terms (each
+/// The corpus a row's searched text belongs to, that text's terms (each
 /// row carries its text's terms: a segment and a leaf that is its segment's
-/// own text keep no text).
-fn corpus_and_terms(row: &MemoryRow) -> Option<(String, &str)> {
-    let (corpus, terms) = match row {
-        MemoryRow::Segment(s) => (segments_corpus(s.target_tokens), &s.terms),
-        MemoryRow::TreeNode(n) => (tree_corpus(&n.tree), &n.terms),
-        MemoryRow::GistMemory(g) => (GIST_CORPUS.to_string(), &g.terms),
+/// own text keep no text) and its label set.
+fn corpus_and_terms(row: &MemoryRow) -> Option<(String, &str, &[String])> {
+    let (corpus, terms, acl) = match row {
+        MemoryRow::Segment(s) => (segments_corpus(s.target_tokens), &s.terms, &s.acl),
+        MemoryRow::TreeNode(n) => (tree_corpus(&n.tree), &n.terms, &n.acl),
+        MemoryRow::GistMemory(g) => (GIST_CORPUS.to_string(), &g.terms, &g.acl),
         _ => return None,
     };
-    Some((corpus, terms))
+    Some((corpus, terms, acl))
 }
 
-/// A change to the lexicon: per corpus and term, texts and occurrences added
+/// A lexicon entry: a corpus, a term, and the label set of the texts it
+/// counts. Each label set's texts are counted apart, so that a reader's
+/// statistics are those of the sets it may read: how often a term occurs
+/// in documents it may not read does not move its scores.
+type Entry = (String, String, Vec<String>);
+
+/// A change to the lexicon: per entry, texts and occurrences added
 /// (positive) or removed (negative).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LexiconDelta {
-    changes: BTreeMap<(String, String), (i64, i64)>,
+    changes: BTreeMap<Entry, (i64, i64)>,
 }
 
 impl LexiconDelta {
     /// Counts `row`'s searched text in (`sign` 1) or out (`sign` -1), where
     /// its corpus is one of `ranked`.
     pub fn count(&mut self, row: &MemoryRow, sign: i64, ranked: RankedCorpora) {
-        let Some((corpus, terms)) = corpus_and_terms(row) else {
+        let Some((corpus, terms, acl)) = corpus_and_terms(row) else {
             return;
         };
         if !ranked.counts(&corpus) {
@@ -183,17 +189,15 @@ impl LexiconDelta {
             *counts.entry(term).or_default() += 1;
         }
         let total: i64 = counts.values().sum();
-        self.add(&corpus, TOTALS, sign, sign * total);
+        self.add(&corpus, TOTALS, acl, sign, sign * total);
         for (term, count) in counts {
-            self.add(&corpus, term, sign, sign * count);
+            self.add(&corpus, term, acl, sign, sign * count);
         }
     }
 
-    fn add(&mut self, corpus: &str, term: &str, rows: i64, occurrences: i64) {
-        let change = self
-            .changes
-            .entry((corpus.to_string(), term.to_string()))
-            .or_default();
+    fn add(&mut self, corpus: &str, term: &str, acl: &[String], rows: i64, occurrences: i64) {
+        let entry = (corpus.to_string(), term.to_string(), acl.to_vec());
+        let change = self.changes.entry(entry).or_default();
         change.0 += rows;
         change.1 += occurrences;
     }
@@ -212,41 +216,46 @@ impl LexiconDelta {
 
     /// The terms this delta changes (the lexicon's keys), each once.
     pub fn terms(&self) -> Vec<String> {
-        let terms: BTreeSet<&String> = self.changes.keys().map(|(_, term)| term).collect();
+        let terms: BTreeSet<&String> = self.changes.keys().map(|(_, term, _)| term).collect();
         terms.into_iter().cloned().collect()
     }
 
     /// The rows that replace `current`, the rows of the terms this delta
-    /// changes (every corpus's: a commit replaces a term's rows together):
+    /// changes (every corpus's and label set's: a commit replaces a term's
+    /// rows together):
     /// the changed counts, and the others as they were; an entry no text
     /// holds any more has none. An entry that would go below zero is an
     /// error: the lexicon and the tables disagree.
     pub fn apply(&self, current: &[LexiconRow]) -> Result<Vec<LexiconRow>, BelowZero> {
-        let mut counts: BTreeMap<(String, String), (u64, u64)> = (current.iter())
-            .map(|r| ((r.corpus.clone(), r.term.clone()), (r.rows, r.occurrences)))
+        let mut counts: BTreeMap<Entry, (u64, u64)> = (current.iter())
+            .map(|r| {
+                let entry = (r.corpus.clone(), r.term.clone(), r.acl.clone());
+                (entry, (r.rows, r.occurrences))
+            })
             .collect();
-        for ((corpus, term), &(rows_change, occurrences_change)) in &self.changes {
-            let key = (corpus.clone(), term.clone());
-            let before = counts.get(&key).copied();
+        for (key, &(rows_change, occurrences_change)) in &self.changes {
+            let before = counts.get(key).copied();
+            let (corpus, term, acl) = key;
             let after = |was: Option<u64>, change: i64| {
                 u64::try_from(was.unwrap_or(0) as i64 + change).map_err(|_| BelowZero {
-                    entry: format!("{corpus} {term}"),
+                    entry: format!("{corpus} {term} {acl:?}"),
                     change,
                     was,
                 })
             };
             let texts = after(before.map(|c| c.0), rows_change)?;
             let occurrences = after(before.map(|c| c.1), occurrences_change)?;
-            counts.insert(key, (texts, occurrences));
+            counts.insert(key.clone(), (texts, occurrences));
         }
         Ok(counts
             .into_iter()
             .filter(|(_, (texts, _))| *texts > 0)
-            .map(|((corpus, term), (rows, occurrences))| LexiconRow {
+            .map(|((corpus, term, acl), (rows, occurrences))| LexiconRow {
                 corpus,
                 term,
                 rows,
                 occurrences,
+                acl,
             })
             .collect())
     }
@@ -265,6 +274,7 @@ pub struct BelowZero {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Labelled;
     use crate::rows::{GistMemoryRow, Segment, SegmentRow};
 
     fn segment(text: &str, target_tokens: u32) -> MemoryRow {
@@ -298,6 +308,23 @@ mod tests {
         assert_eq!((totals.rows, totals.occurrences), (2, 4));
         assert_eq!(find("segments/0 *").unwrap().rows, 1);
         assert_eq!(find("gist_memories paint").unwrap().rows, 1);
+
+        // Each label set's texts are counted apart: what a reader of one
+        // set learns of a term is what its own texts say.
+        let mut labelled = LexiconDelta::default();
+        let hr = vec!["hr".to_string()];
+        let secret = match segment("A startup.", 100) {
+            MemoryRow::Segment(row) => MemoryRow::Segment(row.labelled(&hr)),
+            _ => unreachable!("a segment"),
+        };
+        labelled.count(&secret, 1, RANKED);
+        labelled.count(&segment("A startup.", 100), 1, RANKED);
+        let counted = labelled.apply(&[]).unwrap();
+        let startups: Vec<(Vec<String>, u64)> = (counted.iter())
+            .filter(|r| r.term == "startup")
+            .map(|r| (r.acl.clone(), r.rows))
+            .collect();
+        assert_eq!(startups, [(vec![], 1), (hr, 1)]);
 
         // Taking a text out again replaces the rows of its terms (in every
         // corpus, as a commit reads them back by term): the others' counts

@@ -347,6 +347,7 @@ impl Table {
                 utf8("term"),
                 Field::new("rows", DataType::UInt64, false),
                 Field::new("occurrences", DataType::UInt64, false),
+                labels("acl"),
             ],
             Table::Entities => vec![
                 utf8("entity_id"),

@@ -359,6 +359,59 @@ pub(crate) fn rows() -> MemoryTables {
     rows
 }
 
+/// The fixture with each document's rows labelled as two tenants' would be:
+/// "paint" [`PAINTERS`], "startup" [`FOUNDERS`], each entity and vector with
+/// its document's labels, and no relation (the fixture's one joins the two).
+pub(crate) fn labelled_rows() -> MemoryTables {
+    use memweave_schemas::Labelled;
+    let mut rows = rows();
+    let labels_of = |doc_id: &str| -> Vec<String> {
+        let set = if doc_id == "paint" { PAINTERS } else { FOUNDERS };
+        vec![set.to_string()]
+    };
+    let seg_doc: std::collections::HashMap<String, String> = (SEGMENTS.iter())
+        .map(|(doc, seg, _)| (seg.to_string(), doc.to_string()))
+        .collect();
+    let doc_of_owner = |owner: &str| -> String {
+        let seg = owner.strip_prefix("r-").unwrap_or(owner);
+        match (seg_doc.get(seg), owner) {
+            (Some(doc), _) => doc.clone(),
+            (None, "e-studio") => "paint".into(),
+            _ => "startup".into(),
+        }
+    };
+    for d in &mut rows.documents {
+        d.acl = labels_of(&d.doc_id);
+    }
+    for s in &mut rows.segments {
+        s.acl = labels_of(&s.doc_id);
+    }
+    for n in &mut rows.tree_nodes {
+        n.acl = labels_of(n.doc_id.as_deref().unwrap_or_default());
+    }
+    for p in &mut rows.pages {
+        p.acl = labels_of(&p.doc_id);
+    }
+    rows.gist_memories = (rows.gist_memories.into_iter())
+        .map(|g| {
+            let acl = labels_of(&g.doc_id);
+            g.labelled(&acl)
+        })
+        .collect();
+    for e in &mut rows.embeddings {
+        e.acl = labels_of(&doc_of_owner(&e.owner_id));
+    }
+    for e in &mut rows.entities {
+        e.acl = labels_of(&doc_of_owner(&e.entity_id));
+    }
+    rows.relations.clear();
+    rows
+}
+
+/// The labels of [`labelled_rows`]' two tenants.
+pub(crate) const PAINTERS: &str = "painters";
+pub(crate) const FOUNDERS: &str = "founders";
+
 /// `rows` written as the indexer writes a memory, read through caches of
 /// `cache_mib` MiB.
 pub(crate) async fn written(rows: MemoryTables, cache_mib: u64) -> Memory {
@@ -415,7 +468,7 @@ fn embedding(owner_id: &str, kind: &str, text: &str) -> EmbeddingRow {
     )
 }
 
-pub(super) fn request(question: &str, strategy: Strategy) -> AskRequest {
+pub(crate) fn request(question: &str, strategy: Strategy) -> AskRequest {
     AskRequest {
         question: question.into(),
         strategy,
@@ -432,7 +485,7 @@ pub(crate) fn models() -> (TaskModel, HashingEmbedder) {
 }
 
 /// `request` answered over `snapshot` by the extractive model.
-pub(super) async fn answer(snapshot: &Snapshot, request: &AskRequest) -> Answer {
+pub(crate) async fn answer(snapshot: &Snapshot, request: &AskRequest) -> Answer {
     let (model, embedder) = models();
     let models = Models {
         model: &model,

@@ -575,7 +575,7 @@ impl Snapshot {
         let mut found = HashMap::new();
         let mut missing = Vec::new();
         for key in keys {
-            match self.cache.get::<T>(table, version, lookup, key) {
+            match (self.cache).get::<T>(table, version, lookup, &self.reader.cache_key(key)) {
                 Some(hit) => {
                     found.insert(key.clone(), hit);
                 }
@@ -601,7 +601,7 @@ impl Snapshot {
                     table,
                     version,
                     lookup,
-                    key.clone(),
+                    self.reader.cache_key(key).into_owned(),
                     Arc::clone(&value),
                     size,
                 );

@@ -44,6 +44,7 @@ pub use lookup::{ById, Document, DocumentPage, Page};
 pub use vector::Probe;
 
 use crate::cache::{ReadCache, RowCacheStats};
+use crate::reader::{ACL_COLUMN, Reader};
 use crate::request::{AskRequest, RequestError};
 
 /// What reading the memory can fail with.
@@ -65,14 +66,20 @@ impl Allowed<'_> {
     }
 }
 
-/// The memory tables at one checkpoint.
-#[derive(Debug)]
+/// The memory tables at one checkpoint, as one reader reads them: every
+/// read is filtered to the rows its [`Reader`] may see.
+#[derive(Debug, Clone)]
 pub struct Snapshot {
     pub epoch: u64,
     store: TableStore,
-    datasets: HashMap<Table, Dataset>,
+    datasets: Arc<HashMap<Table, Dataset>>,
     cache: Arc<ReadCache>,
-    /// Each searched corpus's size: its texts, and their terms in all.
+    reader: Reader,
+    /// Each searched corpus's size per label set: its texts, and their terms
+    /// in all ([`TOTALS`] rows).
+    set_totals: Arc<[LexiconRow]>,
+    /// Each searched corpus's size as the reader sees it: the sums over the
+    /// label sets it may read.
     totals: HashMap<String, (u64, u64)>,
     /// The passages the retrieval baselines rank: the memory's finest cut of
     /// segments (their target size), with the whole documents'.
@@ -130,8 +137,10 @@ impl Snapshot {
         let mut snapshot = Snapshot {
             epoch: checkpoint.epoch,
             store,
-            datasets,
+            datasets: Arc::new(datasets),
             cache,
+            reader: Reader::Everything,
+            set_totals: Arc::new([]),
             totals: HashMap::new(),
             passage_cut: None,
             embedding_model: None,
@@ -148,10 +157,8 @@ impl Snapshot {
         let totals: Vec<LexiconRow> = snapshot
             .select(Table::Lexicon, &[], &format!("term = '{TOTALS}'"), None)
             .await?;
-        snapshot.totals = totals
-            .into_iter()
-            .map(|r| (r.corpus, (r.rows, r.occurrences)))
-            .collect();
+        snapshot.set_totals = totals.into();
+        snapshot.totals = snapshot.readers_totals();
         // The finest cut; the whole documents' where there is no other (an
         // archive of short documents only).
         snapshot.passage_cut = (snapshot.totals.keys())
@@ -179,6 +186,42 @@ impl Snapshot {
             .await?;
         snapshot.embedding_model = model.into_iter().next().map(|m| m.model);
         Ok(snapshot)
+    }
+
+    /// This checkpoint as `reader` reads it: the same tables, every read
+    /// filtered to its rows, the corpora's sizes those of its label sets.
+    pub fn read_as(&self, reader: Reader) -> Snapshot {
+        let mut view = Snapshot {
+            reader,
+            ..self.clone()
+        };
+        view.totals = view.readers_totals();
+        view
+    }
+
+    /// Whose reads this snapshot answers.
+    pub fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
+    /// The sizes of the corpora the reader may read.
+    fn readers_totals(&self) -> HashMap<String, (u64, u64)> {
+        let mut totals: HashMap<String, (u64, u64)> = HashMap::new();
+        for row in self.set_totals.iter().filter(|r| self.reader.sees(&r.acl)) {
+            let sum = totals.entry(row.corpus.clone()).or_default();
+            sum.0 += row.rows;
+            sum.1 += row.occurrences;
+        }
+        totals
+    }
+
+    /// `filter` and the reader's condition on `dataset`'s rows.
+    fn readable(&self, dataset: &Dataset, filter: &str) -> String {
+        let labelled = dataset.schema().field(ACL_COLUMN).is_some();
+        match self.reader.condition(labelled) {
+            Some(condition) => format!("({filter}) AND {condition}"),
+            None => filter.to_string(),
+        }
     }
 
     /// `request`'s rules ([`AskRequest::validate`]), the documents it names
@@ -211,7 +254,8 @@ impl Snapshot {
         bytes: impl FnOnce(&T) -> usize,
     ) -> Read<Arc<T>> {
         let version = self.version(table);
-        if let Some(hit) = self.cache.get::<T>(table, version, lookup, key) {
+        let key = self.reader.cache_key(key);
+        if let Some(hit) = self.cache.get::<T>(table, version, lookup, &key) {
             return Ok(hit);
         }
         let value = read.await?;
@@ -270,7 +314,8 @@ impl Snapshot {
         } else {
             scan.project(columns).map_err(failed)?;
         }
-        scan.filter(filter).map_err(failed)?;
+        scan.filter(&self.readable(dataset, filter))
+            .map_err(failed)?;
         shape(&mut scan).map_err(failed)?;
         scan.try_into_stream()
             .await
@@ -286,8 +331,64 @@ impl Snapshot {
             return Ok(0);
         };
         dataset
-            .count_rows(Some(filter.to_string()))
+            .count_rows(Some(self.readable(dataset, filter)))
             .await
             .map_err(|e| self.store.lance_error(table, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::navigate::fixture::{
+        FIXTURE_CACHE_MIB, FOUNDERS, PAINTERS, answer, labelled_rows, request, written,
+    };
+    use crate::request::Strategy;
+
+    /// A principal reads its own rows only, whatever it reads through: every
+    /// strategy's answer, a listing and its count, a row by id, an entity by
+    /// name, the corpora's statistics; and what the administrator read first
+    /// (cached) is not what it is given.
+    #[tokio::test]
+    async fn a_reader_reads_only_the_rows_its_groups_label() {
+        let memory = written(labelled_rows(), FIXTURE_CACHE_MIB).await;
+        let question = "What did painting teach the author about patience?";
+        // The administrator first, so the caches hold the painters' rows.
+        let everyone = answer(&memory, &request(question, Strategy::Memwalker)).await;
+        assert!(everyone.supporting.iter().any(|p| p.doc_id == "paint"));
+        let founders = memory.read_as(Reader::groups([FOUNDERS]).unwrap());
+        let painters = memory.read_as(Reader::groups([PAINTERS]).unwrap());
+        for strategy in Strategy::ALL {
+            let asked = request(question, strategy);
+            let theirs = answer(&founders, &asked).await;
+            assert!(
+                theirs.supporting.iter().all(|p| p.doc_id == "startup"),
+                "{strategy:?} showed the founders {:?}",
+                theirs.supporting
+            );
+            let said = serde_json::to_string(&theirs).unwrap();
+            for secret in ["s-p1", "s-p2", "n-p", "studio", "Studio", "still lifes"] {
+                assert!(!said.contains(secret), "{strategy:?} told {secret}: {said}");
+            }
+            let own = answer(&painters, &asked).await;
+            assert!(own.supporting.iter().all(|p| p.doc_id == "paint"), "{strategy:?}");
+        }
+        let listed = founders.documents_page(None, 10, None).await.unwrap();
+        assert_eq!(listed.total, 1);
+        assert_eq!(listed.documents.len(), 1);
+        assert!(founders.row::<Document>("paint").await.unwrap().is_none());
+        assert!(memory.row::<Document>("paint").await.unwrap().is_some());
+        assert!(founders.entities_named("studio").await.unwrap().is_empty());
+        assert_eq!(painters.entities_named("studio").await.unwrap().len(), 1);
+        // BM25's statistics are those of the reader's texts only.
+        let query = ["paint".to_string()];
+        let all = memory.passage_stats(&query).await.unwrap();
+        let theirs = founders.passage_stats(&query).await.unwrap();
+        assert_eq!((all.texts, theirs.texts), (3.0, 1.0));
+        assert_eq!(theirs.document_frequency.get("paint"), None);
+        assert!(all.document_frequency["paint"] > 0.0);
+        // No groups, no rows.
+        let nobody = memory.read_as(Reader::groups(Vec::<String>::new()).unwrap());
+        assert_eq!(nobody.documents_page(None, 10, None).await.unwrap().total, 0);
     }
 }

@@ -1357,6 +1357,7 @@ mod tests {
                 term: "page".into(),
                 rows: 1,
                 occurrences: 1,
+                acl: vec!["hr".into()],
             }],
         )
         .await;
