@@ -350,7 +350,11 @@ pub async fn report(catalog: &Catalog) -> Result<Report, ReportError> {
     let text_bytes = (out.get("overview"))
         .and_then(|overview| overview["text_bytes"].as_u64())
         .unwrap_or(0);
-    let storage = storage(catalog.store(), text_bytes).await?;
+    // A table's bytes are every reader's: none of a reader's own to show.
+    let storage = match catalog.is_restricted() {
+        true => Vec::new(),
+        false => storage(catalog.store(), text_bytes).await?,
+    };
     out.insert(
         "storage".into(),
         serde_json::to_value(storage).map_err(ReportError::Shape)?,

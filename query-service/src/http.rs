@@ -17,7 +17,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use memweave_analytics::metrics::prometheus;
 use memweave_schemas::prometheus::{CONTENT_TYPE, Exposition, Kind, labels};
 use schemars::JsonSchema;
@@ -27,6 +27,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::reader::Reader;
 use crate::request::{
     AskRequest, CheckpointsRequest, DocumentRequest, DocumentsRequest, EntitiesRequest,
     EntityRequest, MAX_BODY_BYTES, NodeRequest, OverviewRequest, PageRequest, PagesRequest,
@@ -70,28 +71,45 @@ pub fn router(state: Arc<ServiceState>, hosts: mcp::AllowedHosts, explorer: bool
         .with_state(state)
 }
 
+/// Who the request is ([`crate::auth`]), put in its extensions for the
+/// handlers: the administrator on an open service or with the bearer
+/// token, a principal with a token the rules verify; 401 otherwise.
 async fn authorise(
     State(state): State<Arc<ServiceState>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    if let Some(token) = &state.limits.auth_token {
+    let limits = &state.limits;
+    let reader = if limits.auth_token.is_none() && limits.tokens.is_none() {
+        Reader::Everything
+    } else {
         let presented = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
             .unwrap_or_default();
         // Constant time: how long a refusal takes tells nothing of the token.
-        let matches: bool =
-            subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), token.as_bytes()).into();
-        if !matches {
-            return error(
-                StatusCode::UNAUTHORIZED,
-                "this service needs Authorization: Bearer <token> (the --auth-token-file token)",
-            );
+        let administrator = limits.auth_token.as_ref().is_some_and(|token| {
+            subtle::ConstantTimeEq::ct_eq(presented.as_bytes(), token.as_bytes()).into()
+        });
+        match (administrator, &limits.tokens) {
+            (true, _) => Reader::Everything,
+            (false, Some(rules)) if !presented.is_empty() => match rules.verify(presented) {
+                Ok(principal) => principal,
+                Err(refused) => return error(StatusCode::UNAUTHORIZED, &refused.to_string()),
+            },
+            _ => {
+                return error(
+                    StatusCode::UNAUTHORIZED,
+                    "this service needs Authorization: Bearer <token>: the --auth-token-file \
+                     token, or a JSON Web Token its --jwt-hs256-secret-file or --jwks-file verifies",
+                );
+            }
         }
-    }
+    };
+    request.extensions_mut().insert(reader);
     next.run(request).await
 }
 
@@ -197,8 +215,8 @@ macro_rules! api_routes {
     };
     (@handler $call:ident, $request:ty, $handler:ident) => { $handler };
     (@handler $call:ident, $request:ty) => {
-        |State(state): State<Arc<ServiceState>>, Asked(request): Asked<$request>| async move {
-            reply(state.$call(&request).await)
+        |State(state): State<Arc<ServiceState>>, Extension(reader): Extension<Reader>, Asked(request): Asked<$request>| async move {
+            reply(state.$call(&reader, &request).await)
         }
     };
 }
@@ -302,10 +320,11 @@ fn rejected(status: StatusCode, text: &str) -> Response {
 /// `invalid`.
 async fn ask_handler(
     State(state): State<Arc<ServiceState>>,
+    Extension(reader): Extension<Reader>,
     asked: Result<Asked<AskRequest>, Response>,
 ) -> Response {
     match asked {
-        Ok(Asked(request)) => reply(state.ask(&request).await),
+        Ok(Asked(request)) => reply(state.ask(&reader, &request).await),
         Err(response) => {
             state.count("invalid", response.status(), 0.0);
             response
@@ -330,17 +349,27 @@ impl ServiceState {
     /// for a newer epoch once [`REPORT_EVERY`] has passed. It aggregates
     /// whole tables (5.3 s and 413 MB at 100M tokens), too much for every
     /// commit of an indexer that commits every few seconds.
-    async fn memory_report(&self, epoch: Option<u64>) -> String {
+    async fn memory_report(&self, reader: &Reader, epoch: Option<u64>) -> String {
         let Some(epoch) = epoch else {
             return String::new();
         };
+        // A principal's figures are its own rows' ([`ServiceState::report`]).
+        if let Reader::Groups(_) = reader {
+            return match self.report(reader, epoch).await {
+                Ok(made) => prometheus(&made),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the memory's report failed");
+                    String::new()
+                }
+            };
+        }
         // One scrape makes it; scrapes meanwhile wait for it.
         let mut report = self.memory_report.lock().await;
         let stale = report
             .as_ref()
             .is_none_or(|(made, at, _)| *made != epoch && at.elapsed() >= REPORT_EVERY);
         if stale {
-            let text = match self.report(epoch).await {
+            let text = match self.report(reader, epoch).await {
                 Ok(made) => prometheus(&made),
                 Err(e) => {
                     tracing::warn!(error = %e, "the memory's report failed");
@@ -355,9 +384,12 @@ impl ServiceState {
     }
 }
 
-async fn metrics_handler(State(state): State<Arc<ServiceState>>) -> Response {
+async fn metrics_handler(
+    State(state): State<Arc<ServiceState>>,
+    Extension(reader): Extension<Reader>,
+) -> Response {
     let epoch = state.epoch().await;
-    let memory = state.memory_report(epoch).await;
+    let memory = state.memory_report(&reader, epoch).await;
     let counted = state.metrics.lock().unwrap_or_else(|e| e.into_inner());
     let mut metrics = Exposition::new();
     metrics

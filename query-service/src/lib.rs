@@ -4,6 +4,8 @@
 //!
 //! This crate must not depend on the pipeline or on timely: its image stays small.
 
+#[cfg(feature = "server")]
+pub mod auth;
 pub mod cache;
 #[cfg(feature = "server")]
 pub mod http;

@@ -12,6 +12,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use memweave_llm::{CallCache, ModelArgs};
 use memweave_process::{LogFormat, StorageArgs, init_logging, stop_requested};
+use memweave_query::auth::{TokenRules, TokenSources};
 use memweave_query::cache::{DEFAULT_CACHE_MIB, ReadCache};
 use memweave_query::http::router;
 use memweave_query::mcp::{AllowedHosts, serve_stdio};
@@ -59,11 +60,13 @@ enum Command {
         /// (Authorization: Bearer TOKEN); without it the API is open.
         #[arg(long, env = "MEMWEAVE_AUTH_TOKEN_FILE")]
         auth_token_file: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        tokens: Box<TokenArgs>,
         /// A Host (name, or name:port) the service answers besides
         /// loopback's, such as its name in a cluster; repeatable. Other hosts
         /// get 403 on every route but /healthz and /readyz, so a web page
         /// cannot reach an open service through DNS rebinding. With
-        /// --auth-token-file every host is answered: the token guards it. The
+        /// --auth-token-file or a JWT key every host is answered: the tokens guard it. The
         /// variable takes a comma-separated list.
         #[arg(
             long = "allowed-host",
@@ -86,6 +89,46 @@ enum Command {
         #[command(flatten)]
         memory: MemoryArgs,
     },
+}
+
+/// Readers' JSON Web Tokens: with a key given, a request may present a
+/// token instead of the bearer token, and is answered from the rows whose
+/// labels share one of its groups, as if no other row were there.
+#[derive(clap::Args)]
+struct TokenArgs {
+    /// File holding the HS256 secret tokens are signed with (at least 32 bytes).
+    #[arg(long, env = "MEMWEAVE_JWT_HS256_SECRET_FILE")]
+    jwt_hs256_secret_file: Option<std::path::PathBuf>,
+    /// A JWK Set (JSON) of the RS256 (RSA) and ES256 (EC P-256) public keys
+    /// tokens are signed with; a token's `kid` picks its key.
+    #[arg(long, env = "MEMWEAVE_JWKS_FILE")]
+    jwks_file: Option<std::path::PathBuf>,
+    /// The `iss` every token must name.
+    #[arg(long, env = "MEMWEAVE_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// The `aud` every token must name.
+    #[arg(long, env = "MEMWEAVE_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+    /// The claim holding the principal's groups: a list of strings, or one.
+    #[arg(long, env = "MEMWEAVE_JWT_GROUPS_CLAIM", default_value = memweave_query::auth::DEFAULT_GROUPS_CLAIM)]
+    jwt_groups_claim: String,
+}
+
+impl TokenArgs {
+    fn rules(&self) -> anyhow::Result<Option<TokenRules>> {
+        let rules = TokenRules::from_sources(TokenSources {
+            hs256_secret_file: self.jwt_hs256_secret_file.as_deref(),
+            jwks_file: self.jwks_file.as_deref(),
+            issuer: self.jwt_issuer.clone(),
+            audience: self.jwt_audience.clone(),
+            groups_claim: Some(self.jwt_groups_claim.clone()),
+        })?;
+        anyhow::ensure!(
+            rules.is_some() || (self.jwt_issuer.is_none() && self.jwt_audience.is_none()),
+            "--jwt-issuer and --jwt-audience need a key: --jwt-hs256-secret-file or --jwks-file"
+        );
+        Ok(rules)
+    }
 }
 
 /// Where the memory is and how it is read: what `serve` and `mcp` share.
@@ -125,7 +168,11 @@ struct MemoryArgs {
 impl MemoryArgs {
     /// The service's state over the newest checkpoint (or none yet), kept
     /// fresh in the background.
-    async fn open(self, auth_token: Option<String>) -> anyhow::Result<Arc<ServiceState>> {
+    async fn open(
+        self,
+        auth_token: Option<String>,
+        tokens: Option<TokenRules>,
+    ) -> anyhow::Result<Arc<ServiceState>> {
         let MemoryArgs {
             tables,
             refresh_secs,
@@ -148,6 +195,7 @@ impl MemoryArgs {
         let limits = Limits {
             request_timeout: Duration::from_secs(request_timeout_secs.max(1)),
             auth_token,
+            tokens: tokens.map(Arc::new),
             expensive_in_flight: max_expensive_requests,
         };
         let cache = Arc::new(ReadCache::new(cache_mib));
@@ -173,10 +221,21 @@ async fn main() -> anyhow::Result<()> {
             memory,
             listen,
             auth_token_file,
+            tokens,
             allowed_hosts,
             no_ui,
-        } => serve(memory, listen, auth_token_file, allowed_hosts, !no_ui).await,
-        Command::Mcp { memory } => Ok(serve_stdio(memory.open(None).await?).await?),
+        } => {
+            serve(
+                memory,
+                listen,
+                auth_token_file,
+                tokens,
+                allowed_hosts,
+                !no_ui,
+            )
+            .await
+        }
+        Command::Mcp { memory } => Ok(serve_stdio(memory.open(None, None).await?).await?),
     }
 }
 
@@ -184,9 +243,11 @@ async fn serve(
     memory: MemoryArgs,
     listen: SocketAddr,
     auth_token_file: Option<std::path::PathBuf>,
+    tokens: Box<TokenArgs>,
     allowed_hosts: Vec<String>,
     explorer: bool,
 ) -> anyhow::Result<()> {
+    let tokens = tokens.rules()?;
     let auth_token = match &auth_token_file {
         Some(path) => {
             let token = std::fs::read_to_string(path)
@@ -202,12 +263,13 @@ async fn serve(
         }
         None => None,
     };
-    let hosts = if auth_token.is_some() {
+    // A guarded service answers every host: the tokens guard it.
+    let hosts = if auth_token.is_some() || tokens.is_some() {
         AllowedHosts::Any
     } else {
         AllowedHosts::loopback_and(allowed_hosts)
     };
-    let state = memory.open(auth_token).await?;
+    let state = memory.open(auth_token, tokens).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

@@ -9,11 +9,13 @@ use std::sync::Arc;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
 use serde::Serialize;
 
+use crate::reader::Reader;
 use crate::request::{
     AskRequest, DocumentsRequest, EntityRequest, NodeRequest, PageRequest, SearchRequest,
     TreeRequest,
@@ -74,6 +76,17 @@ impl std::fmt::Debug for MemoryTools {
     }
 }
 
+/// Whose call it is: over HTTP, who `http`'s authorisation found (none
+/// found is no one: nothing is read); over stdio, the administrator, who
+/// started the server on the tables.
+fn reader_of(context: &RequestContext<RoleServer>) -> Reader {
+    match context.extensions.get::<axum::http::request::Parts>() {
+        Some(parts) => (parts.extensions.get::<Reader>().cloned())
+            .unwrap_or_else(|| Reader::groups(Vec::<String>::new()).unwrap_or_default()),
+        None => Reader::Everything,
+    }
+}
+
 /// A served result as the tool's structured result, or its error as a tool
 /// error with the HTTP API's message.
 fn result<T: Serialize>(served: Result<T, ApiError>) -> CallToolResult {
@@ -101,16 +114,24 @@ impl MemoryTools {
         annotations(read_only_hint = true, open_world_hint = false),
         description = "Answer a question from the memory with one navigation strategy. Returns the answer, the passages it rests on (document, title, source, character range, section: the PDF page, heading path, mail message or dataset row it is in, text) and the trace of every step and model call."
     )]
-    async fn ask(&self, Parameters(request): Parameters<AskRequest>) -> CallToolResult {
-        result(self.state.ask(&request).await)
+    async fn ask(
+        &self,
+        Parameters(request): Parameters<AskRequest>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        result(self.state.ask(&reader_of(&context), &request).await)
     }
 
     #[tool(
         annotations(read_only_hint = true, open_world_hint = false),
         description = "Search the memory's passages with BM25 (default) or the dense baseline, without asking a model: the top_k passages with their scores, document, character range and text."
     )]
-    async fn search(&self, Parameters(request): Parameters<SearchRequest>) -> CallToolResult {
-        result(self.state.search(&request).await)
+    async fn search(
+        &self,
+        Parameters(request): Parameters<SearchRequest>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        result(self.state.search(&reader_of(&context), &request).await)
     }
 
     #[tool(
@@ -120,40 +141,57 @@ impl MemoryTools {
     async fn list_documents(
         &self,
         Parameters(request): Parameters<DocumentsRequest>,
+        context: RequestContext<RoleServer>,
     ) -> CallToolResult {
-        result(self.state.documents(&request).await)
+        result(self.state.documents(&reader_of(&context), &request).await)
     }
 
     #[tool(
         annotations(read_only_hint = true, open_world_hint = false),
         description = "A document's MemWalker summary tree (default) or RAPTOR cluster tree: its nodes with their summaries, levels and children, the top `depth` levels below the root only when given."
     )]
-    async fn document_tree(&self, Parameters(request): Parameters<TreeRequest>) -> CallToolResult {
-        result(self.state.tree(&request).await)
+    async fn document_tree(
+        &self,
+        Parameters(request): Parameters<TreeRequest>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        result(self.state.tree(&reader_of(&context), &request).await)
     }
 
     #[tool(
         annotations(read_only_hint = true, open_world_hint = false),
         description = "One tree node: its summary (and surprising facts for RAPTOR), level, parent, children and, for a leaf, its segment."
     )]
-    async fn node(&self, Parameters(request): Parameters<NodeRequest>) -> CallToolResult {
-        result(self.state.node(&request).await)
+    async fn node(
+        &self,
+        Parameters(request): Parameters<NodeRequest>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        result(self.state.node(&reader_of(&context), &request).await)
     }
 
     #[tool(
         annotations(read_only_hint = true, open_world_hint = false),
         description = "A ReadAgent page of a document (numbered from 0): its text and its gist."
     )]
-    async fn page(&self, Parameters(request): Parameters<PageRequest>) -> CallToolResult {
-        result(self.state.page(&request).await)
+    async fn page(
+        &self,
+        Parameters(request): Parameters<PageRequest>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        result(self.state.page(&reader_of(&context), &request).await)
     }
 
     #[tool(
         annotations(read_only_hint = true, open_world_hint = false),
         description = "A graph entity: its name, type, aliases and description, its first relations (id order) and the segments it was extracted from, with how many there are of each."
     )]
-    async fn entity(&self, Parameters(request): Parameters<EntityRequest>) -> CallToolResult {
-        result(self.state.entity(&request).await)
+    async fn entity(
+        &self,
+        Parameters(request): Parameters<EntityRequest>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        result(self.state.entity(&reader_of(&context), &request).await)
     }
 }
 

@@ -12,10 +12,7 @@
 use std::sync::Arc;
 
 use memweave_schemas::acl;
-use memweave_schemas::store::sql_strings;
-
-/// The column every memory row's labels are in.
-pub const ACL_COLUMN: &str = "acl";
+pub use memweave_schemas::acl::ACL_COLUMN;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Reader {
@@ -42,10 +39,7 @@ impl Reader {
     /// A group that could not be a label is refused, naming it.
     pub fn groups<S: AsRef<str>>(groups: impl IntoIterator<Item = S>) -> Result<Reader, String> {
         let groups = acl::labels(groups)?;
-        let condition = match groups.is_empty() {
-            true => "false".to_string(),
-            false => format!("array_has_any({ACL_COLUMN}, [{}])", sql_strings(&groups)),
-        };
+        let condition = acl::readable(&groups);
         let scope = acl::scoped("", &groups);
         Ok(Reader::Groups(Arc::new(Groups {
             groups,
@@ -102,7 +96,10 @@ mod tests {
         assert_eq!(reader.group_names(), ["shared", "tenant-a"]);
         assert!(reader.sees(&["shared".into(), "tenant-b".into()]));
         assert!(!reader.sees(&["tenant-b".into()]));
-        assert!(!reader.sees(&[]), "an unlabelled row is the administrator's");
+        assert!(
+            !reader.sees(&[]),
+            "an unlabelled row is the administrator's"
+        );
         assert_eq!(
             reader.condition(true),
             Some("array_has_any(acl, ['shared', 'tenant-a'])")
@@ -117,8 +114,10 @@ mod tests {
         // they were.
         assert_ne!(reader.cache_key("d1"), none.cache_key("d1"));
         assert_eq!(Reader::Everything.cache_key("d1"), "d1");
-        assert!(Reader::groups(["a'); DROP"]).is_ok_and(|r| r.condition(true)
-            == Some("array_has_any(acl, ['a''); DROP'])")));
+        assert!(
+            Reader::groups(["a'); DROP"])
+                .is_ok_and(|r| r.condition(true) == Some("array_has_any(acl, ['a''); DROP'])"))
+        );
         assert!(Reader::groups(["a,b"]).is_err());
     }
 }

@@ -17,8 +17,10 @@ use memweave_schemas::{CheckpointRow, EntityRow, SegmentRow, StoreError, TableSt
 use serde_json::{Value, json};
 use tokio::sync::RwLock;
 
+use crate::auth::TokenRules;
 use crate::cache::ReadCache;
 use crate::navigate::{Answer, Hit, Models, SearchError, ask, search, segment_passages};
+use crate::reader::Reader;
 use crate::request::{
     AskRequest, CheckpointsRequest, DocumentRequest, DocumentsRequest, EntitiesRequest,
     EntityRequest, NodeRequest, OverviewRequest, PageRequest, PagesRequest, RequestError,
@@ -31,8 +33,11 @@ use crate::snapshot::{Document, Snapshot};
 pub struct Limits {
     /// Wall time one request may take, model calls included.
     pub request_timeout: Duration,
-    /// When set, `/v1/*`, `/mcp` and `/metrics` need `Authorization: Bearer <token>`.
+    /// When set, `/v1/*`, `/mcp` and `/metrics` need `Authorization: Bearer
+    /// <token>` (the administrator's) or a JSON Web Token `tokens` verifies.
     pub auth_token: Option<String>,
+    /// How principals' JSON Web Tokens are verified, when they are taken.
+    pub tokens: Option<Arc<TokenRules>>,
     /// Expensive requests (ask, search, the overview, MCP calls, anything at
     /// an earlier epoch) served at once; more are answered 429.
     pub expensive_in_flight: usize,
@@ -47,6 +52,7 @@ impl Default for Limits {
         Limits {
             request_timeout: Duration::from_secs(120),
             auth_token: None,
+            tokens: None,
             expensive_in_flight: DEFAULT_EXPENSIVE_IN_FLIGHT,
         }
     }
@@ -133,9 +139,9 @@ pub struct ServiceState {
     /// Snapshots of earlier checkpoints a request asked for, the most
     /// recently asked last: time travel opens a checkpoint once.
     earlier: tokio::sync::Mutex<Vec<Arc<Snapshot>>>,
-    /// The reports made or being made, by epoch, the most recently asked
+    /// The reports made or being made, by epoch and reader, the most recently asked
     /// last ([`ServiceState::report`]).
-    reports: Mutex<Vec<(u64, ReportCell)>>,
+    reports: Mutex<Vec<((u64, Reader), ReportCell)>>,
     /// Permits for expensive requests ([`Limits::expensive_in_flight`]).
     pub(crate) expensive: tokio::sync::Semaphore,
 }
@@ -145,7 +151,7 @@ type ReportCell = Arc<tokio::sync::OnceCell<Arc<Report>>>;
 
 /// Earlier checkpoints' snapshots kept open, and reports kept.
 const EARLIER_KEPT: usize = 4;
-const REPORTS_KEPT: usize = 4;
+const REPORTS_KEPT: usize = 16;
 
 /// Answers by strategy and status, and the seconds they took.
 #[derive(Debug, Default)]
@@ -221,10 +227,20 @@ impl ServiceState {
         self.snapshot.read().await.clone().ok_or(ApiError::NotReady)
     }
 
+    /// The snapshot at `epoch` (the newest served without one) as `reader`
+    /// reads it.
+    async fn at(&self, reader: &Reader, epoch: Option<u64>) -> Served<Arc<Snapshot>> {
+        let snapshot = self.opened(epoch).await?;
+        Ok(match reader {
+            Reader::Everything => snapshot,
+            Reader::Groups(_) => Arc::new(snapshot.read_as(reader.clone())),
+        })
+    }
+
     /// The snapshot at `epoch`, or the newest served without one. An earlier
     /// checkpoint is opened at the table versions it names (while the tables
     /// keep them) and kept open for the next requests that ask for it.
-    async fn at(&self, epoch: Option<u64>) -> Served<Arc<Snapshot>> {
+    async fn opened(&self, epoch: Option<u64>) -> Served<Arc<Snapshot>> {
         let newest = self.served().await?;
         let Some(epoch) = epoch.filter(|e| *e != newest.epoch) else {
             return Ok(newest);
@@ -253,29 +269,35 @@ impl ServiceState {
         Ok(snapshot)
     }
 
-    /// The memory's report at `epoch`: made once per epoch (it aggregates
-    /// whole tables: seconds at 100M tokens) and kept for the next asks.
-    /// No lock is held while it is made: a report of one epoch never waits
-    /// for another's (an old epoch's overview does not hold up `/metrics`).
-    pub(crate) async fn report(&self, epoch: u64) -> Served<Arc<Report>> {
+    /// The memory's report at `epoch` as `reader` reads it: made once per
+    /// epoch and reader (it aggregates whole tables: seconds at 100M tokens)
+    /// and kept for the next asks. No lock is held while it is made: a
+    /// report never waits for another's (an old epoch's overview does not
+    /// hold up `/metrics`).
+    pub(crate) async fn report(&self, reader: &Reader, epoch: u64) -> Served<Arc<Report>> {
         let cell = {
             let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
-            let cell = match reports.iter().position(|(e, _)| *e == epoch) {
+            let asked = |(e, r): &(u64, Reader)| *e == epoch && r == reader;
+            let cell = match reports.iter().position(|(made, _)| asked(made)) {
                 Some(at) => reports.remove(at).1,
                 None => ReportCell::default(),
             };
             if reports.len() == REPORTS_KEPT {
                 reports.remove(0);
             }
-            reports.push((epoch, cell.clone()));
+            reports.push(((epoch, reader.clone()), cell.clone()));
             cell
         };
         let failed = |e: &dyn std::fmt::Display| {
             ApiError::Unavailable(format!("the memory's report failed: {e}"))
         };
+        let groups = match reader {
+            Reader::Everything => None,
+            Reader::Groups(_) => Some(reader.group_names()),
+        };
         let made = cell
             .get_or_try_init(|| async {
-                let catalog = Catalog::open(self.store.clone(), Some(epoch))
+                let catalog = Catalog::open_as(self.store.clone(), Some(epoch), groups)
                     .await
                     .map_err(|e| failed(&e))?;
                 Ok::<_, ApiError>(Arc::new(report(&catalog).await.map_err(|e| failed(&e))?))
@@ -293,9 +315,9 @@ impl ServiceState {
 
     /// `request` answered from one snapshot within the time limit; counted by
     /// strategy and status.
-    pub async fn ask(&self, request: &AskRequest) -> Served<Answer> {
+    pub async fn ask(&self, reader: &Reader, request: &AskRequest) -> Served<Answer> {
         let started = Instant::now();
-        let answered = self.answer(request).await;
+        let answered = self.answer(reader, request).await;
         let status = answered
             .as_ref()
             .map_or_else(ApiError::status, |_| StatusCode::OK);
@@ -307,8 +329,8 @@ impl ServiceState {
         answered
     }
 
-    async fn answer(&self, request: &AskRequest) -> Served<Answer> {
-        let snapshot = self.at(request.epoch).await?;
+    async fn answer(&self, reader: &Reader, request: &AskRequest) -> Served<Answer> {
+        let snapshot = self.at(reader, request.epoch).await?;
         snapshot.validate(request).await??;
         let timeout = self.limits.request_timeout;
         match tokio::time::timeout(timeout, ask(&snapshot, request, self.models())).await {
@@ -318,8 +340,8 @@ impl ServiceState {
     }
 
     /// The passages `request`'s method ranks highest, with their scores.
-    pub async fn search(&self, request: &SearchRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
+    pub async fn search(&self, reader: &Reader, request: &SearchRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
         let asked = request.as_ask();
         snapshot.validate(&asked).await??;
         let hits: Vec<Hit> = search(&snapshot, &asked, self.models()).await?;
@@ -327,9 +349,9 @@ impl ServiceState {
     }
 
     /// A page of the documents, in id order.
-    pub async fn documents(&self, request: &DocumentsRequest) -> Served {
+    pub async fn documents(&self, reader: &Reader, request: &DocumentsRequest) -> Served {
         let limit = request.page_size()?;
-        let snapshot = self.at(request.epoch).await?;
+        let snapshot = self.at(reader, request.epoch).await?;
         let page = snapshot
             .documents_page(request.after.as_deref(), limit, request.q.as_deref())
             .await?;
@@ -342,8 +364,8 @@ impl ServiceState {
     }
 
     /// A document's tree, its top `depth` levels below the root.
-    pub async fn tree(&self, request: &TreeRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
+    pub async fn tree(&self, reader: &Reader, request: &TreeRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
         known_document(&snapshot, &request.doc_id).await?;
         let nodes = snapshot.tree(&request.doc_id, request.tree.name()).await?;
         let top = nodes.iter().map(|n| n.level).max().unwrap_or(0);
@@ -375,8 +397,8 @@ impl ServiceState {
         Ok(json!({ "doc_id": request.doc_id, "tree": request.tree, "nodes": nodes }))
     }
 
-    pub async fn node(&self, request: &NodeRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
+    pub async fn node(&self, reader: &Reader, request: &NodeRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
         match snapshot.row::<TreeNodeRow>(&request.node_id).await? {
             Some(node) => Ok(node_json(&node)),
             None => Err(ApiError::NotFound(format!(
@@ -387,8 +409,8 @@ impl ServiceState {
     }
 
     /// A ReadAgent page of a document: its text and its gist.
-    pub async fn page(&self, request: &PageRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
+    pub async fn page(&self, reader: &Reader, request: &PageRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
         let document = known_document(&snapshot, &request.doc_id).await?;
         let pages = snapshot.pages_of(&request.doc_id).await?;
         let Some(found) = pages.iter().find(|p| p.row.ordinal == request.page) else {
@@ -410,9 +432,9 @@ impl ServiceState {
 
     /// An entity, its first relations (in id order) and its first source
     /// segments as passages, with how many there are of each.
-    pub async fn entity(&self, request: &EntityRequest) -> Served {
+    pub async fn entity(&self, reader: &Reader, request: &EntityRequest) -> Served {
         let limit = request.list_size()?;
-        let snapshot = self.at(request.epoch).await?;
+        let snapshot = self.at(reader, request.epoch).await?;
         let id = &request.entity_id;
         let Some(entity) = snapshot.row::<EntityRow>(id).await? else {
             return Err(ApiError::NotFound(format!("unknown entity {id:?}")));
@@ -457,15 +479,15 @@ impl ServiceState {
 
 impl ServiceState {
     /// One document: its title, source, size and sections.
-    pub async fn document(&self, request: &DocumentRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
+    pub async fn document(&self, reader: &Reader, request: &DocumentRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
         let document = known_document(&snapshot, &request.doc_id).await?;
         Ok(json!(*document))
     }
 
     /// One segment as a passage: its document, its characters, its text.
-    pub async fn segment(&self, request: &SegmentRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
+    pub async fn segment(&self, reader: &Reader, request: &SegmentRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
         let Some(segment) = snapshot.row::<SegmentRow>(&request.seg_id).await? else {
             return Err(ApiError::NotFound(format!(
                 "unknown segment {:?}",
@@ -477,8 +499,8 @@ impl ServiceState {
     }
 
     /// The entities with a name or alias, in id order.
-    pub async fn entities(&self, request: &EntitiesRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
+    pub async fn entities(&self, reader: &Reader, request: &EntitiesRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
         let found: Vec<Value> = snapshot
             .entities_named(&request.name)
             .await?
@@ -495,9 +517,9 @@ impl ServiceState {
     }
 
     /// A document's pages with their gists, a stretch at a time.
-    pub async fn pages(&self, request: &PagesRequest) -> Served {
+    pub async fn pages(&self, reader: &Reader, request: &PagesRequest) -> Served {
         let limit = request.list_size()?;
-        let snapshot = self.at(request.epoch).await?;
+        let snapshot = self.at(reader, request.epoch).await?;
         known_document(&snapshot, &request.doc_id).await?;
         let pages = snapshot.pages_of(&request.doc_id).await?;
         let from = request.from.unwrap_or(0) as usize;
@@ -517,9 +539,9 @@ impl ServiceState {
     }
 
     /// A stretch of a document's text by character.
-    pub async fn text(&self, request: &TextRequest) -> Served {
+    pub async fn text(&self, reader: &Reader, request: &TextRequest) -> Served {
         let chars = request.range()?;
-        let snapshot = self.at(request.epoch).await?;
+        let snapshot = self.at(reader, request.epoch).await?;
         let document = known_document(&snapshot, &request.doc_id).await?;
         let Some((start, text)) = snapshot.text_of(&request.doc_id, chars).await? else {
             return Err(ApiError::NotFound(format!(
@@ -537,7 +559,10 @@ impl ServiceState {
 
     /// The checkpoints under the tables root, newest first, a page at a time;
     /// which one is served.
-    pub async fn checkpoints(&self, request: &CheckpointsRequest) -> Served {
+    ///
+    /// The same for every reader: a commit's time and epoch say that the
+    /// memory changed, not what changed.
+    pub async fn checkpoints(&self, _reader: &Reader, request: &CheckpointsRequest) -> Served {
         let limit = request.page_size()?;
         let served = self.served().await?.epoch;
         let mut checkpoints: Vec<CheckpointRow> = self.store.read_rows(None).await?;
@@ -555,9 +580,9 @@ impl ServiceState {
 
     /// The memory's report (documents, tokens, model cost, calls per task,
     /// tree shapes, errors) at a checkpoint.
-    pub async fn overview(&self, request: &OverviewRequest) -> Served {
-        let snapshot = self.at(request.epoch).await?;
-        let report = self.report(snapshot.epoch).await?;
+    pub async fn overview(&self, reader: &Reader, request: &OverviewRequest) -> Served {
+        let snapshot = self.at(reader, request.epoch).await?;
+        let report = self.report(reader, snapshot.epoch).await?;
         Ok(json!(*report))
     }
 }
@@ -615,7 +640,7 @@ mod tests {
             options: Default::default(),
             epoch: None,
         };
-        let refused = state.ask(&asked).await.unwrap_err();
+        let refused = state.ask(&Reader::Everything, &asked).await.unwrap_err();
         assert!(matches!(refused, ApiError::NotReady), "{refused}");
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         let counted = state.metrics.lock().unwrap().answers.clone();
@@ -635,8 +660,11 @@ mod tests {
                 documents: None,
                 epoch: None,
             };
-            let found = state.search(&request).await.unwrap();
-            let answer = state.ask(&request.as_ask()).await.unwrap();
+            let found = state.search(&Reader::Everything, &request).await.unwrap();
+            let answer = state
+                .ask(&Reader::Everything, &request.as_ask())
+                .await
+                .unwrap();
             let hits = &found["passages"];
             assert_eq!(ids(hits, "from_id"), cited(&answer), "{method:?}");
             assert_eq!(hits.as_array().unwrap().len(), 3);
@@ -656,7 +684,7 @@ mod tests {
             documents: None,
             epoch: None,
         };
-        let refused = state.search(&empty).await.unwrap_err();
+        let refused = state.search(&Reader::Everything, &empty).await.unwrap_err();
         assert_eq!(refused.to_string(), "question is empty");
         assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     }
@@ -672,7 +700,7 @@ mod tests {
             offset: None,
             epoch: None,
         };
-        let entity = state.entity(&request).await.unwrap();
+        let entity = state.entity(&Reader::Everything, &request).await.unwrap();
         assert_eq!(entity["name"], "Harbour Guild");
         assert_eq!(
             ids(&entity["relations"], "relation_id"),
@@ -691,7 +719,7 @@ mod tests {
             offset: Some(3),
             ..request.clone()
         };
-        let next = state.entity(&next).await.unwrap();
+        let next = state.entity(&Reader::Everything, &next).await.unwrap();
         assert_eq!(
             ids(&next["relations"], "relation_id"),
             ["r-guild-003", "r-guild-004", "r-guild-005"]
@@ -705,13 +733,23 @@ mod tests {
                 limit,
                 ..request.clone()
             };
-            assert_eq!(state.entity(&asked).await.unwrap_err().to_string(), refused);
+            assert_eq!(
+                state
+                    .entity(&Reader::Everything, &asked)
+                    .await
+                    .unwrap_err()
+                    .to_string(),
+                refused
+            );
         }
         let unknown = EntityRequest {
             entity_id: "e-none".into(),
             ..request.clone()
         };
-        let missing = state.entity(&unknown).await.unwrap_err();
+        let missing = state
+            .entity(&Reader::Everything, &unknown)
+            .await
+            .unwrap_err();
         assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     }
 
@@ -725,12 +763,15 @@ mod tests {
             under: None,
             epoch: None,
         };
-        let all = state.tree(&whole).await.unwrap();
+        let all = state.tree(&Reader::Everything, &whole).await.unwrap();
         let root = state
-            .tree(&TreeRequest {
-                depth: Some(0),
-                ..whole.clone()
-            })
+            .tree(
+                &Reader::Everything,
+                &TreeRequest {
+                    depth: Some(0),
+                    ..whole.clone()
+                },
+            )
             .await
             .unwrap();
         let root_nodes = root["nodes"].as_array().unwrap();
@@ -739,10 +780,13 @@ mod tests {
         assert!(root_nodes[0]["parent_id"].is_null());
         // Expanding the root lists its children, in its order.
         let children = state
-            .tree(&TreeRequest {
-                under: root_nodes[0]["node_id"].as_str().map(String::from),
-                ..whole.clone()
-            })
+            .tree(
+                &Reader::Everything,
+                &TreeRequest {
+                    under: root_nodes[0]["node_id"].as_str().map(String::from),
+                    ..whole.clone()
+                },
+            )
             .await
             .unwrap();
         let listed: Vec<&Value> = children["nodes"].as_array().unwrap().iter().collect();
@@ -760,11 +804,14 @@ mod tests {
                 .all(|n| n["parent_id"] == root_nodes[0]["node_id"])
         );
         let page = state
-            .page(&PageRequest {
-                doc_id: "paint".into(),
-                page: 1,
-                epoch: None,
-            })
+            .page(
+                &Reader::Everything,
+                &PageRequest {
+                    doc_id: "paint".into(),
+                    page: 1,
+                    epoch: None,
+                },
+            )
             .await
             .unwrap();
         assert_eq!(page["pages"], 2);
@@ -780,7 +827,7 @@ mod tests {
             page: 2,
             epoch: None,
         };
-        let missing = state.page(&past).await.unwrap_err();
+        let missing = state.page(&Reader::Everything, &past).await.unwrap_err();
         assert_eq!(
             missing.to_string(),
             "document \"paint\" has no page 2; it has 2 (0 to 1)"

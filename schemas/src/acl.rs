@@ -70,6 +70,22 @@ pub fn scope_of(key: &str) -> Vec<String> {
     }
 }
 
+/// The column every memory row's labels are in.
+pub const ACL_COLUMN: &str = "acl";
+
+/// The SQL condition (Lance's and DataFusion's) a row readable by a
+/// principal of `groups` meets: its labels share one of them. None: `false`.
+#[cfg(feature = "store")]
+pub fn readable(groups: &[String]) -> String {
+    match groups.is_empty() {
+        true => "false".to_string(),
+        false => format!(
+            "array_has_any({ACL_COLUMN}, [{}])",
+            crate::store::sql_strings(groups)
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

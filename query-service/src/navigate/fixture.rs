@@ -366,7 +366,11 @@ pub(crate) fn labelled_rows() -> MemoryTables {
     use memweave_schemas::Labelled;
     let mut rows = rows();
     let labels_of = |doc_id: &str| -> Vec<String> {
-        let set = if doc_id == "paint" { PAINTERS } else { FOUNDERS };
+        let set = if doc_id == "paint" {
+            PAINTERS
+        } else {
+            FOUNDERS
+        };
         vec![set.to_string()]
     };
     let seg_doc: std::collections::HashMap<String, String> = (SEGMENTS.iter())

@@ -371,7 +371,10 @@ mod tests {
                 assert!(!said.contains(secret), "{strategy:?} told {secret}: {said}");
             }
             let own = answer(&painters, &asked).await;
-            assert!(own.supporting.iter().all(|p| p.doc_id == "paint"), "{strategy:?}");
+            assert!(
+                own.supporting.iter().all(|p| p.doc_id == "paint"),
+                "{strategy:?}"
+            );
         }
         let listed = founders.documents_page(None, 10, None).await.unwrap();
         assert_eq!(listed.total, 1);
@@ -389,6 +392,9 @@ mod tests {
         assert!(all.document_frequency["paint"] > 0.0);
         // No groups, no rows.
         let nobody = memory.read_as(Reader::groups(Vec::<String>::new()).unwrap());
-        assert_eq!(nobody.documents_page(None, 10, None).await.unwrap().total, 0);
+        assert_eq!(
+            nobody.documents_page(None, 10, None).await.unwrap().total,
+            0
+        );
     }
 }

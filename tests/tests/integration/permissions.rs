@@ -307,3 +307,252 @@ fn no_row_is_written_from_two_label_sets() {
     index(&archive, &scratch, &labelled);
     assert_eq!(comparable(&moved), comparable(&read_tables(&scratch)));
 }
+
+/// Each tenant's codename: a phrase only its own documents hold.
+const CODENAMES: [(&str, &str); 2] = [
+    ("a", "The codename is Marigold Falcon."),
+    ("b", "The codename is Copper Heron."),
+];
+
+/// What `check_readers.py` is to find for a reader of `groups` in `t`:
+/// the documents it sees, some of its own ids, every id of what it may not
+/// see, the entity names it shares with others, and the codenames it
+/// must and must not be told.
+fn reader_expected(t: &Tables, groups: &[&str]) -> serde_json::Value {
+    let sees = |acl: &[String]| acl.iter().any(|l| groups.contains(&l.as_str()));
+    let docs: BTreeMap<&str, bool> = (t.documents.iter())
+        .map(|d| (d.doc_id.as_str(), sees(&d.acl)))
+        .collect();
+    let split = |rows: Vec<(&str, &[String])>| {
+        let (own, hidden): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(_, acl)| sees(acl));
+        let ids = |rows: Vec<(&str, &[String])>| -> Vec<String> {
+            rows.into_iter().map(|(id, _)| id.to_string()).collect()
+        };
+        (ids(own), ids(hidden))
+    };
+    let (own_segments, hidden_segments) = split(
+        (t.segments.iter())
+            .map(|s| (s.seg_id.as_str(), &s.acl[..]))
+            .collect(),
+    );
+    let (own_nodes, hidden_nodes) = split(
+        (t.tree_nodes.iter())
+            .map(|n| (n.node_id.as_str(), &n.acl[..]))
+            .collect(),
+    );
+    let (own_entities, hidden_entities) = split(
+        (t.entities.iter())
+            .map(|e| (e.entity_id.as_str(), &e.acl[..]))
+            .collect(),
+    );
+    let names_of = |seen: bool| -> BTreeSet<&str> {
+        (t.entities.iter())
+            .filter(|e| sees(&e.acl) == seen)
+            .map(|e| e.name.as_str())
+            .collect()
+    };
+    let shared_names: Vec<&str> = names_of(true)
+        .intersection(&names_of(false))
+        .copied()
+        .take(5)
+        .collect();
+    let tenant_of = |d: &memweave_schemas::DocumentRow| d.acl.first().cloned();
+    let phrase_of = |tenant: &str| CODENAMES.iter().find(|(t, _)| *t == tenant).map(|c| c.1);
+    let (mut phrases, mut hidden_phrases) = (Vec::new(), Vec::new());
+    for d in &t.documents {
+        let Some(tenant) = tenant_of(d).and_then(|l| l.strip_prefix("tenant-").map(String::from))
+        else {
+            continue;
+        };
+        if let Some(phrase) = phrase_of(&tenant) {
+            match sees(&d.acl) {
+                true => phrases.push(phrase),
+                false => hidden_phrases.push(phrase),
+            }
+        }
+    }
+    let visible = |seen: bool| -> Vec<&str> {
+        (docs.iter())
+            .filter(|(_, s)| **s == seen)
+            .map(|(d, _)| *d)
+            .collect()
+    };
+    serde_json::json!({
+        "groups": groups,
+        "documents": visible(true),
+        "own": {"segments": own_segments, "nodes": own_nodes, "entities": own_entities},
+        "hidden": {
+            "documents": visible(false), "segments": hidden_segments,
+            "nodes": hidden_nodes, "entities": hidden_entities,
+        },
+        "names": shared_names,
+        "phrases": phrases,
+        "hidden_phrases": hidden_phrases,
+    })
+}
+
+/// Runs `check_readers.py` against a query service over `tables` that
+/// verifies the tokens of `keys` (and the administrator's `admin` token
+/// file), for the readers `groups` name.
+fn check_readers(
+    dir: &Path,
+    tables: &Path,
+    keys: &Path,
+    admin: &Path,
+    readers: &[(&str, &[&str])],
+) {
+    let t = read_tables(tables);
+    let readers: serde_json::Map<String, serde_json::Value> = (readers.iter())
+        .map(|(name, groups)| (name.to_string(), reader_expected(&t, groups)))
+        .collect();
+    let strategies: Vec<&str> = memweave_query::Strategy::ALL
+        .iter()
+        .map(|s| s.name())
+        .collect();
+    let expect = serde_json::json!({
+        "issuer": "https://id.example", "audience": "memweave",
+        "admin_token": std::fs::read_to_string(admin).unwrap().trim(),
+        "readers": readers, "strategies": strategies, "all_documents": t.documents.len(),
+    });
+    let expect_file = dir.join("expect.json");
+    std::fs::write(&expect_file, expect.to_string()).unwrap();
+    let flag = |name: &str| keys.join(name).display().to_string();
+    let (secret, jwks, admin) = (
+        flag("hs256.secret"),
+        flag("jwks.json"),
+        admin.display().to_string(),
+    );
+    let (_server, base) = super::query::serve_with(
+        tables.to_str().unwrap(),
+        &[
+            "--jwt-hs256-secret-file",
+            &secret,
+            "--jwks-file",
+            &jwks,
+            "--jwt-issuer",
+            "https://id.example",
+            "--jwt-audience",
+            "memweave",
+            "--auth-token-file",
+            &admin,
+        ],
+    );
+    let checked = std::process::Command::new(memweave_tests::python())
+        .arg(readers_script())
+        .args(["check", "--base", &base, "--keys"])
+        .arg(keys)
+        .arg("--expect")
+        .arg(&expect_file)
+        .output()
+        .expect("python runs");
+    assert!(
+        checked.status.success(),
+        "check_readers.py failed:\n{}\n{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
+fn readers_script() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python/tests/check_readers.py")
+}
+
+/// Two tenants whose documents share entity names (unlabelled, their
+/// entities would merge and their documents share corpus-tree nodes), each
+/// holding a codename, and a shared set. Over every route, every strategy
+/// and every MCP tool, with HS256 and RS256 tokens minted by PyJWT, a
+/// tenant's reader is never shown the other's codename or ids and finds its
+/// own; a reader of both sees both; bad tokens are 401. The same holds for
+/// a memory built across a restart, for one built by two processes (and the
+/// two are the same tables), and after a relabel that gives the shared
+/// document to tenant B's readers too, which costs no model call.
+#[test]
+fn readers_see_only_what_their_documents_say_on_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive");
+    for (tenant, names) in [
+        ("a", ["gap.txt", "founders.txt"]),
+        ("b", ["want.txt", "love.txt"]),
+    ] {
+        for (n, name) in names.into_iter().enumerate() {
+            let mut text = essay(name);
+            if n == 0 {
+                let phrase = CODENAMES.iter().find(|c| c.0 == tenant).unwrap().1;
+                text = format!("{phrase}\n\n{text}\n\n{phrase}\n");
+            }
+            write(&archive.join(tenant).join(name), &text);
+        }
+    }
+    write(&archive.join("shared/hubs.txt"), &essay("hubs.txt"));
+    let map = dir.path().join("acl.json");
+    let map_to = |shared: &str| {
+        let text = format!(r#"{{"a": ["tenant-a"], "b": ["tenant-b"], "shared": {shared}}}"#);
+        std::fs::write(&map, text).unwrap();
+    };
+    map_to(r#"["shared"]"#);
+    let map_flag = map.display().to_string();
+    let flags = ["--corpus-tree", "--acl-map", map_flag.as_str()];
+    let keys = dir.path().join("keys");
+    let made = std::process::Command::new(memweave_tests::python())
+        .arg(readers_script())
+        .args(["keys", "--dir"])
+        .arg(&keys)
+        .output()
+        .expect("python runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let admin = dir.path().join("admin-token");
+    std::fs::write(&admin, "the-administrator\n").unwrap();
+    let a: &[&str] = &["tenant-a", "shared"];
+    let b: &[&str] = &["tenant-b"];
+    let both: &[&str] = &["tenant-a", "tenant-b"];
+    let readers = [("tenant A", a), ("tenant B", b), ("both tenants", both)];
+
+    // Built across a restart: tenant B's second document arrives in a
+    // second run.
+    let tables = dir.path().join("memory");
+    let later = archive.join("b/love.txt");
+    let held = dir.path().join("love.txt");
+    std::fs::rename(&later, &held).unwrap();
+    index(&archive, &tables, &flags);
+    std::fs::rename(&held, &later).unwrap();
+    index(&archive, &tables, &flags);
+    let built = read_tables(&tables);
+    assert_one_set_a_row(&built);
+    check_readers(dir.path(), &tables, &keys, &admin, &readers);
+
+    // Built by two processes: the same tables, read the same.
+    let cluster = dir.path().join("cluster");
+    let mut args: Vec<String> = vec![archive.display().to_string(), "--out".into()];
+    args.push(cluster.display().to_string());
+    args.extend(flags.iter().map(|f| f.to_string()));
+    memweave_tests::index_cluster(dir.path(), 2, &args);
+    assert_eq!(comparable(&built), comparable(&read_tables(&cluster)));
+    check_readers(dir.path(), &cluster, &keys, &admin, &readers);
+
+    // The shared document given to tenant B's readers too: rebuilt from the
+    // call cache, and now theirs as well as A's.
+    map_to(r#"["shared", "tenant-b"]"#);
+    let run = index(&archive, &tables, &flags);
+    assert_eq!(
+        model_calls(&run).0,
+        0,
+        "a relabel made model calls: {}",
+        stdout(&run)
+    );
+    let moved = read_tables(&tables);
+    let hubs = (moved.documents.iter())
+        .find(|d| d.source_uri.ends_with("shared/hubs.txt"))
+        .unwrap();
+    assert_eq!(hubs.acl, strings(&["shared", "tenant-b"]));
+    assert!(
+        reader_expected(&moved, b)["documents"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(hubs.doc_id))
+    );
+    check_readers(dir.path(), &tables, &keys, &admin, &readers);
+}
