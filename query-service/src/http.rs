@@ -355,13 +355,7 @@ impl ServiceState {
         };
         // A principal's figures are its own rows' ([`ServiceState::report`]).
         if let Reader::Groups(_) = reader {
-            return match self.report(reader, epoch).await {
-                Ok(made) => prometheus(&made),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the memory's report failed");
-                    String::new()
-                }
-            };
+            return self.report_gauges(reader, epoch).await;
         }
         // One scrape makes it; scrapes meanwhile wait for it.
         let mut report = self.memory_report.lock().await;
@@ -369,18 +363,23 @@ impl ServiceState {
             .as_ref()
             .is_none_or(|(made, at, _)| *made != epoch && at.elapsed() >= REPORT_EVERY);
         if stale {
-            let text = match self.report(reader, epoch).await {
-                Ok(made) => prometheus(&made),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the memory's report failed");
-                    String::new()
-                }
-            };
+            let text = self.report_gauges(reader, epoch).await;
             *report = Some((epoch, Instant::now(), text));
         }
         report
             .as_ref()
             .map_or_else(String::new, |(_, _, text)| text.clone())
+    }
+
+    /// `reader`'s report at `epoch` as Prometheus text; none if it failed.
+    async fn report_gauges(&self, reader: &Reader, epoch: u64) -> String {
+        match self.report(reader, epoch).await {
+            Ok(made) => prometheus(&made),
+            Err(e) => {
+                tracing::warn!(error = %e, "the memory's report failed");
+                String::new()
+            }
+        }
     }
 }
 

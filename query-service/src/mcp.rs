@@ -81,8 +81,7 @@ impl std::fmt::Debug for MemoryTools {
 /// started the server on the tables.
 fn reader_of(context: &RequestContext<RoleServer>) -> Reader {
     match context.extensions.get::<axum::http::request::Parts>() {
-        Some(parts) => (parts.extensions.get::<Reader>().cloned())
-            .unwrap_or_else(|| Reader::groups(Vec::<String>::new()).unwrap_or_default()),
+        Some(parts) => (parts.extensions.get::<Reader>().cloned()).unwrap_or_else(Reader::nobody),
         None => Reader::Everything,
     }
 }

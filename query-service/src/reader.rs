@@ -77,12 +77,19 @@ impl Reader {
         }
     }
 
-    /// The principal's groups (none for the administrator).
-    pub fn group_names(&self) -> &[String] {
+    /// The principal's groups; none for the administrator, who reads
+    /// every row whatever its labels.
+    pub fn group_names(&self) -> Option<&[String]> {
         match self {
-            Reader::Everything => &[],
-            Reader::Groups(reader) => &reader.groups,
+            Reader::Everything => None,
+            Reader::Groups(reader) => Some(&reader.groups),
         }
+    }
+
+    /// The principal of no group: it reads no row.
+    pub fn nobody() -> Reader {
+        let groups: [&str; 0] = [];
+        Reader::groups(groups).expect("no label is a valid set of labels")
     }
 }
 
@@ -93,7 +100,10 @@ mod tests {
     #[test]
     fn a_principal_sees_the_rows_that_share_a_group() {
         let reader = Reader::groups(["tenant-a", " shared", "shared"]).unwrap();
-        assert_eq!(reader.group_names(), ["shared", "tenant-a"]);
+        assert_eq!(
+            reader.group_names(),
+            Some(&["shared".into(), "tenant-a".into()][..])
+        );
         assert!(reader.sees(&["shared".into(), "tenant-b".into()]));
         assert!(!reader.sees(&["tenant-b".into()]));
         assert!(
@@ -107,7 +117,9 @@ mod tests {
         assert_eq!(reader.condition(false), Some("false"));
         assert_eq!(Reader::Everything.condition(false), None);
         assert!(Reader::Everything.sees(&[]));
-        let none = Reader::groups(Vec::<String>::new()).unwrap();
+        let none = Reader::nobody();
+        assert_eq!(none.group_names(), Some(&[][..]));
+        assert_eq!(Reader::Everything.group_names(), None);
         assert_eq!(none.condition(true), Some("false"));
         assert!(!none.sees(&["shared".into()]));
         // Another reader's answers are cached apart, the administrator's as

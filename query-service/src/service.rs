@@ -291,10 +291,7 @@ impl ServiceState {
         let failed = |e: &dyn std::fmt::Display| {
             ApiError::Unavailable(format!("the memory's report failed: {e}"))
         };
-        let groups = match reader {
-            Reader::Everything => None,
-            Reader::Groups(_) => Some(reader.group_names()),
-        };
+        let groups = reader.group_names();
         let made = cell
             .get_or_try_init(|| async {
                 let catalog = Catalog::open_as(self.store.clone(), Some(epoch), groups)

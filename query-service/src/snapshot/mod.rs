@@ -391,7 +391,7 @@ mod tests {
         assert_eq!(theirs.document_frequency.get("paint"), None);
         assert!(all.document_frequency["paint"] > 0.0);
         // No groups, no rows.
-        let nobody = memory.read_as(Reader::groups(Vec::<String>::new()).unwrap());
+        let nobody = memory.read_as(Reader::nobody());
         assert_eq!(
             nobody.documents_page(None, 10, None).await.unwrap().total,
             0
