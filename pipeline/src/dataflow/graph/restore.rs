@@ -17,10 +17,9 @@ use timely::dataflow::operators::generic::operator::Operator;
 use timely::dataflow::operators::vec::Broadcast;
 use timely::dataflow::operators::{Capability, Concat};
 
-use super::{
-    NameMention, RelationRef, Tag, TargetMention, entity_id, entity_tag, split_name_mentions, tag,
-    targets_of,
-};
+use super::names::{NameMention, RelationRef, split_name_mentions, targets_of};
+use super::pairs::TargetMention;
+use super::{Tag, entity_id, entity_tag, tag};
 use crate::dataflow::spilled::read_group;
 use crate::dataflow::time::{self, is_restore};
 use crate::spill::{Spill, SpillKey, SpilledGroup};
@@ -327,7 +326,7 @@ pub(super) fn in_doc_order(mut mentions: Vec<DocEntity>) -> Vec<DocEntity> {
 mod tests {
     use memweave_operators::entity_graph::entity_rows;
 
-    use super::super::to_targets;
+    use super::super::names::to_targets;
     use super::*;
 
     /// A restore reads a name back from its mentions' hints as from the
