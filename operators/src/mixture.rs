@@ -791,7 +791,8 @@ fn kmeans_plus_plus(points: &Points, k: usize, seed: u64) -> Vec<Vec<f64>> {
 }
 
 /// A small seeded generator, so fits are reproducible without a dependency.
-struct SplitMix64(u64);
+/// A small deterministic generator: the same numbers on every machine.
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
@@ -803,7 +804,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 
