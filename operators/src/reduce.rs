@@ -39,9 +39,7 @@ pub fn principal_components(points: &Points, components: usize) -> Points {
     if n == 0 {
         return Points::new(Vec::new(), m);
     }
-    let mean: Vec<f64> = (0..d)
-        .map(|j| (0..n).map(|i| points.row(i)[j]).sum::<f64>() / n as f64)
-        .collect();
+    let mean = column_means(points);
     let axes = if n.min(d) > EXACT_SIDE {
         axes_by_subspace_iteration(points, &mean, m)
     } else if n < d {
@@ -94,12 +92,26 @@ fn covariance(points: &Points, mean: &[f64]) -> Vec<f64> {
             *c += s;
         }
     }
-    for a in 0..d {
+    mirror_lower(&mut covariance, d);
+    covariance
+}
+
+/// The mean of each coordinate over the points.
+fn column_means(points: &Points) -> Vec<f64> {
+    let n = points.len();
+    (0..points.dim())
+        .map(|j| (0..n).map(|i| points.row(i)[j]).sum::<f64>() / n as f64)
+        .collect()
+}
+
+/// A symmetric `side` × `side` matrix whose lower triangle was summed: its
+/// upper triangle made the same.
+fn mirror_lower(matrix: &mut [f64], side: usize) {
+    for a in 0..side {
         for b in 0..a {
-            covariance[b * d + a] = covariance[a * d + b];
+            matrix[b * side + a] = matrix[a * side + b];
         }
     }
-    covariance
 }
 
 /// The leading axes of many points in many dimensions, without the d × d or
@@ -129,11 +141,7 @@ fn axes_by_subspace_iteration(points: &Points, mean: &[f64], m: usize) -> Vec<Ve
             }
         }
     }
-    for a in 0..width {
-        for b in 0..a {
-            small[b * width + a] = small[a * width + b];
-        }
-    }
+    mirror_lower(&mut small, width);
     leading_eigenvectors(small, width, m)
         .into_iter()
         .map(|u| {
@@ -196,8 +204,7 @@ fn scatter_times(points: &Points, mean: &[f64], basis: &[Vec<f64>]) -> Vec<Vec<f
     product
 }
 
-/// Modified Gram–Schmidt, in order; a vector the ones before it span is left
-/// zero (the points have fewer directions than the basis).
+/// Modified Gram–Schmidt, in order.
 fn orthonormalise(basis: &mut [Vec<f64>]) {
     for j in 0..basis.len() {
         let (done, rest) = basis.split_at_mut(j);
@@ -212,13 +219,11 @@ fn orthonormalise(basis: &mut [Vec<f64>]) {
     }
 }
 
-/// `vector` scaled to length 1; a vector with no length left stays zero.
+/// `vector` scaled to length 1; a zero vector stays zero.
 fn normalise(vector: &mut [f64]) {
     let norm = vector.iter().map(|x| x * x).sum::<f64>().sqrt();
-    if norm > 1e-150 {
+    if norm > 0.0 {
         vector.iter_mut().for_each(|x| *x /= norm);
-    } else {
-        vector.iter_mut().for_each(|x| *x = 0.0);
     }
 }
 
@@ -361,9 +366,7 @@ mod tests {
             .map(|k| ((k * 37 % 23) as f64 - 11.0) / 7.0)
             .collect();
         let points = Points::new(values, d);
-        let mean: Vec<f64> = (0..d)
-            .map(|j| (0..n).map(|i| points.row(i)[j]).sum::<f64>() / n as f64)
-            .collect();
+        let mean = column_means(&points);
         let by_covariance = leading_eigenvectors(covariance(&points, &mean), d, 3);
         let by_gram = axes_from_gram(&points, &mean, 3);
         for (a, b) in by_covariance.iter().zip(&by_gram) {
@@ -396,9 +399,7 @@ mod tests {
             })
             .collect();
         let points = Points::new(values, d);
-        let mean: Vec<f64> = (0..d)
-            .map(|j| (0..n).map(|i| points.row(i)[j]).sum::<f64>() / n as f64)
-            .collect();
+        let mean = column_means(&points);
         let exact = leading_eigenvectors(covariance(&points, &mean), d, 3);
         let iterated = axes_by_subspace_iteration(&points, &mean, 3);
         for (a, b) in exact.iter().zip(&iterated) {
