@@ -29,7 +29,7 @@ pub use batches::{
     KEYS_PER_PREDICATE, batch_rows, primitives, rows_batch, rows_of, sql_string, sql_strings,
     strings, to_batch, with_single_float_vectors,
 };
-pub use index::VECTOR_INDEX_MIN_ROWS;
+pub use index::{IndexFloor, VECTOR_INDEX_MIN_ROWS};
 pub use read::{StoredBytes, present_columns};
 pub use retain::{Collected, Retention};
 pub use write::Compaction;
@@ -75,6 +75,8 @@ pub struct TableStore {
     /// bounded set of index and metadata caches (a reader's); without it each
     /// dataset gets Lance's default caches of its own.
     session: Option<Arc<Session>>,
+    /// Rows a table holds before each kind of index is made on it.
+    index_floor: IndexFloor,
 }
 
 impl TableStore {
@@ -94,12 +96,19 @@ impl TableStore {
             root,
             storage_options,
             session: None,
+            index_floor: IndexFloor::default(),
         })
     }
 
     /// This store, opening its datasets in `session`.
     pub fn with_session(mut self, session: Arc<Session>) -> Self {
         self.session = Some(session);
+        self
+    }
+
+    /// This store, making a table's indexes once it holds `floor`'s rows.
+    pub fn with_index_floor(mut self, floor: IndexFloor) -> Self {
+        self.index_floor = floor;
         self
     }
 
@@ -488,10 +497,56 @@ mod tests {
         assert_eq!(ids, (0..8).map(|n| format!("n{n}")).collect::<Vec<_>>());
     }
 
+    /// A table gets each kind of index once it holds the rows its floor
+    /// names, and reads it the same way on either side: below, a lookup and
+    /// a search scan the rows.
+    #[tokio::test]
+    async fn indexes_wait_for_their_floor_and_reads_find_rows_either_side() {
+        let dir = tempfile::tempdir().unwrap();
+        let floor = IndexFloor {
+            lookup: 6,
+            full_text: 3,
+        };
+        let store = TableStore::local(dir.path())
+            .unwrap()
+            .with_index_floor(floor);
+        store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        let full_text = BTreeSet::from([format!("{}_fts", search::TERMS)]);
+        let every: BTreeSet<String> = (Table::TreeNodes.column_indexes().iter())
+            .map(|(column, kind)| kind.name(column))
+            .collect();
+        for (rows, indexed) in [(2, BTreeSet::new()), (4, full_text), (6, every)] {
+            let added: Vec<TreeNodeRow> = (rows - 2..rows)
+                .map(|n| node(&format!("n{n}"), None))
+                .collect();
+            store.append_rows(&added).await.unwrap();
+            store.index_lookups(Table::TreeNodes).await.unwrap();
+            let dataset = store
+                .dataset(Table::TreeNodes, None)
+                .await
+                .unwrap()
+                .unwrap();
+            let indices = dataset.load_indices().await.unwrap();
+            let names: BTreeSet<String> = indices.iter().map(|i| i.name.clone()).collect();
+            assert_eq!(names, indexed, "{rows} rows");
+            for id in ["n0", &format!("n{}", rows - 1)] {
+                let mut lookup = dataset.scan();
+                lookup.filter(&format!("node_id = '{id}'")).unwrap();
+                assert_eq!(lookup.count_rows().await.unwrap(), 1, "{id} of {rows}");
+                let mut search = dataset.scan();
+                let query = lance_index::scalar::FullTextSearchQuery::new(id.to_string())
+                    .with_column(search::TERMS.to_string())
+                    .unwrap();
+                search.full_text_search(query).unwrap();
+                assert_eq!(search.count_rows().await.unwrap(), 1, "{id} of {rows}");
+            }
+        }
+    }
+
     #[tokio::test]
     async fn lookup_indexes_are_created_then_brought_over_each_append() {
         let dir = tempfile::tempdir().unwrap();
-        let store = TableStore::local(dir.path()).unwrap();
+        let store = (TableStore::local(dir.path()).unwrap()).with_index_floor(IndexFloor::none());
         store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
         let outside = |name: String| {
             let store = store.clone();
@@ -1036,6 +1091,7 @@ mod tests {
         for compaction in [Compaction::Tiered, Compaction::WhenFragmented] {
             let dir = tempfile::tempdir().unwrap();
             let store = TableStore::local(dir.path()).unwrap();
+            let store = store.with_index_floor(IndexFloor::none());
             for (i, key) in keys.iter().enumerate() {
                 store.append_rows(&[call_row(key)]).await.unwrap();
                 if i % 16 == 15 {
