@@ -2,7 +2,10 @@
 //! columns rows are looked up by, and the vectors' IVF index.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use lance::dataset::Dataset;
+use lance::dataset::statistics::DatasetStatisticsExt;
 use lance::index::DatasetIndexExt;
 use lance::index::vector::VectorIndexParams;
 use lance_index::IndexType;
@@ -38,31 +41,34 @@ const VECTOR_RQ_BITS: u8 = 1;
 /// `--follow` commits every few seconds.
 pub(super) const MERGE_INDEX_SEGMENTS_AT: usize = 8;
 
-/// Rows a table holds before each kind of its [`Table::column_indexes`] is
+/// What a table holds before each kind of its [`Table::column_indexes`] is
 /// made: an index costs bytes for every distinct value or term whatever the
-/// table's size, and over a few thousand rows buys a read nothing. An index
-/// made stays while its table shrinks; a table rewritten whole gets its
-/// indexes again by the rows it then holds.
+/// table's size, and on a small table buys a read nothing or a few
+/// milliseconds. An index made stays while its table shrinks; a table
+/// rewritten whole gets its indexes again by what it then holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexFloor {
-    /// B-trees, label lists and bitmaps. Lance's B-tree keeps its values in
-    /// pages of 4,096, and a lookup reads a whole page: below one page it
-    /// reads what a scan of the column reads. On pg-essays they were 0.59
-    /// bytes a byte of text (relations' three over 1,302 rows 111 KB).
-    pub lookup: u64,
-    /// Full-text indexes. A search without one tokenizes every row's terms:
-    /// over 256 passages of pg-essays about 3 ms more than through an index
-    /// (pylance, 64 candidates), and the index's vocabulary costs some 35
-    /// bytes a distinct term (pg-essays' 46 gist memories: 109 KB of index
-    /// over 43 KB of terms).
-    pub full_text: u64,
+    /// Rows before B-trees, label lists and bitmaps. Lance's B-tree keeps its
+    /// values in pages of 4,096, and a lookup reads a whole page: below one
+    /// page it reads what a scan of the column reads. On pg-essays they were
+    /// 0.59 bytes a byte of text (relations' three over 1,302 rows 111 KB).
+    pub lookup_rows: u64,
+    /// Bytes the search column takes on disk before its full-text index. A
+    /// search without one reads and tokenizes every row's terms, a cost in
+    /// their bytes, not their rows; the index costs some 35 bytes a distinct
+    /// term, paid again in each table. pylance, a search for 64 candidates,
+    /// without the index and with it: pg-essays' tree nodes (74 KB of terms
+    /// on disk) 4.6 and 1.6 ms, its entities (55 KB) 4.1 and 2.5, its gist
+    /// memories (45 KB) 4.3 and 2.2, its segments (296 KB) 14.9 and 2.8;
+    /// those three indexes were 0.53 bytes a byte of its text.
+    pub full_text_bytes: u64,
 }
 
 impl Default for IndexFloor {
     fn default() -> Self {
         IndexFloor {
-            lookup: 4_096,
-            full_text: 256,
+            lookup_rows: 4_096,
+            full_text_bytes: 128 << 10,
         }
     }
 }
@@ -72,16 +78,8 @@ impl IndexFloor {
     /// indexes over a few rows).
     pub fn none() -> Self {
         IndexFloor {
-            lookup: 0,
-            full_text: 0,
-        }
-    }
-
-    /// The rows a table holds before an index of `kind` is made on it.
-    pub fn rows(self, kind: ColumnIndex) -> u64 {
-        match kind {
-            ColumnIndex::BTree | ColumnIndex::Labels | ColumnIndex::Bitmap => self.lookup,
-            ColumnIndex::FullText => self.full_text,
+            lookup_rows: 0,
+            full_text_bytes: 0,
         }
     }
 }
@@ -149,8 +147,8 @@ impl TableStore {
     /// Brings every index of `table` over the rows appended since it was last
     /// indexed (a new segment of each, so a lookup or search stays
     /// index-backed as the table grows), and creates each of the table's
-    /// [`Table::column_indexes`] that is missing once the table holds the
-    /// rows its kind waits for ([`IndexFloor`]); below them a read scans.
+    /// [`Table::column_indexes`] that is missing once the table holds what
+    /// its kind waits for ([`IndexFloor`]); below it a read scans.
     /// Returns the table's version after; `None` when the table does not
     /// exist.
     pub async fn index_lookups(&self, table: Table) -> Result<Option<u64>> {
@@ -190,8 +188,24 @@ impl TableStore {
                 .count_rows(None)
                 .await
                 .map_err(|e| self.lance_error(table, e))? as u64;
-            let due = (missing.into_iter())
-                .filter(|(_, kind)| rows > 0 && rows >= self.index_floor.rows(*kind));
+            let floor = self.index_floor;
+            let mut due = Vec::new();
+            for (column, kind) in missing {
+                let reached = match kind {
+                    ColumnIndex::FullText => {
+                        column_bytes(&dataset, column)
+                            .await
+                            .map_err(|e| self.lance_error(table, e))?
+                            >= floor.full_text_bytes
+                    }
+                    ColumnIndex::BTree | ColumnIndex::Labels | ColumnIndex::Bitmap => {
+                        rows >= floor.lookup_rows
+                    }
+                };
+                if rows > 0 && reached {
+                    due.push((column, kind));
+                }
+            }
             for (column, kind) in due {
                 let name = Some(kind.name(column));
                 let created = match kind {
@@ -231,6 +245,15 @@ impl TableStore {
         Ok(Some(dataset.version().version))
     }
 
+    /// The bytes `column` of the newest version of `table` takes on disk
+    /// (what [`IndexFloor::full_text_bytes`] is measured against).
+    pub async fn column_bytes(&self, table: Table, column: &str) -> Result<u64> {
+        let Some(dataset) = self.dataset(table, None).await? else {
+            return Ok(0);
+        };
+        (column_bytes(&dataset, column).await).map_err(|e| self.lance_error(table, e))
+    }
+
     /// Rows of the newest version of `table` that its index `name` (see
     /// [`ColumnIndex::name`]) does not cover; `None` when the table or the
     /// index does not exist.
@@ -262,6 +285,18 @@ impl TableStore {
                 .sum(),
         ))
     }
+}
+
+/// The bytes `column`'s values take on disk in `dataset`.
+async fn column_bytes(dataset: &Dataset, column: &str) -> lance::Result<u64> {
+    let Some(field) = dataset.schema().field(column) else {
+        return Ok(0);
+    };
+    let stats = Arc::new(dataset.clone()).calculate_data_stats().await?;
+    Ok((stats.fields.iter())
+        .filter(|f| f.id == field.id as u32)
+        .map(|f| f.bytes_on_disk)
+        .sum())
 }
 
 /// The full-text index of a [`search::TERMS`] column: its tokens are the

@@ -503,23 +503,26 @@ mod tests {
     #[tokio::test]
     async fn indexes_wait_for_their_floor_and_reads_find_rows_either_side() {
         let dir = tempfile::tempdir().unwrap();
-        let floor = IndexFloor {
-            lookup: 6,
-            full_text: 3,
+        let nodes = |ids: std::ops::Range<usize>| -> Vec<TreeNodeRow> {
+            ids.map(|n| node(&format!("n{n}"), None)).collect()
         };
-        let store = TableStore::local(dir.path())
-            .unwrap()
-            .with_index_floor(floor);
+        let store = TableStore::local(dir.path()).unwrap();
         store.create_if_missing(Table::TreeNodes, 0).await.unwrap();
+        store.append_rows(&nodes(0..2)).await.unwrap();
+        let two_rows = store.column_bytes(Table::TreeNodes, search::TERMS).await;
+        let floor = IndexFloor {
+            lookup_rows: 6,
+            full_text_bytes: two_rows.unwrap() + 1,
+        };
+        let store = store.with_index_floor(floor);
         let full_text = BTreeSet::from([format!("{}_fts", search::TERMS)]);
         let every: BTreeSet<String> = (Table::TreeNodes.column_indexes().iter())
             .map(|(column, kind)| kind.name(column))
             .collect();
         for (rows, indexed) in [(2, BTreeSet::new()), (4, full_text), (6, every)] {
-            let added: Vec<TreeNodeRow> = (rows - 2..rows)
-                .map(|n| node(&format!("n{n}"), None))
-                .collect();
-            store.append_rows(&added).await.unwrap();
+            if rows > 2 {
+                store.append_rows(&nodes(rows - 2..rows)).await.unwrap();
+            }
             store.index_lookups(Table::TreeNodes).await.unwrap();
             let dataset = store
                 .dataset(Table::TreeNodes, None)
