@@ -60,7 +60,7 @@ pub struct IndexFloor {
     /// without the index and with it: pg-essays' tree nodes (74 KB of terms
     /// on disk) 4.6 and 1.6 ms, its entities (55 KB) 4.1 and 2.5, its gist
     /// memories (45 KB) 4.3 and 2.2, its segments (296 KB) 14.9 and 2.8;
-    /// those three indexes were 0.53 bytes a byte of its text.
+    /// the first three's indexes were about 0.7 bytes a byte of its text.
     pub full_text_bytes: u64,
 }
 
