@@ -497,9 +497,10 @@ mod tests {
         assert_eq!(ids, (0..8).map(|n| format!("n{n}")).collect::<Vec<_>>());
     }
 
-    /// A table gets each kind of index once it holds the rows its floor
-    /// names, and reads it the same way on either side: below, a lookup and
-    /// a search scan the rows.
+    /// A table gets each kind of index once it holds what its floor names
+    /// (rows for a lookup index, bytes of terms for a full-text one), and
+    /// reads find the same rows on either side: below, a lookup and a search
+    /// scan them.
     #[tokio::test]
     async fn indexes_wait_for_their_floor_and_reads_find_rows_either_side() {
         let dir = tempfile::tempdir().unwrap();
