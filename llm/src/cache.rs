@@ -6,7 +6,8 @@
 //! A Bloom filter of the table's keys (read once, from the `call_key` column
 //! alone) answers most misses without touching the table; the rest are looked up
 //! in batches, reading only the `call_key` and `reply` columns of the keys asked
-//! for, through a B-tree index on `call_key`. The table is never loaded whole.
+//! for, through a B-tree index on `call_key` once the table is large enough for
+//! one ([`memweave_schemas::store::IndexFloor`]). The table is never loaded whole.
 //! New rows are appended every [`FLUSH_INTERVAL`], so a run that is killed loses at
 //! most that much finished work, and sooner by the call that brings the rows
 //! waiting past [`PENDING_BYTES`].
