@@ -164,16 +164,18 @@ pub(crate) fn file_uri(uri: &str) -> &str {
 
 /// Whether the file `uri` is the root itself (a source of one file) or under it.
 fn under(uri: &str, root: &str) -> bool {
-    uri == root || key_under(uri, root).is_some()
+    key_under(uri, root).is_some()
 }
 
 /// The key of the file at `uri` under `root`: the rest of the URI after the
 /// root and a separator (an object's URI is its source's URL, `/`, its key,
-/// whether or not the URL ends in `/`).
+/// whether or not the URL ends in `/`). A source of one file is its own
+/// root, and its file is keyed by its name, as its listing keys it.
 pub(crate) fn key_under<'u>(uri: &'u str, root: &str) -> Option<&'u str> {
     let rest = uri.strip_prefix(root)?;
     match rest.strip_prefix('/') {
         Some(key) => Some(key),
+        None if rest.is_empty() => Some(uri.rsplit_once('/').map_or(uri, |(_, name)| name)),
         None if root.ends_with('/') => Some(rest),
         None => None,
     }
@@ -297,6 +299,10 @@ mod tests {
         assert_eq!(key_under("/a/src/x/y.txt", "/a/src"), Some("x/y.txt"));
         assert_eq!(key_under("/a/srcx/y.txt", "/a/src"), None);
         assert_eq!(key_under("/b/src/y.txt", "/a/src"), None);
+        assert_eq!(
+            key_under("/a/rows.jsonl", "/a/rows.jsonl"),
+            Some("rows.jsonl")
+        );
         assert_eq!(key_under("s3://b/p//y.txt", "s3://b/p/"), Some("y.txt"));
         assert_eq!(key_under("s3://b/p/y.txt", "s3://b/p/"), Some("y.txt"));
     }

@@ -147,15 +147,7 @@ fn an_archive_that_moves_is_read_again_only_where_it_changed() {
     std::fs::rename(place("archive"), place("first/archive")).unwrap();
     let built = index(&place("first/archive"), &place("first/memory"), &[]);
     assert!(calls_made(&built) > 0);
-    let copy = |from: &str, to: &str| {
-        let status = std::process::Command::new("cp")
-            .args(["-a"])
-            .arg(place(from))
-            .arg(place(to))
-            .status()
-            .unwrap();
-        assert!(status.success());
-    };
+    let copy = |from: &str, to: &str| copy_keeping_times(&place(from), &place(to));
     // Indexes the archive at `place` into the memory beside it, which
     // counts `documents` as new or changed, unchanged and deleted.
     let index_at = |place_name: &str, documents: &str| {
@@ -188,6 +180,39 @@ fn an_archive_that_moves_is_read_again_only_where_it_changed() {
     std::fs::remove_file(place("third/archive/apple.txt")).unwrap();
     copy("third", "fourth");
     index_at("fourth", "(0 new or changed, 2 unchanged, 1 deleted)");
+}
+
+/// A source of one file (rows of JSON Lines) copied elsewhere with its
+/// memory is the same source: the file is its own root, keyed the same
+/// wherever it is.
+#[test]
+fn a_file_that_moves_is_read_again_only_where_it_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let place = |name: &str| dir.path().join(name);
+    std::fs::create_dir(place("first")).unwrap();
+    let rows: String = (["gap.txt", "founders.txt"].iter())
+        .map(|name| format!("{}\n", serde_json::json!({"id": name, "text": essay(name)})))
+        .collect();
+    std::fs::write(place("first/rows.jsonl"), rows).unwrap();
+    let built = index(&place("first/rows.jsonl"), &place("first/memory"), &[]);
+    assert!(calls_made(&built) > 0);
+    copy_keeping_times(&place("first"), &place("second"));
+    let moved = index(&place("second/rows.jsonl"), &place("second/memory"), &[]);
+    assert!(
+        stdout(&moved).contains("(0 new or changed, 2 unchanged, 0 deleted)"),
+        "{}",
+        stdout(&moved)
+    );
+}
+
+/// Copies `from` to `to` as `cp -a` does, the files' times kept.
+fn copy_keeping_times(from: &Path, to: &Path) {
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .args([from, to])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 /// Two folders under names share a memory: the same key in both is two
