@@ -42,17 +42,18 @@ pub struct DocState {
 /// A [`DocState`] as its row keeps it: every text of its entities and
 /// relations once, in `texts`, each record holding numbers. A short
 /// document's entities share their sentence, its relations their
-/// description, all of them its id and its segments' ids: repeated in every
-/// record, they were most of a state's bytes. A text its document's own text
-/// holds (a sentence, a segment's head) is kept as where it is in that text
-/// ([`KeptText::Span`]): the `documents` table keeps the text already, and
-/// the restore reads it back from there.
+/// description, all of them its segments' ids: repeated in every record,
+/// they were most of a state's bytes. The document's id is its row's. A text
+/// its document's own text holds (a sentence, a segment's head) is kept as
+/// where it is in that text ([`KeptText::Span`]), and its key words as which
+/// of its words they are ([`KeptText::KeyWords`]): the `documents` table keeps
+/// the text already, and the restore reads it back from there.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct KeptState {
     texts: Vec<KeptText>,
     /// The length in bytes of the document's text with its whitespace
     /// collapsed, which the spans are offsets into; `None` when no text is
-    /// a span (so a state read back needs nothing else).
+    /// a span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     spanned: Option<u32>,
     entities: Vec<KeptEntity>,
@@ -66,13 +67,27 @@ struct KeptState {
 /// One of a kept state's texts: itself, or where its document's text
 /// (whitespace collapsed, as [`collapse_whitespace`] and
 /// [`memweave_operators::extract::head_words`] give it) holds it, in bytes,
-/// end exclusive, and for a head cut short the [`CUT_MARK`] after it.
+/// end exclusive, and for a head cut short the [`CUT_MARK`] after it; or
+/// words of the document joined by commas (its key words, as
+/// [`memweave_operators::extract::key_words`] gives them), each the number
+/// of its first place among the document's [`words`]. The key words were a
+/// quarter of a short document's state on disk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 enum KeptText {
     Own(String),
     Span(u32, u32),
     Cut(u32, u32, String),
+    KeyWords { words: Vec<u32> },
+}
+
+/// What [`KeptText::KeyWords`] joins its words with.
+const KEY_WORDS_JOIN: &str = ", ";
+
+/// A text's words as its key words are cut from it: the runs of letters and
+/// digits.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    (text.split(|c: char| !c.is_alphanumeric())).filter(|word| !word.is_empty())
 }
 
 /// Texts shorter than this stay a state's own: a span's two numbers would
@@ -152,21 +167,26 @@ impl<'a> SpanFinder<'a> {
     }
 }
 
-/// A [`DocEntity`], each text its number in [`KeptState::texts`].
+/// A [`DocEntity`], each text its number in [`KeptState::texts`]; its
+/// document's id only where it is not its row's (a state of format 8 kept
+/// it).
 #[derive(Debug, Serialize, Deserialize)]
 struct KeptEntity {
     key: u32,
-    doc_id: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    doc_id: Option<u32>,
     names: Vec<u32>,
     context: u32,
     document: u32,
     seg_ids: Vec<u32>,
 }
 
-/// A [`DocRelation`], each text its number in [`KeptState::texts`].
+/// A [`DocRelation`], each text its number in [`KeptState::texts`]; its
+/// document's id as a [`KeptEntity`]'s.
 #[derive(Debug, Serialize, Deserialize)]
 struct KeptRelation {
-    doc_id: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    doc_id: Option<u32>,
     source_key: u32,
     target_key: u32,
     description: u32,
@@ -255,30 +275,48 @@ mod root_vectors {
     }
 }
 
+/// Where a state's text may be found again, given its document's text.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// Nowhere: the state keeps it.
+    Own,
+    /// In this segment's stretch of the text.
+    Segment(&'a str),
+    /// It may be words of the text joined by commas: its key words.
+    KeyWords,
+}
+
 /// Numbers texts in the order first seen, borrowing them from the rows the
 /// state is made of (a state is made for every document built); with, for
-/// a text that its document's text may hold, the segment it came from.
+/// a text that its document's text may give again, where.
 #[derive(Default)]
 struct Numbering<'a> {
     numbers: HashMap<&'a str, u32>,
-    texts: Vec<(&'a str, Option<&'a str>)>,
+    texts: Vec<(&'a str, Source<'a>)>,
 }
 
 impl<'a> Numbering<'a> {
     fn number(&mut self, text: &'a str) -> u32 {
-        self.number_from(text, None)
+        self.number_with(text, Source::Own)
     }
 
     /// `text`'s number; it came from segment `from` where one is given.
     fn number_from(&mut self, text: &'a str, from: Option<&'a String>) -> u32 {
+        let source = from.map_or(Source::Own, |seg_id| Source::Segment(seg_id));
+        self.number_with(text, source)
+    }
+
+    /// `text`'s number: the first source given for it that is not
+    /// [`Source::Own`] stays.
+    fn number_with(&mut self, text: &'a str, source: Source<'a>) -> u32 {
         let texts = &mut self.texts;
         let number = *self.numbers.entry(text).or_insert_with(|| {
-            texts.push((text, None));
+            texts.push((text, Source::Own));
             (texts.len() - 1) as u32
         });
-        let segment = &mut texts[number as usize].1;
-        if segment.is_none() && text.len() >= SPAN_MIN_BYTES {
-            *segment = from.map(String::as_str);
+        let kept = &mut texts[number as usize].1;
+        if matches!(kept, Source::Own) && text.len() >= SPAN_MIN_BYTES {
+            *kept = source;
         }
         number
     }
@@ -288,25 +326,68 @@ impl<'a> Numbering<'a> {
     }
 
     /// The texts in number order, each a span where it is in its segment's
-    /// stretch of `text` (whose segments `rows` give); and the length of the
-    /// text spans are offsets into, if any is one.
-    fn kept(self, text: &str, rows: &[BuiltRow]) -> (Vec<KeptText>, Option<u32>) {
+    /// stretch of `document` (whose segments `rows` give), or the numbers
+    /// of its words where it is key words; and the length of the text spans
+    /// are offsets into, if any is one.
+    fn kept(self, document: &str, rows: &[BuiltRow]) -> (Vec<KeptText>, Option<u32>) {
         // A state with nothing to look for (no entity, no relation) makes no
         // collapsed copy of its document's text.
         let finder = (self.texts.iter())
-            .any(|(_, segment)| segment.is_some())
-            .then(|| SpanFinder::new(text, rows));
+            .any(|(_, source)| matches!(source, Source::Segment(_)))
+            .then(|| SpanFinder::new(document, rows));
         let texts: Vec<KeptText> = (self.texts.into_iter())
-            .map(|(text, segment)| {
-                (segment.zip(finder.as_ref()))
-                    .and_then(|(seg_id, finder)| finder.span(text, seg_id))
-                    .unwrap_or_else(|| KeptText::Own(text.to_string()))
+            .map(|(text, source)| {
+                let found = match source {
+                    Source::Own => None,
+                    Source::Segment(seg_id) => finder.as_ref().and_then(|f| f.span(text, seg_id)),
+                    Source::KeyWords => key_words_numbers(text, document),
+                };
+                found.unwrap_or_else(|| KeptText::Own(text.to_string()))
             })
             .collect();
-        let spanned = texts.iter().any(|t| !matches!(t, KeptText::Own(_)));
+        let spanned = (texts.iter()).any(|t| matches!(t, KeptText::Span(..) | KeptText::Cut(..)));
         let length = finder.filter(|_| spanned).map(|f| f.collapsed.len() as u32);
         (texts, length)
     }
+}
+
+/// `key_words` as the numbers of its words among `document`'s, where it is
+/// words of it joined by [`KEY_WORDS_JOIN`] and shorter kept so.
+fn key_words_numbers(key_words: &str, document: &str) -> Option<KeptText> {
+    let mut first: HashMap<&str, u32> = HashMap::new();
+    for (number, word) in words(document).enumerate() {
+        first.entry(word).or_insert(u32::try_from(number).ok()?);
+    }
+    let numbers = (key_words.split(KEY_WORDS_JOIN))
+        .map(|word| first.get(word).copied())
+        .collect::<Option<Vec<u32>>>()?;
+    let kept = KeptText::KeyWords { words: numbers };
+    let shorter = serde_json::to_string(&kept).ok()?.len() < key_words.len();
+    (shorter && key_words_of(document, &kept)? == key_words).then_some(kept)
+}
+
+/// The words of `document` a [`KeptText::KeyWords`] numbers, joined; `None`
+/// where a number is past its words.
+fn key_words_of(document: &str, kept: &KeptText) -> Option<String> {
+    let KeptText::KeyWords { words: numbers } = kept else {
+        return None;
+    };
+    let mut wanted: Vec<u32> = numbers.clone();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut found: HashMap<u32, &str> = HashMap::with_capacity(wanted.len());
+    let mut next = wanted.iter().peekable();
+    for (number, word) in (0u32..).zip(words(document)) {
+        let Some(&&want) = next.peek() else { break };
+        if number == want {
+            found.insert(number, word);
+            next.next();
+        }
+    }
+    let chosen = (numbers.iter())
+        .map(|n| found.get(n).copied())
+        .collect::<Option<Vec<&str>>>()?;
+    Some(chosen.join(KEY_WORDS_JOIN))
 }
 
 /// A kept state's texts, read back by number.
@@ -318,7 +399,7 @@ impl Texts {
         let texts = (kept.into_iter())
             .map(|text| match text {
                 KeptText::Own(text) => Ok(Arc::from(text)),
-                KeptText::Span(..) | KeptText::Cut(..) => {
+                KeptText::Span(..) | KeptText::Cut(..) | KeptText::KeyWords { .. } => {
                     Err("its spans of its document's text are not filled in".to_string())
                 }
             })
@@ -356,16 +437,16 @@ impl DocState {
             match row {
                 BuiltRow::Entity(e) => kept.entities.push(KeptEntity {
                     key: numbering.number(&e.key),
-                    doc_id: numbering.number(&e.doc_id),
+                    doc_id: (e.doc_id != doc_id).then(|| numbering.number(&e.doc_id)),
                     names: numbering.numbers(&e.names),
                     context: numbering.number_from(&e.context, e.seg_ids.first()),
-                    document: numbering.number(&e.document),
+                    document: numbering.number_with(&e.document, Source::KeyWords),
                     seg_ids: numbering.numbers(&e.seg_ids),
                 }),
                 BuiltRow::Relation(r) => {
                     let from = r.seg_ids.first();
                     kept.relations.push(KeptRelation {
-                        doc_id: numbering.number(&r.doc_id),
+                        doc_id: (r.doc_id != doc_id).then(|| numbering.number(&r.doc_id)),
                         source_key: numbering.number(&r.source_key),
                         target_key: numbering.number(&r.target_key),
                         description: numbering.number_from(&r.description, from),
@@ -393,31 +474,40 @@ impl DocState {
         }
     }
 
-    /// `row` with its spans filled in from its document's `text` (as the
-    /// `documents` table holds it): what [`DocState::of_row`] reads.
+    /// `row` with its spans and key words filled in from its document's
+    /// `text` (as the `documents` table holds it): what [`DocState::of_row`]
+    /// reads.
     pub fn with_document_text(row: &DocStateRow, text: &str) -> Result<DocStateRow, String> {
         let mut kept: KeptState = serde_json::from_str(&row.state).map_err(|e| e.to_string())?;
-        let Some(spanned) = kept.spanned.take() else {
+        if (kept.texts.iter()).all(|t| matches!(t, KeptText::Own(_))) {
             return Ok(row.clone());
-        };
-        let collapsed = collapse_whitespace(text);
-        if collapsed.len() != spanned as usize {
-            return Err(format!(
-                "its spans are of a text of {spanned} bytes, its document's is of {}",
-                collapsed.len()
-            ));
         }
+        let collapsed = match kept.spanned.take() {
+            Some(spanned) => {
+                let collapsed = collapse_whitespace(text);
+                if collapsed.len() != spanned as usize {
+                    return Err(format!(
+                        "its spans are of a text of {spanned} bytes, its document's is of {}",
+                        collapsed.len()
+                    ));
+                }
+                collapsed
+            }
+            None => String::new(),
+        };
         let stretch = |start: u32, end: u32| {
             (collapsed.get(start as usize..end as usize))
                 .ok_or_else(|| format!("its span {start}..{end} is not of its document's text"))
         };
-        for text in &mut kept.texts {
-            let filled = match text {
+        for kept_text in &mut kept.texts {
+            let filled = match kept_text {
                 KeptText::Own(_) => continue,
                 KeptText::Span(start, end) => stretch(*start, *end)?.to_string(),
                 KeptText::Cut(start, end, mark) => format!("{}{mark}", stretch(*start, *end)?),
+                KeptText::KeyWords { .. } => key_words_of(text, kept_text)
+                    .ok_or_else(|| "its key words are not of its document's text".to_string())?,
             };
-            *text = KeptText::Own(filled);
+            *kept_text = KeptText::Own(filled);
         }
         Ok(DocStateRow {
             state: serde_json::to_string(&kept).expect("a document's state serialises"),
@@ -429,16 +519,18 @@ impl DocState {
     /// ([`DocState::with_document_text`]).
     pub fn of_row(row: &DocStateRow) -> Result<DocState, serde_json::Error> {
         let kept: KeptState = serde_json::from_str(&row.state)?;
-        DocState::of_kept(kept).map_err(serde::de::Error::custom)
+        DocState::of_kept(kept, &row.doc_id).map_err(serde::de::Error::custom)
     }
 
-    fn of_kept(kept: KeptState) -> Result<DocState, String> {
+    fn of_kept(kept: KeptState, doc_id: &str) -> Result<DocState, String> {
         let texts = Texts::of(kept.texts)?;
+        let doc_id_of =
+            |number: Option<u32>| number.map_or(Ok(doc_id.to_string()), |n| texts.text(n));
         let entities = (kept.entities.iter())
             .map(|e| {
                 Ok(DocEntity {
                     key: texts.text(e.key)?,
-                    doc_id: texts.text(e.doc_id)?,
+                    doc_id: doc_id_of(e.doc_id)?,
                     names: texts.texts(&e.names)?,
                     context: texts.text(e.context)?,
                     document: texts.shared(e.document)?,
@@ -449,7 +541,7 @@ impl DocState {
         let relations = (kept.relations.iter())
             .map(|r| {
                 Ok(DocRelation {
-                    doc_id: texts.text(r.doc_id)?,
+                    doc_id: doc_id_of(r.doc_id)?,
                     source_key: texts.text(r.source_key)?,
                     target_key: texts.text(r.target_key)?,
                     description: texts.text(r.description)?,
@@ -493,10 +585,15 @@ impl DocState {
 /// cuts, under another id, so that an older memory's document retracted by
 /// building it again would leave its two rows; 7: every text of a state's
 /// records kept once, and a document that is its own gist keeps no gist
-/// memory row; 8: texts its document's text holds kept as spans of it): a
-/// memory of another format (older, or newer) restores nothing and is
-/// rebuilt.
-const STATE_FORMAT: u32 = 8;
+/// memory row; 8: texts its document's text holds kept as spans of it; 9:
+/// the document's id left to its row, and its key words kept as the
+/// numbers of its words): a memory of another format (older, or newer) that
+/// [`STATE_FORMATS_READ`] does not name restores nothing and is rebuilt.
+const STATE_FORMAT: u32 = 9;
+
+/// The older formats whose states this build reads as they are: a state of
+/// format 8 keeps what 9 leaves out, and reads the same.
+const STATE_FORMATS_READ: [u32; 1] = [8];
 
 /// What makes a document's state: its format, the build's sizes and
 /// memories, the kind of model and the embedder. A memory continued with
@@ -506,8 +603,30 @@ pub fn fingerprint(
     model: &dyn MemoryModel,
     embedder: &dyn Embedder,
 ) -> String {
+    fingerprint_of(STATE_FORMAT, config, model, embedder)
+}
+
+/// The fingerprints of the states a build restores: its own
+/// ([`fingerprint`]), and those the same build made in the older formats it
+/// reads.
+pub fn fingerprints_read(
+    config: &BuildConfig,
+    model: &dyn MemoryModel,
+    embedder: &dyn Embedder,
+) -> Vec<String> {
+    (std::iter::once(STATE_FORMAT).chain(STATE_FORMATS_READ))
+        .map(|format| fingerprint_of(format, config, model, embedder))
+        .collect()
+}
+
+fn fingerprint_of(
+    format: u32,
+    config: &BuildConfig,
+    model: &dyn MemoryModel,
+    embedder: &dyn Embedder,
+) -> String {
     let made_by = serde_json::json!({
-        "state_format": STATE_FORMAT,
+        "state_format": format,
         "build": config,
         "backend": model.backend(),
         "embedder": embedder.model(),
@@ -619,8 +738,8 @@ mod tests {
 
     /// A document's entities share its key words and their sentences, its
     /// relations its summary's head and their segments' heads, all of them
-    /// its id and its segments' ids: its row keeps each text once, and reads
-    /// back the records whole.
+    /// its segments' ids: its row keeps each text once, and its id not at
+    /// all (the row's), and reads back the records whole.
     #[test]
     fn a_state_keeps_each_shared_text_once_and_reads_back_whole() {
         let about: Arc<str> = Arc::from("harbour press printing boston");
@@ -657,11 +776,21 @@ mod tests {
             relation("ada", "boston"),
         ];
         let row = DocState::row("a.txt", "build", &rows, false, sentence);
-        for text in [&*about, &*summary, &*head, sentence, segment, "a.txt"] {
+        for text in [&*about, &*summary, &*head, sentence, segment] {
             assert_eq!(row.state.matches(text).count(), 1, "{}", row.state);
         }
+        assert!(!row.state.contains("a.txt"), "{}", row.state);
         let state = DocState::of_row(&row).expect("the row reads");
         assert_eq!(state.into_built_rows(), rows);
+        // A record of another document's keeps its id.
+        let mut other = rows;
+        if let BuiltRow::Relation(r) = &mut other[4] {
+            r.doc_id = "b.txt".into();
+        }
+        let row_b = DocState::row("a.txt", "build", &other, false, sentence);
+        assert_eq!(row_b.state.matches("b.txt").count(), 1, "{}", row_b.state);
+        let state = DocState::of_row(&row_b).expect("the row reads");
+        assert_eq!(state.into_built_rows(), other);
         // A number with no text is refused, not read as another text.
         let broken = DocStateRow {
             state: row.state.replacen("\"context\":", "\"context\":99", 1),
@@ -760,6 +889,79 @@ mod tests {
         let filled = DocState::with_document_text(&row, text).expect("the spans fill in");
         let read = DocState::of_row(&filled).expect("the row reads");
         assert_eq!(read.relations, vec![from_first]);
+    }
+
+    /// A document's key words are kept as the numbers of their first
+    /// places among its words, and read back from its text; words it does
+    /// not hold stay the state's own, and numbers past its words are
+    /// refused, not read.
+    #[test]
+    fn a_state_keeps_its_documents_key_words_as_numbers_of_its_words() {
+        let text = "Übersetzung: Ada Lovelace wrote the notes on the Analytical Engine. \
+                    Babbage designed the engine; Menabrea described it in Turin. \
+                    The notes hold the first published program (Bernoulli numbers).";
+        let key_words = "Bernoulli, Lovelace, Übersetzung, Menabrea, notes, Turin";
+        let entity = |document: &str| {
+            BuiltRow::Entity(DocEntity {
+                key: "ada lovelace".into(),
+                doc_id: "a.txt".into(),
+                names: vec!["Ada Lovelace".into()],
+                context: "Ada".into(),
+                document: Arc::from(document),
+                seg_ids: vec!["s1".into()],
+            })
+        };
+        let row = DocState::row("a.txt", "build", &[entity(key_words)], false, text);
+        assert!(
+            row.state.contains(r#"{"words":[26,2,0,14,5,18]}"#),
+            "{}",
+            row.state
+        );
+        let error = DocState::of_row(&row).expect_err("key words not filled in");
+        assert!(error.to_string().contains("not filled in"), "{error}");
+        let filled = DocState::with_document_text(&row, text).expect("the key words fill in");
+        let state = DocState::of_row(&filled).expect("the row reads");
+        assert_eq!(state.into_built_rows(), vec![entity(key_words)]);
+
+        // Words the text does not hold, or not so joined, stay the state's own.
+        for own in [format!("{key_words}, Paris"), key_words.replace(", ", " ")] {
+            let row = DocState::row("a.txt", "build", &[entity(&own)], false, text);
+            assert!(row.state.contains(&own), "{}", row.state);
+        }
+
+        // A number past the text's words is refused.
+        let broken = DocStateRow {
+            state: row.state.replace("[26,", "[28,"),
+            ..row
+        };
+        let error = DocState::with_document_text(&broken, text).expect_err("past the words");
+        assert!(error.contains("not of its document's text"), "{error}");
+    }
+
+    /// A state of format 8 (each record naming its document by number, the
+    /// key words kept whole) reads as it did.
+    #[test]
+    fn a_state_of_format_8_reads_as_it_did() {
+        let state = r#"{"texts":["ada","a.txt","Ada","Ada wrote the notes.","engine, notes","s1"],
+            "entities":[{"key":0,"doc_id":1,"names":[2],"context":3,"document":4,"seg_ids":[5]}],
+            "relations":[],"memwalker_roots":[],"raptor_roots":[]}"#;
+        let row = DocStateRow {
+            doc_id: "a.txt".into(),
+            build: "build".into(),
+            state: state.into(),
+            acl: Vec::new(),
+        };
+        let filled = DocState::with_document_text(&row, "any text").expect("nothing to fill in");
+        let read = DocState::of_row(&filled).expect("the row reads");
+        let expected = DocEntity {
+            key: "ada".into(),
+            doc_id: "a.txt".into(),
+            names: vec!["Ada".into()],
+            context: "Ada wrote the notes.".into(),
+            document: Arc::from("engine, notes"),
+            seg_ids: vec!["s1".into()],
+        };
+        assert_eq!(read.entities, vec![expected]);
     }
 
     proptest::proptest! {

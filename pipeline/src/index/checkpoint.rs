@@ -31,10 +31,10 @@ pub(super) struct Previous {
 
 /// The newest checkpoint's documents and ingestion errors, after rolling back
 /// table versions written after it by a run that did not commit, and whether
-/// its documents' states were built as `made_by` builds them.
+/// its documents' states were built by one of the builds `reads` names.
 pub(super) async fn previous_tables(
     store: &TableStore,
-    made_by: &str,
+    reads: &[String],
 ) -> Result<Option<Previous>, IndexError> {
     let Some(checkpoint) = store.latest_checkpoint().await? else {
         return Ok(None);
@@ -76,7 +76,7 @@ pub(super) async fn previous_tables(
         .collect();
     let across = errors.iter().filter(transient).any(|e| e.doc_id.is_none());
     let ingest_errors = errors.into_iter().filter(|e| e.stage == "ingest").collect();
-    let restorable = !across && states_built_by(store, &checkpoint, made_by).await?;
+    let restorable = !across && states_built_by(store, &checkpoint, reads).await?;
     if across {
         tracing::info!(
             epoch = checkpoint.epoch,
@@ -100,11 +100,11 @@ pub(super) async fn previous_tables(
 }
 
 /// Whether `checkpoint` names the documents' states and every one was built
-/// as `made_by` builds.
+/// by one of the builds `reads` names.
 async fn states_built_by(
     store: &TableStore,
     checkpoint: &CheckpointRow,
-    made_by: &str,
+    reads: &[String],
 ) -> Result<bool, IndexError> {
     if checkpoint.version_of(Table::DocStates).is_none() {
         return Ok(false);
@@ -112,8 +112,11 @@ async fn states_built_by(
     let mut same = true;
     store
         .scan_at(Table::DocStates, checkpoint, &["build"], |batch| {
-            same &= strings(batch, "build")
-                .is_some_and(|builds| builds.iter().all(|b| b == Some(made_by)));
+            same &= strings(batch, "build").is_some_and(|builds| {
+                builds
+                    .iter()
+                    .all(|b| b.is_some_and(|b| reads.iter().any(|r| r == b)))
+            });
         })
         .await?;
     Ok(same)

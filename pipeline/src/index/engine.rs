@@ -39,8 +39,9 @@ pub(super) struct Engine {
     embedder: Arc<dyn Embedder>,
     pool: Option<Arc<PoolClient>>,
     backend: String,
-    /// What this process's documents' states are built by ([`state::fingerprint`]).
-    made_by: String,
+    /// The builds whose documents' states this process restores
+    /// ([`state::fingerprints_read`]).
+    reads_states_of: Vec<String>,
     /// What its vectors are made by, as its checkpoints record it.
     vectors: VectorSpec,
     progress: Arc<Mutex<Arc<Progress>>>,
@@ -90,7 +91,8 @@ impl Engine {
         let embedder = runtime
             .block_on(options.embed.embedder(Arc::clone(&cache)))
             .map_err(UsageError::of)?;
-        let made_by = state::fingerprint(&options.build, model.as_ref(), embedder.as_ref());
+        let reads_states_of =
+            state::fingerprints_read(&options.build, model.as_ref(), embedder.as_ref());
         let vectors = VectorSpec {
             model: embedder.model().to_string(),
             segment_tokens: options.build.segments.target_tokens as u32,
@@ -135,7 +137,7 @@ impl Engine {
             embedder,
             pool,
             backend,
-            made_by,
+            reads_states_of,
             vectors,
             progress,
             stages,
@@ -160,9 +162,9 @@ impl Engine {
         &self.cache
     }
 
-    /// What this process's documents' states are built by.
-    pub(super) fn made_by(&self) -> &str {
-        &self.made_by
+    /// The builds whose documents' states this process restores.
+    pub(super) fn reads_states_of(&self) -> &[String] {
+        &self.reads_states_of
     }
 
     /// What its vectors are made by.

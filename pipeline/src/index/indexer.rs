@@ -88,7 +88,7 @@ impl Indexer {
         }
         let engine = Engine::start(options)?;
         let mut previous = engine
-            .block_on(previous_tables(engine.store(), engine.made_by()))
+            .block_on(previous_tables(engine.store(), engine.reads_states_of()))
             .map_err(|e| IndexError::Checkpoint {
                 root: engine.store().root().to_string(),
                 source: Box::new(e),
