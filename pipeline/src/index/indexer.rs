@@ -467,9 +467,12 @@ impl Indexer {
                 Update::Gone => None,
                 Update::Carried(held) => Some(held),
                 Update::Ready(fresh) => Some(hold(fresh, &mut texts)),
-                Update::Read => read.remove(&key).map(|fresh| {
+                Update::Read => read.remove(&key).map(|mut fresh| {
                     if !fresh.unread.is_empty() {
                         texts_later.insert(key.clone());
+                    }
+                    if let Some(before) = self.origins.get(&key) {
+                        cite_unmoved_as_before(&mut fresh, before);
                     }
                     hold(fresh, &mut texts)
                 }),
@@ -573,6 +576,36 @@ struct Restored {
 /// A document version as the dataflow's input takes it.
 fn fed((doc, seen): (Document, i64)) -> Fed {
     Fed::Document(doc, seen)
+}
+
+/// `fresh`, each of its documents that differs from what `before` held only
+/// by its place citing the place `before` does: a file read again at
+/// another place (an archive moved, then changed there) then rebuilds the
+/// documents that changed, not all of them, and a document keeps citing
+/// where it was last read until it changes, as a moved file's do.
+fn cite_unmoved_as_before(fresh: &mut Fresh, before: &Held) {
+    let held: HashMap<&str, &Record> = (before.records.iter())
+        .map(|record| (&*record.doc_id, record))
+        .collect();
+    let place_before = |record: &Record| {
+        let held = *held.get(&*record.doc_id)?;
+        let moved = Record {
+            source_uri: Arc::clone(&held.source_uri),
+            ..record.clone()
+        };
+        (held.source_uri != record.source_uri && moved == *held)
+            .then(|| Arc::clone(&held.source_uri))
+    };
+    for (doc, seen) in &mut fresh.records {
+        if let Some(place) = place_before(&Record::of(doc, *seen)) {
+            doc.source_uri = place.to_string();
+        }
+    }
+    for record in &mut fresh.unread {
+        if let Some(place) = place_before(record) {
+            record.source_uri = place;
+        }
+    }
 }
 
 /// An origin's input as held: its documents without their texts, which go to

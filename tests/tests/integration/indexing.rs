@@ -184,24 +184,46 @@ fn an_archive_that_moves_is_read_again_only_where_it_changed() {
 
 /// A source of one file (rows of JSON Lines) copied elsewhere with its
 /// memory is the same source: the file is its own root, keyed the same
-/// wherever it is.
+/// wherever it is. Changed there, it is read again, and only its changed
+/// rows are built; the others keep citing the first place.
 #[test]
 fn a_file_that_moves_is_read_again_only_where_it_changed() {
     let dir = tempfile::tempdir().unwrap();
     let place = |name: &str| dir.path().join(name);
     std::fs::create_dir(place("first")).unwrap();
-    let rows: String = (["gap.txt", "founders.txt"].iter())
-        .map(|name| format!("{}\n", serde_json::json!({"id": name, "text": essay(name)})))
-        .collect();
-    std::fs::write(place("first/rows.jsonl"), rows).unwrap();
+    let rows = |edited: &str| -> String {
+        (["gap.txt", "founders.txt"].iter())
+            .map(|name| {
+                let text = essay(name) + if *name == "gap.txt" { edited } else { "" };
+                format!("{}\n", serde_json::json!({"id": name, "text": text}))
+            })
+            .collect()
+    };
+    std::fs::write(place("first/rows.jsonl"), rows("")).unwrap();
     let built = index(&place("first/rows.jsonl"), &place("first/memory"), &[]);
     assert!(calls_made(&built) > 0);
     copy_keeping_times(&place("first"), &place("second"));
-    let moved = index(&place("second/rows.jsonl"), &place("second/memory"), &[]);
+    let index_second = |documents: &str| {
+        let output = index(&place("second/rows.jsonl"), &place("second/memory"), &[]);
+        assert!(stdout(&output).contains(documents), "{}", stdout(&output));
+    };
+    index_second("(0 new or changed, 2 unchanged, 0 deleted)");
+    std::fs::write(place("second/rows.jsonl"), rows("\nOne more sentence.")).unwrap();
+    index_second("(1 new or changed, 1 unchanged, 0 deleted)");
+    let documents = read_tables(&place("second/memory")).rows.documents;
+    let cited = |id: &str| {
+        let document = documents.iter().find(|d| d.title == id).expect(id);
+        document.source_uri.clone()
+    };
     assert!(
-        stdout(&moved).contains("(0 new or changed, 2 unchanged, 0 deleted)"),
+        cited("gap.txt").contains("/second/"),
         "{}",
-        stdout(&moved)
+        cited("gap.txt")
+    );
+    assert!(
+        cited("founders.txt").contains("/first/"),
+        "{}",
+        cited("founders.txt")
     );
 }
 
