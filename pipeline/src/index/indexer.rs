@@ -584,6 +584,16 @@ fn fed((doc, seen): (Document, i64)) -> Fed {
 /// documents that changed, not all of them, and a document keeps citing
 /// where it was last read until it changes, as a moved file's do.
 fn cite_unmoved_as_before(fresh: &mut Fresh, before: &Held) {
+    // An origin's records share its place: read where it was read before
+    // (the usual case), nothing moved and no row need be compared.
+    let read_at = (fresh
+        .records
+        .first()
+        .map(|(doc, _)| doc.source_uri.as_str()))
+    .or_else(|| fresh.unread.first().map(|record| &*record.source_uri));
+    if (before.records.iter()).all(|record| Some(&*record.source_uri) == read_at) {
+        return;
+    }
     let held: HashMap<&str, &Record> = (before.records.iter())
         .map(|record| (&*record.doc_id, record))
         .collect();
