@@ -7,8 +7,10 @@
 //! arrangements those texts grow with the archive, several copies over.
 //! Instead the worker that resolves a name (or builds a tree) writes each one to
 //! an anonymous local file when it arrives and the dataflow carries only its
-//! [`SpillKey`] (a content hash): arrangements hold ids and hashes, the file
-//! holds the texts once, and the page cache, not the heap, keeps the hot ones.
+//! [`SpillKey`] (a content hash): the groups across documents are lists of
+//! ids and hashes in the file too (see `dataflow::spilled::reduce_in_spill`),
+//! the file holds each text once, and the page cache, not the heap, keeps the
+//! hot ones.
 //!
 //! Keys are content hashes, so a retraction (the same mention rebuilt from the
 //! call cache) finds what its insertion wrote. The file is append-only for the
@@ -35,9 +37,8 @@ pub type SpillKey = u128;
 
 /// A group of spilled values (a name's mentions, a pair's relations, a
 /// corpus's roots) as a reduce hands it on: the key of its list of keys, and
-/// how many. A group's list would otherwise sit in the reduce's output
-/// arrangement and again in the queue of the stage that reads it, for every
-/// group of the archive at a round's end.
+/// how many. A group's list would otherwise sit in the queue of the stage
+/// that reads it, for every group of the archive at a round's end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SpilledGroup {
     keys: SpillKey,

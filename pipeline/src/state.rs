@@ -7,7 +7,7 @@
 //! written as its `doc_states` row, in the same commit as its other rows, so a
 //! checkpoint names them, time travel reads them and a stopped run's are rolled
 //! back with the rest. A new process feeds every row at its first round's
-//! restore time (see [`crate::dataflow`]): the stages' arrangements become what
+//! restore time (see [`crate::dataflow`]): the stages' groups become what
 //! the last process held, and only what changed since is built.
 //!
 //! What the stages made of those inputs is in the tables already; where a

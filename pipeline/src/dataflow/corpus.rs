@@ -12,7 +12,7 @@ use memweave_operators::tree::corpus_tree;
 use memweave_schemas::{EmbeddingRow, ErrorRow, Labelled, MemoryRow, TreeNodeRow};
 
 use super::Services;
-use super::spilled::{read_in_doc_order, spill_group, spill_where_used};
+use super::spilled::{read_in_doc_order, reduce_in_spill, spill_group, spill_where_used};
 use super::time::changes_only;
 use crate::async_map::{InFlight, MapAsync};
 use crate::spill::{Spill, SpilledGroup};
@@ -22,9 +22,9 @@ use crate::spill::{Spill, SpilledGroup};
 /// answered by the call cache): a MemWalker tree over the MemWalker roots, a
 /// RAPTOR tree over the RAPTOR roots and their vectors. No node is written
 /// from documents of two label sets. Like the graph's mentions, the roots
-/// are spilled by the worker that builds the set's trees: the arrangements
-/// hold a spill key per root, and the roots are read back when a tree is
-/// rebuilt.
+/// are spilled by the worker that builds the set's trees, a set's group is a
+/// list of their spill keys in the spill ([`reduce_in_spill`]), and the
+/// roots are read back when a tree is rebuilt.
 pub(super) fn corpus_trees<'scope>(
     memwalker_roots: VecCollection<'scope, u64, TreeNodeRow, isize>,
     raptor_roots: VecCollection<'scope, u64, (TreeNodeRow, EmbeddingRow), isize>,
@@ -128,16 +128,16 @@ fn corpus_roots<'scope, R: ExchangeData + serde::Serialize>(
     labels: fn(&R) -> &Vec<String>,
 ) -> VecCollection<'scope, u64, (Vec<String>, SpilledGroup), isize> {
     let group_spill = Arc::clone(spill);
-    spill_where_used(
+    let roots = spill_where_used(
         roots,
         spill,
         name,
         move |root| labels(root).hashed(),
         Spill::put,
         move |root, text, _| (labels(root).clone(), text),
-    )
-    .reduce_named(name, move |_, roots, out| {
-        out.push((spill_group(&group_spill, roots), 1));
+    );
+    reduce_in_spill(roots, spill, name, move |_, roots| {
+        vec![spill_group(&group_spill, roots)]
     })
 }
 

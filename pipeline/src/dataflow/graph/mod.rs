@@ -16,7 +16,7 @@ mod pairs;
 mod restore;
 
 use super::Services;
-use super::spilled::{spill_group, spill_where_used};
+use super::spilled::{reduce_in_spill, spill_group, spill_where_used};
 use super::time::{changes_only, is_restore};
 use crate::async_map::{InFlight, MapAsync};
 use crate::spill::{Spill, SpilledGroup};
@@ -60,8 +60,9 @@ impl GraphRow {
 /// name; relation descriptions joined) and reports an error: nothing is lost.
 ///
 /// The mentions' texts are spilled (see [`crate::spill`]) by the worker that
-/// resolves their name or merges their pair; the arrangements hold ids, names
-/// and spill keys, and a group's texts are read back when its future runs.
+/// resolves their name or merges their pair; a name's group is a list of
+/// ids and spill keys in the spill too ([`reduce_in_spill`]), and its texts
+/// are read back when its future runs.
 ///
 /// A new process's restore does not resolve the names again: which entity
 /// each became is read back from the checkpoint's entities (`stored_entities`,
@@ -74,9 +75,8 @@ impl GraphRow {
 /// entity in its document, then with its target's name beside that name's
 /// entities, which gives it the target's and so its pair; every relation of
 /// a pair ends at that name, so the name's group hands on whole pairs. The
-/// source's arrangement holds a relation as a name and a spill key, the
-/// target's as a name and ids (its document, its source's entity, its text's
-/// spill key).
+/// source's group holds a relation as a spill key, the target's as ids (its
+/// document, its source's entity, its text's spill key).
 pub(super) fn graph_stages<'scope>(
     doc_entities: VecCollection<'scope, u64, DocEntity, isize>,
     doc_relations: VecCollection<'scope, u64, DocRelation, isize>,
@@ -125,11 +125,11 @@ pub(super) fn graph_stages<'scope>(
         },
     );
     let hints = (spilled.clone()).flat_map(|((name, _), hint)| hint.map(|hint| (name, hint)));
-    let by_name = (spilled.map(|(slim, _)| slim)).reduce_named(
+    let by_name = reduce_in_spill(
+        spilled.map(|(slim, _)| slim),
+        spill,
         "MentionsByName",
-        move |_name, mentions, out| {
-            out.push((spill_group(&name_spill, mentions), 1));
-        },
+        move |_name, mentions| vec![spill_group(&name_spill, mentions)],
     );
     let (read_back, to_resolve) = read_back_resolutions(by_name, stored_entities, hints, spill);
     let (model_e, embedder_e, spill_e) =
@@ -158,21 +158,18 @@ pub(super) fn graph_stages<'scope>(
     // Every relation of a pair ends at the pair's target's name (an entity
     // has one name), so the name's group holds whole pairs: no model call,
     // the target's entity in the relation's document. A target mention is
-    // ids alone, held in the arrangement: spilled, a restore wrote and read
-    // back millions of them at about its size again in index and header.
-    // The reduce's exchange is by name, as [`name_route`], so each pair is
-    // merged where its relations' texts are spilled.
-    let pairs = to_targets
-        .reduce_named("PairsByTarget", move |_name, found, out| {
-            let found = found
-                .iter()
-                .map(|(mention, _)| (*mention).clone())
-                .collect();
-            for (pair, relations) in target_pairs(found) {
-                out.push(((pair, SpilledGroup::put(&target_spill, &relations)), 1));
-            }
-        })
-        .map(|(_name, pair)| pair);
+    // ids alone, kept in its name's group's list: spilled one by one, a
+    // restore wrote and read back millions of them at about its size again
+    // in index and header. The reduce's exchange is by name, as
+    // [`name_route`], so each pair is merged where its relations' texts are
+    // spilled.
+    let pairs = reduce_in_spill(to_targets, spill, "PairsByTarget", move |_name, found| {
+        let found = found.iter().map(|(mention, _)| mention.clone()).collect();
+        (target_pairs(found).into_iter())
+            .map(|(pair, relations)| (pair, SpilledGroup::put(&target_spill, &relations)))
+            .collect()
+    })
+    .map(|(_name, pair)| pair);
     let (model_r, spill_r) = (Arc::clone(model), Arc::clone(spill));
     let relations = changes_only(pairs).map_async(
         tasks,
@@ -198,8 +195,8 @@ pub(super) fn graph_stages<'scope>(
 /// Still enough for hundreds of model calls in flight.
 const MENTIONS_IN_FLIGHT: usize = 2_048;
 
-/// A string (a document id, a name key) as the graph's arrangements hold it:
-/// 128 bits of its hash, where the string cost a heap block in every copy of
+/// A string (a document id, a name key) as the graph's groups hold it: 128
+/// bits of its hash, where the string cost a heap block in every copy of
 /// every arrangement.
 pub(super) type Tag = u128;
 
@@ -208,7 +205,7 @@ fn tag(text: &str) -> Tag {
 }
 
 /// An entity id (32 hex digits, a [`memweave_schemas::content_id`]) as 128
-/// bits, and back: the arrangements hold the number, the rows the text.
+/// bits, and back: the groups hold the number, the rows the text.
 fn entity_tag(entity_id: &str) -> Tag {
     Tag::from_str_radix(entity_id, 16)
         .unwrap_or_else(|_| panic!("entity id {entity_id:?} is 32 hex digits"))

@@ -1,4 +1,5 @@
-//! Stages that keep texts in the worker's spill and their arrangements slim.
+//! Stages that keep texts, and the groups across documents, in the worker's
+//! spill rather than in the heap.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,9 +12,13 @@ use timely::dataflow::operators::generic::operator::Operator;
 
 use crate::spill::{Spill, SpillKey, SpilledGroup};
 
+mod reduce;
+
+pub(super) use reduce::reduce_in_spill;
+
 /// A reduce's group: its values' spill keys (in key order), spilled as one list.
-pub(super) fn spill_group<K>(spill: &Spill, values: &[(&SpillKey, K)]) -> SpilledGroup {
-    let keys: Vec<SpillKey> = values.iter().map(|(key, _)| **key).collect();
+pub(super) fn spill_group(spill: &Spill, values: &[(SpillKey, isize)]) -> SpilledGroup {
+    let keys: Vec<SpillKey> = values.iter().map(|(key, _)| *key).collect();
     SpilledGroup::put(spill, &keys)
 }
 
