@@ -21,7 +21,7 @@ use std::sync::Arc;
 use memweave_schemas::search::{LexiconDelta, RankedCorpora};
 use memweave_schemas::store::{Compaction, Fragment, StoreError, with_single_float_vectors};
 use memweave_schemas::{
-    CheckpointRow, ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion,
+    CheckpointRow, ErrorRow, MemoryRow, MemoryTables, Table, TableStore, TableVersion, hash128,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore};
@@ -113,11 +113,13 @@ mod fragments_as_json {
 }
 
 /// A document a round added: what the indexer needs to version a re-read
-/// document and to summarise the round.
+/// document and to summarise the round. Its content hash is kept as
+/// [`hash128`] of the hash's text, all a comparison of versions needs (a
+/// bulk round holds one of these per document until its commit).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DocumentChange {
     pub doc_id: String,
-    pub content_hash: String,
+    pub content_hash: u128,
     pub version: u64,
     pub ingested_at: i64,
 }
@@ -239,7 +241,7 @@ impl RoundWriter {
                 .iter()
                 .map(|d| DocumentChange {
                     doc_id: d.doc_id.clone(),
-                    content_hash: d.content_hash.clone(),
+                    content_hash: hash128(d.content_hash.as_bytes()),
                     version: d.version,
                     ingested_at: d.ingested_at,
                 })

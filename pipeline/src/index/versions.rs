@@ -8,7 +8,7 @@ use memweave_operators::build::{Document, RawDocument};
 use memweave_schemas::hash128;
 
 use crate::origins::Record;
-use crate::write::RoundChanges;
+use crate::write::{DocumentChange, RoundChanges};
 
 /// A document's newest version as the memory holds it: its content hash
 /// as 16 bytes of that hash's hash, all a comparison needs (one of these is
@@ -27,6 +27,14 @@ impl KnownVersion {
             content_hash: hash128(content_hash.as_bytes()),
             version,
             seen,
+        }
+    }
+
+    fn of_change(change: &DocumentChange) -> Self {
+        KnownVersion {
+            content_hash: change.content_hash,
+            version: change.version,
+            seen: change.ingested_at,
         }
     }
 }
@@ -112,9 +120,6 @@ impl DocumentVersions {
 /// The versions of the documents a round added, by id.
 fn added_versions(changes: &RoundChanges) -> HashMap<&str, KnownVersion> {
     (changes.documents_added.iter())
-        .map(|d| {
-            let known = KnownVersion::new(&d.content_hash, d.version, d.ingested_at);
-            (d.doc_id.as_str(), known)
-        })
+        .map(|d| (d.doc_id.as_str(), KnownVersion::of_change(d)))
         .collect()
 }
