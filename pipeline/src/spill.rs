@@ -38,7 +38,10 @@ pub type SpillKey = u128;
 /// A group of spilled values (a name's mentions, a pair's relations, a
 /// corpus's roots) as a reduce hands it on: the key of its list of keys, and
 /// how many. A group's list would otherwise sit in the queue of the stage
-/// that reads it, for every group of the archive at a round's end.
+/// that reads it, for every group of the archive at a round's end. A group
+/// of one is its value's key: most pairs, and most names of an archive of
+/// short documents, have one mention, and a list of one was a spilled value
+/// (a slot in the spill's index) apiece.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SpilledGroup {
     keys: SpillKey,
@@ -46,17 +49,24 @@ pub struct SpilledGroup {
 }
 
 impl SpilledGroup {
-    /// Spills the list `keys`.
+    /// Spills the list `keys` (a group of one, as its key).
     pub fn put(spill: &Spill, keys: &[SpillKey]) -> SpilledGroup {
+        let keys_key = match keys {
+            [only] => *only,
+            _ => spill.put(&keys),
+        };
         SpilledGroup {
-            keys: spill.put(&keys),
+            keys: keys_key,
             len: keys.len(),
         }
     }
 
     /// The keys of the group's values, in the order they were put.
     pub fn keys(&self, spill: &Spill) -> Vec<SpillKey> {
-        spill.get(self.keys)
+        match self.len {
+            1 => vec![self.keys],
+            _ => spill.get(self.keys),
+        }
     }
 }
 
@@ -397,6 +407,19 @@ mod tests {
         assert_eq!(group.keys(&spill), keys);
         assert_eq!(SpilledGroup::put(&spill, &keys), group);
         assert_ne!(SpilledGroup::put(&spill, &keys[..2]), group);
+    }
+
+    /// A group of one is its value's key: nothing is written for it, and it
+    /// reads back as that key.
+    #[test]
+    fn a_group_of_one_is_its_key() {
+        let spill = Spill::new().unwrap();
+        let key = spill.put(&"a mention");
+        let written = spill.places().used;
+        let group = SpilledGroup::put(&spill, &[key]);
+        assert_eq!(spill.places().used, written);
+        assert_eq!((group.len, group.keys(&spill)), (1, vec![key]));
+        assert_ne!(SpilledGroup::put(&spill, &[key + 1]), group);
     }
 
     /// A table of 4 slots takes 300 values: every insert past three quarters
