@@ -20,7 +20,8 @@
 //!   as JSON Lines files of 100,000 records; and real, the Python 3.11
 //!   documentation's paragraphs joined into passages of about 100 tokens
 //!   (14,633 documents). One build each: wall, documents/s, peak RSS and per
-//!   document, model calls per document and model tokens per corpus token
+//!   document, its anonymous part (in a debug build about 200 MB of the RSS
+//!   is the executable's pages, the same at every count), model calls per document and model tokens per corpus token
 //!   (from `memweave report`), and the memory folder's bytes per byte of text;
 //!   then between generated counts the peak's growth per added document and
 //!   the documents/s ratio, and 10M documents on paper from that slope.
@@ -262,7 +263,7 @@ fn documents_axis(binary: &Path, work: &Path, model: &Markov, counts: &[(String,
     println!();
     println!("documents axis: archives of short documents, one build each");
     println!(
-        "{:<16} {:>9} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>11}",
+        "{:<16} {:>9} {:>8} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11}",
         "archive",
         "docs",
         "text MB",
@@ -270,6 +271,7 @@ fn documents_axis(binary: &Path, work: &Path, model: &Markov, counts: &[(String,
         "docs/s",
         "peak RSS",
         "RSS/doc",
+        "anon",
         "calls/doc",
         "tok/token",
         "tables/text"
@@ -283,7 +285,7 @@ fn documents_axis(binary: &Path, work: &Path, model: &Markov, counts: &[(String,
         let documents = run.summary.get("documents").copied().unwrap_or(0.0);
         let wall = run.wall.as_secs_f64();
         println!(
-            "{:<16} {:>9.0} {:>8.1} {:>9.1} {:>8.0} {:>9} {:>7.0} B {:>9.2} {:>10.2} {:>10.1}x",
+            "{:<16} {:>9.0} {:>8.1} {:>9.1} {:>8.0} {:>9} {:>7.0} B {:>9} {:>9.2} {:>10.2} {:>10.1}x",
             name,
             documents,
             text as f64 / 1e6,
@@ -291,6 +293,7 @@ fn documents_axis(binary: &Path, work: &Path, model: &Markov, counts: &[(String,
             documents / wall,
             mib(run.peak_rss()),
             run.peak_rss() as f64 / documents,
+            mib(run.peak_anon()),
             cost.all().calls / documents,
             cost.tokens_per_token(),
             run.tables_bytes as f64 / text as f64
@@ -309,8 +312,9 @@ fn documents_axis(binary: &Path, work: &Path, model: &Markov, counts: &[(String,
         };
         let added = large_docs - small_docs;
         println!(
-            "{small} -> {large}: peak RSS {:+.0} bytes per added document; documents/s {:.2}x",
+            "{small} -> {large}: peak RSS {:+.0} bytes per added document (anonymous {:+.0}); documents/s {:.2}x",
             (large_run.peak_rss() as f64 - small_run.peak_rss() as f64) / added,
+            (large_run.peak_anon() as f64 - small_run.peak_anon() as f64) / added,
             (large_docs / large_run.wall.as_secs_f64())
                 / (small_docs / small_run.wall.as_secs_f64())
         );
