@@ -112,10 +112,16 @@ mod fragments_as_json {
     }
 }
 
+/// A document content hash's text as the versions compare it: 16 bytes of
+/// its hash, where the 64 hex digits cost a heap block per document.
+pub fn version_hash(content_hash: &str) -> u128 {
+    hash128(content_hash.as_bytes())
+}
+
 /// A document a round added: what the indexer needs to version a re-read
-/// document and to summarise the round. Its content hash is kept as
-/// [`hash128`] of the hash's text, all a comparison of versions needs (a
-/// bulk round holds one of these per document until its commit).
+/// document and to summarise the round. Its content hash is kept as its
+/// [`version_hash`], all a comparison of versions needs (a bulk round holds
+/// one of these per document until its commit).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DocumentChange {
     pub doc_id: String,
@@ -241,7 +247,7 @@ impl RoundWriter {
                 .iter()
                 .map(|d| DocumentChange {
                     doc_id: d.doc_id.clone(),
-                    content_hash: hash128(d.content_hash.as_bytes()),
+                    content_hash: version_hash(&d.content_hash),
                     version: d.version,
                     ingested_at: d.ingested_at,
                 })

@@ -5,10 +5,9 @@
 use std::collections::{HashMap, HashSet};
 
 use memweave_operators::build::{Document, RawDocument};
-use memweave_schemas::hash128;
 
 use crate::origins::Record;
-use crate::write::{DocumentChange, RoundChanges};
+use crate::write::{DocumentChange, RoundChanges, version_hash};
 
 /// A document's newest version as the memory holds it: its content hash
 /// as 16 bytes of that hash's hash, all a comparison needs (one of these is
@@ -24,7 +23,7 @@ struct KnownVersion {
 impl KnownVersion {
     fn new(content_hash: &str, version: u64, seen: i64) -> Self {
         KnownVersion {
-            content_hash: hash128(content_hash.as_bytes()),
+            content_hash: version_hash(content_hash),
             version,
             seen,
         }
@@ -59,7 +58,7 @@ impl DocumentVersions {
     pub(super) fn versioned(&self, source: &str, raw: RawDocument, now: i64) -> (Document, i64) {
         let mut doc = Document::in_source(source, raw, 1);
         match self.0.get(&doc.doc_id) {
-            Some(known) if known.content_hash == hash128(doc.content_hash.as_bytes()) => {
+            Some(known) if known.content_hash == version_hash(&doc.content_hash) => {
                 doc.version = known.version;
                 (doc, known.seen)
             }
