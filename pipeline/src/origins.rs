@@ -209,10 +209,12 @@ impl Origins {
         doc_id: &str,
         updating: (&str, &[Record]),
     ) -> (Option<Record>, Vec<ErrorRow>) {
-        let records_of = |origin: &str| match self.held.get(origin) {
-            _ if origin == updating.0 => updating.1,
-            Some(held) => &held.records,
-            None => &[],
+        let records_of = |origin: &str| -> &[Record] {
+            if origin == updating.0 {
+                updating.1
+            } else {
+                self.held.get(origin).map_or(&[], |held| &held.records)
+            }
         };
         let mut claims = self
             .claims
