@@ -7,11 +7,15 @@ use memweave_schemas::{EntityRow, acl, content_id};
 use serde::{Deserialize, Serialize};
 
 use super::{DocEntity, EntityAssignment, GraphConfig, STAGE};
-use crate::embed::{Embedder, cosine, embed_all};
+use crate::embed::{EMBED_BATCH, Embedder, HeldVector, embed_all};
 use crate::model::{CallContext, MemoryModel, StepResult, all_in_order};
 
 /// Passages compared with an entity's first mention in one disambiguation call.
 const SAME_ENTITY_BATCH: usize = 16;
+
+/// Mentions embedded at once: bounds the dense vectors alive before they are
+/// held sparse, a megabyte with the hashing embedder's 1,024 components.
+const EMBEDDED_AT_ONCE: usize = 4 * EMBED_BATCH;
 
 /// What a name's resolution gave: its entities' rows (in the order of their
 /// first mentions), which entity each mention became, and how many of each
@@ -49,7 +53,7 @@ enum Likeness {
 /// Mentions' vectors, embedded when first needed.
 struct Vectors<'m> {
     mentions: &'m [DocEntity],
-    vectors: Vec<Option<Vec<f32>>>,
+    vectors: Vec<Option<HeldVector>>,
 }
 
 impl<'m> Vectors<'m> {
@@ -75,20 +79,24 @@ impl<'m> Vectors<'m> {
         if missing.is_empty() {
             return Ok(());
         }
-        let texts: Vec<String> = (missing.iter())
-            .map(|&i| self.mentions[i].compared_text())
-            .collect();
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let vectors = embed_all(embedder, &CallContext::corpus("embed"), &texts).await?;
-        for (i, vector) in missing.into_iter().zip(vectors) {
-            self.vectors[i] = Some(vector);
+        // Whole batches at a time, so an embedder is sent the batches that
+        // embedding them all at once would send it.
+        for missing in missing.chunks(EMBEDDED_AT_ONCE) {
+            let texts: Vec<String> = (missing.iter())
+                .map(|&i| self.mentions[i].compared_text())
+                .collect();
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vectors = embed_all(embedder, &CallContext::corpus("embed"), &texts).await?;
+            for (&i, vector) in missing.iter().zip(vectors) {
+                self.vectors[i] = Some(HeldVector::new(vector));
+            }
         }
         Ok(())
     }
 
     /// How mention `i` stands against `leader`'s vector (both embedded).
-    fn likeness(&self, leader: &[f32], i: usize, config: &GraphConfig) -> Likeness {
-        let similarity = cosine(leader, self.vector(i));
+    fn likeness(&self, leader: &HeldVector, i: usize, config: &GraphConfig) -> Likeness {
+        let similarity = leader.cosine(self.vector(i));
         if similarity >= f64::from(config.same_above) {
             Likeness::Same
         } else if similarity >= f64::from(config.apart_below) {
@@ -98,10 +106,8 @@ impl<'m> Vectors<'m> {
         }
     }
 
-    fn vector(&self, i: usize) -> &[f32] {
-        self.vectors[i]
-            .as_deref()
-            .expect("embedded before compared")
+    fn vector(&self, i: usize) -> &HeldVector {
+        self.vectors[i].as_ref().expect("embedded before compared")
     }
 }
 
@@ -307,7 +313,7 @@ impl Round<'_> {
         last.vectors
             .embed(self.embedder, gone.iter().copied())
             .await?;
-        let leader = vectors.vector(self.first).to_vec();
+        let leader = vectors.vector(self.first).clone();
         let new_likeness: Vec<(usize, Likeness)> = (new.iter())
             .map(|&r| (r, vectors.likeness(&leader, self.rest[r], self.config)))
             .collect();
