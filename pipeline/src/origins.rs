@@ -228,11 +228,27 @@ impl Origins {
         (winner, errors)
     }
 
-    /// The origin whose claim `record` is.
-    pub fn origin_of(&self, record: &Record) -> Option<&str> {
+    /// The origin whose claim `record` is, and the record's place among
+    /// that origin's records.
+    pub fn claim_of(&self, record: &Record) -> Option<(&Arc<str>, usize)> {
         self.claims
             .get(&claim_key(record))
-            .map(|(origin, _)| &**origin)
+            .map(|(origin, place)| (origin, *place))
+    }
+
+    /// `origin`'s records of `doc_id` (one, unless it has the id under
+    /// several sources), with their places among its records.
+    pub fn records_of<'a>(
+        &'a self,
+        origin: &'a str,
+        doc_id: &'a str,
+    ) -> impl Iterator<Item = (usize, &'a Record)> + 'a {
+        let records = self.held.get(origin).map_or(&[][..], |held| &held.records);
+        self.claims
+            .range((Arc::from(doc_id), Arc::from(""))..)
+            .take_while(move |((id, _), _)| **id == *doc_id)
+            .filter(move |(_, (by, _))| **by == *origin)
+            .filter_map(|(_, (_, place))| Some((*place, records.get(*place)?)))
     }
 }
 
@@ -355,8 +371,8 @@ mod tests {
             .collect();
         assert_eq!(errors, vec![("duplicate_id", "b.jsonl:1", 1)]);
         assert_eq!(
-            origins.origin_of(&record("same", "b.jsonl:1", "hb")),
-            Some("b.jsonl")
+            (origins.claim_of(&record("same", "b.jsonl:1", "hb"))).map(|(o, at)| (&**o, at)),
+            Some(("b.jsonl", 0))
         );
         // a goes: b's copy is the document again, and its error goes.
         let gone = origins.update("a.jsonl", None);

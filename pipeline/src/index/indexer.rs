@@ -263,7 +263,7 @@ impl Indexer {
                     progress.expect((inserted + read_later) as u64);
                     pending.extend(ready, later);
                 }
-                let changes = pending.take(DOCUMENTS_PER_EPOCH)?;
+                let changes = pending.take(DOCUMENTS_PER_EPOCH, &self.origins)?;
                 // The origins count as done with the epoch of their last documents.
                 let origins = if pending.is_empty() {
                     std::mem::take(&mut origins_fed)
@@ -487,7 +487,7 @@ impl Indexer {
         let in_hand =
             |r: &Record| texts.contains_key(&(r.doc_id.to_string(), r.source_uri.to_string()));
         let from_origin = |r: &Record| {
-            (self.origins.origin_of(r)).is_some_and(|origin| texts_later.contains(origin))
+            (self.origins.claim_of(r)).is_some_and(|(origin, _)| texts_later.contains(&**origin))
         };
         let wanted: Vec<String> = retract
             .iter()
@@ -528,17 +528,21 @@ impl Indexer {
                 doc_id: record.doc_id.to_string(),
                 source_uri: record.source_uri.to_string(),
             };
-            let origin = self.origins.origin_of(&record).ok_or_else(no_text)?;
-            if !later.contains_key(origin) {
+            let (origin, place) = self.origins.claim_of(&record).ok_or_else(no_text)?;
+            if !later.contains_key(&**origin) {
                 let documents = (reader.and_then(|r| r.documents(origin))).ok_or_else(no_text)?;
                 let source_uri = record.source_uri.to_string();
                 let name = &self.options.source_name;
+                let records = self
+                    .origins
+                    .get(origin)
+                    .map_or(0, |held| held.records.len());
                 later.insert(
                     origin.to_string(),
-                    ReadLater::new(name, source_uri, documents),
+                    ReadLater::new(name, source_uri, documents, (Arc::clone(origin), records)),
                 );
             }
-            later.get_mut(origin).expect("added").want(record);
+            later.get_mut(&**origin).expect("added").want(place);
         }
         for record in retract {
             let text = stored_text(&record).ok_or_else(|| IndexError::NotStored {
@@ -547,7 +551,7 @@ impl Indexer {
                 source_uri: record.source_uri.to_string(),
             })?;
             let retraction = (fed(record.with_text(text)), -1);
-            match later.values_mut().find(|l| l.inserts(&record.doc_id)) {
+            match (later.values_mut()).find(|l| l.inserts(&record.doc_id, &self.origins)) {
                 Some(origin) => origin.replaces(record.doc_id.to_string(), retraction),
                 None => ready.push(retraction),
             }

@@ -11,7 +11,7 @@ use memweave_operators::build::{Document, RawDocument};
 
 use crate::IndexError;
 use crate::dataflow::Fed;
-use crate::origins::Record;
+use crate::origins::Origins;
 use crate::workers::InputChange;
 
 /// An origin's documents read again, in the order it holds them.
@@ -38,14 +38,18 @@ impl<'r> Pending<'r> {
 
     /// The next changes, of at most `documents` documents, a document's
     /// changes never split: the ready ones first, then documents read from
-    /// the origins still to read.
-    pub(super) fn take(&mut self, documents: usize) -> Result<Vec<InputChange>, IndexError> {
+    /// the origins still to read (whose records `origins` holds).
+    pub(super) fn take(
+        &mut self,
+        documents: usize,
+        origins: &Origins,
+    ) -> Result<Vec<InputChange>, IndexError> {
         let (mut taken, mut count) = take_documents(&mut self.ready, documents);
         while count < documents {
             let Some(origin) = self.later.front_mut() else {
                 break;
             };
-            match origin.next() {
+            match origin.next(origins) {
                 Some(changes) => {
                     taken.extend(changes?);
                     count += 1;
@@ -66,36 +70,54 @@ pub(super) struct ReadLater<'r> {
     source_name: String,
     source_uri: String,
     documents: Documents<'r>,
-    /// The versions to insert, by document id (an origin's documents have
-    /// one id each), keyed by the record's own shared id.
-    wanted: HashMap<Arc<str>, Record>,
+    /// The origin, whose records in [`Origins`] are the versions to insert.
+    origin: Arc<str>,
+    /// Which of the origin's records (by place) are to be inserted and not
+    /// read yet: a byte a record, where a map of copies of the records held
+    /// 160 bytes a document of a one-file archive through the whole round.
+    wanted: Vec<bool>,
+    /// How many are.
+    wanted_count: usize,
     /// The retractions of the versions they replace, by document id.
     replaced: HashMap<String, Vec<InputChange>>,
 }
 
 impl<'r> ReadLater<'r> {
-    pub(super) fn new(source_name: &str, source_uri: String, documents: Documents<'r>) -> Self {
+    /// Reads `documents` again for those of the `records` records of
+    /// `origin` that are [`ReadLater::want`]ed.
+    pub(super) fn new(
+        source_name: &str,
+        source_uri: String,
+        documents: Documents<'r>,
+        (origin, records): (Arc<str>, usize),
+    ) -> Self {
         ReadLater {
             source_name: source_name.to_string(),
             source_uri,
             documents,
-            wanted: HashMap::new(),
+            origin,
+            wanted: vec![false; records],
+            wanted_count: 0,
             replaced: HashMap::new(),
         }
     }
 
-    pub(super) fn want(&mut self, record: Record) {
-        self.wanted.insert(Arc::clone(&record.doc_id), record);
+    /// Inserts the origin's record at `place` when its document is read.
+    pub(super) fn want(&mut self, place: usize) {
+        if let Some(wanted) = self.wanted.get_mut(place).filter(|w| !**w) {
+            *wanted = true;
+            self.wanted_count += 1;
+        }
     }
 
     /// Documents to insert from this origin.
     pub(super) fn len(&self) -> usize {
-        self.wanted.len()
+        self.wanted_count
     }
 
     /// Whether `doc_id` is to be inserted from this origin.
-    pub(super) fn inserts(&self, doc_id: &str) -> bool {
-        self.wanted.contains_key(doc_id)
+    pub(super) fn inserts(&self, doc_id: &str, origins: &Origins) -> bool {
+        (origins.records_of(&self.origin, doc_id)).any(|(place, _)| self.wanted[place])
     }
 
     /// Sends `retraction` with the insertion of its document.
@@ -104,20 +126,22 @@ impl<'r> ReadLater<'r> {
     }
 }
 
-impl Iterator for ReadLater<'_> {
-    /// One document's changes: its retraction (if it replaces a version)
-    /// and its insertion.
-    type Item = Result<Vec<InputChange>, IndexError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.wanted.is_empty() {
+impl ReadLater<'_> {
+    /// The next document's changes: its retraction (if it replaces a
+    /// version) and its insertion, with the record `origins` holds for it.
+    fn next(&mut self, origins: &Origins) -> Option<Result<Vec<InputChange>, IndexError>> {
+        if self.wanted_count == 0 {
             return None;
         }
         for raw in self.documents.by_ref() {
             let doc = Document::in_source(&self.source_name, raw, 0);
-            let Some(record) = self.wanted.remove(doc.doc_id.as_str()) else {
+            let Some((place, record)) = (origins.records_of(&self.origin, &doc.doc_id))
+                .find(|(place, _)| self.wanted[*place])
+            else {
                 continue;
             };
+            self.wanted[place] = false;
+            self.wanted_count -= 1;
             if (doc.content_hash.as_str(), doc.source_uri.as_str())
                 != (&*record.content_hash, &*record.source_uri)
             {
@@ -129,7 +153,8 @@ impl Iterator for ReadLater<'_> {
             return Some(Ok(changes));
         }
         // The origin no longer holds a version the round decided to insert.
-        self.wanted.clear();
+        self.wanted.fill(false);
+        self.wanted_count = 0;
         Some(Err(IndexError::ChangedWhileIndexed {
             source_uri: self.source_uri.clone(),
         }))
@@ -178,7 +203,7 @@ fn take_documents(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::origins::Record;
+    use crate::origins::{Held, Record};
 
     fn raw(key: &str, text: &str) -> RawDocument {
         RawDocument {
@@ -215,9 +240,11 @@ mod tests {
         fed.push(change("edited", "old text", -1));
         let mut pending = Pending::default();
         pending.extend(fed, Vec::new());
-        let epochs: Vec<Vec<InputChange>> =
-            std::iter::from_fn(|| (!pending.is_empty()).then(|| pending.take(2).expect("in hand")))
-                .collect();
+        let epochs: Vec<Vec<InputChange>> = std::iter::from_fn(|| {
+            (!pending.is_empty()).then(|| pending.take(2, &Origins::default()))
+        })
+        .map(|taken| taken.expect("in hand"))
+        .collect();
         let documents = |epoch: &Vec<InputChange>| {
             let mut ids: Vec<&str> = epoch.iter().map(|(f, _)| fed_doc_id(f)).collect();
             ids.dedup();
@@ -245,20 +272,26 @@ mod tests {
             .clone()
             .into_iter()
             .inspect(|_| read.set(read.get() + 1));
-        let mut later = ReadLater::new("", "rows.parquet".into(), Box::new(counted));
         let record = |i: usize| Record::of(&Document::new(rows[i].clone(), 2), 7);
+        let origins = origins_of("rows.parquet", (0..6).map(record).collect());
+        let mut later = ReadLater::new(
+            "",
+            "rows.parquet".into(),
+            Box::new(counted),
+            ("rows.parquet".into(), 6),
+        );
         // Rows 1 and 4 changed: 4 replaces a version, 1 is new.
-        later.want(record(1));
-        later.want(record(4));
+        later.want(1);
+        later.want(4);
         let doc_id = record(4).doc_id;
-        assert!(later.inserts(&doc_id) && !later.inserts(&record(0).doc_id));
+        assert!(later.inserts(&doc_id, &origins) && !later.inserts(&record(0).doc_id, &origins));
         later.replaces(doc_id.to_string(), change("row4", "old text", -1));
         let mut pending = Pending::default();
         pending.extend(vec![change("ready", "r", 1)], vec![later]);
-        let first = pending.take(2).unwrap();
+        let first = pending.take(2, &origins).unwrap();
         assert_eq!(documents_of(&first), [("ready", 1), ("row1", 1)]);
         assert_eq!(read.get(), 2, "the file is read no further than taken");
-        let second = pending.take(2).unwrap();
+        let second = pending.take(2, &origins).unwrap();
         assert_eq!(documents_of(&second), [("row4", -1), ("row4", 1)]);
         let Fed::Document(inserted, seen) = &second[1].0 else {
             panic!("a document")
@@ -267,21 +300,35 @@ mod tests {
             (inserted.text.as_str(), inserted.version, *seen),
             ("text 4", 2, 7)
         );
-        assert!(pending.take(2).unwrap().is_empty() && pending.is_empty());
+        assert!(pending.take(2, &origins).unwrap().is_empty() && pending.is_empty());
+    }
+
+    /// Origins that hold `origin`, with `records`.
+    fn origins_of(origin: &str, records: Vec<Record>) -> Origins {
+        let mut origins = Origins::default();
+        let held = Held {
+            records,
+            ..Held::default()
+        };
+        origins.update(origin, Some(held));
+        origins
     }
 
     #[test]
     fn a_document_changed_since_it_was_read_stops_the_round() {
+        let as_read = Record::of(&Document::new(raw("row0", "as read"), 1), 0);
+        let origins = origins_of("rows.parquet", vec![as_read]);
         let mut later = ReadLater::new(
             "",
             "rows.parquet".into(),
             Box::new(std::iter::once(raw("row0", "edited since"))),
+            ("rows.parquet".into(), 1),
         );
-        later.want(Record::of(&Document::new(raw("row0", "as read"), 1), 0));
+        later.want(0);
         let mut pending = Pending::default();
         pending.extend(Vec::new(), vec![later]);
         assert!(matches!(
-            pending.take(8),
+            pending.take(8, &origins),
             Err(IndexError::ChangedWhileIndexed { .. })
         ));
     }
