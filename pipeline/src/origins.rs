@@ -16,6 +16,8 @@ use memweave_ingest::kind::DUPLICATE_ID;
 use memweave_operators::build::Document;
 use memweave_schemas::{DocumentRow, ErrorRow, Section};
 
+use crate::write::version_hash;
+
 /// One version of one document, as held: everything but its text. Its
 /// strings are shared: the origin's record, its claim and the claim's key
 /// are one copy of each, not three (on an archive of millions of short
@@ -24,7 +26,10 @@ use memweave_schemas::{DocumentRow, ErrorRow, Section};
 pub struct Record {
     pub doc_id: Arc<str>,
     pub version: u64,
-    pub content_hash: Arc<str>,
+    /// Its content hash's [`version_hash`]: the 64 hex digits were a heap
+    /// block of 80 bytes a document, and the text it is fed with brings
+    /// them along.
+    pub content_hash: u128,
     pub source_uri: Arc<str>,
     pub title: Arc<str>,
     /// Its access labels, shared by an origin's records that carry the same.
@@ -46,7 +51,7 @@ impl Record {
         Record {
             doc_id,
             version: doc.version,
-            content_hash: doc.content_hash.as_str().into(),
+            content_hash: version_hash(&doc.content_hash),
             source_uri: doc.source_uri.as_str().into(),
             title,
             acl: doc.acl.as_slice().into(),
@@ -78,7 +83,7 @@ impl Record {
         Record {
             doc_id: row.doc_id.as_str().into(),
             version: row.version,
-            content_hash: row.content_hash.as_str().into(),
+            content_hash: version_hash(&row.content_hash),
             source_uri: row.source_uri.as_str().into(),
             title: row.title.as_str().into(),
             acl: row.acl.as_slice().into(),
@@ -86,12 +91,14 @@ impl Record {
         }
     }
 
-    /// The dataflow's input record, given the document's text and sections.
-    pub fn with_text(&self, (text, sections): Body) -> (Document, i64) {
+    /// The dataflow's input record, given the document's content: its
+    /// content hash (of which this record keeps the version hash), text and
+    /// sections.
+    pub fn with_text(&self, (content_hash, (text, sections)): Content) -> (Document, i64) {
         let doc = Document {
             doc_id: self.doc_id.to_string(),
             version: self.version,
-            content_hash: self.content_hash.to_string(),
+            content_hash,
             source_uri: self.source_uri.to_string(),
             title: self.title.to_string(),
             text,
@@ -105,6 +112,9 @@ impl Record {
 /// What a record leaves out of its document: its text and sections, read
 /// when it is fed and read back from the `documents` table to retract it.
 pub type Body = (String, Vec<Section>);
+
+/// What a record leaves out of its document: its content hash and [`Body`].
+pub type Content = (String, Body);
 
 /// One origin's share of the input: the document versions it holds and the
 /// ingestion errors it caused.
@@ -284,7 +294,7 @@ mod tests {
         Record {
             doc_id: doc_id.into(),
             version: 1,
-            content_hash: hash.into(),
+            content_hash: version_hash(hash),
             source_uri: uri.into(),
             title: doc_id.into(),
             acl: Arc::from([]),

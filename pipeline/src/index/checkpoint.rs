@@ -11,6 +11,7 @@ use memweave_schemas::store::{primitives, strings};
 use memweave_schemas::{CheckpointRow, ErrorRow, Table, TableStore};
 
 use crate::origins::Record;
+use crate::write::version_hash;
 use crate::{IndexError, UsageError};
 
 /// What the last checkpoint held, until the process's first round has used it:
@@ -169,7 +170,7 @@ async fn document_records(
             records.extend((0..batch.num_rows()).map(|row| Record {
                 doc_id: ids.value(row).into(),
                 version: versions.value(row),
-                content_hash: hashes.value(row).into(),
+                content_hash: version_hash(hashes.value(row)),
                 source_uri: uris.value(row).into(),
                 title: titles.value(row).into(),
                 acl: labels.map_or_else(|| Arc::from([]), |labels| row_labels(labels, row)),

@@ -26,7 +26,7 @@ use super::{
 use crate::IndexError;
 use crate::dataflow::Fed;
 use crate::metrics::IndexMetrics;
-use crate::origins::{Body, Held, Origins, Record};
+use crate::origins::{Content, Held, Origins, Record};
 use crate::positions::SourcePositions;
 use crate::progress::Progress;
 use crate::source::Source;
@@ -459,7 +459,7 @@ impl Indexer {
         };
         // Texts (and sections) read now, by document id and source; the
         // origins read without them.
-        let mut texts: HashMap<(String, String), Body> = HashMap::new();
+        let mut texts: HashMap<(String, String), Content> = HashMap::new();
         let mut texts_later: HashSet<String> = HashSet::new();
         let (mut retract, mut insert) = (Vec::new(), Vec::new());
         for (key, update) in batch {
@@ -511,7 +511,10 @@ impl Indexer {
             stored
                 .get(&*record.doc_id)
                 .filter(|row| Record::of_row(row) == *record)
-                .map(|row| (row.text.clone(), row.sections.clone()))
+                .map(|row| {
+                    let body = (row.text.clone(), row.sections.clone());
+                    (row.content_hash.clone(), body)
+                })
         };
         let mut ready = Vec::with_capacity(retract.len() + insert.len());
         let mut later: BTreeMap<String, ReadLater<'r>> = BTreeMap::new();
@@ -624,13 +627,14 @@ fn cite_unmoved_as_before(fresh: &mut Fresh, before: &Held) {
 
 /// An origin's input as held: its documents without their texts, which go to
 /// `texts` by document id and source.
-fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), Body>) -> Held {
+fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), Content>) -> Held {
     let mut records: Vec<Record> = fresh
         .records
         .into_iter()
         .map(|(doc, seen)| {
             let record = Record::of(&doc, seen);
-            texts.insert((doc.doc_id, doc.source_uri), (doc.text, doc.sections));
+            let content = (doc.content_hash, (doc.text, doc.sections));
+            texts.insert((doc.doc_id, doc.source_uri), content);
             record
         })
         .collect();

@@ -13,6 +13,7 @@ use crate::IndexError;
 use crate::dataflow::Fed;
 use crate::origins::Origins;
 use crate::workers::InputChange;
+use crate::write::version_hash;
 
 /// An origin's documents read again, in the order it holds them.
 pub(super) type Documents<'r> = Box<dyn Iterator<Item = RawDocument> + 'r>;
@@ -142,13 +143,13 @@ impl ReadLater<'_> {
             };
             self.wanted[place] = false;
             self.wanted_count -= 1;
-            if (doc.content_hash.as_str(), doc.source_uri.as_str())
-                != (&*record.content_hash, &*record.source_uri)
+            if (version_hash(&doc.content_hash), doc.source_uri.as_str())
+                != (record.content_hash, &*record.source_uri)
             {
                 break;
             }
             let mut changes = self.replaced.remove(&doc.doc_id).unwrap_or_default();
-            let (document, seen) = record.with_text((doc.text, doc.sections));
+            let (document, seen) = record.with_text((doc.content_hash, (doc.text, doc.sections)));
             changes.push((Fed::Document(document, seen), 1));
             return Some(Ok(changes));
         }

@@ -21,11 +21,11 @@ struct KnownVersion {
 }
 
 impl KnownVersion {
-    fn new(content_hash: &str, version: u64, seen: i64) -> Self {
+    fn of_record(record: &Record) -> Self {
         KnownVersion {
-            content_hash: version_hash(content_hash),
-            version,
-            seen,
+            content_hash: record.content_hash,
+            version: record.version,
+            seen: record.seen,
         }
     }
 
@@ -45,10 +45,9 @@ pub(super) struct DocumentVersions(HashMap<String, KnownVersion>);
 impl DocumentVersions {
     /// The versions of the documents a checkpoint holds.
     pub(super) fn of<'r>(records: impl IntoIterator<Item = &'r Record>) -> Self {
-        let known = records.into_iter().map(|d| {
-            let known = KnownVersion::new(&d.content_hash, d.version, d.seen);
-            (d.doc_id.to_string(), known)
-        });
+        let known = records
+            .into_iter()
+            .map(|d| (d.doc_id.to_string(), KnownVersion::of_record(d)));
         DocumentVersions(known.collect())
     }
 
