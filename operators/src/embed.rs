@@ -93,7 +93,8 @@ impl HeldVector {
         }
     }
 
-    /// [`cosine`] of the two vectors this and `other` hold, to the bit.
+    /// [`cosine`] of the two vectors this and `other` hold, to the bit where
+    /// they are of one length, as one embedder's are.
     pub fn cosine(&self, other: &HeldVector) -> f64 {
         if let (HeldVector::Dense(a), HeldVector::Dense(b)) = (self, other) {
             return cosine(a, b);
