@@ -226,11 +226,8 @@ impl Origins {
                 self.held.get(origin).map_or(&[], |held| &held.records)
             }
         };
-        let mut claims = self
-            .claims
-            .range((Arc::from(doc_id), Arc::from(""))..)
-            .take_while(|((id, _), _)| **id == *doc_id)
-            .filter_map(|(_, (origin, place))| records_of(origin).get(*place));
+        let mut claims =
+            (self.claims_on(doc_id)).filter_map(|(origin, place)| records_of(origin).get(place));
         let winner = claims.next().cloned();
         let errors = claims
             .map(|loser| duplicate_error(loser, winner.as_ref().map_or("", |w| &w.source_uri)))
@@ -246,19 +243,26 @@ impl Origins {
             .map(|(origin, place)| (origin, *place))
     }
 
-    /// `origin`'s records of `doc_id` (one, unless it has the id under
-    /// several sources), with their places among its records.
-    pub fn records_of<'a>(
+    /// The records of `doc_id` that `origin` claims (one, unless it has the
+    /// id under several sources), with their places among its records.
+    pub fn records_claimed_by<'a>(
         &'a self,
         origin: &'a str,
         doc_id: &'a str,
     ) -> impl Iterator<Item = (usize, &'a Record)> + 'a {
         let records = self.held.get(origin).map_or(&[][..], |held| &held.records);
+        (self.claims_on(doc_id))
+            .filter(move |(by, _)| &***by == origin)
+            .filter_map(|(_, place)| Some((place, records.get(place)?)))
+    }
+
+    /// The claims on `doc_id`, by source: the origin of each and its
+    /// record's place among that origin's records.
+    fn claims_on<'a>(&'a self, doc_id: &'a str) -> impl Iterator<Item = (&'a Arc<str>, usize)> {
         self.claims
             .range((Arc::from(doc_id), Arc::from(""))..)
             .take_while(move |((id, _), _)| **id == *doc_id)
-            .filter(move |(_, (by, _))| **by == *origin)
-            .filter_map(|(_, (_, place))| Some((*place, records.get(*place)?)))
+            .map(|(_, (origin, place))| (origin, *place))
     }
 }
 

@@ -536,13 +536,9 @@ impl Indexer {
                 let documents = (reader.and_then(|r| r.documents(origin))).ok_or_else(no_text)?;
                 let source_uri = record.source_uri.to_string();
                 let name = &self.options.source_name;
-                let records = self
-                    .origins
-                    .get(origin)
-                    .map_or(0, |held| held.records.len());
                 later.insert(
                     origin.to_string(),
-                    ReadLater::new(name, source_uri, documents, (Arc::clone(origin), records)),
+                    ReadLater::new(name, source_uri, documents, Arc::clone(origin)),
                 );
             }
             later.get_mut(&**origin).expect("added").want(place);

@@ -73,9 +73,10 @@ pub(super) struct ReadLater<'r> {
     documents: Documents<'r>,
     /// The origin, whose records in [`Origins`] are the versions to insert.
     origin: Arc<str>,
-    /// Which of the origin's records (by place) are to be inserted and not
-    /// read yet: a byte a record, where a map of copies of the records held
-    /// 160 bytes a document of a one-file archive through the whole round.
+    /// Which of the origin's records (by place, up to the last wanted) are
+    /// to be inserted and not read yet: a byte a record, where a map of
+    /// copies of the records held 160 bytes a document of a one-file
+    /// archive through the whole round.
     wanted: Vec<bool>,
     /// How many are.
     wanted_count: usize,
@@ -84,20 +85,20 @@ pub(super) struct ReadLater<'r> {
 }
 
 impl<'r> ReadLater<'r> {
-    /// Reads `documents` again for those of the `records` records of
-    /// `origin` that are [`ReadLater::want`]ed.
+    /// Reads `documents` again for those of `origin`'s records that are
+    /// [`ReadLater::want`]ed.
     pub(super) fn new(
         source_name: &str,
         source_uri: String,
         documents: Documents<'r>,
-        (origin, records): (Arc<str>, usize),
+        origin: Arc<str>,
     ) -> Self {
         ReadLater {
             source_name: source_name.to_string(),
             source_uri,
             documents,
             origin,
-            wanted: vec![false; records],
+            wanted: Vec::new(),
             wanted_count: 0,
             replaced: HashMap::new(),
         }
@@ -105,8 +106,10 @@ impl<'r> ReadLater<'r> {
 
     /// Inserts the origin's record at `place` when its document is read.
     pub(super) fn want(&mut self, place: usize) {
-        if let Some(wanted) = self.wanted.get_mut(place).filter(|w| !**w) {
-            *wanted = true;
+        if self.wanted.len() <= place {
+            self.wanted.resize(place + 1, false);
+        }
+        if !std::mem::replace(&mut self.wanted[place], true) {
             self.wanted_count += 1;
         }
     }
@@ -118,7 +121,8 @@ impl<'r> ReadLater<'r> {
 
     /// Whether `doc_id` is to be inserted from this origin.
     pub(super) fn inserts(&self, doc_id: &str, origins: &Origins) -> bool {
-        (origins.records_of(&self.origin, doc_id)).any(|(place, _)| self.wanted[place])
+        (origins.records_claimed_by(&self.origin, doc_id))
+            .any(|(place, _)| wants(&self.wanted, place))
     }
 
     /// Sends `retraction` with the insertion of its document.
@@ -136,8 +140,8 @@ impl ReadLater<'_> {
         }
         for raw in self.documents.by_ref() {
             let doc = Document::in_source(&self.source_name, raw, 0);
-            let Some((place, record)) = (origins.records_of(&self.origin, &doc.doc_id))
-                .find(|(place, _)| self.wanted[*place])
+            let Some((place, record)) = (origins.records_claimed_by(&self.origin, &doc.doc_id))
+                .find(|(place, _)| wants(&self.wanted, *place))
             else {
                 continue;
             };
@@ -160,6 +164,11 @@ impl ReadLater<'_> {
             source_uri: self.source_uri.clone(),
         }))
     }
+}
+
+/// Whether the record at `place` is wanted (by [`ReadLater::wanted`]).
+fn wants(wanted: &[bool], place: usize) -> bool {
+    wanted.get(place).copied().unwrap_or(false)
 }
 
 /// `changes` in document id order, so that a document's retraction and
@@ -279,7 +288,7 @@ mod tests {
             "",
             "rows.parquet".into(),
             Box::new(counted),
-            ("rows.parquet".into(), 6),
+            "rows.parquet".into(),
         );
         // Rows 1 and 4 changed: 4 replaces a version, 1 is new.
         later.want(1);
@@ -323,7 +332,7 @@ mod tests {
             "",
             "rows.parquet".into(),
             Box::new(std::iter::once(raw("row0", "edited since"))),
-            ("rows.parquet".into(), 1),
+            "rows.parquet".into(),
         );
         later.want(0);
         let mut pending = Pending::default();
