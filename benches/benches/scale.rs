@@ -21,8 +21,9 @@
 //!   documentation's paragraphs joined into passages of about 100 tokens
 //!   (14,633 documents). One build each: wall, documents/s, peak RSS and per
 //!   document, its anonymous part (in a debug build about 200 MB of the RSS
-//!   is the executable's pages, the same at every count), model calls per document and model tokens per corpus token
-//!   (from `memweave report`), and the memory folder's bytes per byte of text;
+//!   is the executable's pages, the same at every count), model calls per
+//!   document and model tokens per corpus token (from `memweave report`),
+//!   and the memory folder's bytes per byte of text;
 //!   then between generated counts the peak's growth per added document and
 //!   the documents/s ratio, and 10M documents on paper from that slope.
 //!   SCALE_SIZES= (empty) runs this axis alone, SCALE_DOCS= skips it.
