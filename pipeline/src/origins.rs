@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use memweave_ingest::kind::DUPLICATE_ID;
 use memweave_operators::build::Document;
-use memweave_schemas::{DocumentRow, ErrorRow, Section};
+use memweave_schemas::{DocumentRow, ErrorRow, Section, hash128};
 
 use crate::write::version_hash;
 
@@ -31,7 +31,10 @@ pub struct Record {
     /// them along.
     pub content_hash: u128,
     pub source_uri: Arc<str>,
-    pub title: Arc<str>,
+    /// Its title's [`hash128`]: a retitled document is a changed record,
+    /// and the title itself comes with the text (a short document's title,
+    /// its subject line, was a heap block of 64 to 80 bytes a document).
+    pub title: u128,
     /// Its access labels, shared by an origin's records that carry the same.
     pub acl: Arc<[String]>,
     /// When this content was first seen.
@@ -39,21 +42,14 @@ pub struct Record {
 }
 
 impl Record {
-    /// The record of `doc`; a title that is its id (a row without one) is
-    /// the id's copy.
+    /// The record of `doc`.
     pub fn of(doc: &Document, seen: i64) -> Record {
-        let doc_id: Arc<str> = doc.doc_id.as_str().into();
-        let title = if doc.title == doc.doc_id {
-            Arc::clone(&doc_id)
-        } else {
-            doc.title.as_str().into()
-        };
         Record {
-            doc_id,
+            doc_id: doc.doc_id.as_str().into(),
             version: doc.version,
             content_hash: version_hash(&doc.content_hash),
             source_uri: doc.source_uri.as_str().into(),
-            title,
+            title: hash128(doc.title.as_bytes()),
             acl: doc.acl.as_slice().into(),
             seen,
         }
@@ -85,36 +81,61 @@ impl Record {
             version: row.version,
             content_hash: version_hash(&row.content_hash),
             source_uri: row.source_uri.as_str().into(),
-            title: row.title.as_str().into(),
+            title: hash128(row.title.as_bytes()),
             acl: row.acl.as_slice().into(),
             seen: row.ingested_at,
         }
     }
 
-    /// The dataflow's input record, given the document's content: its
-    /// content hash (of which this record keeps the version hash), text and
-    /// sections.
-    pub fn with_text(&self, (content_hash, (text, sections)): Content) -> (Document, i64) {
+    /// The dataflow's input record, given the document's content (of which
+    /// this record keeps hashes).
+    pub fn with_text(&self, content: Content) -> (Document, i64) {
         let doc = Document {
             doc_id: self.doc_id.to_string(),
             version: self.version,
-            content_hash,
+            content_hash: content.content_hash,
             source_uri: self.source_uri.to_string(),
-            title: self.title.to_string(),
-            text,
-            sections,
+            title: content.title,
+            text: content.body.0,
+            sections: content.body.1,
             acl: self.acl.to_vec(),
         };
         (doc, self.seen)
     }
 }
 
-/// What a record leaves out of its document: its text and sections, read
-/// when it is fed and read back from the `documents` table to retract it.
+/// A document's text and its sections.
 pub type Body = (String, Vec<Section>);
 
-/// What a record leaves out of its document: its content hash and [`Body`].
-pub type Content = (String, Body);
+/// What a record leaves out of its document, read when it is fed and read
+/// back from the `documents` table to retract it.
+#[derive(Debug)]
+pub struct Content {
+    pub content_hash: String,
+    pub title: String,
+    pub body: Body,
+}
+
+impl Content {
+    /// `doc`'s content (its id, source and labels dropped: its record keeps
+    /// them).
+    pub fn of(doc: Document) -> Content {
+        Content {
+            content_hash: doc.content_hash,
+            title: doc.title,
+            body: (doc.text, doc.sections),
+        }
+    }
+
+    /// The content of the document `row` holds.
+    pub fn of_row(row: &DocumentRow) -> Content {
+        Content {
+            content_hash: row.content_hash.clone(),
+            title: row.title.clone(),
+            body: (row.text.clone(), row.sections.clone()),
+        }
+    }
+}
 
 /// One origin's share of the input: the document versions it holds and the
 /// ingestion errors it caused.
@@ -300,7 +321,7 @@ mod tests {
             version: 1,
             content_hash: version_hash(hash),
             source_uri: uri.into(),
-            title: doc_id.into(),
+            title: hash128(doc_id.as_bytes()),
             acl: Arc::from([]),
             seen: 0,
         }
@@ -317,7 +338,7 @@ mod tests {
     /// A file's rows hold one copy of its URI, and a row titled by its id
     /// one string for both; the records compare as they did.
     #[test]
-    fn records_of_one_origin_share_its_source_and_an_id_its_title() {
+    fn records_of_one_origin_share_its_source() {
         let doc = |id: &str, uri: &str, title: &str| Document {
             doc_id: id.into(),
             version: 1,
@@ -342,8 +363,27 @@ mod tests {
         assert!(!shared(&records[1], &records[2]));
         assert!(shared(&records[2], &records[3]));
         assert!(Arc::ptr_eq(&records[0].acl, &records[3].acl));
-        assert!(Arc::ptr_eq(&records[0].doc_id, &records[0].title));
-        assert_eq!(&*records[1].title, "Second");
+    }
+
+    /// A record holds its title as a hash, so a document retitled (its text
+    /// the same) is a changed record, and the title comes back with the text.
+    #[test]
+    fn a_retitled_document_is_a_changed_record_and_its_title_comes_with_its_text() {
+        let doc = |title: &str| Document {
+            doc_id: "r1".into(),
+            version: 1,
+            content_hash: "h".into(),
+            source_uri: "rows.jsonl".into(),
+            title: title.into(),
+            text: "the text".into(),
+            sections: Vec::new(),
+            acl: Vec::new(),
+        };
+        let (first, second) = (Record::of(&doc("First"), 0), Record::of(&doc("Second"), 0));
+        assert_ne!(first, second);
+        assert_eq!(Record::of(&doc("First"), 0), first);
+        let (fed, _) = second.with_text(Content::of(doc("Second")));
+        assert_eq!(fed, doc("Second"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use arrow::array::{Array, AsArray, ListArray};
 use arrow::datatypes::{TimestampMicrosecondType, UInt64Type};
 use memweave_operators::model::StepError;
 use memweave_schemas::store::{primitives, strings};
-use memweave_schemas::{CheckpointRow, ErrorRow, Table, TableStore};
+use memweave_schemas::{CheckpointRow, ErrorRow, Table, TableStore, hash128};
 
 use crate::origins::Record;
 use crate::write::version_hash;
@@ -172,7 +172,7 @@ async fn document_records(
                 version: versions.value(row),
                 content_hash: version_hash(hashes.value(row)),
                 source_uri: uris.value(row).into(),
-                title: titles.value(row).into(),
+                title: hash128(titles.value(row).as_bytes()),
                 acl: labels.map_or_else(|| Arc::from([]), |labels| row_labels(labels, row)),
                 seen: seen.value(row),
             }));

@@ -511,10 +511,7 @@ impl Indexer {
             stored
                 .get(&*record.doc_id)
                 .filter(|row| Record::of_row(row) == *record)
-                .map(|row| {
-                    let body = (row.text.clone(), row.sections.clone());
-                    (row.content_hash.clone(), body)
-                })
+                .map(Content::of_row)
         };
         let mut ready = Vec::with_capacity(retract.len() + insert.len());
         let mut later: BTreeMap<String, ReadLater<'r>> = BTreeMap::new();
@@ -627,10 +624,13 @@ fn hold(fresh: Fresh, texts: &mut HashMap<(String, String), Content>) -> Held {
     let mut records: Vec<Record> = fresh
         .records
         .into_iter()
-        .map(|(doc, seen)| {
+        .map(|(mut doc, seen)| {
             let record = Record::of(&doc, seen);
-            let content = (doc.content_hash, (doc.text, doc.sections));
-            texts.insert((doc.doc_id, doc.source_uri), content);
+            let key = (
+                std::mem::take(&mut doc.doc_id),
+                std::mem::take(&mut doc.source_uri),
+            );
+            texts.insert(key, Content::of(doc));
             record
         })
         .collect();

@@ -11,7 +11,7 @@ use memweave_operators::build::{Document, RawDocument};
 
 use crate::IndexError;
 use crate::dataflow::Fed;
-use crate::origins::Origins;
+use crate::origins::{Content, Origins};
 use crate::workers::InputChange;
 use crate::write::version_hash;
 
@@ -139,8 +139,9 @@ impl ReadLater<'_> {
             return None;
         }
         for raw in self.documents.by_ref() {
-            let doc = Document::in_source(&self.source_name, raw, 0);
-            let Some((place, record)) = (origins.records_claimed_by(&self.origin, &doc.doc_id))
+            let mut doc = Document::in_source(&self.source_name, raw, 0);
+            let doc_id = std::mem::take(&mut doc.doc_id);
+            let Some((place, record)) = (origins.records_claimed_by(&self.origin, &doc_id))
                 .find(|(place, _)| wants(&self.wanted, *place))
             else {
                 continue;
@@ -152,8 +153,8 @@ impl ReadLater<'_> {
             {
                 break;
             }
-            let mut changes = self.replaced.remove(&doc.doc_id).unwrap_or_default();
-            let (document, seen) = record.with_text((doc.content_hash, (doc.text, doc.sections)));
+            let mut changes = self.replaced.remove(&doc_id).unwrap_or_default();
+            let (document, seen) = record.with_text(Content::of(doc));
             changes.push((Fed::Document(document, seen), 1));
             return Some(Ok(changes));
         }
