@@ -277,11 +277,17 @@ impl Origins {
             .filter_map(|(_, place)| Some((place, records.get(place)?)))
     }
 
+    /// The copy of `doc_id` the records claiming it hold, if any do.
+    pub fn shared_id(&self, doc_id: &str) -> Option<Arc<str>> {
+        let ((id, _), _) = (self.claims.range(claims_from(doc_id)..)).next()?;
+        (**id == *doc_id).then(|| Arc::clone(id))
+    }
+
     /// The claims on `doc_id`, by source: the origin of each and its
     /// record's place among that origin's records.
     fn claims_on<'a>(&'a self, doc_id: &'a str) -> impl Iterator<Item = (&'a Arc<str>, usize)> {
         self.claims
-            .range((Arc::from(doc_id), Arc::from(""))..)
+            .range(claims_from(doc_id)..)
             .take_while(move |((id, _), _)| **id == *doc_id)
             .map(|(_, (origin, place))| (origin, *place))
     }
@@ -293,6 +299,11 @@ type ClaimKey = (Arc<str>, Arc<str>);
 
 fn claim_key(record: &Record) -> ClaimKey {
     (Arc::clone(&record.doc_id), Arc::clone(&record.source_uri))
+}
+
+/// The first key a claim on `doc_id` may have.
+fn claims_from(doc_id: &str) -> ClaimKey {
+    (Arc::from(doc_id), Arc::from(""))
 }
 
 fn count(errors: &mut HashMap<ErrorRow, isize>, rows: &[ErrorRow], diff: isize) {

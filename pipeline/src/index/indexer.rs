@@ -336,7 +336,7 @@ impl Indexer {
         for error in &changes.errors_added {
             tracing::warn!(source = %error.source, kind = %error.kind, "{}", error.message);
         }
-        let (changed, deleted) = self.versions.note(&changes, replace);
+        let (changed, deleted) = self.versions.note(&changes, replace, &self.origins);
         if let Some(metrics) = &self.metrics {
             let memory =
                 (self.engine).block_on(memory_gauges(self.engine.store(), checkpoint.epoch));

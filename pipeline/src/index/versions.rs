@@ -3,10 +3,11 @@
 //! which documents are new, changed and gone against it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use memweave_operators::build::{Document, RawDocument};
 
-use crate::origins::Record;
+use crate::origins::{Origins, Record};
 use crate::write::{DocumentChange, RoundChanges, version_hash};
 
 /// A document's newest version as the memory holds it: its content hash
@@ -38,16 +39,17 @@ impl KnownVersion {
     }
 }
 
-/// Every document's newest version, by id.
+/// Every document's newest version, by id: the id is the copy the origins'
+/// records hold, where one does (a copy apiece was 48 bytes a document).
 #[derive(Debug, Default)]
-pub(super) struct DocumentVersions(HashMap<String, KnownVersion>);
+pub(super) struct DocumentVersions(HashMap<Arc<str>, KnownVersion>);
 
 impl DocumentVersions {
     /// The versions of the documents a checkpoint holds.
     pub(super) fn of<'r>(records: impl IntoIterator<Item = &'r Record>) -> Self {
         let known = records
             .into_iter()
-            .map(|d| (d.doc_id.to_string(), KnownVersion::of_record(d)));
+            .map(|d| (Arc::clone(&d.doc_id), KnownVersion::of_record(d)));
         DocumentVersions(known.collect())
     }
 
@@ -56,7 +58,7 @@ impl DocumentVersions {
     /// gets the next version, first seen `now`.
     pub(super) fn versioned(&self, source: &str, raw: RawDocument, now: i64) -> (Document, i64) {
         let mut doc = Document::in_source(source, raw, 1);
-        match self.0.get(&doc.doc_id) {
+        match self.0.get(doc.doc_id.as_str()) {
             Some(known) if known.content_hash == version_hash(&doc.content_hash) => {
                 doc.version = known.version;
                 (doc, known.seen)
@@ -77,8 +79,8 @@ impl DocumentVersions {
         }
         let added = added_versions(changes);
         (self.0.iter())
-            .filter(|(id, known)| added.get(id.as_str()) != Some(*known))
-            .map(|(id, _)| id.clone())
+            .filter(|(id, known)| added.get(&***id) != Some(*known))
+            .map(|(id, _)| id.to_string())
             .collect()
     }
 
@@ -86,15 +88,21 @@ impl DocumentVersions {
     /// how many documents are new or changed, and how many are gone. A
     /// `replace` round (a process's first) added every document: against the
     /// last checkpoint's versions, only those whose version changed count, and
-    /// the checkpoint's documents it did not add are gone.
-    pub(super) fn note(&mut self, changes: &RoundChanges, replace: bool) -> (usize, usize) {
+    /// the checkpoint's documents it did not add are gone. An id is kept as
+    /// the copy `origins` holds.
+    pub(super) fn note(
+        &mut self,
+        changes: &RoundChanges,
+        replace: bool,
+        origins: &Origins,
+    ) -> (usize, usize) {
         let added = added_versions(changes);
         let (changed, deleted) = if replace {
             let changed = (added.iter())
                 .filter(|(id, known)| self.0.get(**id) != Some(known))
                 .count();
             let deleted = (self.0.keys())
-                .filter(|id| !added.contains_key(id.as_str()))
+                .filter(|id| !added.contains_key(&***id))
                 .count();
             self.0.clear();
             (changed, deleted)
@@ -109,7 +117,8 @@ impl DocumentVersions {
             (added.len(), removed.len())
         };
         for (id, known) in added {
-            self.0.insert(id.to_string(), known);
+            let id = origins.shared_id(id).unwrap_or_else(|| Arc::from(id));
+            self.0.insert(id, known);
         }
         (changed, deleted)
     }
@@ -120,4 +129,52 @@ fn added_versions(changes: &RoundChanges) -> HashMap<&str, KnownVersion> {
     (changes.documents_added.iter())
         .map(|d| (d.doc_id.as_str(), KnownVersion::of_change(d)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use memweave_operators::build::Document;
+
+    use super::*;
+    use crate::origins::Held;
+    use crate::write::DocumentChange;
+
+    /// A noted document's id is the copy its origin's record holds; one no
+    /// origin here claims (another process's) keeps a copy of its own.
+    #[test]
+    fn a_noted_id_is_the_copy_its_record_holds() {
+        let doc = Document {
+            doc_id: "r1".into(),
+            version: 1,
+            content_hash: "h".into(),
+            source_uri: "rows.jsonl".into(),
+            title: String::new(),
+            text: String::new(),
+            sections: Vec::new(),
+            acl: Vec::new(),
+        };
+        let record = Record::of(&doc, 0);
+        let mut origins = Origins::default();
+        let held = Held {
+            version: None,
+            records: vec![record.clone()],
+            errors: Vec::new(),
+        };
+        origins.update("rows.jsonl", Some(held));
+        let change = |id: &str| DocumentChange {
+            doc_id: id.into(),
+            content_hash: record.content_hash,
+            version: 1,
+            ingested_at: 0,
+        };
+        let changes = RoundChanges {
+            documents_added: vec![change("r1"), change("r2")],
+            ..RoundChanges::default()
+        };
+        let mut versions = DocumentVersions::default();
+        assert_eq!(versions.note(&changes, false, &origins), (2, 0));
+        let (r1, _) = versions.0.get_key_value("r1").unwrap();
+        assert!(Arc::ptr_eq(r1, &record.doc_id));
+        assert!(versions.0.contains_key("r2"));
+    }
 }
