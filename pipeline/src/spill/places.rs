@@ -6,14 +6,16 @@
 //! to find a key) and a blocked Bloom filter (most keys a put looks up are not
 //! there, and the filter says so without a read). So a value costs about 1.4
 //! bytes of heap instead of an open-addressing table's 16 to 32, and the index
-//! never doubles: a table of 12-byte slots for 6M values a worker (a million
-//! short documents) was 100 MB, and 300 MB while it doubled.
+//! never doubles: for the 6M values a worker a million short documents would
+//! spill (on paper, from 12 a document at 100k), a table of 12-byte slots
+//! would be 100 MB, and 300 MB while it doubled.
 //!
 //! Runs merge as a binary counter does: a run is merged with the one before it
 //! while that one is less than twice its size, so there are about
 //! log2(values / [`RECENT`]) runs, and each place is rewritten that many times,
 //! sequentially. A key is written once (a put looks it up first), so runs never
-//! disagree.
+//! disagree. The put that fills the recent places writes them and does the
+//! merges, under the spill's lock; readers holding a snapshot of the runs go on.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
